@@ -1,0 +1,99 @@
+import { z } from 'zod';
+
+/**
+ * Every setting Tollgate reads from its environment, in one schema.
+ * README's "Configuration" table documents the same names; keep them in step.
+ */
+const logLevel = z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']);
+
+const upstreamOverrides = z
+  .string()
+  .transform((raw, ctx) => {
+    try {
+      const parsed: unknown = JSON.parse(raw);
+      return z.record(z.string(), z.string().url()).parse(parsed);
+    } catch {
+      ctx.addIssue({ code: 'custom', message: 'must be a JSON object mapping provider hosts to base URLs' });
+      return z.NEVER;
+    }
+  });
+
+const decimalRate = z
+  .string()
+  .regex(/^\d+(\.\d{1,10})?$/, 'must be a non-negative decimal with at most 10 fractional digits');
+
+export const configSchema = z.object({
+  PORT: z.coerce.number().int().min(0).max(65535).default(8080),
+  HOST: z.string().min(1).default('127.0.0.1'),
+  DATABASE_URL: z
+    .string()
+    .refine((v) => v.startsWith('sqlite:') || /^postgres(ql)?:\/\//.test(v), {
+      message: 'must start with sqlite: or postgres://',
+    })
+    .optional(),
+  REDIS_URL: z
+    .string()
+    .refine((v) => /^rediss?:\/\//.test(v), { message: 'must start with redis:// or rediss://' })
+    .optional(),
+  LOG_LEVEL: logLevel.default('info'),
+  /** Service charge as a percentage of the fee, e.g. "1.9" for 1.9 %. */
+  SERVICE_CHARGE_RATE: decimalRate.default('0'),
+  /** Requests per minute per API key on the standard endpoints. */
+  RATE_LIMIT_PER_MINUTE: z.coerce.number().int().min(1).default(1000),
+  /** JSON object: provider host -> base URL it is served from (tests point providers at a mock). */
+  UPSTREAM_OVERRIDES: upstreamOverrides.optional(),
+  OPENAI_API_KEY: z.string().min(1).optional(),
+  ANTHROPIC_API_KEY: z.string().min(1).optional(),
+  GOOGLE_API_KEY: z.string().min(1).optional(),
+});
+
+export type Config = {
+  port: number;
+  host: string;
+  databaseUrl: string;
+  redisUrl: string | undefined;
+  logLevel: z.infer<typeof logLevel>;
+  serviceChargeRate: string;
+  rateLimitPerMinute: number;
+  upstreamOverrides: Record<string, string>;
+  providerKeys: Record<string, string>;
+};
+
+export const DEFAULT_DATABASE_URL = 'sqlite:./data/tollgate.db';
+
+export class ConfigError extends Error {}
+
+/** Reads the configuration, or throws a ConfigError that names every offending variable. */
+export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
+  const result = configSchema.safeParse(pickEmptyAsUnset(env));
+  if (!result.success) {
+    const lines = result.error.issues.map((i) => `  ${i.path.join('.')}: ${i.message}`);
+    throw new ConfigError(`Invalid configuration:\n${lines.join('\n')}`);
+  }
+  const c = result.data;
+  const providerKeys: Record<string, string> = {};
+  if (c.OPENAI_API_KEY) providerKeys.openai = c.OPENAI_API_KEY;
+  if (c.ANTHROPIC_API_KEY) providerKeys.anthropic = c.ANTHROPIC_API_KEY;
+  if (c.GOOGLE_API_KEY) providerKeys.google = c.GOOGLE_API_KEY;
+  return {
+    port: c.PORT,
+    host: c.HOST,
+    databaseUrl: c.DATABASE_URL ?? DEFAULT_DATABASE_URL,
+    redisUrl: c.REDIS_URL,
+    logLevel: c.LOG_LEVEL,
+    serviceChargeRate: c.SERVICE_CHARGE_RATE,
+    rateLimitPerMinute: c.RATE_LIMIT_PER_MINUTE,
+    upstreamOverrides: c.UPSTREAM_OVERRIDES ?? {},
+    providerKeys,
+  };
+}
+
+/** An exported-but-empty variable (`PORT=`) means "use the default", as most tools treat it. */
+function pickEmptyAsUnset(env: NodeJS.ProcessEnv): Record<string, string> {
+  const out: Record<string, string> = {};
+  for (const key of Object.keys(configSchema.shape)) {
+    const value = env[key];
+    if (value !== undefined && value !== '') out[key] = value;
+  }
+  return out;
+}

@@ -1,0 +1,27 @@
+import { randomBytes } from 'node:crypto';
+import { ulid } from 'ulid';
+
+/** Every id carries a prefix naming its kind; the ULID body sorts by creation time. */
+export const ID_PREFIX = {
+  merchant: 'mer_',
+  wallet: 'wal_',
+  secretKey: 'sk_',
+  meter: 'met_',
+  connection: 'con_',
+  request: 'req_',
+} as const;
+
+export function newId(kind: keyof typeof ID_PREFIX): string {
+  return ID_PREFIX[kind] + ulid();
+}
+
+/** Prefixes of secrets, so a leaked string tells what it unlocks. */
+export const SECRET_PREFIX = {
+  secretKey: 'sk_live_',
+  connection: 'cons_',
+  meter: 'mets_',
+} as const;
+
+export function newSecret(kind: keyof typeof SECRET_PREFIX, bytes = 24): string {
+  return SECRET_PREFIX[kind] + randomBytes(bytes).toString('base64url');
+}

@@ -1,0 +1,78 @@
+/**
+ * The one table of error codes. Every error Tollgate returns uses a code from here,
+ * and docs/errors.md is checked against this table by a test.
+ */
+export const ERRORS = {
+  invalid_json: { status: 400, message: 'The request body is not valid JSON.' },
+  validation_error: { status: 400, message: 'The request has invalid parameters.' },
+  invalid_cursor: { status: 400, message: 'The cursor does not name an item of this list.' },
+  invalid_metadata: { status: 400, message: 'The metadata is invalid.' },
+  forward_token_json_invalid: { status: 400, message: 'The forward token is not valid base64-encoded JSON.' },
+  unauthorized: { status: 401, message: 'A valid API key is required.' },
+  insufficient_balance: { status: 402, message: 'The wallet balance cannot cover this request.' },
+  forbidden: { status: 403, message: 'This key may not perform this action.' },
+  not_found: { status: 404, message: 'The resource does not exist.' },
+  route_not_found: { status: 404, message: 'No such endpoint.' },
+  method_not_allowed: { status: 405, message: 'This method is not allowed on this endpoint.' },
+  conflict: { status: 409, message: 'The request conflicts with the current state.' },
+  last_secret_key: { status: 409, message: 'The last secret key of a merchant cannot be deleted.' },
+  meter_slug_taken: { status: 409, message: 'Another meter of this merchant already uses this slug.' },
+  reference_id_taken: { status: 409, message: 'Another customer of this merchant already uses this reference_id.' },
+  request_id_conflict: { status: 409, message: 'This request_id was already recorded with a different body.' },
+  idempotency_key_in_use: { status: 409, message: 'A request with this Idempotency-Key is still in progress.' },
+  payload_too_large: { status: 413, message: 'The request body is too large.' },
+  unsupported_media_type: { status: 415, message: 'The request body must be JSON.' },
+  idempotency_key_reused: {
+    status: 422,
+    message: 'This Idempotency-Key was used with a different request body.',
+  },
+  rate_limited: { status: 429, message: 'Too many requests; slow down.' },
+  internal_error: { status: 500, message: 'Something went wrong on our side.' },
+  service_unavailable: { status: 503, message: 'The service is not ready.' },
+} as const satisfies Record<string, { status: number; message: string }>;
+
+export type ErrorCode = keyof typeof ERRORS;
+
+export type Issue = { path: string[]; message: string };
+
+export type ErrorEnvelope = {
+  error: { message: string; code: ErrorCode; status: number; issues?: Issue[] };
+};
+
+/** Thrown anywhere below the routes; the error handler turns it into the envelope. */
+export class ApiError extends Error {
+  readonly code: ErrorCode;
+  readonly status: number;
+  readonly issues: Issue[] | undefined;
+  readonly headers: Record<string, string>;
+
+  constructor(code: ErrorCode, message?: string, opts: { issues?: Issue[]; headers?: Record<string, string> } = {}) {
+    super(message ?? ERRORS[code].message);
+    this.code = code;
+    this.status = ERRORS[code].status;
+    this.issues = opts.issues;
+    this.headers = opts.headers ?? {};
+  }
+
+  toEnvelope(): ErrorEnvelope {
+    return envelope(this.code, this.message, this.issues);
+  }
+}
+
+export function envelope(code: ErrorCode, message?: string, issues?: Issue[]): ErrorEnvelope {
+  const body: ErrorEnvelope['error'] = { message: message ?? ERRORS[code].message, code, status: ERRORS[code].status };
+  if (issues && issues.length > 0) body.issues = issues;
+  return { error: body };
+}
+
+export function validationError(issues: Issue[], message?: string): ApiError {
+  const first = issues[0];
+  const summary = first ? `${first.path.length ? first.path.join('.') + ': ' : ''}${first.message}` : undefined;
+  return new ApiError('validation_error', message ?? (summary ? `Invalid request: ${summary}` : undefined), {
+    issues,
+  });
+}
+
+export function notFound(what: string, id: string): ApiError {
+  return new ApiError('not_found', `No ${what} with id ${id}.`);
+}

@@ -1,0 +1,60 @@
+import { mkdirSync } from 'node:fs';
+import { dirname, resolve } from 'node:path';
+import SqliteDatabase from 'better-sqlite3';
+import { Kysely, PostgresDialect, SqliteDialect } from 'kysely';
+import pg from 'pg';
+import type { Database, Dialect } from './schema.ts';
+
+export type Storage = {
+  db: Kysely<Database>;
+  dialect: Dialect;
+  /** A short description without credentials, for logs. */
+  describe: string;
+  close(): Promise<void>;
+};
+
+const PG_INT8_OID = 20;
+
+/** Opens the database named by a DATABASE_URL value (`sqlite:<path>` or `postgres://…`). */
+export function openStorage(url: string, opts: { poolSize?: number } = {}): Storage {
+  if (url.startsWith('sqlite:')) return openSqlite(url.slice('sqlite:'.length));
+  return openPostgres(url, opts.poolSize ?? 20);
+}
+
+function openSqlite(path: string): Storage {
+  const inMemory = path === ':memory:' || path === '';
+  if (!inMemory) mkdirSync(dirname(resolve(path)), { recursive: true });
+  const sqlite = new SqliteDatabase(inMemory ? ':memory:' : path);
+  sqlite.pragma('journal_mode = WAL');
+  sqlite.pragma('busy_timeout = 10000');
+  sqlite.pragma('synchronous = NORMAL');
+  sqlite.pragma('foreign_keys = ON');
+  // Money is BIGINT; numbers above 2^53 must never pass through a JS number.
+  sqlite.defaultSafeIntegers(true);
+  const db = new Kysely<Database>({ dialect: new SqliteDialect({ database: sqlite }) });
+  return {
+    db,
+    dialect: 'sqlite',
+    describe: `sqlite:${inMemory ? ':memory:' : path}`,
+    close: () => db.destroy(),
+  };
+}
+
+function openPostgres(url: string, max: number): Storage {
+  const pool = new pg.Pool({
+    connectionString: url,
+    max,
+    types: {
+      getTypeParser: ((oid: number, format?: 'text' | 'binary') =>
+        oid === PG_INT8_OID ? (v: string) => BigInt(v) : pg.types.getTypeParser(oid, format)) as typeof pg.types.getTypeParser,
+    },
+  });
+  const db = new Kysely<Database>({ dialect: new PostgresDialect({ pool }) });
+  const parsed = new URL(url);
+  return {
+    db,
+    dialect: 'postgres',
+    describe: `postgres://${parsed.host}${parsed.pathname}`,
+    close: () => db.destroy(),
+  };
+}
