@@ -1,7 +1,7 @@
 import { mkdirSync } from 'node:fs';
 import { dirname, resolve } from 'node:path';
 import SqliteDatabase from 'better-sqlite3';
-import { Kysely, PostgresDialect, SqliteDialect } from 'kysely';
+import { CompiledQuery, Kysely, PostgresDialect, SqliteDialect, SqliteDriver, type DatabaseConnection, type SqliteDialectConfig } from 'kysely';
 import pg from 'pg';
 import type { Database, Dialect } from './schema.ts';
 
@@ -31,7 +31,7 @@ function openSqlite(path: string): Storage {
   sqlite.pragma('foreign_keys = ON');
   // Money is BIGINT; numbers above 2^53 must never pass through a JS number.
   sqlite.defaultSafeIntegers(true);
-  const db = new Kysely<Database>({ dialect: new SqliteDialect({ database: sqlite }) });
+  const db = new Kysely<Database>({ dialect: new ImmediateSqliteDialect({ database: sqlite }) });
   return {
     db,
     dialect: 'sqlite',
@@ -57,4 +57,25 @@ function openPostgres(url: string, max: number): Storage {
     describe: `postgres://${parsed.host}${parsed.pathname}`,
     close: () => db.destroy(),
   };
+}
+
+/**
+ * SQLite transactions start with BEGIN IMMEDIATE: the write lock is taken up front, so two
+ * processes sharing a file queue on busy_timeout instead of failing when a read turns into a write.
+ */
+class ImmediateSqliteDialect extends SqliteDialect {
+  readonly #config: SqliteDialectConfig;
+  constructor(config: SqliteDialectConfig) {
+    super(config);
+    this.#config = config;
+  }
+  override createDriver(): SqliteDriver {
+    return new ImmediateSqliteDriver(this.#config);
+  }
+}
+
+class ImmediateSqliteDriver extends SqliteDriver {
+  override async beginTransaction(connection: DatabaseConnection): Promise<void> {
+    await connection.executeQuery(CompiledQuery.raw('begin immediate'));
+  }
 }

@@ -1,0 +1,108 @@
+import { randomUUID } from 'node:crypto';
+import fastifySwagger from '@fastify/swagger';
+import Fastify, { type FastifyReply, type FastifyRequest } from 'fastify';
+import { jsonSchemaTransform, validatorCompiler, type ZodTypeProvider } from 'fastify-type-provider-zod';
+import { authenticateSecretKey, bearerToken, principalOf } from './http/auth.ts';
+import { ApiError } from './http/errors.ts';
+import { installErrorHandling } from './http/error-handler.ts';
+import { beginIdempotentRequest, finishIdempotentRequest } from './http/idempotency.ts';
+import { installJsonBodyParser } from './http/json-body.ts';
+import { loggerOptions } from './http/logging.ts';
+import { installMetrics } from './http/metrics.ts';
+import type { App, AppDeps } from './http/types.ts';
+import { registerConnectionRoutes } from './routes/connections.ts';
+import { registerCustomerRoutes } from './routes/customers.ts';
+import { registerHealthRoutes } from './routes/health.ts';
+import { registerMeterRoutes } from './routes/meters.ts';
+import { registerOpenApiRoute } from './routes/openapi.ts';
+import { registerSecretKeyRoutes } from './routes/secret-keys.ts';
+
+export type { AppDeps } from './http/types.ts';
+
+const BODY_LIMIT = 10 * 1024 * 1024;
+const RATE_WINDOW_MS = 60_000;
+
+/** The only wiring point: every route, hook and plugin is attached here. */
+export async function buildApp(deps: AppDeps): Promise<App> {
+  const app = Fastify({
+    logger: loggerOptions(deps.config.logLevel),
+    bodyLimit: BODY_LIMIT,
+    genReqId: (req) => headerValue(req.headers['x-request-id']) ?? randomUUID(),
+    // The SDK's rewrite URLs carry `https://` inside the path; never merge slashes.
+    routerOptions: { ignoreTrailingSlash: true, ignoreDuplicateSlashes: false },
+  }).withTypeProvider<ZodTypeProvider>();
+
+  app.setValidatorCompiler(validatorCompiler);
+  // Response schemas document the API; handlers already build the exact shapes.
+  app.setSerializerCompiler(() => (data) => JSON.stringify(data));
+  installJsonBodyParser(app, BODY_LIMIT);
+  installErrorHandling(app);
+  installMetrics(app);
+
+  await app.register(fastifySwagger, {
+    openapi: {
+      openapi: '3.1.0',
+      info: {
+        title: 'Tollgate API',
+        version: '1.0.0',
+        description: 'Usage-billing and AI-proxy interface, v1. Money is a decimal string with 10 fractional digits.',
+      },
+      servers: [{ url: '/' }],
+      components: {
+        securitySchemes: { secretKey: { type: 'http', scheme: 'bearer', description: 'Merchant secret key' } },
+      },
+      security: [{ secretKey: [] }],
+    },
+    transform: jsonSchemaTransform,
+  });
+
+  registerHealthRoutes(app, deps);
+  registerOpenApiRoute(app);
+
+  await app.register(
+    async (v1) => {
+      const api = v1.withTypeProvider<ZodTypeProvider>();
+      api.addHook('onRequest', (request, reply) => authenticateAndLimit(deps, request, reply));
+      api.addHook('preHandler', async (request, reply) => {
+        if (request.method !== 'POST' || !request.principal) return;
+        const outcome = await beginIdempotentRequest(deps.storage, request, reply, request.principal.keyId);
+        if (outcome === 'replayed') return reply;
+      });
+      api.addHook('onSend', async (request, reply, payload) => {
+        await finishIdempotentRequest(deps.storage, request, reply.statusCode, payload);
+        return payload;
+      });
+      registerSecretKeyRoutes(api, deps);
+      registerMeterRoutes(api, deps);
+      registerCustomerRoutes(api, deps);
+      registerConnectionRoutes(api, deps);
+    },
+    { prefix: '/v1' },
+  );
+
+  return app;
+}
+
+async function authenticateAndLimit(deps: AppDeps, request: FastifyRequest, reply: FastifyReply): Promise<void> {
+  if (request.routeOptions.config.public) return;
+  request.principal = await authenticateSecretKey(deps.storage, bearerToken(request));
+  const decision = await deps.rateLimiter.hit(
+    principalOf(request).keyId,
+    deps.config.rateLimitPerMinute,
+    RATE_WINDOW_MS,
+  );
+  reply.header('x-ratelimit-limit', String(decision.limit));
+  reply.header('x-ratelimit-remaining', String(decision.remaining));
+  reply.header('x-ratelimit-reset', String(decision.resetAt));
+  if (!decision.allowed) {
+    const retryAfter = Math.max(1, decision.resetAt - Math.floor(Date.now() / 1000));
+    throw new ApiError('rate_limited', `Rate limit of ${decision.limit} requests per minute exceeded.`, {
+      headers: { 'retry-after': String(retryAfter) },
+    });
+  }
+}
+
+function headerValue(v: string | string[] | undefined): string | undefined {
+  const s = Array.isArray(v) ? v[0] : v;
+  return s && s.length <= 128 ? s : undefined;
+}

@@ -1,0 +1,105 @@
+import { Command, InvalidArgumentError } from 'commander';
+import { ConfigError, loadConfig, type Config } from '../config.ts';
+import { formatMoney, MoneyFormatError, parseMoney } from '../domain/money.ts';
+import { creditWallet } from '../ledger/wallets.ts';
+import { startServer, stopOnSignals } from '../main.ts';
+import { openStorage, type Storage } from '../storage/db.ts';
+import { createMerchant } from '../storage/merchants.ts';
+import { migrateToLatest } from '../storage/migrate.ts';
+
+const program = new Command()
+  .name('tollgate')
+  .description('Tollgate: a self-hostable AI gateway with exact usage billing.\n' +
+    'Reads DATABASE_URL (default sqlite:./data/tollgate.db) like the server, so admin commands act on its database.')
+  .showHelpAfterError();
+
+program
+  .command('serve')
+  .description('start the HTTP server (runs pending migrations first)')
+  .action(async () => {
+    const server = await startServer(config());
+    stopOnSignals(server);
+  });
+
+program
+  .command('migrate')
+  .description('apply pending database migrations and exit')
+  .action(async () => {
+    await withStorage(async (storage) => {
+      const applied = await migrateToLatest(storage);
+      console.log(applied.length ? `Applied: ${applied.join(', ')}` : 'Database is up to date.');
+    });
+  });
+
+const admin = program.command('admin').description('operator actions on the database');
+
+admin
+  .command('create-merchant')
+  .description('create a merchant with its wallet and first secret key')
+  .requiredOption('--name <name>', 'merchant name')
+  .option('--email <email>', 'login email for the dashboard')
+  .option('--password <password>', 'login password for the dashboard')
+  .option('--json', 'print {merchant_id, secret_key, wallet_id} as JSON')
+  .action(async (opts: { name: string; email?: string; password?: string; json?: boolean }) => {
+    await withStorage(async (storage) => {
+      await migrateToLatest(storage);
+      const { merchant, secretKey } = await createMerchant(storage, opts);
+      const out = { merchant_id: merchant.id, secret_key: secretKey, wallet_id: merchant.wallet_id };
+      if (opts.json) console.log(JSON.stringify(out));
+      else {
+        console.log(`Merchant ${out.merchant_id} created.`);
+        console.log(`Wallet:     ${out.wallet_id}`);
+        console.log(`Secret key: ${out.secret_key}  (shown once; store it now)`);
+      }
+    });
+  });
+
+admin
+  .command('credit-wallet')
+  .description('add money to a wallet (e.g. a merchant wallet)')
+  .requiredOption('--wallet <wallet_id>', 'wallet id (wal_…)')
+  .requiredOption('--amount <amount>', 'positive decimal amount, at most 10 fractional digits', parsePositiveAmount)
+  .action(async (opts: { wallet: string; amount: bigint }) => {
+    await withStorage(async (storage) => {
+      await migrateToLatest(storage);
+      const balance = await creditWallet(storage, opts.wallet, opts.amount);
+      if (balance === null) fail(`No wallet with id ${opts.wallet}.`);
+      console.log(`Wallet ${opts.wallet} balance: ${formatMoney(balance)}`);
+    });
+  });
+
+function parsePositiveAmount(value: string): bigint {
+  try {
+    const units = parseMoney(value);
+    if (units <= 0n) throw new InvalidArgumentError('must be positive');
+    return units;
+  } catch (e) {
+    if (e instanceof MoneyFormatError) throw new InvalidArgumentError(e.message);
+    throw e;
+  }
+}
+
+function config(): Config {
+  try {
+    return loadConfig();
+  } catch (e) {
+    if (e instanceof ConfigError) fail(e.message);
+    throw e;
+  }
+}
+
+async function withStorage(work: (storage: Storage) => Promise<void>): Promise<void> {
+  const storage = openStorage(config().databaseUrl, { poolSize: 2 });
+  try {
+    await work(storage);
+  } finally {
+    await storage.close();
+  }
+}
+
+function fail(message: string): never {
+  console.error(message);
+  process.exit(1);
+}
+
+await program.parseAsync(process.argv).catch((e: unknown) => fail(e instanceof Error ? e.message : String(e)));

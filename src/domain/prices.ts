@@ -1,0 +1,116 @@
+/**
+ * Base prices per (provider, model): the operator's override table first, then the maintained
+ * @pydantic/genai-prices catalog (DESIGN §1: never hand-copied prices). Pure lookups over bundled
+ * data; nothing is fetched. Prices come out as bigint units per 1M tokens, converted from the
+ * catalog's numbers through their decimal text, never by float multiplication.
+ */
+import { calcPrice } from '@pydantic/genai-prices';
+import { UNIT, parseMoney } from './money.ts';
+import { decimalToInteger, type BasePrices } from './pricing.ts';
+
+/** Operator override: decimal prices per 1M tokens, e.g. { input: "2.50", output: "10" }. */
+export interface PriceOverride {
+  input: string;
+  output: string;
+  cachedInput?: string;
+}
+
+/** Raw override map, keyed "provider/model" (model ids may themselves contain "/"). */
+export type PriceOverrides = Readonly<Record<string, PriceOverride>>;
+
+/** Validated overrides, keyed by the normalized "provider/model". */
+export type PriceOverrideTable = ReadonlyMap<string, BasePrices>;
+
+export interface PriceLookupOptions {
+  overrides?: PriceOverrideTable;
+  /**
+   * The request's total input tokens. Some catalog prices are tiered by prompt size (e.g. long
+   * context); the whole request then pays the tier whose start its input exceeds. Default 0.
+   */
+  inputTokens?: number;
+  /** When the request happened, for prices that changed over time. Default: now. */
+  at?: Date;
+}
+
+const PRICE_TEXT = /^\d+(?:\.\d{1,10})?$/;
+
+/**
+ * Validates and converts the operator's override map once (at configuration load), so that a typo
+ * fails at startup rather than on a request. Throws RangeError naming the bad entry.
+ */
+export function parsePriceOverrides(raw: PriceOverrides): PriceOverrideTable {
+  const table = new Map<string, BasePrices>();
+  for (const [key, override] of Object.entries(raw)) {
+    const slash = key.indexOf('/');
+    if (slash <= 0 || slash === key.length - 1) throw new RangeError(`price override "${key}": key must be "provider/model"`);
+    const prices: BasePrices = {
+      input: overridePrice(key, 'input', override.input),
+      output: overridePrice(key, 'output', override.output),
+    };
+    if (override.cachedInput !== undefined) prices.cachedInput = overridePrice(key, 'cachedInput', override.cachedInput);
+    table.set(priceKey(key.slice(0, slash), key.slice(slash + 1)), prices);
+  }
+  return table;
+}
+
+/**
+ * Prices for (provider, model): the override when there is one (whole, never mixed with the
+ * catalog), else the catalog's, else null (unknown: base cost is then 0, DESIGN §6).
+ */
+export function lookupBasePrices(provider: string, model: string, options: PriceLookupOptions = {}): BasePrices | null {
+  return options.overrides?.get(priceKey(provider, model)) ?? catalogPrices(provider, model, options);
+}
+
+/** Catalog prices only, or null when the catalog does not price this model's tokens. */
+export function catalogPrices(provider: string, model: string, options: Omit<PriceLookupOptions, 'overrides'> = {}): BasePrices | null {
+  const inputTokens = options.inputTokens ?? 0;
+  // calcPrice is the catalog's own resolver (provider aliases, model matching, dated prices);
+  // the usage passed is only there to make it resolve, its computed float prices are ignored.
+  const found = calcPrice({ input_tokens: inputTokens }, model, { providerId: provider, timestamp: options.at });
+  if (!found) return null;
+  const input = catalogPrice(found.model_price.input_mtok, inputTokens);
+  const output = catalogPrice(found.model_price.output_mtok, inputTokens);
+  if (input === null && output === null) return null; // priced per request, image, … — not by token
+  const prices: BasePrices = { input: input ?? 0n, output: output ?? 0n };
+  const cachedInput = catalogPrice(found.model_price.cache_read_mtok, inputTokens);
+  if (cachedInput !== null) prices.cachedInput = cachedInput;
+  return prices;
+}
+
+/** Normalized override key: the catalog matches case-insensitively, so overrides do too. */
+function priceKey(provider: string, model: string): string {
+  return `${provider.trim().toLowerCase()}/${model.trim().toLowerCase()}`;
+}
+
+function overridePrice(key: string, field: string, text: unknown): bigint {
+  if (typeof text !== 'string' || !PRICE_TEXT.test(text.trim())) {
+    throw new RangeError(`price override "${key}": ${field} must be a decimal string with at most 10 fractional digits`);
+  }
+  return parseMoney(text.trim());
+}
+
+interface CatalogTiers {
+  base: number;
+  tiers: { start: number; price: number }[];
+}
+
+/** A catalog price (plain or tiered by prompt size) in units per 1M tokens, or null if absent. */
+function catalogPrice(price: unknown, inputTokens: number): bigint | null {
+  if (price === undefined) return null;
+  const perMillion = typeof price === 'number' ? price : tierPrice(price, inputTokens);
+  // Half-up beyond 10 places: a per-1M price that fine is below any billable amount.
+  return decimalToInteger(perMillion, UNIT, 'halfUp');
+}
+
+/** The catalog's own rule: the last tier whose start the request's input tokens exceed, else base. */
+function tierPrice(price: unknown, inputTokens: number): number {
+  if (!isCatalogTiers(price)) throw new TypeError(`unrecognized catalog price ${JSON.stringify(price)}`);
+  const tiers = [...price.tiers].sort((a, b) => a.start - b.start);
+  return tiers.filter((tier) => inputTokens > tier.start).at(-1)?.price ?? price.base;
+}
+
+function isCatalogTiers(value: unknown): value is CatalogTiers {
+  if (typeof value !== 'object' || value === null) return false;
+  const candidate = value as Partial<CatalogTiers>;
+  return typeof candidate.base === 'number' && Array.isArray(candidate.tiers);
+}

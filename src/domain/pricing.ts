@@ -1,0 +1,406 @@
+/**
+ * Pricing: turns one request's usage into money, exactly (DESIGN §5, §6).
+ *
+ * Pure: no I/O, no clock. Money is a bigint count of 1e-10 units (money.ts). Counts (tokens,
+ * characters) are integers; durations arrive as decimal-second strings and are handled as integer
+ * microseconds, so every quantity here is an integer and every division is a single, explicit
+ * half-up rounding. See docs/decisions/0002-pricing.md for the unit and rounding choices.
+ */
+import { UNIT, divRoundHalfUp } from './money.ts';
+
+export type RateType = 'fixed' | 'percentage';
+export type TierType = 'tokens_1m' | 'characters_1m' | 'minutes' | 'requests';
+export type TokenBasis = 'input+output' | 'output';
+export type Payer = 'wallet' | 'merchant';
+
+/**
+ * One graduated tier. `start` is the inclusive lower bound on the accumulated usage, in the meter's
+ * display unit: raw tokens (tokens_1m), raw characters (characters_1m), minutes, requests.
+ * `rate` is in 1e-10 units: per 1M tokens / 1M characters / minute / request for `fixed`,
+ * percent for `percentage` (10% = 10 * UNIT).
+ */
+export interface Tier {
+  start: number;
+  rate: bigint;
+}
+
+export interface MeterPricing {
+  rateType: RateType;
+  tierType: TierType;
+  tokenBasis: TokenBasis;
+  baseCostPayer: Payer;
+  serviceChargePayer: Payer;
+  tiers: readonly Tier[];
+}
+
+/** Decimal seconds ("12.345"), at most 6 fractional digits; build one with `toSeconds`. */
+export type Seconds = string;
+
+export interface Usage {
+  inputTokens: number;
+  outputTokens: number;
+  inputCharacters: number;
+  outputCharacters: number;
+  inputSeconds: Seconds;
+  outputSeconds: Seconds;
+}
+
+/** Provider prices in units per 1M tokens. `cachedInput` prices cache-read input tokens. */
+export interface BasePrices {
+  input: bigint;
+  output: bigint;
+  cachedInput?: bigint;
+}
+
+/** Token counts for base cost; `cachedInputTokens` is the part of `inputTokens` read from cache. */
+export interface TokenUsage {
+  inputTokens: number;
+  outputTokens: number;
+  cachedInputTokens?: number;
+}
+
+export interface BaseCost {
+  input: bigint;
+  output: bigint;
+  total: bigint;
+}
+
+export interface BreakdownItem {
+  tier: { start: number; rate: bigint; type: TierType };
+  tokens: number;
+  characters: number;
+  seconds: Seconds;
+  cost: bigint;
+}
+
+export interface PriceRequestInput {
+  meter: MeterPricing;
+  usage: Usage;
+  /** Base cost of this request (from `baseCost`), charged or not. */
+  baseCost: { input: bigint; output: bigint };
+  /** Usage of this (meter, connection) already accumulated in the period, in accumulation units. */
+  accumulatedUnits: bigint;
+  /** Service-charge rate in percent, as units (1.9% = parseMoney("1.9")). */
+  serviceChargeRate: bigint;
+  /** False when the caller used its own provider key: base cost is shown but nobody pays it to us. */
+  baseCostCharged: boolean;
+}
+
+export interface PricedRequest {
+  baseCost: BaseCost & { charged: boolean; payer: Payer };
+  fee: { amount: bigint; rateType: RateType; tokenBasis: TokenBasis; breakdown: BreakdownItem[] };
+  serviceCharge: { amount: bigint; payer: Payer };
+  totals: { request: bigint; wallet: bigint; merchant: bigint };
+  /** This request's fee units, in accumulation units. */
+  units: bigint;
+  /** The accumulated position after this request: accumulatedUnits + units. */
+  accumulatedUnits: bigint;
+}
+
+const TOKENS_PER_PRICE_UNIT = 1_000_000n;
+const MICROS_PER_SECOND = 1_000_000n;
+const MICROS_PER_MINUTE = 60n * MICROS_PER_SECOND;
+const SECONDS_SCALE = 6;
+const PERCENT = 100n * UNIT;
+
+/**
+ * Accumulation units covered by one unit of `rate` (fixed): tokens and characters accumulate as
+ * raw counts and are priced per million; durations accumulate in microseconds, priced per minute.
+ */
+const RATE_DENOMINATOR: Record<TierType, bigint> = {
+  tokens_1m: TOKENS_PER_PRICE_UNIT,
+  characters_1m: TOKENS_PER_PRICE_UNIT,
+  minutes: MICROS_PER_MINUTE,
+  requests: 1n,
+};
+
+/** Accumulation units per unit of tier `start`: only minutes differ from the raw count. */
+const START_MULTIPLIER: Record<TierType, bigint> = {
+  tokens_1m: 1n,
+  characters_1m: 1n,
+  minutes: MICROS_PER_MINUTE,
+  requests: 1n,
+};
+
+// ---------------------------------------------------------------------------------------------
+// Exact decimals
+
+export type Rounding = 'exact' | 'ceil' | 'halfUp';
+
+const DECIMAL_TEXT = /^(\d+)(?:\.(\d*))?(?:e([+-]?\d+))?$/i;
+/** Guards BigInt exponentiation against absurd exponents ("1e999999") from configuration. */
+const MAX_DECIMAL_SHIFT = 400;
+
+/**
+ * Converts a non-negative decimal to an integer: value × multiplier, rounded as asked.
+ * A JS number is read through its shortest round-trip text (String(2.5) = "2.5"), which is the
+ * literal it was written as, so no float multiplication ever touches the value.
+ */
+export function decimalToInteger(value: number | string, multiplier: bigint, rounding: Rounding): bigint {
+  const text = typeof value === 'number' ? numberText(value) : value.trim();
+  const match = DECIMAL_TEXT.exec(text);
+  if (!match) throw new RangeError(`"${text}" is not a non-negative decimal number`);
+  const [, whole = '0', fraction = '', exponentText = '0'] = match;
+  const shift = Number(exponentText) - fraction.length;
+  if (Math.abs(shift) > MAX_DECIMAL_SHIFT) throw new RangeError(`"${text}" is out of range`);
+  const scaled = BigInt(whole + fraction) * multiplier;
+  if (shift >= 0) return scaled * 10n ** BigInt(shift);
+  return divideRounded(scaled, 10n ** BigInt(-shift), rounding, text);
+}
+
+/** Decimal text × 10^scale as an integer, e.g. ("2.5", 10) → 25000000000n. */
+export function scaleDecimal(value: number | string, scale: number, rounding: Rounding): bigint {
+  return decimalToInteger(value, 10n ** BigInt(scale), rounding);
+}
+
+function numberText(value: number): string {
+  if (!Number.isFinite(value) || value < 0) throw new RangeError(`${value} is not a finite non-negative number`);
+  return String(value);
+}
+
+function divideRounded(numerator: bigint, denominator: bigint, rounding: Rounding, text: string): bigint {
+  if (rounding === 'halfUp') return divRoundHalfUp(numerator, denominator);
+  if (rounding === 'ceil') return (numerator + denominator - 1n) / denominator;
+  if (numerator % denominator !== 0n) throw new RangeError(`"${text}" has too many fractional digits`);
+  return numerator / denominator;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Seconds
+
+/**
+ * Canonical `Seconds` from a JSON number or decimal string, rounded half-up to the microsecond
+ * (no provider reports finer; the accumulated position must be an integer).
+ */
+export function toSeconds(value: number | string): Seconds {
+  return formatMicros(decimalToInteger(value, MICROS_PER_SECOND, 'halfUp'));
+}
+
+/** Exact microseconds of a `Seconds` string; more than 6 fractional digits is an error. */
+export function secondsToMicros(seconds: Seconds): bigint {
+  return decimalToInteger(seconds, MICROS_PER_SECOND, 'exact');
+}
+
+/** Microseconds as canonical decimal seconds: "90.5", "0", "0.000001". */
+export function formatMicros(micros: bigint): Seconds {
+  if (micros < 0n) throw new RangeError('negative duration');
+  const whole = micros / MICROS_PER_SECOND;
+  const fraction = (micros % MICROS_PER_SECOND).toString().padStart(SECONDS_SCALE, '0').replace(/0+$/, '');
+  return fraction ? `${whole}.${fraction}` : `${whole}`;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Base cost
+
+/**
+ * Provider cost of the tokens: each component (input, output) rounded half-up once; total is the
+ * exact sum, so input + output always equals total on screen.
+ */
+export function baseCost(prices: BasePrices, usage: TokenUsage): BaseCost {
+  const inputTokens = count('inputTokens', usage.inputTokens);
+  const cachedTokens = count('cachedInputTokens', usage.cachedInputTokens ?? 0);
+  const outputTokens = count('outputTokens', usage.outputTokens);
+  if (cachedTokens > inputTokens) throw new RangeError('cachedInputTokens cannot exceed inputTokens');
+  const cachedPrice = prices.cachedInput ?? prices.input;
+  const inputValue = (inputTokens - cachedTokens) * prices.input + cachedTokens * cachedPrice;
+  const input = divRoundHalfUp(inputValue, TOKENS_PER_PRICE_UNIT);
+  const output = divRoundHalfUp(outputTokens * prices.output, TOKENS_PER_PRICE_UNIT);
+  return { input, output, total: input + output };
+}
+
+// ---------------------------------------------------------------------------------------------
+// Fee units and tiers
+
+/**
+ * The request's units for the meter, in accumulation units: tokens of the token basis, characters,
+ * microseconds (input + output), or one request.
+ */
+export function feeUnits(meter: Pick<MeterPricing, 'tierType' | 'tokenBasis'>, usage: Usage): bigint {
+  switch (meter.tierType) {
+    case 'tokens_1m':
+      return basisTokens(meter.tokenBasis, usage);
+    case 'characters_1m':
+      return count('inputCharacters', usage.inputCharacters) + count('outputCharacters', usage.outputCharacters);
+    case 'minutes':
+      return totalMicros(usage);
+    case 'requests':
+      return 1n;
+  }
+}
+
+/** A tier's `start` in accumulation units; rounded up, because the first unit it covers is whole. */
+export function tierStartUnits(start: number, tierType: TierType): bigint {
+  return decimalToInteger(start, START_MULTIPLIER[tierType], 'ceil');
+}
+
+/** Why these tiers cannot price anything, or null when they are valid. */
+export function tierProblem(tiers: readonly Tier[]): string | null {
+  const first = tiers[0];
+  if (!first) return 'at least one tier is required';
+  if (first.start !== 0) return 'the first tier must start at 0';
+  for (const [index, tier] of tiers.entries()) {
+    if (!Number.isFinite(tier.start) || tier.start < 0) return `tier ${index}: start must be a non-negative number`;
+    if (tier.rate < 0n) return `tier ${index}: rate must not be negative`;
+    const previous = tiers[index - 1];
+    if (previous && tier.start <= previous.start) return `tier ${index}: starts must be strictly ascending`;
+  }
+  return null;
+}
+
+interface Slice {
+  tier: Tier;
+  units: bigint;
+}
+
+/**
+ * Splits the units at positions [from, from + units) among graduated tiers. A request with no
+ * units still gets one empty slice in the tier at `from`, so that a percentage meter charges its
+ * base cost and every record shows the tier it was priced at.
+ */
+function sliceByTiers(meter: MeterPricing, from: bigint, units: bigint): Slice[] {
+  const starts = meter.tiers.map((tier) => tierStartUnits(tier.start, meter.tierType));
+  const end = from + units;
+  const slices: Slice[] = [];
+  meter.tiers.forEach((tier, index) => {
+    const lower = maxOf(starts[index] ?? 0n, from);
+    const next = starts[index + 1];
+    const upper = next === undefined ? end : minOf(next, end);
+    if (upper > lower) slices.push({ tier, units: upper - lower });
+  });
+  return slices.length > 0 ? slices : [{ tier: tierAt(meter.tiers, starts, from), units: 0n }];
+}
+
+function tierAt(tiers: readonly Tier[], starts: readonly bigint[], position: bigint): Tier {
+  let found = tiers[0];
+  tiers.forEach((tier, index) => {
+    if ((starts[index] ?? 0n) <= position) found = tier;
+  });
+  if (!found) throw new RangeError('meter has no tiers');
+  return found;
+}
+
+/**
+ * One slice's cost, rounded half-up once. fixed: rate × units / rate denominator. percentage:
+ * rate% × the basis base cost × (slice units / request units) — the base cost shared pro rata.
+ */
+function sliceCost(meter: MeterPricing, slice: Slice, requestUnits: bigint, basisCost: bigint): bigint {
+  if (meter.rateType === 'fixed') {
+    return divRoundHalfUp(slice.tier.rate * slice.units, RATE_DENOMINATOR[meter.tierType]);
+  }
+  if (requestUnits === 0n) return divRoundHalfUp(slice.tier.rate * basisCost, PERCENT);
+  return divRoundHalfUp(slice.tier.rate * basisCost * slice.units, PERCENT * requestUnits);
+}
+
+/** The base cost a percentage fee is taken from: the side(s) the token basis bills. */
+function basisBaseCost(tokenBasis: TokenBasis, base: { input: bigint; output: bigint }): bigint {
+  return tokenBasis === 'output' ? base.output : base.input + base.output;
+}
+
+/**
+ * What a breakdown item shows besides its cost: the slice's units in the meter's own dimension.
+ * A `requests` slice is the whole request, so it shows all of the request's usage.
+ */
+function sliceUsage(meter: MeterPricing, slice: Slice, usage: Usage): Omit<BreakdownItem, 'tier' | 'cost'> {
+  const none = { tokens: 0, characters: 0, seconds: '0' };
+  switch (meter.tierType) {
+    case 'tokens_1m':
+      return { ...none, tokens: Number(slice.units) };
+    case 'characters_1m':
+      return { ...none, characters: Number(slice.units) };
+    case 'minutes':
+      return { ...none, seconds: formatMicros(slice.units) };
+    case 'requests':
+      return {
+        tokens: Number(basisTokens(meter.tokenBasis, usage)),
+        characters: usage.inputCharacters + usage.outputCharacters,
+        seconds: formatMicros(totalMicros(usage)),
+      };
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Request pricing
+
+/**
+ * Prices one request: base cost, graduated fee, service charge, who pays what, and the new
+ * accumulated position. Every component is rounded once; every total is an exact sum.
+ */
+export function priceRequest(input: PriceRequestInput): PricedRequest {
+  const { meter, usage, accumulatedUnits, serviceChargeRate, baseCostCharged } = input;
+  assertPricingInput(input);
+  const base = { ...input.baseCost, total: input.baseCost.input + input.baseCost.output };
+  const units = feeUnits(meter, usage);
+  const basisCost = basisBaseCost(meter.tokenBasis, base);
+  const breakdown = sliceByTiers(meter, accumulatedUnits, units).map((slice) => ({
+    tier: { start: slice.tier.start, rate: slice.tier.rate, type: meter.tierType },
+    ...sliceUsage(meter, slice, usage),
+    cost: sliceCost(meter, slice, units, basisCost),
+  }));
+  const fee = sum(breakdown.map((item) => item.cost));
+  const serviceCharge = divRoundHalfUp(serviceChargeRate * fee, PERCENT);
+  const charged = baseCostCharged ? base.total : 0n;
+  const totals = totalsByPayer([
+    { amount: charged, payer: meter.baseCostPayer },
+    { amount: fee, payer: 'wallet' }, // the fee is the merchant's revenue: the wallet always pays it
+    { amount: serviceCharge, payer: meter.serviceChargePayer },
+  ]);
+  return {
+    baseCost: { ...base, charged: baseCostCharged, payer: meter.baseCostPayer },
+    fee: { amount: fee, rateType: meter.rateType, tokenBasis: meter.tokenBasis, breakdown },
+    serviceCharge: { amount: serviceCharge, payer: meter.serviceChargePayer },
+    totals,
+    units,
+    accumulatedUnits: accumulatedUnits + units,
+  };
+}
+
+function totalsByPayer(parts: { amount: bigint; payer: Payer }[]): PricedRequest['totals'] {
+  const wallet = sum(parts.filter((part) => part.payer === 'wallet').map((part) => part.amount));
+  const merchant = sum(parts.filter((part) => part.payer === 'merchant').map((part) => part.amount));
+  return { request: wallet + merchant, wallet, merchant };
+}
+
+function assertPricingInput(input: PriceRequestInput): void {
+  const problem = tierProblem(input.meter.tiers);
+  if (problem) throw new RangeError(`invalid meter tiers: ${problem}`);
+  if (input.accumulatedUnits < 0n) throw new RangeError('accumulatedUnits must not be negative');
+  if (input.serviceChargeRate < 0n) throw new RangeError('serviceChargeRate must not be negative');
+  if (input.baseCost.input < 0n || input.baseCost.output < 0n) throw new RangeError('baseCost must not be negative');
+  validateUsage(input.usage);
+}
+
+/** Checks every usage field, so that a bad count fails here rather than as a wrong price. */
+export function validateUsage(usage: Usage): void {
+  count('inputTokens', usage.inputTokens);
+  count('outputTokens', usage.outputTokens);
+  count('inputCharacters', usage.inputCharacters);
+  count('outputCharacters', usage.outputCharacters);
+  secondsToMicros(usage.inputSeconds);
+  secondsToMicros(usage.outputSeconds);
+}
+
+function basisTokens(tokenBasis: TokenBasis, usage: Usage): bigint {
+  const output = count('outputTokens', usage.outputTokens);
+  return tokenBasis === 'output' ? output : count('inputTokens', usage.inputTokens) + output;
+}
+
+function totalMicros(usage: Usage): bigint {
+  return secondsToMicros(usage.inputSeconds) + secondsToMicros(usage.outputSeconds);
+}
+
+function count(name: string, value: number): bigint {
+  if (!Number.isSafeInteger(value) || value < 0) throw new RangeError(`${name} must be a non-negative integer`);
+  return BigInt(value);
+}
+
+function sum(amounts: readonly bigint[]): bigint {
+  return amounts.reduce((total, amount) => total + amount, 0n);
+}
+
+function maxOf(a: bigint, b: bigint): bigint {
+  return a > b ? a : b;
+}
+
+function minOf(a: bigint, b: bigint): bigint {
+  return a < b ? a : b;
+}

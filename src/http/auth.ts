@@ -1,0 +1,40 @@
+import type { FastifyRequest } from 'fastify';
+import { hashSecret, hashesEqual } from '../domain/secrets.ts';
+import type { Storage } from '../storage/db.ts';
+import { findActiveKeyByHash } from '../storage/secret-keys.ts';
+import { ApiError } from './errors.ts';
+
+export type Principal = {
+  merchantId: string;
+  /** The secret key's id: scopes rate limits and idempotency keys. */
+  keyId: string;
+};
+
+declare module 'fastify' {
+  interface FastifyRequest {
+    principal?: Principal;
+  }
+}
+
+/** Reads `Authorization: Bearer <token>`; anything else counts as no credential. */
+export function bearerToken(request: FastifyRequest): string | null {
+  const header = request.headers.authorization;
+  if (typeof header !== 'string') return null;
+  const match = /^Bearer\s+(\S+)\s*$/i.exec(header);
+  return match?.[1] ?? null;
+}
+
+/** Resolves a merchant secret key to its principal, or throws 401. */
+export async function authenticateSecretKey(storage: Storage, token: string | null): Promise<Principal> {
+  if (!token) throw new ApiError('unauthorized', 'Missing API key: send Authorization: Bearer <secret key>.');
+  const hash = hashSecret(token);
+  const row = await findActiveKeyByHash(storage.db, hash);
+  // The lookup is by hash; the constant-time compare keeps the final decision free of timing leaks.
+  if (!row || !hashesEqual(row.key_hash, hash)) throw new ApiError('unauthorized', 'Invalid or revoked API key.');
+  return { merchantId: row.merchant_id, keyId: row.id };
+}
+
+export function principalOf(request: FastifyRequest): Principal {
+  if (!request.principal) throw new ApiError('unauthorized');
+  return request.principal;
+}

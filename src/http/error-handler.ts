@@ -1,0 +1,54 @@
+import type { FastifyError, FastifyInstance } from 'fastify';
+import { hasZodFastifySchemaValidationErrors } from 'fastify-type-provider-zod';
+import { ApiError, envelope, validationError, type ErrorCode, type Issue } from './errors.ts';
+
+/**
+ * Turns every failure into the one envelope: our ApiErrors, schema validation failures,
+ * framework errors (bad JSON, too large, wrong content type) and anything unexpected.
+ */
+export function installErrorHandling(app: FastifyInstance): void {
+  app.setErrorHandler((err: FastifyError | ApiError, request, reply) => {
+    const apiError = toApiError(err);
+    if (apiError.status >= 500) request.log.error({ err }, 'request failed');
+    for (const [name, value] of Object.entries(apiError.headers)) reply.header(name, value);
+    return reply.status(apiError.status).send(apiError.toEnvelope());
+  });
+
+  app.setNotFoundHandler((request, reply) => {
+    return reply.status(404).send(envelope('route_not_found', `No endpoint ${request.method} ${request.url.split('?')[0]}.`));
+  });
+}
+
+function toApiError(err: unknown): ApiError {
+  if (err instanceof ApiError) return err;
+  if (hasZodFastifySchemaValidationErrors(err)) {
+    const context = (err as { validationContext?: string }).validationContext;
+    const issues: Issue[] = err.validation.map((v) => ({
+      path: pathOf(v.instancePath, context),
+      message: v.message ?? 'is invalid',
+    }));
+    return validationError(issues);
+  }
+  const fastifyCode = typeof err === 'object' && err !== null && 'code' in err ? String(err.code) : '';
+  const mapped = FRAMEWORK_ERRORS[fastifyCode];
+  if (mapped) return new ApiError(mapped, undefined);
+  const status = typeof err === 'object' && err !== null && 'statusCode' in err ? Number(err.statusCode) : 500;
+  if (status >= 400 && status < 500) return new ApiError('validation_error', (err as Error).message);
+  return new ApiError('internal_error');
+}
+
+const FRAMEWORK_ERRORS: Record<string, ErrorCode> = {
+  FST_ERR_CTP_INVALID_JSON_BODY: 'invalid_json',
+  FST_ERR_CTP_EMPTY_JSON_BODY: 'invalid_json',
+  FST_ERR_CTP_BODY_TOO_LARGE: 'payload_too_large',
+  FST_ERR_CTP_INVALID_MEDIA_TYPE: 'unsupported_media_type',
+  FST_ERR_CTP_INVALID_CONTENT_LENGTH: 'validation_error',
+  FST_ERR_BAD_URL: 'route_not_found',
+};
+
+/** Zod reports `/tiers/0/rate`; the envelope wants ["tiers","0","rate"] (query params by name). */
+function pathOf(instancePath: string, context: string | undefined): string[] {
+  const parts = instancePath.split('/').filter((p) => p.length > 0);
+  if (context === 'headers') return ['headers', ...parts];
+  return parts;
+}

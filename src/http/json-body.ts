@@ -1,0 +1,31 @@
+import type { FastifyInstance } from 'fastify';
+import { ApiError } from './errors.ts';
+
+declare module 'fastify' {
+  interface FastifyRequest {
+    /** The body exactly as received, for idempotency fingerprints. */
+    rawBody?: string;
+  }
+}
+
+/**
+ * JSON bodies, with one deliberate leniency: a JSON content type with an empty body is a request
+ * without a body. Published clients send `Content-Type: application/json` on every call.
+ */
+export function installJsonBodyParser(app: FastifyInstance, bodyLimit: number): void {
+  app.removeContentTypeParser('application/json');
+  app.addContentTypeParser(
+    /^application\/([\w.+-]*\+)?json$/,
+    { parseAs: 'string', bodyLimit },
+    (request, body, done) => {
+      const text = String(body);
+      request.rawBody = text;
+      if (text.trim() === '') return done(null, undefined);
+      try {
+        done(null, JSON.parse(text));
+      } catch (e) {
+        done(new ApiError('invalid_json', `The request body is not valid JSON: ${(e as Error).message}`), undefined);
+      }
+    },
+  );
+}

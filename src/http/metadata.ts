@@ -1,0 +1,54 @@
+import { z } from 'zod';
+import { ApiError, type Issue } from './errors.ts';
+
+export const MAX_METADATA_PAIRS = 100;
+const KEY_PATTERN = /^[A-Za-z0-9_]+$/;
+
+export const metadataKey = z
+  .string()
+  .min(1, 'metadata keys must be 1 to 255 characters')
+  .max(255, 'metadata keys must be 1 to 255 characters')
+  .regex(KEY_PATTERN, 'metadata keys may contain only ASCII letters, digits and underscores');
+
+export const metadataValue = z
+  .string({ error: 'metadata values must be strings' })
+  .min(1, 'metadata values must be 1 to 255 characters')
+  .max(255, 'metadata values must be 1 to 255 characters');
+
+/** The metadata object accepted in bodies: at most 100 string pairs with restricted keys. */
+export const metadataSchema = z
+  .record(metadataKey, metadataValue)
+  .refine((m) => Object.keys(m).length <= MAX_METADATA_PAIRS, {
+    message: `metadata holds at most ${MAX_METADATA_PAIRS} pairs`,
+  });
+
+export type Metadata = z.infer<typeof metadataSchema>;
+
+/** `metadata_filters`: a JSON array of [key, value] string pairs, as the published client sends it. */
+export const metadataFiltersSchema = z
+  .array(z.tuple([metadataKey, metadataValue]))
+  .max(MAX_METADATA_PAIRS, `at most ${MAX_METADATA_PAIRS} filters`);
+
+/**
+ * Parses metadata that arrives as JSON text (a query parameter or header).
+ * `where` names the source in error paths, e.g. ['metadata_filters'].
+ */
+export function parseJsonParam<T>(text: string, schema: z.ZodType<T>, where: string[]): T {
+  let parsed: unknown;
+  try {
+    parsed = JSON.parse(text);
+  } catch {
+    throw new ApiError('invalid_metadata', `${where.join('.')} is not valid JSON.`, {
+      issues: [{ path: where, message: 'is not valid JSON' }],
+    });
+  }
+  const result = schema.safeParse(parsed);
+  if (!result.success) {
+    const issues: Issue[] = result.error.issues.map((i) => ({
+      path: [...where, ...i.path.map(String)],
+      message: i.message,
+    }));
+    throw new ApiError('invalid_metadata', `${where.join('.')} is invalid: ${issues[0]?.message ?? ''}`, { issues });
+  }
+  return result.data;
+}

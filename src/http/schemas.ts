@@ -1,0 +1,33 @@
+import { z } from 'zod';
+import { ERRORS } from './errors.ts';
+
+/** A money amount on the wire: a decimal string with at most 10 fractional digits. */
+export const decimalString = z
+  .string()
+  .regex(/^-?\d+(\.\d{1,10})?$/, 'must be a decimal string with at most 10 fractional digits');
+
+export const nonNegativeDecimal = z
+  .string()
+  .regex(/^\d+(\.\d{1,10})?$/, 'must be a non-negative decimal string with at most 10 fractional digits');
+
+export const idParams = z.object({ id: z.string().min(1).max(100) });
+
+export const deletedResponse = z.object({ id: z.string(), deleted: z.literal(true) });
+export const successResponse = z.object({ success: z.literal(true) });
+
+const errorSchema = z.object({
+  error: z.object({
+    message: z.string(),
+    code: z.enum(Object.keys(ERRORS) as [keyof typeof ERRORS, ...(keyof typeof ERRORS)[]]),
+    status: z.number().int(),
+    issues: z.array(z.object({ path: z.array(z.string()), message: z.string() })).optional(),
+  }),
+});
+
+/** The documented error responses every authenticated endpoint can give. */
+export const standardErrors = {
+  400: errorSchema.describe('Invalid request'),
+  401: errorSchema.describe('Missing, invalid or revoked API key'),
+  404: errorSchema.describe('Not found'),
+  429: errorSchema.describe('Rate limited'),
+} as const;

@@ -1,0 +1,22 @@
+import type { IncomingMessage, ServerResponse } from 'node:http';
+import type { FastifyBaseLogger, FastifyInstance, RawServerDefault } from 'fastify';
+import type { ZodTypeProvider } from 'fastify-type-provider-zod';
+import type { Config } from '../config.ts';
+import type { Storage } from '../storage/db.ts';
+import type { RateLimiter } from './rate-limit.ts';
+
+export type App = FastifyInstance<RawServerDefault, IncomingMessage, ServerResponse, FastifyBaseLogger, ZodTypeProvider>;
+
+/** Everything the app needs from outside; tests build it with real storage and limiters. */
+export type AppDeps = {
+  config: Config;
+  storage: Storage;
+  rateLimiter: RateLimiter;
+};
+
+declare module 'fastify' {
+  interface FastifyContextConfig {
+    /** Routes that need no merchant secret key (health, OpenAPI, CLI code exchange). */
+    public?: boolean;
+  }
+}

@@ -1,0 +1,53 @@
+import { Redis } from 'ioredis';
+import { buildApp } from './app.ts';
+import type { Config } from './config.ts';
+import { MemoryRateLimiter, RedisRateLimiter, type RateLimiter } from './http/rate-limit.ts';
+import type { App } from './http/types.ts';
+import { openStorage, type Storage } from './storage/db.ts';
+import { migrateToLatest } from './storage/migrate.ts';
+
+export type RunningServer = { app: App; url: string; stop(): Promise<void> };
+
+/** config -> storage -> migrations -> buildApp() -> listen. */
+export async function startServer(config: Config): Promise<RunningServer> {
+  const storage = openStorage(config.databaseUrl);
+  await migrateToLatest(storage);
+  const { limiter, redis } = makeRateLimiter(config);
+  const app = await buildApp({ config, storage, rateLimiter: limiter });
+  const url = await app.listen({ port: config.port, host: config.host });
+  app.log.info({ database: storage.describe, redis: Boolean(redis) }, `Tollgate listening on ${url}`);
+  return { app, url, stop: () => shutdown(app, storage, limiter, redis) };
+}
+
+function makeRateLimiter(config: Config): { limiter: RateLimiter; redis: Redis | null } {
+  if (!config.redisUrl) return { limiter: new MemoryRateLimiter(), redis: null };
+  const redis = new Redis(config.redisUrl, { maxRetriesPerRequest: 2, enableOfflineQueue: true });
+  return { limiter: new RedisRateLimiter(redis), redis };
+}
+
+async function shutdown(app: App, storage: Storage, limiter: RateLimiter, redis: Redis | null): Promise<void> {
+  // Stop accepting, let in-flight requests finish, then release connections.
+  await app.close();
+  await limiter.close();
+  await storage.close();
+  if (redis) await redis.quit();
+}
+
+/** Stops gracefully on SIGINT/SIGTERM; a second signal forces the exit. */
+export function stopOnSignals(server: RunningServer): void {
+  let stopping = false;
+  const onSignal = (signal: NodeJS.Signals) => {
+    if (stopping) process.exit(1);
+    stopping = true;
+    server.app.log.info({ signal }, 'shutting down');
+    server.stop().then(
+      () => process.exit(0),
+      (err: unknown) => {
+        server.app.log.error({ err }, 'shutdown failed');
+        process.exit(1);
+      },
+    );
+  };
+  process.on('SIGINT', onSignal);
+  process.on('SIGTERM', onSignal);
+}

@@ -1,0 +1,119 @@
+/**
+ * The one shape every provider module has. The forward gateway only talks to providers through
+ * this interface, so provider quirks (auth header, usage fields, stream framing) stay inside
+ * the provider's own module and the relay stays provider-agnostic.
+ *
+ * Everything here is pure: no network, no clock, no storage.
+ */
+
+/** How a provider expects its API key. */
+export type AuthStyle = 'bearer' | 'x-api-key' | 'x-goog-api-key' | 'xi-api-key';
+
+/** Which module implements the provider; several providers share one family. */
+export type ProviderFamily = 'openai-compatible' | 'anthropic' | 'google' | 'elevenlabs';
+
+/**
+ * Usage of one request, in every unit the billing side knows.
+ *
+ * Token convention (the same as @pydantic/genai-prices): `inputTokens` is ALL input tokens,
+ * cached ones included; `cachedInputTokens` (read from a prompt cache) and
+ * `cacheWriteInputTokens` (written to it) are subsets of it. Providers that report cached
+ * tokens separately (Anthropic) are normalised to this convention by their module.
+ */
+export type UsageReport = {
+  inputTokens: number;
+  outputTokens: number;
+  cachedInputTokens?: number;
+  cacheWriteInputTokens?: number;
+  inputCharacters: number;
+  outputCharacters: number;
+  inputSeconds: number;
+  outputSeconds: number;
+  model?: string;
+  responseId?: string;
+};
+
+/** What a stream meter reports when the stream is over (or was cut). */
+export type StreamUsage = UsageReport & {
+  /** The provider's end-of-stream marker was seen ([DONE], message_stop, finishReason, response.completed). */
+  complete: boolean;
+  /** Some figure is an estimate (see estimate.ts) rather than the provider's own count. */
+  estimated: boolean;
+};
+
+/** Everything a module may look at besides the response itself. */
+export type MeterContext = {
+  /** The upstream URL the request goes to. */
+  url: URL;
+  /** The parsed JSON request body (or parsed form fields); undefined when there is none. */
+  requestBody: unknown;
+};
+
+/** Accumulates usage from a response stream as it is relayed; never holds the stream's text. */
+export type StreamMeter = {
+  /** Accepts the stream in any split: an event across chunks, or several events in one chunk. */
+  push(chunk: string | Uint8Array): void;
+  /** Call once, when the upstream body has ended or failed. */
+  finish(): StreamUsage;
+};
+
+/** One parsed server-sent event, as eventsource-parser yields it. */
+export type SseEvent = { event?: string | undefined; id?: string | undefined; data: string };
+
+/** Result of preparing a streaming request body for metering. */
+export type PreparedStreamRequest = {
+  /** The body to send upstream: the input itself when nothing had to change. */
+  body: unknown;
+  /**
+   * True when the gateway added a usage request the client did not make; the relay must then hide
+   * the extra usage-only event from the client (see ProviderModule.isInjectedUsageEvent).
+   */
+  injectedUsage: boolean;
+};
+
+/**
+ * Headers the gateway builds for the upstream request: a WHATWG Headers object or a plain record
+ * (as Fastify and undici use). Record keys are compared case-insensitively.
+ */
+export type HeaderTarget = Headers | Record<string, string | string[] | number | undefined>;
+
+export type ProviderModule = {
+  /** Stable id, stored on request records and used in allowed_providers. */
+  readonly id: string;
+  readonly displayName: string;
+  readonly family: ProviderFamily;
+  /** The documented base URL (what the SDK's `providers.*` map points at). */
+  readonly baseUrl: string;
+  /** Scheme the provider is reached with; built-in providers are https only. */
+  readonly protocol: 'https:' | 'http:';
+  /** Exact `URL.host` values (hostname, plus `:port` only when not the scheme's default). */
+  readonly hosts: readonly string[];
+  /**
+   * Path prefixes (whole segments) this module understands on its hosts. The longest matching
+   * prefix across all modules wins, which is how two providers share one host.
+   */
+  readonly basePaths: readonly string[];
+  readonly authStyle: AuthStyle;
+  /** Declared by the operator rather than built in. */
+  readonly custom: boolean;
+
+  /**
+   * Puts the managed key in the provider's own header and removes every other credential header,
+   * so that no client credential (e.g. a forward token in x-api-key) reaches the provider.
+   */
+  applyAuth(headers: HeaderTarget, key: string): void;
+  /** Usage from a non-streaming JSON response; null when the response carries none. */
+  usageFromJson(body: unknown, ctx: MeterContext): UsageReport | null;
+  /** Usage known from the request alone (text-to-speech characters) for non-JSON responses. */
+  usageFromRequest(ctx: MeterContext): UsageReport | null;
+  createStreamMeter(ctx: MeterContext): StreamMeter;
+  /** The model served: the response's own name when given, else the request's. */
+  modelFrom(requestBody: unknown, url: URL, responseBody?: unknown): string | null;
+  /** The provider's id for the response, if it has one. */
+  responseId(body: unknown): string | null;
+  /** Makes sure a streaming request will report usage; returns the body unchanged otherwise. */
+  prepareStreamRequest(body: unknown, url: URL): PreparedStreamRequest;
+  /** True for the usage-only event that exists only because prepareStreamRequest asked for it. */
+  isInjectedUsageEvent(event: SseEvent): boolean;
+};
+

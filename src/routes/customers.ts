@@ -1,0 +1,170 @@
+import { z } from 'zod';
+import { formatMoney } from '../domain/money.ts';
+import { principalOf } from '../http/auth.ts';
+import { ApiError, notFound } from '../http/errors.ts';
+import { metadataSchema } from '../http/metadata.ts';
+import { assertCursor, pageQuery, pageResponse, toPage } from '../http/pagination.ts';
+import { idParams, standardErrors, successResponse } from '../http/schemas.ts';
+import type { App, AppDeps } from '../http/types.ts';
+import {
+  connectionIdExists,
+  findConnection,
+  insertConnection,
+  listConnections,
+  softDeleteConnection,
+  updateConnection,
+  type ConnectionFields,
+  type ConnectionWithBalance,
+} from '../storage/connections.ts';
+
+const text = (max: number) => z.string().trim().min(1).max(max);
+
+const customerFields = {
+  reference_id: text(255).nullable().optional(),
+  name: text(255).nullable().optional(),
+  first_name: text(255).nullable().optional(),
+  last_name: text(255).nullable().optional(),
+  email: z.email().max(320).nullable().optional(),
+  phone: text(32).nullable().optional(),
+  metadata: metadataSchema.nullable().optional(),
+};
+const createBody = z.object(customerFields).default({});
+const updateBody = z.object(customerFields).default({});
+
+const contactSchema = z.object({
+  phone: z.string().nullable(),
+  email: z.string().nullable(),
+  first_name: z.string().nullable(),
+  last_name: z.string().nullable(),
+});
+
+/** One object serves both vocabularies: a customer (newer) is a connection (older). */
+export const customerSchema = z.object({
+  customer_id: z.string(),
+  connection_id: z.string().describe('Older name of customer_id'),
+  connection_secret: z.string().describe('Secret the older forward token and request body use'),
+  reference_id: z.string().nullable(),
+  contact: contactSchema,
+  wallet: contactSchema.extend({ wallet_id: z.string(), balance: z.string() }),
+  subscription: z.null(),
+  metadata: z.record(z.string(), z.string()).nullable(),
+  next_usage_reset: z.string(),
+  previous_usage_reset: z.string(),
+  created_at: z.string(),
+});
+export type Customer = z.infer<typeof customerSchema>;
+
+export const customerListQuery = pageQuery.extend({ reference_id: z.string().min(1).max(255).optional() });
+
+export function presentCustomer(row: ConnectionWithBalance, now = new Date()): Customer {
+  const contact = { phone: row.phone, email: row.email, first_name: row.first_name, last_name: row.last_name };
+  const periodStart = Date.UTC(now.getUTCFullYear(), now.getUTCMonth(), 1);
+  const nextPeriod = Date.UTC(now.getUTCFullYear(), now.getUTCMonth() + 1, 1);
+  return {
+    customer_id: row.id,
+    connection_id: row.id,
+    connection_secret: row.secret,
+    reference_id: row.reference_id,
+    contact,
+    wallet: { wallet_id: row.wallet_id, balance: formatMoney(row.balance), ...contact },
+    subscription: null,
+    metadata: row.metadata === null ? null : (JSON.parse(row.metadata) as Record<string, string>),
+    next_usage_reset: new Date(nextPeriod).toISOString(),
+    previous_usage_reset: new Date(periodStart).toISOString(),
+    created_at: row.created_at,
+  };
+}
+
+/** `name` is a convenience: "Ada Lovelace" fills first_name "Ada" and last_name "Lovelace". */
+function toFields(body: z.infer<typeof updateBody>): Partial<ConnectionFields> {
+  const fields: Partial<ConnectionFields> = {};
+  if (body.name !== undefined) {
+    const [first, ...rest] = (body.name ?? '').split(/\s+/).filter(Boolean);
+    fields.first_name = first ?? null;
+    fields.last_name = rest.length > 0 ? rest.join(' ') : null;
+  }
+  if (body.first_name !== undefined) fields.first_name = body.first_name;
+  if (body.last_name !== undefined) fields.last_name = body.last_name;
+  if (body.reference_id !== undefined) fields.reference_id = body.reference_id;
+  if (body.email !== undefined) fields.email = body.email;
+  if (body.phone !== undefined) fields.phone = body.phone;
+  if (body.metadata !== undefined) fields.metadata = body.metadata === null ? null : JSON.stringify(body.metadata);
+  return fields;
+}
+
+const referenceTaken = () => new ApiError('reference_id_taken');
+const tags = ['customers'];
+
+export function registerCustomerRoutes(app: App, deps: AppDeps): void {
+  const { storage } = deps;
+
+  app.post(
+    '/customers',
+    { schema: { tags, body: createBody, response: { 201: customerSchema, ...standardErrors } } },
+    async (request, reply) => {
+      const fields: ConnectionFields = {
+        reference_id: null,
+        first_name: null,
+        last_name: null,
+        email: null,
+        phone: null,
+        metadata: null,
+        ...toFields(request.body),
+      };
+      const row = await insertConnection(storage, principalOf(request).merchantId, fields);
+      if (row === 'reference_taken') throw referenceTaken();
+      return reply.status(201).send(presentCustomer(row));
+    },
+  );
+
+  registerCustomerReadRoutes(app, deps, '/customers', tags);
+
+  app.patch(
+    '/customers/:id',
+    { schema: { tags, params: idParams, body: updateBody, response: { 200: customerSchema, ...standardErrors } } },
+    async (request) => {
+      const row = await updateConnection(storage, principalOf(request).merchantId, request.params.id, toFields(request.body));
+      if (row === 'reference_taken') throw referenceTaken();
+      if (!row) throw notFound('customer', request.params.id);
+      return presentCustomer(row);
+    },
+  );
+}
+
+/** List, retrieve and delete: the same handlers serve /customers and the older /connections. */
+export function registerCustomerReadRoutes(app: App, { storage }: AppDeps, base: string, tags: string[]): void {
+  const noun = base === '/customers' ? 'customer' : 'connection';
+
+  app.get(
+    base,
+    { schema: { tags, querystring: customerListQuery, response: { 200: pageResponse(customerSchema), ...standardErrors } } },
+    async (request) => {
+      const { merchantId } = principalOf(request);
+      const { cursor, limit, reference_id } = request.query;
+      await assertCursor(cursor, (id) => connectionIdExists(storage, merchantId, id));
+      const rows = await listConnections(storage, merchantId, { cursor, limit, referenceId: reference_id });
+      const now = new Date();
+      return toPage(rows, limit, (row) => presentCustomer(row, now));
+    },
+  );
+
+  app.get(
+    `${base}/:id`,
+    { schema: { tags, params: idParams, response: { 200: customerSchema, ...standardErrors } } },
+    async (request) => {
+      const row = await findConnection(storage, principalOf(request).merchantId, request.params.id);
+      if (!row) throw notFound(noun, request.params.id);
+      return presentCustomer(row);
+    },
+  );
+
+  app.delete(
+    `${base}/:id`,
+    { schema: { tags, params: idParams, response: { 200: successResponse, ...standardErrors } } },
+    async (request) => {
+      const deleted = await softDeleteConnection(storage, principalOf(request).merchantId, request.params.id);
+      if (!deleted) throw notFound(noun, request.params.id);
+      return { success: true as const };
+    },
+  );
+}

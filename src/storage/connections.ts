@@ -1,0 +1,119 @@
+import { newId, newSecret } from '../domain/ids.ts';
+import { insertWallet } from '../ledger/wallets.ts';
+import type { Storage } from './db.ts';
+import { isUniqueViolation } from './errors.ts';
+import type { ConnectionsTable } from './schema.ts';
+import { nowIso } from './time.ts';
+
+export type ConnectionRow = ConnectionsTable;
+export type ConnectionWithBalance = ConnectionRow & { balance: bigint };
+
+export type ConnectionFields = Pick<
+  ConnectionRow,
+  'reference_id' | 'first_name' | 'last_name' | 'email' | 'phone' | 'metadata'
+>;
+
+/** A connection (customer) and its own wallet, created together. */
+export async function insertConnection(
+  storage: Storage,
+  merchantId: string,
+  fields: ConnectionFields,
+): Promise<ConnectionWithBalance | 'reference_taken'> {
+  try {
+    return await storage.db.transaction().execute(async (trx) => {
+      const createdAt = nowIso();
+      const wallet = await insertWallet(trx, { merchantId, ownerType: 'connection', createdAt });
+      const row: ConnectionRow = {
+        id: newId('connection'),
+        merchant_id: merchantId,
+        wallet_id: wallet.id,
+        secret: newSecret('connection'),
+        ...fields,
+        created_at: createdAt,
+        deleted_at: null,
+      };
+      await trx.insertInto('connections').values(row).execute();
+      return { ...row, balance: wallet.balance };
+    });
+  } catch (e) {
+    if (isUniqueViolation(e)) return 'reference_taken';
+    throw e;
+  }
+}
+
+function selectWithBalance(storage: Storage, merchantId: string) {
+  return storage.db
+    .selectFrom('connections')
+    .innerJoin('wallets', 'wallets.id', 'connections.wallet_id')
+    .selectAll('connections')
+    .select('wallets.balance')
+    .where('connections.merchant_id', '=', merchantId)
+    .where('connections.deleted_at', 'is', null);
+}
+
+export async function findConnection(
+  storage: Storage,
+  merchantId: string,
+  id: string,
+): Promise<ConnectionWithBalance | undefined> {
+  const row = await selectWithBalance(storage, merchantId).where('connections.id', '=', id).executeTakeFirst();
+  return row && { ...row, balance: BigInt(row.balance) };
+}
+
+export async function connectionIdExists(storage: Storage, merchantId: string, id: string): Promise<boolean> {
+  const row = await storage.db
+    .selectFrom('connections')
+    .select('id')
+    .where('merchant_id', '=', merchantId)
+    .where('id', '=', id)
+    .executeTakeFirst();
+  return row !== undefined;
+}
+
+export async function listConnections(
+  storage: Storage,
+  merchantId: string,
+  opts: { cursor?: string; limit: number; referenceId?: string },
+): Promise<ConnectionWithBalance[]> {
+  const rows = await selectWithBalance(storage, merchantId)
+    .$if(opts.cursor !== undefined, (q) => q.where('connections.id', '<', opts.cursor!))
+    .$if(opts.referenceId !== undefined, (q) => q.where('connections.reference_id', '=', opts.referenceId!))
+    .orderBy('connections.id', 'desc')
+    .limit(opts.limit + 1)
+    .execute();
+  return rows.map((r) => ({ ...r, balance: BigInt(r.balance) }));
+}
+
+export async function updateConnection(
+  storage: Storage,
+  merchantId: string,
+  id: string,
+  changes: Partial<ConnectionFields>,
+): Promise<ConnectionWithBalance | undefined | 'reference_taken'> {
+  if (Object.keys(changes).length > 0) {
+    try {
+      await storage.db
+        .updateTable('connections')
+        .set(changes)
+        .where('merchant_id', '=', merchantId)
+        .where('id', '=', id)
+        .where('deleted_at', 'is', null)
+        .execute();
+    } catch (e) {
+      if (isUniqueViolation(e)) return 'reference_taken';
+      throw e;
+    }
+  }
+  return findConnection(storage, merchantId, id);
+}
+
+export async function softDeleteConnection(storage: Storage, merchantId: string, id: string): Promise<boolean> {
+  const result = await storage.db
+    .updateTable('connections')
+    .set({ deleted_at: nowIso() })
+    .where('merchant_id', '=', merchantId)
+    .where('id', '=', id)
+    .where('deleted_at', 'is', null)
+    .executeTakeFirst();
+  return Number(result.numUpdatedRows) === 1;
+}

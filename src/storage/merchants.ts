@@ -1,0 +1,45 @@
+import { scryptSync, randomBytes } from 'node:crypto';
+import { newId } from '../domain/ids.ts';
+import type { Storage } from './db.ts';
+import type { MerchantsTable } from './schema.ts';
+import { insertSecretKey } from './secret-keys.ts';
+import { nowIso } from './time.ts';
+import { insertWallet } from '../ledger/wallets.ts';
+
+export type MerchantRow = MerchantsTable;
+
+export type NewMerchant = { name: string; email?: string; password?: string };
+
+/** A merchant is born with its own wallet and a first secret key, in one transaction. */
+export async function createMerchant(
+  storage: Storage,
+  input: NewMerchant,
+): Promise<{ merchant: MerchantRow; secretKey: string; secretKeyId: string }> {
+  return storage.db.transaction().execute(async (trx) => {
+    const merchantId = newId('merchant');
+    const createdAt = nowIso();
+    const wallet = await insertWallet(trx, { merchantId, ownerType: 'merchant', createdAt });
+    const merchant: MerchantRow = {
+      id: merchantId,
+      name: input.name,
+      email: input.email ?? null,
+      password_hash: input.password ? hashPassword(input.password) : null,
+      service_charge_rate: null,
+      wallet_id: wallet.id,
+      created_at: createdAt,
+    };
+    await trx.insertInto('merchants').values(merchant).execute();
+    const { row, secret } = await insertSecretKey(trx, merchantId, 'Default');
+    return { merchant, secretKey: secret, secretKeyId: row.id };
+  });
+}
+
+export async function findMerchant(storage: Storage, id: string): Promise<MerchantRow | undefined> {
+  return storage.db.selectFrom('merchants').selectAll().where('id', '=', id).executeTakeFirst();
+}
+
+/** scrypt with a per-password salt; stored as `scrypt$<salt>$<hash>`. */
+export function hashPassword(password: string): string {
+  const salt = randomBytes(16);
+  return `scrypt$${salt.toString('base64')}$${scryptSync(password, salt, 32).toString('base64')}`;
+}

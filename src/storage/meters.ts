@@ -1,0 +1,86 @@
+import type { Storage } from './db.ts';
+import { isUniqueViolation } from './errors.ts';
+import type { MetersTable } from './schema.ts';
+
+export type MeterRow = MetersTable;
+
+export async function insertMeter(storage: Storage, row: MeterRow): Promise<'ok' | 'slug_taken'> {
+  try {
+    await storage.db.insertInto('meters').values(row).execute();
+    return 'ok';
+  } catch (e) {
+    if (isUniqueViolation(e)) return 'slug_taken';
+    throw e;
+  }
+}
+
+export async function findMeter(storage: Storage, merchantId: string, id: string): Promise<MeterRow | undefined> {
+  return storage.db
+    .selectFrom('meters')
+    .selectAll()
+    .where('merchant_id', '=', merchantId)
+    .where('id', '=', id)
+    .where('deleted_at', 'is', null)
+    .executeTakeFirst();
+}
+
+export async function findMeterBySlug(storage: Storage, merchantId: string, slug: string) {
+  return storage.db
+    .selectFrom('meters')
+    .selectAll()
+    .where('merchant_id', '=', merchantId)
+    .where('slug', '=', slug)
+    .where('deleted_at', 'is', null)
+    .executeTakeFirst();
+}
+
+export async function meterIdExists(storage: Storage, merchantId: string, id: string): Promise<boolean> {
+  const row = await storage.db
+    .selectFrom('meters')
+    .select('id')
+    .where('merchant_id', '=', merchantId)
+    .where('id', '=', id)
+    .executeTakeFirst();
+  return row !== undefined;
+}
+
+export async function listMeters(storage: Storage, merchantId: string, cursor: string | undefined, limit: number) {
+  return storage.db
+    .selectFrom('meters')
+    .selectAll()
+    .where('merchant_id', '=', merchantId)
+    .where('deleted_at', 'is', null)
+    .$if(cursor !== undefined, (q) => q.where('id', '<', cursor!))
+    .orderBy('id', 'desc')
+    .limit(limit + 1)
+    .execute();
+}
+
+export async function updateMeter(
+  storage: Storage,
+  merchantId: string,
+  id: string,
+  changes: Partial<Pick<MeterRow, 'name' | 'tiers'>>,
+): Promise<MeterRow | undefined> {
+  if (Object.keys(changes).length > 0) {
+    await storage.db
+      .updateTable('meters')
+      .set(changes)
+      .where('merchant_id', '=', merchantId)
+      .where('id', '=', id)
+      .where('deleted_at', 'is', null)
+      .execute();
+  }
+  return findMeter(storage, merchantId, id);
+}
+
+export async function softDeleteMeter(storage: Storage, merchantId: string, id: string, at: string): Promise<boolean> {
+  const result = await storage.db
+    .updateTable('meters')
+    .set({ deleted_at: at })
+    .where('merchant_id', '=', merchantId)
+    .where('id', '=', id)
+    .where('deleted_at', 'is', null)
+    .executeTakeFirst();
+  return Number(result.numUpdatedRows) === 1;
+}

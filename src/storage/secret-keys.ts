@@ -1,0 +1,82 @@
+import type { Kysely, Transaction } from 'kysely';
+import { newId, newSecret } from '../domain/ids.ts';
+import { hashSecret, secretHint } from '../domain/secrets.ts';
+import type { Storage } from './db.ts';
+import type { Database, SecretKeysTable } from './schema.ts';
+import { nowIso } from './time.ts';
+
+export type SecretKeyRow = SecretKeysTable;
+
+export async function insertSecretKey(
+  db: Kysely<Database> | Transaction<Database>,
+  merchantId: string,
+  name: string,
+): Promise<{ row: SecretKeyRow; secret: string }> {
+  const secret = newSecret('secretKey');
+  const row: SecretKeyRow = {
+    id: newId('secretKey'),
+    merchant_id: merchantId,
+    name,
+    key_hash: hashSecret(secret),
+    key_hint: secretHint(secret),
+    created_at: nowIso(),
+    revoked_at: null,
+  };
+  await db.insertInto('secret_keys').values(row).execute();
+  return { row, secret };
+}
+
+export async function findActiveKeyByHash(db: Kysely<Database>, keyHash: string): Promise<SecretKeyRow | undefined> {
+  return db
+    .selectFrom('secret_keys')
+    .selectAll()
+    .where('key_hash', '=', keyHash)
+    .where('revoked_at', 'is', null)
+    .executeTakeFirst();
+}
+
+/**
+ * Revokes a key unless it is the merchant's last active one. Runs in one transaction that
+ * first locks the merchant's keys, so two concurrent deletes cannot remove the last two.
+ */
+export async function revokeSecretKey(
+  { db, dialect }: Storage,
+  merchantId: string,
+  keyId: string,
+): Promise<'revoked' | 'not_found' | 'last_key'> {
+  return db.transaction().execute(async (trx) => {
+    const active = await trx
+      .selectFrom('secret_keys')
+      .select(['id'])
+      .where('merchant_id', '=', merchantId)
+      .where('revoked_at', 'is', null)
+      .$call((q) => (dialect === 'postgres' ? q.forUpdate() : q))
+      .execute();
+    if (!active.some((k) => k.id === keyId)) return 'not_found';
+    if (active.length <= 1) return 'last_key';
+    await trx.updateTable('secret_keys').set({ revoked_at: nowIso() }).where('id', '=', keyId).execute();
+    return 'revoked';
+  });
+}
+
+export async function listSecretKeys(storage: Storage, merchantId: string, cursor: string | undefined, limit: number) {
+  return storage.db
+    .selectFrom('secret_keys')
+    .selectAll()
+    .where('merchant_id', '=', merchantId)
+    .where('revoked_at', 'is', null)
+    .$if(cursor !== undefined, (q) => q.where('id', '<', cursor!))
+    .orderBy('id', 'desc')
+    .limit(limit + 1)
+    .execute();
+}
+
+export async function secretKeyIdExists(storage: Storage, merchantId: string, id: string): Promise<boolean> {
+  const row = await storage.db
+    .selectFrom('secret_keys')
+    .select('id')
+    .where('merchant_id', '=', merchantId)
+    .where('id', '=', id)
+    .executeTakeFirst();
+  return row !== undefined;
+}
