@@ -1,0 +1,62 @@
+import type { AddressInfo } from 'node:net';
+import { buildApp } from '../../src/app.ts';
+import { loadConfig, type Config } from '../../src/config.ts';
+import { MemoryRateLimiter, type RateLimiter } from '../../src/http/rate-limit.ts';
+import type { App } from '../../src/http/types.ts';
+import { openStorage, type Storage } from '../../src/storage/db.ts';
+import { createMerchant } from '../../src/storage/merchants.ts';
+import { migrateToLatest } from '../../src/storage/migrate.ts';
+import { freshDatabase, type TestDatabase } from './databases.ts';
+
+export type Merchant = { merchantId: string; secretKey: string; walletId: string };
+
+export type TestApp = {
+  app: App;
+  storage: Storage;
+  database: TestDatabase;
+  config: Config;
+  merchant: Merchant;
+  /** Another merchant, for proving tenant isolation. */
+  newMerchant(name?: string): Promise<Merchant>;
+  /** Starts listening on a loopback port and returns the base URL, e.g. http://127.0.0.1:PORT */
+  listen(): Promise<string>;
+  auth(key?: string): { authorization: string };
+  close(): Promise<void>;
+};
+
+export async function startTestApp(
+  dialect: TestDatabase['dialect'],
+  opts: { env?: Record<string, string>; rateLimiter?: RateLimiter; database?: TestDatabase } = {},
+): Promise<TestApp> {
+  const database = opts.database ?? (await freshDatabase(dialect));
+  const config = loadConfig({ LOG_LEVEL: 'silent', DATABASE_URL: database.url, ...opts.env });
+  const storage = openStorage(database.url, { poolSize: 10 });
+  await migrateToLatest(storage);
+  const app = await buildApp({ config, storage, rateLimiter: opts.rateLimiter ?? new MemoryRateLimiter() });
+  await app.ready();
+
+  const newMerchant = async (name = 'Test merchant'): Promise<Merchant> => {
+    const { merchant, secretKey } = await createMerchant(storage, { name });
+    return { merchantId: merchant.id, secretKey, walletId: merchant.wallet_id };
+  };
+  const merchant = await newMerchant('Acme');
+
+  return {
+    app,
+    storage,
+    database,
+    config,
+    merchant,
+    newMerchant,
+    listen: async () => {
+      await app.listen({ port: 0, host: '127.0.0.1' });
+      const { port } = app.server.address() as AddressInfo;
+      return `http://127.0.0.1:${port}`;
+    },
+    auth: (key = merchant.secretKey) => ({ authorization: `Bearer ${key}` }),
+    close: async () => {
+      await app.close();
+      await storage.close();
+    },
+  };
+}

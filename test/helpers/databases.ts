@@ -1,0 +1,38 @@
+import { mkdtempSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import pg from 'pg';
+import { ulid } from 'ulid';
+
+export type TestDatabase = { dialect: 'sqlite' | 'postgres'; url: string };
+
+/**
+ * The engines every storage-touching suite runs on: SQLite always; PostgreSQL when
+ * TEST_DATABASE_URL is set. In CI a missing PostgreSQL is a failure, never a silent skip.
+ */
+export function databasesUnderTest(): TestDatabase['dialect'][] {
+  if (process.env.TEST_DATABASE_URL) return ['sqlite', 'postgres'];
+  if (process.env.CI) throw new Error('CI must set TEST_DATABASE_URL so the PostgreSQL suites run.');
+  return ['sqlite'];
+}
+
+/** A fresh, empty database of the given engine: a temp SQLite file, or a new PostgreSQL schema. */
+export async function freshDatabase(dialect: TestDatabase['dialect']): Promise<TestDatabase> {
+  if (dialect === 'sqlite') {
+    const dir = mkdtempSync(join(tmpdir(), 'tollgate-test-'));
+    return { dialect, url: `sqlite:${join(dir, 'test.db')}` };
+  }
+  const base = process.env.TEST_DATABASE_URL;
+  if (!base) throw new Error('TEST_DATABASE_URL is not set');
+  const schema = `t_${ulid().toLowerCase()}`;
+  const client = new pg.Client({ connectionString: base });
+  await client.connect();
+  try {
+    await client.query(`create schema ${schema}`);
+  } finally {
+    await client.end();
+  }
+  const url = new URL(base);
+  url.searchParams.set('options', `-c search_path=${schema}`);
+  return { dialect, url: url.toString() };
+}
