@@ -1,5 +1,6 @@
-import { Migrator, type Migration, type MigrationProvider } from 'kysely';
+import { Migrator, sql, type Kysely, type Migration, type MigrationProvider } from 'kysely';
 import type { Storage } from './db.ts';
+import type { Database } from './schema.ts';
 import * as m0001 from './migrations/0001_foundation.ts';
 
 /** The ordered, frozen list. New migrations are appended, never inserted or edited. */
@@ -9,26 +10,44 @@ const MIGRATIONS: Record<string, Migration> = {
 
 const provider: MigrationProvider = { getMigrations: async () => MIGRATIONS };
 
-const SQLITE_BUSY_RETRIES = 20;
+/** Our own lock id: Kysely's lock is taken only after it creates its bookkeeping tables, which races. */
+const PG_MIGRATION_LOCK = 7_311_204_551n;
 
 /**
- * Brings the schema to the latest version. On PostgreSQL, Kysely holds an advisory lock so
- * instances starting together take turns; on SQLite a second writer gets SQLITE_BUSY and retries,
- * finding the work done.
+ * Brings the schema to the latest version. On PostgreSQL one session-level advisory lock spans the
+ * whole run, so instances starting together take turns; on SQLite the run holds the write lock.
  */
 export async function migrateToLatest(storage: Storage): Promise<string[]> {
-  const migrator = new Migrator({ db: storage.db, provider });
-  for (let attempt = 0; ; attempt++) {
-    const { error, results } = await migrator.migrateToLatest();
-    if (!error) return (results ?? []).filter((r) => r.status === 'Success').map((r) => r.migrationName);
-    if (storage.dialect === 'sqlite' && isBusy(error) && attempt < SQLITE_BUSY_RETRIES) {
-      await new Promise((r) => setTimeout(r, 50 + Math.random() * 100));
-      continue;
-    }
-    throw error instanceof Error ? error : new Error(String(error));
+  if (storage.dialect === 'postgres') {
+    return storage.db.connection().execute(async (conn) => {
+      await sql`select pg_advisory_lock(${sql.lit(PG_MIGRATION_LOCK)})`.execute(conn);
+      try {
+        // Kysely looks for its bookkeeping tables in every schema; pin it to the one we migrate.
+        const { rows } = await sql<{ schema: string }>`select current_schema() as schema`.execute(conn);
+        return await runMigrator(conn, rows[0]?.schema);
+      } finally {
+        await sql`select pg_advisory_unlock(${sql.lit(PG_MIGRATION_LOCK)})`.execute(conn);
+      }
+    });
   }
+  // SQLite DDL runs outside Kysely's transactions; one IMMEDIATE transaction makes the run atomic
+  // and makes a second process wait on the write lock, then find the work done.
+  return storage.db.connection().execute(async (conn) => {
+    await sql`begin immediate`.execute(conn);
+    try {
+      const applied = await runMigrator(conn);
+      await sql`commit`.execute(conn);
+      return applied;
+    } catch (e) {
+      await sql`rollback`.execute(conn);
+      throw e;
+    }
+  });
 }
 
-function isBusy(error: unknown): boolean {
-  return typeof error === 'object' && error !== null && 'code' in error && String(error.code).startsWith('SQLITE_BUSY');
+async function runMigrator(db: Kysely<Database>, schema?: string): Promise<string[]> {
+  const migrator = new Migrator({ db, provider, migrationTableSchema: schema });
+  const { error, results } = await migrator.migrateToLatest();
+  if (error) throw error instanceof Error ? error : new Error(String(error));
+  return (results ?? []).filter((r) => r.status === 'Success').map((r) => r.migrationName);
 }
