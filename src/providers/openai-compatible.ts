@@ -1,0 +1,197 @@
+import { applyKey } from './auth.ts';
+import { arrayAt, countAt, firstString, isObject, objectAt, parseJson, stringAt, type JsonObject } from './json.ts';
+import { routeFromBaseUrl } from './route.ts';
+import { createSseMeter } from './sse.ts';
+import { emptyUsage, withIdentity, type ReportedTokens, type UsageTally } from './usage.ts';
+import type { AuthStyle, MeterContext, PreparedStreamRequest, ProviderModule, SseEvent, UsageReport } from './types.ts';
+
+/**
+ * The OpenAI wire format, spoken by OpenAI itself and by most hosted inference services. One
+ * factory serves all of them; a provider's differences are options here, not code elsewhere.
+ */
+export type OpenAICompatibleOptions = {
+  id: string;
+  displayName: string;
+  /** Documented base URL, e.g. https://api.groq.com/openai/v1. */
+  baseUrl: string;
+  /** Path prefixes on the base's host; defaults to the base URL's own path. */
+  basePaths?: readonly string[];
+  authStyle?: AuthStyle;
+  custom?: boolean;
+  /**
+   * Whether the provider accepts `stream_options.include_usage`. Without it, streams can only be
+   * metered from the text deltas (estimated), so turn this off only for a provider that rejects it.
+   */
+  acceptsStreamOptions?: boolean;
+};
+
+export function createOpenAICompatibleProvider(options: OpenAICompatibleOptions): ProviderModule {
+  const authStyle = options.authStyle ?? 'bearer';
+  const acceptsStreamOptions = options.acceptsStreamOptions ?? true;
+  return {
+    id: options.id,
+    displayName: options.displayName,
+    family: 'openai-compatible',
+    baseUrl: options.baseUrl,
+    ...routeFromBaseUrl(options.baseUrl, options.basePaths),
+    authStyle,
+    custom: options.custom ?? false,
+    applyAuth: (headers, key) => applyKey(headers, authStyle, key),
+    usageFromJson,
+    usageFromRequest,
+    createStreamMeter: (ctx) => createSseMeter(ctx, meterOpenAIEvent, modelFrom(ctx.requestBody, ctx.url)),
+    modelFrom,
+    responseId: (body) => stringAt(body, 'id') ?? null,
+    prepareStreamRequest: (body, url) =>
+      acceptsStreamOptions ? requestStreamUsage(body, url) : { body, injectedUsage: false },
+    isInjectedUsageEvent: isInjectedUsageChunk,
+  };
+}
+
+function modelFrom(requestBody: unknown, _url: URL, responseBody?: unknown): string | null {
+  return firstString(stringAt(responseBody, 'model'), stringAt(requestBody, 'model'));
+}
+
+// ---- JSON responses -------------------------------------------------------------------------
+
+function usageFromJson(body: unknown, ctx: MeterContext): UsageReport | null {
+  const usage = usageObjectOf(body);
+  if (!usage) return null;
+  const report = reportFromUsageObject(usage);
+  if (!report) return null;
+  return withIdentity(report, modelFrom(ctx.requestBody, ctx.url, body), stringAt(body, 'id') ?? null);
+}
+
+/** Groq puts streaming usage under `x_groq.usage`; everyone else under `usage`. */
+function usageObjectOf(body: unknown): JsonObject | undefined {
+  return objectAt(body, 'usage') ?? objectAt(objectAt(body, 'x_groq'), 'usage');
+}
+
+/**
+ * Reads the three usage vocabularies of the OpenAI API: chat/completions/embeddings
+ * (prompt_tokens, completion_tokens), Responses and gpt-image/transcription token usage
+ * (input_tokens, output_tokens), and whisper's `{type: "duration", seconds}`.
+ */
+function reportFromUsageObject(usage: JsonObject): UsageReport | null {
+  const seconds = stringAt(usage, 'type') === 'duration' ? countAt(usage, 'seconds') : undefined;
+  if (seconds !== undefined) return { ...emptyUsage(), inputSeconds: seconds };
+  const tokens = tokensFromUsageObject(usage);
+  if (tokens.inputTokens === undefined && tokens.outputTokens === undefined) return null;
+  const report: UsageReport = {
+    ...emptyUsage(),
+    inputTokens: tokens.inputTokens ?? 0,
+    outputTokens: tokens.outputTokens ?? 0,
+  };
+  if (tokens.cachedInputTokens !== undefined) report.cachedInputTokens = tokens.cachedInputTokens;
+  return report;
+}
+
+function tokensFromUsageObject(usage: JsonObject): ReportedTokens {
+  const inputTokens = countAt(usage, 'prompt_tokens') ?? countAt(usage, 'input_tokens');
+  // Embeddings report prompt tokens only: their output is zero tokens, not unknown.
+  const outputTokens =
+    countAt(usage, 'completion_tokens') ?? countAt(usage, 'output_tokens') ?? (inputTokens === undefined ? undefined : 0);
+  const cachedInputTokens =
+    countAt(objectAt(usage, 'prompt_tokens_details'), 'cached_tokens') ??
+    countAt(objectAt(usage, 'input_tokens_details'), 'cached_tokens');
+  return { inputTokens, outputTokens, cachedInputTokens };
+}
+
+/** OpenAI's text-to-speech returns audio; its billable unit is the input text. */
+function usageFromRequest(ctx: MeterContext): UsageReport | null {
+  if (!ctx.url.pathname.endsWith('/audio/speech')) return null;
+  const input = stringAt(ctx.requestBody, 'input');
+  if (input === undefined) return null;
+  return withIdentity({ ...emptyUsage(), inputCharacters: [...input].length }, stringAt(ctx.requestBody, 'model') ?? null, null);
+}
+
+// ---- Streams --------------------------------------------------------------------------------
+
+/** Typed stream events (Responses API, streaming transcription) that end the stream. */
+const TERMINAL_EVENT_TYPES = new Set([
+  'response.completed',
+  'response.incomplete',
+  'response.failed',
+  'transcript.text.done',
+]);
+
+function meterOpenAIEvent(event: SseEvent, tally: UsageTally): void {
+  if (event.data.trim() === '[DONE]') {
+    tally.markComplete();
+    return;
+  }
+  const chunk = parseJson(event.data);
+  if (!isObject(chunk)) return;
+  const type = stringAt(chunk, 'type');
+  if (type !== undefined && !Array.isArray(chunk.choices)) meterTypedEvent(type, chunk, tally);
+  else meterChatChunk(chunk, tally);
+}
+
+/** Responses API: text arrives in `*.delta` events, usage in `response.completed`. */
+function meterTypedEvent(type: string, chunk: JsonObject, tally: UsageTally): void {
+  const delta = stringAt(chunk, 'delta');
+  if (type.endsWith('.delta') && delta !== undefined) tally.addOutputText(delta);
+  const response = objectAt(chunk, 'response');
+  tally.noteModel(stringAt(response, 'model'));
+  tally.noteResponseId(stringAt(response, 'id'));
+  const usage = objectAt(response, 'usage') ?? objectAt(chunk, 'usage');
+  if (usage) tally.report(tokensFromUsageObject(usage));
+  if (TERMINAL_EVENT_TYPES.has(type)) tally.markComplete();
+}
+
+/** Chat and legacy completions: text in `choices[].delta` / `choices[].text`, usage at the end. */
+function meterChatChunk(chunk: JsonObject, tally: UsageTally): void {
+  tally.noteModel(stringAt(chunk, 'model'));
+  tally.noteResponseId(stringAt(chunk, 'id'));
+  for (const choice of arrayAt(chunk, 'choices') ?? []) tally.addOutputText(choiceText(choice));
+  // Text first, then usage: a chunk that carries both has its usage covering its own text.
+  const usage = usageObjectOf(chunk);
+  if (usage) tally.report(tokensFromUsageObject(usage));
+}
+
+/** Every generated string of one streamed choice: content, reasoning, refusals, tool arguments. */
+function choiceText(choice: unknown): string {
+  const delta = objectAt(choice, 'delta');
+  const toolArguments = (arrayAt(delta, 'tool_calls') ?? []).map((call) =>
+    textOf(objectAt(call, 'function')?.arguments),
+  );
+  return [
+    textOf(stringAt(choice, 'text')),
+    textOf(delta?.content),
+    textOf(delta?.reasoning_content),
+    textOf(delta?.reasoning),
+    textOf(delta?.refusal),
+    ...toolArguments,
+  ].join('');
+}
+
+/** Content is a string, or (Mistral, some reasoning models) a list of `{text}` parts. */
+function textOf(value: unknown): string {
+  if (typeof value === 'string') return value;
+  if (!Array.isArray(value)) return '';
+  return value.map((part) => (typeof part === 'string' ? part : (stringAt(part, 'text') ?? ''))).join('');
+}
+
+// ---- Asking for, and hiding, stream usage ---------------------------------------------------
+
+/**
+ * Chat and legacy completions only stream usage when asked to. The gateway asks on the client's
+ * behalf (without touching the caller's object) and remembers that it did, so the relay can hide
+ * the extra chunk from a client that never expected one.
+ */
+export function requestStreamUsage(body: unknown, url: URL): PreparedStreamRequest {
+  if (!isObject(body) || body.stream !== true || !url.pathname.endsWith('/completions')) {
+    return { body, injectedUsage: false };
+  }
+  const streamOptions = objectAt(body, 'stream_options');
+  if (streamOptions?.include_usage === true) return { body, injectedUsage: false };
+  return { body: { ...body, stream_options: { ...streamOptions, include_usage: true } }, injectedUsage: true };
+}
+
+/** The usage-only chunk include_usage adds: empty `choices` and a `usage` object. */
+export function isInjectedUsageChunk(event: SseEvent): boolean {
+  // Cheap test first: the relay calls this for every event of the stream.
+  if (!event.data.includes('"usage"')) return false;
+  const chunk = parseJson(event.data);
+  return isObject(chunk) && Array.isArray(chunk.choices) && chunk.choices.length === 0 && isObject(chunk.usage);
+}

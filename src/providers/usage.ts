@@ -1,0 +1,108 @@
+import { estimateInputTokensFromRequest, estimateTokensFromCharacters } from './estimate.ts';
+import type { MeterContext, StreamUsage, UsageReport } from './types.ts';
+
+/** Zero usage, the starting point every module fills in. */
+export function emptyUsage(): UsageReport {
+  return {
+    inputTokens: 0,
+    outputTokens: 0,
+    inputCharacters: 0,
+    outputCharacters: 0,
+    inputSeconds: 0,
+    outputSeconds: 0,
+  };
+}
+
+/** Token counts as a provider reported them so far; absent = not reported (yet). */
+export type ReportedTokens = {
+  inputTokens?: number | undefined;
+  outputTokens?: number | undefined;
+  cachedInputTokens?: number | undefined;
+  cacheWriteInputTokens?: number | undefined;
+};
+
+/**
+ * The per-stream state every stream meter keeps: the provider's latest counts, how much output
+ * text arrived after the latest output count, and whether the end marker was seen. It never keeps
+ * the text itself, only its length, so metering costs no memory per token.
+ */
+export type UsageTally = {
+  /** Merges a report; a report with an output count covers all text seen so far. */
+  report(tokens: ReportedTokens): void;
+  addOutputText(text: string): void;
+  noteModel(model: string | undefined): void;
+  noteResponseId(id: string | undefined): void;
+  markComplete(): void;
+  result(): StreamUsage;
+};
+
+export function createUsageTally(ctx: MeterContext): UsageTally {
+  const reported: ReportedTokens = {};
+  let charactersAfterLastOutputCount = 0;
+  let complete = false;
+  let model: string | undefined;
+  let responseId: string | undefined;
+
+  return {
+    report(tokens) {
+      for (const key of Object.keys(tokens) as (keyof ReportedTokens)[]) {
+        if (tokens[key] !== undefined) reported[key] = tokens[key];
+      }
+      if (tokens.outputTokens !== undefined) charactersAfterLastOutputCount = 0;
+    },
+    addOutputText(text) {
+      charactersAfterLastOutputCount += text.length;
+    },
+    noteModel(value) {
+      model ??= value || undefined;
+    },
+    noteResponseId(value) {
+      responseId ??= value || undefined;
+    },
+    markComplete() {
+      complete = true;
+    },
+    result() {
+      return buildStreamUsage({ ctx, reported, charactersAfterLastOutputCount, complete, model, responseId });
+    },
+  };
+}
+
+type TallyState = {
+  ctx: MeterContext;
+  reported: ReportedTokens;
+  charactersAfterLastOutputCount: number;
+  complete: boolean;
+  model: string | undefined;
+  responseId: string | undefined;
+};
+
+/**
+ * A complete stream is billed from the provider's counts. A cut stream keeps every count the
+ * provider did send and adds an estimate only for what came after it; a count that never came
+ * (input of an OpenAI stream, say) is estimated from the request body.
+ */
+function buildStreamUsage(state: TallyState): StreamUsage {
+  const { reported, complete } = state;
+  const outputEstimated =
+    reported.outputTokens === undefined || (!complete && state.charactersAfterLastOutputCount > 0);
+  const outputTokens = outputEstimated
+    ? (reported.outputTokens ?? 0) + estimateTokensFromCharacters(state.charactersAfterLastOutputCount)
+    : (reported.outputTokens ?? 0);
+  const inputEstimated = reported.inputTokens === undefined;
+  const inputTokens = reported.inputTokens ?? estimateInputTokensFromRequest(state.ctx.requestBody);
+
+  const usage: StreamUsage = { ...emptyUsage(), inputTokens, outputTokens, complete, estimated: outputEstimated || inputEstimated };
+  if (reported.cachedInputTokens !== undefined) usage.cachedInputTokens = reported.cachedInputTokens;
+  if (reported.cacheWriteInputTokens !== undefined) usage.cacheWriteInputTokens = reported.cacheWriteInputTokens;
+  if (state.model !== undefined) usage.model = state.model;
+  if (state.responseId !== undefined) usage.responseId = state.responseId;
+  return usage;
+}
+
+/** Adds model and response id to a report, when known. */
+export function withIdentity(usage: UsageReport, model: string | null, responseId: string | null): UsageReport {
+  if (model) usage.model = model;
+  if (responseId) usage.responseId = responseId;
+  return usage;
+}
