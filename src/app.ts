@@ -15,6 +15,7 @@ import { registerCustomerRoutes } from './routes/customers.ts';
 import { registerHealthRoutes } from './routes/health.ts';
 import { registerMeterRoutes } from './routes/meters.ts';
 import { registerOpenApiRoute } from './routes/openapi.ts';
+import { registerRequestRoutes } from './routes/requests.ts';
 import { registerSecretKeyRoutes } from './routes/secret-keys.ts';
 
 export type { AppDeps } from './http/types.ts';
@@ -76,6 +77,7 @@ export async function buildApp(deps: AppDeps): Promise<App> {
       registerMeterRoutes(api, deps);
       registerCustomerRoutes(api, deps);
       registerConnectionRoutes(api, deps);
+      registerRequestRoutes(api, deps);
     },
     { prefix: '/v1' },
   );

@@ -1,4 +1,7 @@
+import { readFileSync } from 'node:fs';
 import { z } from 'zod';
+import { parseMoney } from './domain/money.ts';
+import { parsePriceOverrides, type PriceOverrideTable } from './domain/prices.ts';
 
 /**
  * Every setting Tollgate reads from its environment, in one schema.
@@ -42,6 +45,8 @@ export const configSchema = z.object({
   RATE_LIMIT_PER_MINUTE: z.coerce.number().int().min(1).default(1000),
   /** JSON object: provider host -> base URL it is served from (tests point providers at a mock). */
   UPSTREAM_OVERRIDES: upstreamOverrides.optional(),
+  /** Path of a JSON file {"provider/model": {"input": "2.5", "output": "10"}} (per 1M tokens). */
+  PRICE_OVERRIDES_FILE: z.string().min(1).optional(),
   OPENAI_API_KEY: z.string().min(1).optional(),
   ANTHROPIC_API_KEY: z.string().min(1).optional(),
   GOOGLE_API_KEY: z.string().min(1).optional(),
@@ -53,7 +58,9 @@ export type Config = {
   databaseUrl: string;
   redisUrl: string | undefined;
   logLevel: z.infer<typeof logLevel>;
-  serviceChargeRate: string;
+  /** Percent of the fee, in 1e-10 units. */
+  serviceChargeRate: bigint;
+  priceOverrides: PriceOverrideTable;
   rateLimitPerMinute: number;
   upstreamOverrides: Record<string, string>;
   providerKeys: Record<string, string>;
@@ -81,11 +88,20 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     databaseUrl: c.DATABASE_URL ?? DEFAULT_DATABASE_URL,
     redisUrl: c.REDIS_URL,
     logLevel: c.LOG_LEVEL,
-    serviceChargeRate: c.SERVICE_CHARGE_RATE,
+    serviceChargeRate: parseMoney(c.SERVICE_CHARGE_RATE),
+    priceOverrides: c.PRICE_OVERRIDES_FILE ? loadPriceOverrides(c.PRICE_OVERRIDES_FILE) : new Map(),
     rateLimitPerMinute: c.RATE_LIMIT_PER_MINUTE,
     upstreamOverrides: c.UPSTREAM_OVERRIDES ?? {},
     providerKeys,
   };
+}
+
+function loadPriceOverrides(path: string): PriceOverrideTable {
+  try {
+    return parsePriceOverrides(JSON.parse(readFileSync(path, 'utf8')) as Parameters<typeof parsePriceOverrides>[0]);
+  } catch (e) {
+    throw new ConfigError(`Invalid configuration:\n  PRICE_OVERRIDES_FILE: ${(e as Error).message}`);
+  }
 }
 
 /** An exported-but-empty variable (`PORT=`) means "use the default", as most tools treat it. */

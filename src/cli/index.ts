@@ -4,7 +4,8 @@ import { formatMoney, MoneyFormatError, parseMoney } from '../domain/money.ts';
 import { creditWallet } from '../ledger/wallets.ts';
 import { startServer, stopOnSignals } from '../main.ts';
 import { openStorage, type Storage } from '../storage/db.ts';
-import { createMerchant } from '../storage/merchants.ts';
+import { createMerchant, setServiceChargeRate } from '../storage/merchants.ts';
+import { verifyLedger } from '../ledger/verify.ts';
 import { migrateToLatest } from '../storage/migrate.ts';
 
 const program = new Command()
@@ -58,7 +59,7 @@ admin
   .command('credit-wallet')
   .description('add money to a wallet (e.g. a merchant wallet)')
   .requiredOption('--wallet <wallet_id>', 'wallet id (wal_…)')
-  .requiredOption('--amount <amount>', 'positive decimal amount, at most 10 fractional digits', parsePositiveAmount)
+  .requiredOption('--amount <amount>', 'positive decimal amount, at most 10 fractional digits', amountParser({ allowZero: false }))
   .action(async (opts: { wallet: string; amount: bigint }) => {
     await withStorage(async (storage) => {
       await migrateToLatest(storage);
@@ -68,15 +69,49 @@ admin
     });
   });
 
-function parsePositiveAmount(value: string): bigint {
-  try {
-    const units = parseMoney(value);
-    if (units <= 0n) throw new InvalidArgumentError('must be positive');
-    return units;
-  } catch (e) {
-    if (e instanceof MoneyFormatError) throw new InvalidArgumentError(e.message);
-    throw e;
-  }
+admin
+  .command('verify-ledger')
+  .description('rebuild every wallet balance from the ledger postings; exits 1 on any mismatch')
+  .action(async () => {
+    await withStorage(async (storage) => {
+      await migrateToLatest(storage);
+      const { problems, wallets, transactions } = await verifyLedger(storage);
+      for (const p of problems) console.error(`${p.kind} ${p.id}: ${p.detail}`);
+      if (problems.length > 0) fail(`Ledger check failed: ${problems.length} problem(s).`);
+      console.log(`Ledger consistent: ${transactions} transactions, ${wallets} wallets.`);
+    });
+  });
+
+admin
+  .command('set-service-charge')
+  .description("set a merchant's service-charge rate (percent of the fee), or --default to use the operator's")
+  .requiredOption('--merchant <merchant_id>', 'merchant id (mer_…)')
+  .option('--rate <percent>', 'e.g. 1.9 for 1.9 %', amountParser({ allowZero: true }))
+  .option('--default', "clear the override and use SERVICE_CHARGE_RATE")
+  .action(async (opts: { merchant: string; rate?: bigint; default?: boolean }) => {
+    if ((opts.rate === undefined) === !opts.default) fail('Give exactly one of --rate or --default.');
+    await withStorage(async (storage) => {
+      await migrateToLatest(storage);
+      const updated = await setServiceChargeRate(storage, opts.merchant, opts.default ? null : opts.rate!);
+      if (!updated) fail(`No merchant with id ${opts.merchant}.`);
+      console.log(`Merchant ${opts.merchant} service charge: ${opts.default ? 'operator default' : `${formatMoney(opts.rate!)} %`}`);
+    });
+  });
+
+/** Commander parser for a decimal amount: at most 10 fractional digits, never negative. */
+function amountParser({ allowZero }: { allowZero: boolean }) {
+  return (value: string): bigint => {
+    try {
+      const units = parseMoney(value);
+      if (units < 0n || (units === 0n && !allowZero)) {
+        throw new InvalidArgumentError(allowZero ? 'must not be negative' : 'must be positive');
+      }
+      return units;
+    } catch (e) {
+      if (e instanceof MoneyFormatError) throw new InvalidArgumentError(e.message);
+      throw e;
+    }
+  };
 }
 
 function config(): Config {

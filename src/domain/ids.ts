@@ -9,6 +9,10 @@ export const ID_PREFIX = {
   meter: 'met_',
   connection: 'con_',
   request: 'req_',
+  transaction: 'txn_',
+  posting: 'pst_',
+  hold: 'hld_',
+  event: 'evt_',
 } as const;
 
 export function newId(kind: keyof typeof ID_PREFIX): string {

@@ -1,15 +1,21 @@
 import type { Kysely, Transaction } from 'kysely';
 import { newId } from '../domain/ids.ts';
-import type { Database, WalletsTable } from '../storage/schema.ts';
 import type { Storage } from '../storage/db.ts';
+import type { Database, WalletsTable } from '../storage/schema.ts';
+import { nowIso } from '../storage/time.ts';
+import { BUCKET_ORDER, creditGrantsAccount, operatorFundingAccount, walletAccount, type Bucket } from './accounts.ts';
+import { appendTransaction, type Leg } from './postings.ts';
+import { recordBalanceEvent } from './events.ts';
 
 /**
- * Wallets and their balances. This module is the only code that changes a balance.
+ * Wallets and their balances. The ledger modules are the only code that changes a balance, and
+ * every change is a balanced ledger transaction written in the same database transaction.
  */
 export type WalletRow = WalletsTable;
+type Db = Kysely<Database> | Transaction<Database>;
 
 export async function insertWallet(
-  db: Kysely<Database> | Transaction<Database>,
+  db: Db,
   input: { merchantId: string; ownerType: WalletRow['owner_type']; createdAt: string },
 ): Promise<WalletRow> {
   const row: WalletRow = {
@@ -17,6 +23,9 @@ export async function insertWallet(
     merchant_id: input.merchantId,
     owner_type: input.ownerType,
     balance: 0n,
+    cycle_credit: 0n,
+    bundle_credit: 0n,
+    held: 0n,
     created_at: input.createdAt,
   };
   await db.insertInto('wallets').values(row).execute();
@@ -27,14 +36,116 @@ export async function findWallet(storage: Storage, id: string): Promise<WalletRo
   return storage.db.selectFrom('wallets').selectAll().where('id', '=', id).executeTakeFirst();
 }
 
-/** Adds units to a wallet in one statement; returns the new balance, or null for an unknown wallet. */
-export async function creditWallet(storage: Storage, walletId: string, units: bigint): Promise<bigint | null> {
-  if (units <= 0n) throw new RangeError('a credit must be positive');
-  const row = await storage.db
+/**
+ * Reads wallets for change inside a transaction, locking them on PostgreSQL in id order so that
+ * concurrent transactions touching the same wallets cannot deadlock. (SQLite transactions already
+ * hold the database's write lock.)
+ */
+export async function lockWallets(
+  trx: Transaction<Database>,
+  dialect: Storage['dialect'],
+  ids: string[],
+): Promise<Map<string, WalletRow>> {
+  const unique = [...new Set(ids)].sort();
+  const rows = await trx
+    .selectFrom('wallets')
+    .selectAll()
+    .where('id', 'in', unique)
+    .orderBy('id')
+    .$call((q) => (dialect === 'postgres' ? q.forUpdate() : q))
+    .execute();
+  return new Map(rows.map((r) => [r.id, r]));
+}
+
+export const availableOf = (w: WalletRow): bigint => w.balance - w.held;
+
+/** Splits a debit across buckets in consumption order. */
+export function splitDebit(wallet: WalletRow, amount: bigint): Record<Bucket, bigint> {
+  const prepaid = wallet.balance - wallet.cycle_credit - wallet.bundle_credit;
+  const available: Record<Bucket, bigint> = { cycle: wallet.cycle_credit, bundle: wallet.bundle_credit, prepaid };
+  const taken: Record<Bucket, bigint> = { cycle: 0n, bundle: 0n, prepaid: 0n };
+  let rest = amount;
+  for (const bucket of BUCKET_ORDER) {
+    const take = bucket === 'prepaid' ? rest : rest < available[bucket] ? rest : available[bucket];
+    taken[bucket] = take > 0n ? take : 0n;
+    rest -= taken[bucket];
+  }
+  return taken;
+}
+
+/**
+ * Takes `amount` out of a locked wallet, bucket by bucket, and returns the ledger legs that record it.
+ * The caller has already checked the available balance.
+ */
+export async function applyDebit(trx: Transaction<Database>, wallet: WalletRow, amount: bigint): Promise<Leg[]> {
+  if (amount === 0n) return [];
+  const split = splitDebit(wallet, amount);
+  wallet.balance -= amount;
+  wallet.cycle_credit -= split.cycle;
+  wallet.bundle_credit -= split.bundle;
+  await trx
     .updateTable('wallets')
-    .set((eb) => ({ balance: eb('balance', '+', units) }))
+    .set({ balance: wallet.balance, cycle_credit: wallet.cycle_credit, bundle_credit: wallet.bundle_credit })
+    .where('id', '=', wallet.id)
+    .execute();
+  return BUCKET_ORDER.map((b) => ({ account: walletAccount(wallet.id, b), amount: -split[b] }));
+}
+
+/** Adds to a wallet's prepaid bucket inside a transaction; returns the new balance. */
+export async function applyCredit(trx: Transaction<Database>, walletId: string, amount: bigint): Promise<bigint | null> {
+  const row = await trx
+    .updateTable('wallets')
+    .set((eb) => ({ balance: eb('balance', '+', amount) }))
     .where('id', '=', walletId)
-    .returning('balance')
+    .returning(['balance'])
     .executeTakeFirst();
   return row ? BigInt(row.balance) : null;
+}
+
+/** The operator adds money to a wallet (`tollgate admin credit-wallet`). */
+export async function creditWallet(storage: Storage, walletId: string, units: bigint): Promise<bigint | null> {
+  if (units <= 0n) throw new RangeError('a credit must be positive');
+  return storage.db.transaction().execute(async (trx) => {
+    const wallet = await trx.selectFrom('wallets').select(['merchant_id']).where('id', '=', walletId).executeTakeFirst();
+    if (!wallet) return null;
+    const balance = await applyCredit(trx, walletId, units);
+    const at = nowIso();
+    await appendTransaction(trx, {
+      kind: 'operator_credit',
+      merchantId: wallet.merchant_id,
+      description: 'Operator credit',
+      legs: [
+        { account: walletAccount(walletId, 'prepaid'), amount: units },
+        { account: operatorFundingAccount(), amount: -units },
+      ],
+      at,
+    });
+    await recordBalanceEvent(trx, walletId, at);
+    return balance;
+  });
+}
+
+/** A merchant grants credit to its own customer's wallet (POST /customers/{id}/credits). */
+export async function grantCredit(
+  storage: Storage,
+  input: { merchantId: string; walletId: string; amount: bigint; description: string | null },
+): Promise<{ transactionId: string; balance: bigint; at: string }> {
+  if (input.amount <= 0n) throw new RangeError('a credit must be positive');
+  return storage.db.transaction().execute(async (trx) => {
+    const balance = await applyCredit(trx, input.walletId, input.amount);
+    if (balance === null) throw new RangeError(`no wallet ${input.walletId}`);
+    const at = nowIso();
+    const transactionId = await appendTransaction(trx, {
+      kind: 'credit_grant',
+      merchantId: input.merchantId,
+      description: input.description ?? 'Credit grant',
+      legs: [
+        { account: walletAccount(input.walletId, 'prepaid'), amount: input.amount },
+        { account: creditGrantsAccount(input.merchantId), amount: -input.amount },
+      ],
+      at,
+    });
+    await recordBalanceEvent(trx, input.walletId, at);
+    return { transactionId, balance, at };
+  });
 }

@@ -117,3 +117,13 @@ export async function softDeleteConnection(storage: Storage, merchantId: string,
     .executeTakeFirst();
   return Number(result.numUpdatedRows) === 1;
 }
+
+/** The older request body and forward token name a connection by its secret. */
+export async function findConnectionBySecret(
+  storage: Storage,
+  merchantId: string,
+  secret: string,
+): Promise<ConnectionWithBalance | undefined> {
+  const row = await selectWithBalance(storage, merchantId).where('connections.secret', '=', secret).executeTakeFirst();
+  return row && { ...row, balance: BigInt(row.balance) };
+}

@@ -43,3 +43,13 @@ export function hashPassword(password: string): string {
   const salt = randomBytes(16);
   return `scrypt$${salt.toString('base64')}$${scryptSync(password, salt, 32).toString('base64')}`;
 }
+
+/** Per-merchant service-charge override (percent of the fee, 1e-10 units); null = operator default. */
+export async function setServiceChargeRate(storage: Storage, merchantId: string, rate: bigint | null): Promise<boolean> {
+  const result = await storage.db
+    .updateTable('merchants')
+    .set({ service_charge_rate: rate })
+    .where('id', '=', merchantId)
+    .executeTakeFirst();
+  return Number(result.numUpdatedRows) === 1;
+}

@@ -84,3 +84,14 @@ export async function softDeleteMeter(storage: Storage, merchantId: string, id: 
     .executeTakeFirst();
   return Number(result.numUpdatedRows) === 1;
 }
+
+/** The older request body and forward token name a meter (product) by its secret. */
+export async function findMeterBySecret(storage: Storage, merchantId: string, secret: string) {
+  return storage.db
+    .selectFrom('meters')
+    .selectAll()
+    .where('merchant_id', '=', merchantId)
+    .where('secret', '=', secret)
+    .where('deleted_at', 'is', null)
+    .executeTakeFirst();
+}

@@ -2,10 +2,12 @@ import { Migrator, sql, type Kysely, type Migration, type MigrationProvider } fr
 import type { Storage } from './db.ts';
 import type { Database } from './schema.ts';
 import * as m0001 from './migrations/0001_foundation.ts';
+import * as m0002 from './migrations/0002_billing.ts';
 
 /** The ordered, frozen list. New migrations are appended, never inserted or edited. */
 const MIGRATIONS: Record<string, Migration> = {
   '0001_foundation': m0001,
+  '0002_billing': m0002,
 };
 
 const provider: MigrationProvider = { getMigrations: async () => MIGRATIONS };

@@ -21,7 +21,12 @@ export interface WalletsTable {
   id: string;
   merchant_id: string;
   owner_type: 'merchant' | 'connection';
+  /** Total: cycle_credit + bundle_credit + prepaid. */
   balance: bigint;
+  cycle_credit: bigint;
+  bundle_credit: bigint;
+  /** Sum of the wallet's active holds; available = balance - held. */
+  held: bigint;
   created_at: string;
 }
 
@@ -79,6 +84,115 @@ export interface IdempotencyKeysTable {
   expires_at: string;
 }
 
+export interface LedgerTransactionsTable {
+  id: string;
+  kind: string;
+  merchant_id: string;
+  reference: string | null;
+  description: string | null;
+  created_at: string;
+}
+
+export interface LedgerPostingsTable {
+  id: string;
+  transaction_id: string;
+  account: string;
+  amount: bigint;
+  created_at: string;
+}
+
+export interface HoldsTable {
+  id: string;
+  wallet_id: string;
+  reference: string;
+  amount: bigint;
+  status: 'active' | 'settled' | 'released' | 'expired';
+  created_at: string;
+  expires_at: string;
+}
+
+export interface RequestsTable {
+  id: string;
+  merchant_id: string;
+  request_id: string;
+  body_hash: string | null;
+  status: 'pending' | 'completed' | 'error';
+  connection_id: string | null;
+  meter_id: string | null;
+  provider: string;
+  model: string | null;
+  endpoint: string;
+  provider_key_type: 'managed' | 'unmanaged' | 'stored';
+  response_id: string | null;
+  provider_timestamp: string | null;
+  metadata: string;
+  input_tokens: bigint;
+  output_tokens: bigint;
+  input_characters: bigint;
+  output_characters: bigint;
+  /** Decimal seconds, at most 6 fractional digits. */
+  input_seconds: string;
+  output_seconds: string;
+  input_cost: bigint;
+  output_cost: bigint;
+  base_cost_charged: number | bigint;
+  base_cost_payer: 'wallet' | 'merchant';
+  fee_amount: bigint;
+  rate_type: 'fixed' | 'percentage';
+  token_basis: 'input+output' | 'output';
+  /** JSON array of breakdown items, money as decimal strings. */
+  breakdown: string;
+  service_charge_amount: bigint;
+  service_charge_payer: 'wallet' | 'merchant';
+  total_request_cost: bigint;
+  total_wallet_cost: bigint;
+  total_merchant_cost: bigint;
+  usage_estimated: number | bigint;
+  created_at: string;
+  completed_at: string | null;
+}
+
+export interface RequestMetadataTable {
+  request_pk: string;
+  merchant_id: string;
+  key: string;
+  value: string;
+  created_at: string;
+}
+
+export interface UsageRollupsTable {
+  merchant_id: string;
+  /** Start of a 15-minute UTC bucket, ISO text. */
+  bucket_start: string;
+  /** '' when the request had no connection / meter. */
+  connection_id: string;
+  meter_id: string;
+  requests: bigint;
+  tokens: bigint;
+  usage_cost: bigint;
+  fee: bigint;
+  service_charge: bigint;
+  request_cost: bigint;
+  wallet_cost: bigint;
+  merchant_cost: bigint;
+}
+
+export interface MeterUsageCountersTable {
+  meter_id: string;
+  connection_id: string;
+  period_start: string;
+  units: bigint;
+}
+
+export interface EventsTable {
+  id: string;
+  merchant_id: string;
+  type: string;
+  /** JSON of the event's data object. */
+  payload: string;
+  created_at: string;
+}
+
 export interface Database {
   merchants: MerchantsTable;
   wallets: WalletsTable;
@@ -86,4 +200,12 @@ export interface Database {
   meters: MetersTable;
   connections: ConnectionsTable;
   idempotency_keys: IdempotencyKeysTable;
+  ledger_transactions: LedgerTransactionsTable;
+  ledger_postings: LedgerPostingsTable;
+  holds: HoldsTable;
+  requests: RequestsTable;
+  request_metadata: RequestMetadataTable;
+  usage_rollups: UsageRollupsTable;
+  meter_usage_counters: MeterUsageCountersTable;
+  events: EventsTable;
 }

@@ -1,0 +1,278 @@
+import { createHash } from 'node:crypto';
+import { z } from 'zod';
+import { formatMoney } from '../domain/money.ts';
+import { lookupBasePrices } from '../domain/prices.ts';
+import { formatMicros, secondsToMicros, toSeconds, type Usage } from '../domain/pricing.ts';
+import { principalOf } from '../http/auth.ts';
+import { ApiError, notFound } from '../http/errors.ts';
+import { metadataSchema } from '../http/metadata.ts';
+import { idParams, standardErrors } from '../http/schemas.ts';
+import type { App, AppDeps } from '../http/types.ts';
+import { chargeRequest } from '../ledger/charge.ts';
+import { findConnection, findConnectionBySecret } from '../storage/connections.ts';
+import { findMerchant } from '../storage/merchants.ts';
+import { findMeterBySecret, findMeterBySlug } from '../storage/meters.ts';
+import { findRequestByRequestId, type RequestRow } from '../storage/requests.ts';
+
+const count = z.number().int('must be an integer').min(0, 'must be >= 0').max(Number.MAX_SAFE_INTEGER).default(0);
+const seconds = z.number().min(0, 'must be >= 0').max(1e12).default(0);
+
+const createBody = z
+  .object({
+    request_id: z.string().min(1).max(255),
+    // Older body: the connection and the meter (product) named by their secrets.
+    connection_secret: z.string().min(1).max(255).optional(),
+    product_secret: z.string().min(1).max(255).optional(),
+    // Newer body: the customer by id and the meter by slug.
+    connection_id: z.string().min(1).max(100).optional(),
+    customer_id: z.string().min(1).max(100).optional(),
+    meter_slug: z.string().min(1).max(100).optional(),
+    provider: z.string().min(1).max(100).optional(),
+    model: z.string().min(1).max(255).optional(),
+    metadata: metadataSchema.optional(),
+    input_tokens: count,
+    output_tokens: count,
+    input_characters: count,
+    output_characters: count,
+    input_seconds: seconds,
+    output_seconds: seconds,
+  })
+  .superRefine((body, ctx) => {
+    const older = body.connection_secret !== undefined || body.product_secret !== undefined;
+    const newer = body.connection_id !== undefined || body.customer_id !== undefined || body.meter_slug !== undefined;
+    if (older && newer) {
+      ctx.addIssue({ code: 'custom', path: [], message: 'use either connection_secret/product_secret or customer_id/meter_slug, not both' });
+    } else if (older) {
+      if (!body.connection_secret) ctx.addIssue({ code: 'custom', path: ['connection_secret'], message: 'is required with product_secret' });
+      if (!body.product_secret) ctx.addIssue({ code: 'custom', path: ['product_secret'], message: 'is required with connection_secret' });
+    } else {
+      if (!body.connection_id && !body.customer_id) ctx.addIssue({ code: 'custom', path: ['customer_id'], message: 'customer_id (or connection_id) is required' });
+      if (body.connection_id && body.customer_id && body.connection_id !== body.customer_id) {
+        ctx.addIssue({ code: 'custom', path: ['customer_id'], message: 'customer_id and connection_id name different customers' });
+      }
+      if (!body.meter_slug) ctx.addIssue({ code: 'custom', path: ['meter_slug'], message: 'is required' });
+    }
+    if ((body.provider === undefined) !== (body.model === undefined)) {
+      ctx.addIssue({ code: 'custom', path: [body.provider ? 'model' : 'provider'], message: 'provider and model go together' });
+    }
+  });
+type CreateBody = z.infer<typeof createBody>;
+
+const breakdownItem = z.object({
+  tier: z.object({ start: z.number(), rate: z.string(), type: z.string() }),
+  tokens: z.number(),
+  characters: z.number(),
+  seconds: z.number(),
+  cost: z.string(),
+});
+
+/** One record shape serves both vocabularies (a superset of the two variants). */
+export const requestRecordSchema = z.object({
+  request_id: z.string(),
+  status: z.enum(['pending', 'completed', 'error']),
+  provider: z.string(),
+  endpoint: z.string(),
+  provider_key_type: z.enum(['managed', 'unmanaged', 'stored']),
+  model: z.string().nullable(),
+  response_id: z.string().nullable(),
+  connection_id: z.string().nullable(),
+  customer_id: z.string().nullable(),
+  product_id: z.string().nullable(),
+  meter_id: z.string().nullable(),
+  model_usage: z.object({
+    input_tokens: z.number(),
+    output_tokens: z.number(),
+    total_tokens: z.number(),
+    input_characters: z.number(),
+    output_characters: z.number(),
+    total_characters: z.number(),
+    input_seconds: z.number(),
+    output_seconds: z.number(),
+    total_seconds: z.number(),
+    input_cost: z.string(),
+    output_cost: z.string(),
+    total_cost: z.string(),
+    payer: z.enum(['wallet', 'merchant']),
+  }),
+  fee: z.object({
+    amount: z.string(),
+    rate_type: z.enum(['fixed', 'percentage']),
+    token_basis: z.enum(['input+output', 'output']),
+    breakdown: z.array(breakdownItem),
+  }),
+  service_charge: z.object({ amount: z.string(), payer: z.enum(['wallet', 'merchant']) }),
+  total_request_cost: z.string(),
+  total_wallet_cost: z.string(),
+  total_merchant_cost: z.string(),
+  cost: z.string().describe('Base usage cost (newer vocabulary)'),
+  charge: z.object({ amount: z.string(), rate_type: z.enum(['fixed', 'percentage']), breakdown: z.array(breakdownItem) }),
+  metadata: z.record(z.string(), z.string()),
+  usage_estimated: z.boolean().describe('True when part of the usage was estimated (a stream cut mid-way)'),
+  timestamp: z.string().nullable(),
+  created_at: z.string(),
+});
+export type RequestRecord = z.infer<typeof requestRecordSchema>;
+
+export function presentRequest(row: RequestRow): RequestRecord {
+  const n = (v: bigint) => Number(v);
+  const inputSeconds = secondsToMicros(row.input_seconds);
+  const outputSeconds = secondsToMicros(row.output_seconds);
+  const breakdown = JSON.parse(row.breakdown) as z.infer<typeof breakdownItem>[];
+  const baseTotal = row.input_cost + row.output_cost;
+  return {
+    request_id: row.request_id,
+    status: row.status,
+    provider: row.provider,
+    endpoint: row.endpoint,
+    provider_key_type: row.provider_key_type,
+    model: row.model,
+    response_id: row.response_id,
+    connection_id: row.connection_id,
+    customer_id: row.connection_id,
+    product_id: row.meter_id,
+    meter_id: row.meter_id,
+    model_usage: {
+      input_tokens: n(row.input_tokens),
+      output_tokens: n(row.output_tokens),
+      total_tokens: n(row.input_tokens + row.output_tokens),
+      input_characters: n(row.input_characters),
+      output_characters: n(row.output_characters),
+      total_characters: n(row.input_characters + row.output_characters),
+      input_seconds: Number(row.input_seconds),
+      output_seconds: Number(row.output_seconds),
+      total_seconds: Number(formatMicros(inputSeconds + outputSeconds)),
+      input_cost: formatMoney(row.input_cost),
+      output_cost: formatMoney(row.output_cost),
+      total_cost: formatMoney(baseTotal),
+      payer: row.base_cost_payer,
+    },
+    fee: { amount: formatMoney(row.fee_amount), rate_type: row.rate_type, token_basis: row.token_basis, breakdown },
+    service_charge: { amount: formatMoney(row.service_charge_amount), payer: row.service_charge_payer },
+    total_request_cost: formatMoney(row.total_request_cost),
+    total_wallet_cost: formatMoney(row.total_wallet_cost),
+    total_merchant_cost: formatMoney(row.total_merchant_cost),
+    cost: formatMoney(baseTotal),
+    charge: { amount: formatMoney(row.fee_amount), rate_type: row.rate_type, breakdown },
+    metadata: JSON.parse(row.metadata) as Record<string, string>,
+    usage_estimated: Number(row.usage_estimated) === 1,
+    timestamp: row.provider_timestamp ?? row.completed_at,
+    created_at: row.created_at,
+  };
+}
+
+/** Key order and defaults must not make two equal bodies look different. */
+function bodyHash(body: CreateBody): string {
+  const canonical = (v: unknown): unknown =>
+    v && typeof v === 'object' && !Array.isArray(v)
+      ? Object.fromEntries(Object.keys(v).sort().map((k) => [k, canonical((v as Record<string, unknown>)[k])]))
+      : v;
+  return createHash('sha256').update(JSON.stringify(canonical(body))).digest('hex');
+}
+
+function usageOf(body: CreateBody): Usage {
+  return {
+    inputTokens: body.input_tokens,
+    outputTokens: body.output_tokens,
+    inputCharacters: body.input_characters,
+    outputCharacters: body.output_characters,
+    inputSeconds: toSeconds(body.input_seconds),
+    outputSeconds: toSeconds(body.output_seconds),
+  };
+}
+
+const tags = ['requests'];
+
+export function registerRequestRoutes(app: App, deps: AppDeps): void {
+  const { storage, config } = deps;
+
+  /** A stored record answers a repeated request_id: 200 when the body matches, 409 when it does not. */
+  const replay = (row: RequestRow, hash: string) => {
+    if (row.body_hash !== hash) {
+      throw new ApiError('request_id_conflict', `request_id ${row.request_id} was already recorded with a different body.`);
+    }
+    return presentRequest(row);
+  };
+
+  app.post(
+    '/requests',
+    {
+      schema: {
+        tags,
+        body: createBody,
+        response: { 200: requestRecordSchema, 201: requestRecordSchema, ...standardErrors },
+      },
+    },
+    async (request, reply) => {
+      const { merchantId } = principalOf(request);
+      const body = request.body;
+      const hash = bodyHash(body);
+      const existing = await findRequestByRequestId(storage.db, merchantId, body.request_id);
+      if (existing) return reply.status(200).send(replay(existing, hash));
+
+      const merchant = await findMerchant(storage, merchantId);
+      if (!merchant) throw new ApiError('unauthorized');
+      const { connection, meter } = await resolveConnectionAndMeter(deps, merchantId, body);
+      const basePrices =
+        body.provider && body.model
+          ? lookupBasePrices(body.provider, body.model, {
+              overrides: config.priceOverrides,
+              inputTokens: body.input_tokens,
+            })
+          : null;
+
+      const result = await chargeRequest(storage, {
+        merchant,
+        connection,
+        meter,
+        requestId: body.request_id,
+        bodyHash: hash,
+        usage: usageOf(body),
+        provider: body.provider ?? 'custom',
+        model: body.model ?? null,
+        endpoint: 'POST /v1/requests',
+        providerKeyType: 'managed',
+        basePrices,
+        serviceChargeRate: merchant.service_charge_rate ?? config.serviceChargeRate,
+        metadata: body.metadata ?? {},
+      });
+      if (result.outcome === 'recorded') return reply.status(201).send(presentRequest(result.row));
+      if (result.outcome === 'insufficient_balance') {
+        const whose = result.payer === 'wallet' ? "The customer's wallet" : "The merchant's wallet";
+        throw new ApiError(
+          'insufficient_balance',
+          `${whose} cannot cover this request: needs ${formatMoney(result.needed)}, has ${formatMoney(result.available)} available.`,
+        );
+      }
+      // A concurrent request with the same request_id won the race; answer as its replay.
+      const stored = await findRequestByRequestId(storage.db, merchantId, body.request_id);
+      if (!stored) throw new ApiError('internal_error');
+      return reply.status(200).send(replay(stored, hash));
+    },
+  );
+
+  app.get(
+    '/requests/:id',
+    { schema: { tags, params: idParams, response: { 200: requestRecordSchema, ...standardErrors } } },
+    async (request) => {
+      const row = await findRequestByRequestId(storage.db, principalOf(request).merchantId, request.params.id);
+      if (!row) throw notFound('request', request.params.id);
+      return presentRequest(row);
+    },
+  );
+}
+
+async function resolveConnectionAndMeter({ storage }: AppDeps, merchantId: string, body: CreateBody) {
+  if (body.connection_secret && body.product_secret) {
+    const connection = await findConnectionBySecret(storage, merchantId, body.connection_secret);
+    if (!connection) throw new ApiError('not_found', 'No connection with that connection_secret.');
+    const meter = await findMeterBySecret(storage, merchantId, body.product_secret);
+    if (!meter) throw new ApiError('not_found', 'No product (meter) with that product_secret.');
+    return { connection, meter };
+  }
+  const customerId = (body.customer_id ?? body.connection_id)!;
+  const connection = await findConnection(storage, merchantId, customerId);
+  if (!connection) throw notFound('customer', customerId);
+  const meter = await findMeterBySlug(storage, merchantId, body.meter_slug!);
+  if (!meter) throw new ApiError('not_found', `No meter with meter_slug ${body.meter_slug}.`);
+  return { connection, meter };
+}
