@@ -1,6 +1,6 @@
 import { Command, InvalidArgumentError } from 'commander';
 import { ConfigError, loadConfig, type Config } from '../config.ts';
-import { formatMoney, MoneyFormatError, parseMoney } from '../domain/money.ts';
+import { formatMoney, MAX_AMOUNT_UNITS, MoneyFormatError, parseMoney } from '../domain/money.ts';
 import { creditWallet } from '../ledger/wallets.ts';
 import { startServer, stopOnSignals } from '../main.ts';
 import { openStorage, type Storage } from '../storage/db.ts';
@@ -106,6 +106,7 @@ function amountParser({ allowZero }: { allowZero: boolean }) {
       if (units < 0n || (units === 0n && !allowZero)) {
         throw new InvalidArgumentError(allowZero ? 'must not be negative' : 'must be positive');
       }
+      if (units > MAX_AMOUNT_UNITS) throw new InvalidArgumentError(`must be at most ${formatMoney(MAX_AMOUNT_UNITS)}`);
       return units;
     } catch (e) {
       if (e instanceof MoneyFormatError) throw new InvalidArgumentError(e.message);

@@ -5,6 +5,12 @@
 export const SCALE = 10;
 export const UNIT = 10n ** BigInt(SCALE);
 
+/**
+ * The largest amount Tollgate stores in one place: 100,000,000.0000000000. BIGINT columns hold
+ * up to ~9.2e18 units; this leaves room for sums of many such amounts without overflow.
+ */
+export const MAX_AMOUNT_UNITS = 10n ** 18n;
+
 const DECIMAL = /^(-)?(\d+)(?:\.(\d+))?$/;
 
 export class MoneyFormatError extends Error {}

@@ -1,4 +1,5 @@
 import { z } from 'zod';
+import { MAX_AMOUNT_UNITS, parseMoney } from '../domain/money.ts';
 import { ERRORS } from './errors.ts';
 
 /** A money amount on the wire: a decimal string with at most 10 fractional digits. */
@@ -8,7 +9,8 @@ export const decimalString = z
 
 export const nonNegativeDecimal = z
   .string()
-  .regex(/^\d+(\.\d{1,10})?$/, 'must be a non-negative decimal string with at most 10 fractional digits');
+  .regex(/^\d+(\.\d{1,10})?$/, 'must be a non-negative decimal string with at most 10 fractional digits')
+  .refine((v) => parseMoney(v) <= MAX_AMOUNT_UNITS, 'must be at most 100000000');
 
 export const idParams = z.object({ id: z.string().min(1).max(100) });
 

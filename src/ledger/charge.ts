@@ -1,7 +1,7 @@
 import type { Transaction } from 'kysely';
 import { newId } from '../domain/ids.ts';
 import { deserializeTiers } from '../domain/meters.ts';
-import { formatMoney } from '../domain/money.ts';
+import { formatMoney, MAX_AMOUNT_UNITS } from '../domain/money.ts';
 import {
   baseCost,
   priceRequest,
@@ -53,7 +53,10 @@ export type ChargeInput = {
 export type ChargeOutcome =
   | { outcome: 'recorded'; row: RequestRow; priced: PricedRequest }
   | { outcome: 'insufficient_balance'; payer: 'wallet' | 'merchant'; needed: bigint; available: bigint }
-  | { outcome: 'duplicate' };
+  | { outcome: 'duplicate' }
+  | { outcome: 'amount_too_large' };
+
+class AmountTooLarge extends Error {}
 
 export class InsufficientBalance extends Error {
   constructor(
@@ -78,6 +81,7 @@ export async function chargeRequest(storage: Storage, input: ChargeInput): Promi
       return { outcome: 'insufficient_balance', payer: e.payer, needed: e.needed, available: e.available };
     }
     if (isUniqueViolation(e)) return { outcome: 'duplicate' };
+    if (e instanceof AmountTooLarge) return { outcome: 'amount_too_large' };
     throw e;
   }
 }
@@ -103,6 +107,8 @@ async function chargeInTransaction(
     serviceChargeRate: input.serviceChargeRate,
     baseCostCharged: input.basePrices !== null && input.providerKeyType === 'managed',
   });
+
+  if (priced.totals.request > MAX_AMOUNT_UNITS || priced.baseCost.total > MAX_AMOUNT_UNITS) throw new AmountTooLarge();
 
   const wallets = await lockWallets(trx, dialect, [input.connection.wallet_id, input.merchant.wallet_id]);
   if (input.holdId) await releaseHoldInTransaction(trx, input.holdId, 'settled', wallets);

@@ -243,6 +243,9 @@ export function registerRequestRoutes(app: App, deps: AppDeps): void {
           `${whose} cannot cover this request: needs ${formatMoney(result.needed)}, has ${formatMoney(result.available)} available.`,
         );
       }
+      if (result.outcome === 'amount_too_large') {
+        throw new ApiError('validation_error', 'The usage prices above the largest amount Tollgate records (100000000).');
+      }
       // A concurrent request with the same request_id won the race; answer as its replay.
       const stored = await findRequestByRequestId(storage.db, merchantId, body.request_id);
       if (!stored) throw new ApiError('internal_error');

@@ -1,0 +1,251 @@
+/**
+ * `npm run bench`: measures what the issues promise, against a real server process over loopback.
+ *
+ *   1. POST /v1/requests throughput (recorded requests per second) on SQLite and PostgreSQL.
+ *   2. GET /v1/usage latency over 31 days with 1,000,000 stored requests, with and without a
+ *      metadata filter (p50 / p95 / p99 of sequential calls).
+ *
+ * PostgreSQL comes from BENCH_DATABASE_URL or TEST_DATABASE_URL (a fresh schema is created);
+ * without either, only SQLite runs. `--quick` shrinks every size for a smoke run.
+ * The report is printed and written to bench/results/latest.md.
+ */
+import { spawn, type ChildProcess } from 'node:child_process';
+import { mkdirSync, mkdtempSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import autocannon from 'autocannon';
+import { sql } from 'kysely';
+import pg from 'pg';
+import { parseMoney } from '../src/domain/money.ts';
+import { creditWallet } from '../src/ledger/wallets.ts';
+import { openStorage, type Storage } from '../src/storage/db.ts';
+import { createMerchant } from '../src/storage/merchants.ts';
+import { migrateToLatest } from '../src/storage/migrate.ts';
+
+const quick = process.argv.includes('--quick');
+const SIZES = {
+  throughputSeconds: quick ? 3 : 15,
+  connections: 32,
+  customers: quick ? 10 : 200,
+  storedRequests: quick ? 20_000 : 1_000_000,
+  usageCalls: quick ? 20 : 200,
+};
+
+type Row = { scenario: string; engine: string; result: string; target: string };
+const report: Row[] = [];
+
+async function main(): Promise<void> {
+  const engines: { name: string; url: string }[] = [{ name: 'sqlite', url: `sqlite:${join(mkdtempSync(join(tmpdir(), 'tollgate-bench-')), 'bench.db')}` }];
+  const pgBase = process.env.BENCH_DATABASE_URL ?? process.env.TEST_DATABASE_URL;
+  if (pgBase) engines.push({ name: 'postgres', url: await freshPgSchema(pgBase) });
+  else console.warn('No BENCH_DATABASE_URL / TEST_DATABASE_URL: PostgreSQL scenarios skipped.');
+
+  for (const engine of engines) {
+    console.log(`\n== ${engine.name}`);
+    const storage = openStorage(engine.url, { poolSize: 4 });
+    await migrateToLatest(storage);
+    const server = await startServer(engine.url);
+    try {
+      await benchRecordThroughput(engine.name, storage, server.url);
+      await benchUsageLatency(engine.name, storage, server.url);
+    } finally {
+      server.process.kill('SIGTERM');
+      await storage.close();
+    }
+  }
+  writeReport();
+}
+
+async function freshPgSchema(base: string): Promise<string> {
+  const schema = `bench_${Date.now()}`;
+  const client = new pg.Client({ connectionString: base });
+  await client.connect();
+  await client.query(`create schema ${schema}`);
+  await client.end();
+  const url = new URL(base);
+  url.searchParams.set('options', `-c search_path=${schema}`);
+  return url.toString();
+}
+
+async function startServer(databaseUrl: string): Promise<{ url: string; process: ChildProcess }> {
+  const port = 18_000 + Math.floor(Math.random() * 2000);
+  const child = spawn('node', ['bin/tollgate.js', 'serve'], {
+    env: { ...process.env, DATABASE_URL: databaseUrl, PORT: String(port), LOG_LEVEL: 'warn', RATE_LIMIT_PER_MINUTE: '100000000' },
+    stdio: ['ignore', 'inherit', 'inherit'],
+  });
+  const url = `http://127.0.0.1:${port}`;
+  for (let i = 0; i < 100; i++) {
+    try {
+      if ((await fetch(`${url}/readyz`)).ok) return { url, process: child };
+    } catch {
+      // not up yet
+    }
+    await new Promise((r) => setTimeout(r, 200));
+  }
+  child.kill();
+  throw new Error('server did not start');
+}
+
+async function setUpMerchant(storage: Storage, url: string, customers: number) {
+  const { secretKey, merchant } = await createMerchant(storage, { name: 'Bench' });
+  const headers = { authorization: `Bearer ${secretKey}`, 'content-type': 'application/json' };
+  const post = async (path: string, body: object) =>
+    (await (await fetch(`${url}/v1${path}`, { method: "POST", headers, body: JSON.stringify(body) })).json()) as unknown;
+  const meter = (await post('/meters', {
+    name: 'Tokens',
+    rate_type: 'fixed',
+    tier_type: 'tokens_1m',
+    tiers: [{ start: '0', rate: '2.5' }, { start: '1000000', rate: '2' }],
+  })) as { meter_slug: string; meter_id: string };
+  const ids: { customerId: string; walletId: string }[] = [];
+  for (let i = 0; i < customers; i++) {
+    const c = (await post('/customers', { reference_id: `bench-${i}` })) as { customer_id: string; wallet: { wallet_id: string } };
+    await creditWallet(storage, c.wallet.wallet_id, parseMoney('1000000'));
+    ids.push({ customerId: c.customer_id, walletId: c.wallet.wallet_id });
+  }
+  return { headers, meter, customers: ids, merchantId: merchant.id, secretKey };
+}
+
+async function benchRecordThroughput(engine: string, storage: Storage, url: string): Promise<void> {
+  const { headers, meter, customers } = await setUpMerchant(storage, url, SIZES.customers);
+  let n = 0;
+  const result = await autocannon({
+    url: `${url}/v1/requests`,
+    method: 'POST',
+    headers,
+    connections: SIZES.connections,
+    duration: SIZES.throughputSeconds,
+    requests: [
+      {
+        setupRequest: (req) => {
+          const i = n++;
+          const customer = customers[i % customers.length]!;
+          return {
+            ...req,
+            body: JSON.stringify({
+              request_id: `bench-${i}`,
+              customer_id: customer.customerId,
+              meter_slug: meter.meter_slug,
+              input_tokens: 800 + (i % 400),
+              output_tokens: 200 + (i % 100),
+              metadata: { feature: i % 2 ? 'chat' : 'search' },
+            }),
+          };
+        },
+      },
+    ],
+  });
+  const ok = result['2xx'];
+  const rps = ok / (result.duration || SIZES.throughputSeconds);
+  console.log(`POST /v1/requests: ${rps.toFixed(0)} recorded/s (${ok} ok, ${result.non2xx} non-2xx, p99 ${result.latency.p99} ms)`);
+  report.push({
+    scenario: `POST /v1/requests, ${SIZES.connections} connections, ${SIZES.customers} customers`,
+    engine,
+    result: `${rps.toFixed(0)} recorded/s; latency p50 ${result.latency.p50} ms, p99 ${result.latency.p99} ms; ${result.non2xx} non-2xx`,
+    target: engine === 'postgres' ? '≥ 2,000 recorded/s' : '—',
+  });
+}
+
+/** Seeds stored requests straight into the tables (as the app writes them), spread over 31 days. */
+async function seedRequests(storage: Storage, merchantId: string, connectionId: string, meterId: string, count: number, from: Date) {
+  const span = 31 * 86_400;
+  const step = span / count;
+  const t0 = Math.floor(from.getTime() / 1000);
+  const pgTs = (e: string) => sql.raw(`to_char(to_timestamp(${e}) at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"')`);
+  const sqTs = (e: string) => sql.raw(`strftime('%Y-%m-%dT%H:%M:%fZ', ${e}, 'unixepoch')`);
+  const ts = storage.dialect === 'postgres' ? pgTs : sqTs;
+  const series =
+    storage.dialect === 'postgres'
+      ? sql.raw(`select i, (${t0} + floor((i - 1) * ${step}))::bigint as e from generate_series(1, ${count}) as i`)
+      : sql.raw(`with recursive s(i) as (select 1 union all select i + 1 from s where i < ${count}) select i, ${t0} + cast((i - 1) * ${step} as integer) as e from s`);
+  const pad = storage.dialect === 'postgres' ? sql.raw(`lpad(i::text, 10, '0')`) : sql.raw(`substr('0000000000' || i, -10, 10)`);
+  const tier = sql.raw(`case when i % 10 = 0 then 'gold' else 'free' end`);
+  await sql`
+    insert into requests (id, merchant_id, request_id, body_hash, status, connection_id, meter_id, provider, model, endpoint,
+      provider_key_type, response_id, provider_timestamp, metadata, input_tokens, output_tokens, input_characters,
+      output_characters, input_seconds, output_seconds, input_cost, output_cost, base_cost_charged, base_cost_payer,
+      fee_amount, rate_type, token_basis, breakdown, service_charge_amount, service_charge_payer, total_request_cost,
+      total_wallet_cost, total_merchant_cost, usage_estimated, created_at, completed_at)
+    select 'req_seed' || ${pad}, ${merchantId}, 'seed-' || ${pad}, null, 'completed', ${connectionId}, ${meterId}, 'openai',
+      'gpt-4o', 'POST https://api.openai.com/v1/chat/completions', 'managed', null, null,
+      '{"tier":"' || ${tier} || '"}', 1000, 200, 0, 0, '0', '0', 25000000, 20000000, 1, 'wallet',
+      30000000, 'fixed', 'input+output', '[]', 0, 'wallet', 75000000, 75000000, 0, 0, ${ts('e')}, ${ts('e')}
+    from (${series}) as g`.execute(storage.db);
+  await sql`
+    insert into request_metadata (request_pk, merchant_id, key, value, created_at)
+    select id, merchant_id, 'tier', case when metadata like '%gold%' then 'gold' else 'free' end, created_at
+    from requests where merchant_id = ${merchantId} and id like 'req_seed%'`.execute(storage.db);
+  const bucket =
+    storage.dialect === 'postgres'
+      ? sql.raw(`to_char(to_timestamp(floor(extract(epoch from created_at::timestamptz) / 900) * 900) at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"')`)
+      : sql.raw(`strftime('%Y-%m-%dT%H:%M:%fZ', (cast(strftime('%s', created_at) as integer) / 900) * 900, 'unixepoch')`);
+  await sql`
+    insert into usage_rollups (merchant_id, bucket_start, connection_id, meter_id, requests, tokens, usage_cost, fee,
+      service_charge, request_cost, wallet_cost, merchant_cost)
+    select merchant_id, ${bucket}, connection_id, meter_id, count(*), sum(input_tokens + output_tokens),
+      sum(input_cost + output_cost), sum(fee_amount), sum(service_charge_amount), sum(total_request_cost),
+      sum(total_wallet_cost), sum(total_merchant_cost)
+    from requests where merchant_id = ${merchantId} and id like 'req_seed%'
+    group by merchant_id, ${bucket}, connection_id, meter_id
+    on conflict (merchant_id, bucket_start, connection_id, meter_id) do nothing`.execute(storage.db);
+  if (storage.dialect === 'postgres') await sql`analyze`.execute(storage.db);
+  else await sql`analyze`.execute(storage.db);
+}
+
+async function benchUsageLatency(engine: string, storage: Storage, url: string): Promise<void> {
+  const { headers, meter, customers, merchantId } = await setUpMerchant(storage, url, 1);
+  const from = new Date(Date.UTC(2026, 0, 1));
+  const started = Date.now();
+  await seedRequests(storage, merchantId, customers[0]!.customerId, meter.meter_id, SIZES.storedRequests, from);
+  console.log(`seeded ${SIZES.storedRequests} requests in ${((Date.now() - started) / 1000).toFixed(1)} s`);
+
+  const query = `start=2026-01-01T00:00:00-05:00&end=2026-01-31T23:59:59-05:00`;
+  const filter = `&metadata_filters=${encodeURIComponent(JSON.stringify([['tier', 'gold']]))}`;
+  for (const [label, qs] of [
+    ['without metadata filter', query],
+    ['with metadata filter', query + filter],
+  ] as const) {
+    const times: number[] = [];
+    let requests = 0;
+    for (let i = 0; i < SIZES.usageCalls; i++) {
+      const t = performance.now();
+      const res = await fetch(`${url}/v1/usage?${qs}`, { headers });
+      const body = (await res.json()) as { totals?: { total_requests: number } };
+      times.push(performance.now() - t);
+      if (!res.ok) throw new Error(`GET /usage failed: ${JSON.stringify(body)}`);
+      requests = body.totals?.total_requests ?? 0;
+    }
+    const p = percentiles(times);
+    console.log(`GET /v1/usage ${label}: p50 ${p.p50} ms, p95 ${p.p95} ms, p99 ${p.p99} ms (${requests} requests counted)`);
+    report.push({
+      scenario: `GET /v1/usage, 31 days, ${SIZES.storedRequests.toLocaleString('en')} stored, ${label}`,
+      engine,
+      result: `p50 ${p.p50} ms, p95 ${p.p95} ms, p99 ${p.p99} ms (${SIZES.usageCalls} calls; counted ${requests})`,
+      target: label.startsWith('without') ? 'p95 < 50 ms' : 'p95 < 500 ms',
+    });
+  }
+}
+
+function percentiles(samples: number[]) {
+  const sorted = [...samples].sort((a, b) => a - b);
+  const at = (q: number) => sorted[Math.min(sorted.length - 1, Math.ceil(q * sorted.length) - 1)]!.toFixed(1);
+  return { p50: at(0.5), p95: at(0.95), p99: at(0.99) };
+}
+
+function writeReport(): void {
+  const lines = [
+    `# Benchmark report${quick ? ' (quick)' : ''}`,
+    '',
+    `${new Date().toISOString()} — node ${process.version}, ${process.platform}/${process.arch}`,
+    '',
+    '| scenario | engine | result | target |',
+    '|---|---|---|---|',
+    ...report.map((r) => `| ${r.scenario} | ${r.engine} | ${r.result} | ${r.target} |`),
+    '',
+  ];
+  mkdirSync('bench/results', { recursive: true });
+  writeFileSync('bench/results/latest.md', lines.join('\n'));
+  console.log('\n' + lines.join('\n'));
+}
+
+await main();
