@@ -3,7 +3,7 @@ import fastifySwagger from '@fastify/swagger';
 import Fastify, { type FastifyReply, type FastifyRequest } from 'fastify';
 import { jsonSchemaTransform, validatorCompiler, type ZodTypeProvider } from 'fastify-type-provider-zod';
 import { authenticateSecretKey, bearerToken, principalOf } from './http/auth.ts';
-import { ApiError } from './http/errors.ts';
+import { ApiError, envelope, ERRORS } from './http/errors.ts';
 import { installErrorHandling } from './http/error-handler.ts';
 import { beginIdempotentRequest, finishIdempotentRequest } from './http/idempotency.ts';
 import { installJsonBodyParser } from './http/json-body.ts';
@@ -30,7 +30,12 @@ export async function buildApp(deps: AppDeps): Promise<App> {
     bodyLimit: BODY_LIMIT,
     genReqId: (req) => headerValue(req.headers['x-request-id']) ?? randomUUID(),
     // The SDK's rewrite URLs carry `https://` inside the path; never merge slashes.
-    routerOptions: { ignoreTrailingSlash: true, ignoreDuplicateSlashes: false },
+    routerOptions: { ignoreTrailingSlash: true, ignoreDuplicateSlashes: false, maxParamLength: 1000 },
+    // Errors raised before routing (a malformed percent-escape) get the envelope too.
+    frameworkErrors: (error, _request, reply: FastifyReply) => {
+      const code = error.code === 'FST_ERR_BAD_URL' ? 'route_not_found' : 'validation_error';
+      void reply.status(ERRORS[code].status).send(envelope(code, code === 'route_not_found' ? 'No such endpoint.' : error.message));
+    },
   }).withTypeProvider<ZodTypeProvider>();
 
   app.setValidatorCompiler(validatorCompiler);
@@ -39,6 +44,7 @@ export async function buildApp(deps: AppDeps): Promise<App> {
   installJsonBodyParser(app, BODY_LIMIT);
   installErrorHandling(app);
   installMetrics(app);
+  closeConnectionsWhenShuttingDown(app);
 
   await app.register(fastifySwagger, {
     openapi: {
@@ -102,6 +108,21 @@ async function authenticateAndLimit(deps: AppDeps, request: FastifyRequest, repl
       headers: { 'retry-after': String(retryAfter) },
     });
   }
+}
+
+/**
+ * During shutdown, answers in flight are sent with `Connection: close`: otherwise a keep-alive
+ * client would hold the server open until its socket times out.
+ */
+function closeConnectionsWhenShuttingDown(app: App): void {
+  let closing = false;
+  app.addHook('preClose', async () => {
+    closing = true;
+  });
+  app.addHook('onSend', async (_request, reply, payload) => {
+    if (closing) reply.header('connection', 'close');
+    return payload;
+  });
 }
 
 function headerValue(v: string | string[] | undefined): string | undefined {

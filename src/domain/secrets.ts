@@ -11,8 +11,11 @@ export function hashesEqual(a: string, b: string): boolean {
   return ab.length === bb.length && timingSafeEqual(ab, bb);
 }
 
-/** A preview that identifies a key to its owner without revealing it: prefix, 4 chars, asterisks. */
-export function secretHint(secret: string): string {
-  const cut = secret.lastIndexOf('_') + 1;
-  return `${secret.slice(0, cut + 4)}${'*'.repeat(8)}`;
+/**
+ * A preview that identifies a key to its owner without revealing it: the known prefix, 4 random
+ * characters, then asterisks. The cut is at the prefix, never at the last underscore: the random
+ * part is base64url and may itself contain `_`.
+ */
+export function secretHint(secret: string, prefix: string): string {
+  return `${secret.slice(0, prefix.length + 4)}${'*'.repeat(8)}`;
 }

@@ -49,8 +49,9 @@ export async function beginIdempotentRequest(
   if (!existing) throw new ApiError('idempotency_key_in_use', 'This Idempotency-Key was just released; retry.');
   if (existing.request_hash !== requestHash) throw new ApiError('idempotency_key_reused');
   if (existing.state !== 'done' || existing.response_status === null) throw new ApiError('idempotency_key_in_use');
+  // SQLite runs with safe integers, so the stored status may arrive as a bigint.
   await reply
-    .status(existing.response_status)
+    .status(Number(existing.response_status))
     .header('idempotent-replayed', 'true')
     .type('application/json; charset=utf-8')
     .send(existing.response_body ?? '');

@@ -14,6 +14,9 @@ declare module 'fastify' {
  */
 export function installJsonBodyParser(app: FastifyInstance, bodyLimit: number): void {
   app.removeContentTypeParser('application/json');
+  // Fastify's built-in text/plain parser would hand the schema a string (a 400 that hides the real
+  // problem); every body here is JSON, so anything else is 415 unsupported_media_type.
+  app.removeContentTypeParser('text/plain');
   app.addContentTypeParser(
     /^application\/([\w.+-]*\+)?json$/,
     { parseAs: 'string', bodyLimit },

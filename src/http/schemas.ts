@@ -33,3 +33,11 @@ export const standardErrors = {
   404: errorSchema.describe('Not found'),
   429: errorSchema.describe('Rate limited'),
 } as const;
+
+/**
+ * A body every field of which is optional. Fastify validates an absent body (a JSON content type
+ * with no bytes, as the published client sends it) as `null`, so it is read as `{}`.
+ */
+export function optionalBody<T extends z.ZodType>(schema: T) {
+  return z.preprocess((body) => body ?? {}, schema);
+}

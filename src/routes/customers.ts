@@ -1,10 +1,11 @@
 import { z } from 'zod';
-import { formatMoney } from '../domain/money.ts';
+import { formatMoney, parseMoney } from '../domain/money.ts';
+import { grantCredit } from '../ledger/wallets.ts';
 import { principalOf } from '../http/auth.ts';
 import { ApiError, notFound } from '../http/errors.ts';
 import { metadataSchema } from '../http/metadata.ts';
 import { assertCursor, pageQuery, pageResponse, toPage } from '../http/pagination.ts';
-import { idParams, standardErrors, successResponse } from '../http/schemas.ts';
+import { idParams, nonNegativeDecimal, optionalBody, standardErrors, successResponse } from '../http/schemas.ts';
 import type { App, AppDeps } from '../http/types.ts';
 import {
   connectionIdExists,
@@ -28,8 +29,24 @@ const customerFields = {
   phone: text(32).nullable().optional(),
   metadata: metadataSchema.nullable().optional(),
 };
-const createBody = z.object(customerFields).default({});
-const updateBody = z.object(customerFields).default({});
+// Fastify validates an absent body (a JSON content type with no bytes, as the published client
+// sends it) as `null`, so a `.default({})` never applies; treat null/undefined as `{}`.
+const createBody = optionalBody(z.object(customerFields));
+const updateBody = optionalBody(z.object(customerFields));
+
+const creditBody = z.object({
+  amount: nonNegativeDecimal.refine((v) => parseMoney(v) > 0n, 'must be greater than 0'),
+  description: z.string().trim().min(1).max(255).optional(),
+});
+const creditSchema = z.object({
+  credit_id: z.string(),
+  customer_id: z.string(),
+  wallet_id: z.string(),
+  amount: z.string(),
+  description: z.string().nullable(),
+  balance: z.string().describe("The customer's wallet balance after the grant"),
+  created_at: z.string(),
+});
 
 const contactSchema = z.object({
   phone: z.string().nullable(),
@@ -118,6 +135,28 @@ export function registerCustomerRoutes(app: App, deps: AppDeps): void {
   );
 
   registerCustomerReadRoutes(app, deps, '/customers', tags);
+
+  app.post(
+    '/customers/:id/credits',
+    { schema: { tags, params: idParams, body: creditBody, response: { 201: creditSchema, ...standardErrors } } },
+    async (request, reply) => {
+      const { merchantId } = principalOf(request);
+      const customer = await findConnection(storage, merchantId, request.params.id);
+      if (!customer) throw notFound('customer', request.params.id);
+      const amount = parseMoney(request.body.amount);
+      const description = request.body.description ?? null;
+      const grant = await grantCredit(storage, { merchantId, walletId: customer.wallet_id, amount, description });
+      return reply.status(201).send({
+        credit_id: grant.transactionId,
+        customer_id: customer.id,
+        wallet_id: customer.wallet_id,
+        amount: formatMoney(amount),
+        description,
+        balance: formatMoney(grant.balance),
+        created_at: grant.at,
+      });
+    },
+  );
 
   app.patch(
     '/customers/:id',

@@ -17,7 +17,7 @@ import { formatMoney } from '../domain/money.ts';
 import { principalOf } from '../http/auth.ts';
 import { ApiError, notFound, validationError } from '../http/errors.ts';
 import { assertCursor, pageQuery, pageResponse, toPage } from '../http/pagination.ts';
-import { deletedResponse, idParams, standardErrors } from '../http/schemas.ts';
+import { deletedResponse, idParams, optionalBody, standardErrors } from '../http/schemas.ts';
 import type { App, AppDeps } from '../http/types.ts';
 import {
   findMeter,
@@ -51,9 +51,9 @@ const createBody = z.object({
   tiers: tiersInput,
 });
 
-const updateBody = z
-  .object({ name: z.string().trim().min(1).max(255).optional(), tiers: tiersInput.optional() })
-  .default({});
+const updateBody = optionalBody(
+  z.object({ name: z.string().trim().min(1).max(255).optional(), tiers: tiersInput.optional() }),
+);
 
 const tierSchema = z.object({ start: z.number(), rate: z.string(), type: z.enum(TIER_TYPES) });
 const meterSchema = z.object({

@@ -2,7 +2,7 @@ import { z } from 'zod';
 import { principalOf } from '../http/auth.ts';
 import { ApiError, notFound } from '../http/errors.ts';
 import { assertCursor, pageQuery, pageResponse, toPage } from '../http/pagination.ts';
-import { deletedResponse, idParams, standardErrors } from '../http/schemas.ts';
+import { deletedResponse, idParams, optionalBody, standardErrors } from '../http/schemas.ts';
 import type { App, AppDeps } from '../http/types.ts';
 import {
   insertSecretKey,
@@ -19,7 +19,7 @@ const secretKeySchema = z.object({
   created_at: z.string(),
 });
 const createdSecretKeySchema = secretKeySchema.extend({ secret_key: z.string().describe('Shown only once') });
-const createBody = z.object({ name: z.string().trim().min(1).max(255).default('Secret key') }).default({ name: 'Secret key' });
+const createBody = optionalBody(z.object({ name: z.string().trim().min(1).max(255).default('Secret key') }));
 
 const tags = ['secret keys'];
 

@@ -1,20 +1,11 @@
 import type { Kysely, Transaction } from 'kysely';
 import { newId, newSecret, SECRET_PREFIX } from '../domain/ids.ts';
-import { hashSecret } from '../domain/secrets.ts';
+import { hashSecret, secretHint } from '../domain/secrets.ts';
 import type { Storage } from './db.ts';
 import type { Database, SecretKeysTable } from './schema.ts';
 import { nowIso } from './time.ts';
 
 export type SecretKeyRow = SecretKeysTable;
-
-/**
- * `sk_live_` + the first 4 random characters + asterisks. The random part is base64url and can
- * itself contain `_`, so the cut is at the known prefix, never at the last underscore (which
- * could reveal almost the whole key).
- */
-function keyHint(secret: string): string {
-  return `${secret.slice(0, SECRET_PREFIX.secretKey.length + 4)}${'*'.repeat(8)}`;
-}
 
 export async function insertSecretKey(
   db: Kysely<Database> | Transaction<Database>,
@@ -27,7 +18,7 @@ export async function insertSecretKey(
     merchant_id: merchantId,
     name,
     key_hash: hashSecret(secret),
-    key_hint: keyHint(secret),
+    key_hint: secretHint(secret, SECRET_PREFIX.secretKey),
     created_at: nowIso(),
     revoked_at: null,
   };

@@ -1,0 +1,192 @@
+import { mkdtempSync } from 'node:fs';
+import { connect } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { loadConfig } from '../../src/config.ts';
+import { startServer } from '../../src/main.ts';
+import { openStorage } from '../../src/storage/db.ts';
+import { createMerchant } from '../../src/storage/merchants.ts';
+import { startTestApp, type TestApp } from '../helpers/app.ts';
+import { databasesUnderTest } from '../helpers/databases.ts';
+
+describe.each(databasesUnderTest())('operational endpoints on %s', (dialect) => {
+  let t: TestApp;
+  beforeAll(async () => {
+    t = await startTestApp(dialect);
+  });
+  afterAll(async () => t?.close());
+
+  it('GET /healthz answers 200 without an API key', async () => {
+    const res = await t.app.inject({ method: 'GET', url: '/healthz' });
+    expect(res.statusCode).toBe(200);
+    expect(res.json()).toEqual({ status: 'ok' });
+  });
+
+  it('GET /readyz answers 200 naming the database engine', async () => {
+    const res = await t.app.inject({ method: 'GET', url: '/readyz' });
+    expect(res.statusCode).toBe(200);
+    expect(res.json()).toEqual({ status: 'ready', database: dialect });
+  });
+
+  it('GET /readyz answers 503 service_unavailable once the database is gone, while /healthz stays 200', async () => {
+    const broken = await startTestApp(dialect, { database: t.database });
+    try {
+      await broken.storage.close();
+      const res = await broken.app.inject({ method: 'GET', url: '/readyz' });
+      expect(res.statusCode).toBe(503);
+      expect(res.json()).toEqual({ error: { message: expect.any(String), code: 'service_unavailable', status: 503 } });
+      expect((await broken.app.inject({ method: 'GET', url: '/healthz' })).statusCode).toBe(200);
+    } finally {
+      await broken.app.close();
+    }
+  });
+
+  it('GET /metrics is Prometheus text with the request-duration histogram of answered requests', async () => {
+    await t.app.inject({ method: 'GET', url: '/healthz' });
+    await t.app.inject({ method: 'GET', url: '/v1/meters', headers: t.auth() });
+    const res = await t.app.inject({ method: 'GET', url: '/metrics' });
+    expect(res.statusCode).toBe(200);
+    expect(String(res.headers['content-type'])).toMatch(/^text\/plain; version=0\.0\.4/);
+    expect(res.body).toContain('# TYPE tollgate_http_request_duration_seconds histogram');
+    expect(res.body).toMatch(/^tollgate_http_request_duration_seconds_count\{method="GET",route="\/healthz",status="200"\} [1-9]/m);
+    expect(res.body).toMatch(/^tollgate_http_request_duration_seconds_count\{method="GET",route="\/v1\/meters",status="200"\} [1-9]/m);
+    expect(res.body).toMatch(/^tollgate_process_cpu_user_seconds_total /m);
+  });
+
+  it('GET /v1/openapi.json is an OpenAPI 3.1 document generated from the route schemas', async () => {
+    const res = await t.app.inject({ method: 'GET', url: '/v1/openapi.json' });
+    expect(res.statusCode).toBe(200);
+    expect(String(res.headers['content-type'])).toMatch(/^application\/json/);
+    const doc = res.json();
+    expect(doc.openapi).toMatch(/^3\.1\./);
+    expect(doc.info.title).toEqual(expect.any(String));
+    for (const path of ['/v1/meters', '/v1/customers', '/v1/secret_keys', '/v1/connections']) {
+      expect(Object.keys(doc.paths)).toContain(path);
+    }
+    const body = doc.paths['/v1/meters'].post.requestBody.content['application/json'].schema;
+    expect(body.properties.rate_type.enum).toEqual(['fixed', 'percentage']);
+    expect(body.required).toEqual(expect.arrayContaining(['name', 'rate_type', 'tiers']));
+    expect(doc.paths['/v1/meters/{id}'].get.responses['404']).toBeDefined();
+    // Internal endpoints stay out of the public document.
+    expect(Object.keys(doc.paths)).not.toContain('/metrics');
+    expect(Object.keys(doc.paths)).not.toContain('/v1/openapi.json');
+  });
+});
+
+describe('graceful shutdown of startServer', () => {
+  function freshConfig() {
+    const dir = mkdtempSync(join(tmpdir(), 'tollgate-ops-'));
+    const databaseUrl = `sqlite:${join(dir, 'ops.db')}`;
+    return { databaseUrl, config: loadConfig({ PORT: '0', DATABASE_URL: databaseUrl, LOG_LEVEL: 'silent' }) };
+  }
+
+  it('answers on its port, then stop() resolves and the port refuses connections', async () => {
+    const { config } = freshConfig();
+    const server = await startServer(config);
+    const url = new URL(server.url);
+    expect(url.hostname).toBe('127.0.0.1');
+    expect(Number(url.port)).toBeGreaterThan(0);
+
+    const res = await fetch(`${server.url}/healthz`);
+    expect(res.status).toBe(200);
+    expect(await res.json()).toEqual({ status: 'ok' });
+    expect((await fetch(`${server.url}/readyz`)).status).toBe(200);
+
+    // fetch keeps the connection alive; stop() must not wait on idle sockets.
+    await expect(server.stop()).resolves.toBeUndefined();
+    await expect(fetch(`${server.url}/healthz`)).rejects.toThrow();
+    await expect(canConnect(Number(url.port))).resolves.toBe(false);
+  });
+
+  /** Opens a raw connection and sends the headers and the first bytes of a POST, leaving it in progress. */
+  async function beginSlowPost(port: number, secretKey: string, body: string) {
+    const socket = connect(port, '127.0.0.1');
+    await new Promise<void>((resolve) => socket.once('connect', () => resolve()));
+    let text = '';
+    const response = new Promise<string>((resolve) => {
+      socket.on('data', (chunk) => {
+        text += chunk.toString();
+        const [head, payload = ''] = text.split('\r\n\r\n');
+        const length = Number(/content-length: (\d+)/i.exec(head ?? '')?.[1] ?? NaN);
+        if (Buffer.byteLength(payload) >= length) resolve(text);
+      });
+    });
+    socket.write(
+      [
+        'POST /v1/customers HTTP/1.1',
+        `Host: 127.0.0.1:${port}`,
+        `Authorization: Bearer ${secretKey}`,
+        'Content-Type: application/json',
+        `Content-Length: ${Buffer.byteLength(body)}`,
+        '',
+        '',
+      ].join('\r\n') + body.slice(0, 5),
+    );
+    await new Promise((resolve) => setTimeout(resolve, 100));
+    return { socket, response, finish: () => socket.write(body.slice(5)) };
+  }
+
+  async function serverWithMerchant() {
+    const { databaseUrl, config } = freshConfig();
+    const server = await startServer(config);
+    const side = openStorage(databaseUrl);
+    const { secretKey } = await createMerchant(side, { name: 'Shutdown' });
+    await side.close();
+    return { server, secretKey, port: Number(new URL(server.url).port) };
+  }
+
+  it('lets a request already in progress finish while stopping, refusing new connections meanwhile', async () => {
+    const { server, secretKey, port } = await serverWithMerchant();
+    const slow = await beginSlowPost(port, secretKey, JSON.stringify({ reference_id: 'in-flight' }));
+
+    let stopped = false;
+    const stopping = server.stop().then(() => (stopped = true));
+    await new Promise((resolve) => setTimeout(resolve, 100));
+    expect(stopped).toBe(false);
+    expect(await canConnect(port)).toBe(false);
+
+    slow.finish();
+    const text = await slow.response;
+    expect(text).toMatch(/^HTTP\/1\.1 201 /);
+    expect(text).toContain('"reference_id":"in-flight"');
+    slow.socket.destroy();
+    await stopping;
+    expect(stopped).toBe(true);
+  });
+
+  // KNOWN BUG, left for the owner of src/main.ts / src/app.ts: a request that began before stop()
+  // is answered without `Connection: close`, and Node reaps idle sockets only once, when close()
+  // starts. The keep-alive socket then holds stop() open until the client leaves or Fastify's
+  // 72 s keepAliveTimeout fires. Flip to it() once shutdown closes connections that turn idle.
+  it('resolves stop() promptly after the in-flight response even if the client keeps the connection', async () => {
+    const { server, secretKey, port } = await serverWithMerchant();
+    const slow = await beginSlowPost(port, secretKey, JSON.stringify({ reference_id: 'kept-alive' }));
+    const stopping = server.stop();
+    await new Promise((resolve) => setTimeout(resolve, 100));
+    slow.finish();
+    const text = await slow.response;
+    try {
+      expect(text).toMatch(/^HTTP\/1\.1 201 /);
+      const outcome = await Promise.race([
+        stopping.then(() => 'stopped' as const),
+        new Promise<'hung'>((resolve) => setTimeout(() => resolve('hung'), 2_000)),
+      ]);
+      expect(outcome).toBe('stopped');
+    } finally {
+      slow.socket.destroy();
+      await stopping;
+    }
+  });
+});
+
+function canConnect(port: number): Promise<boolean> {
+  return new Promise((resolve) => {
+    const s = connect(port, '127.0.0.1');
+    s.once('connect', () => {
+      s.destroy();
+      resolve(true);
+    });
+    s.once('error', () => resolve(false));
+  });
+}

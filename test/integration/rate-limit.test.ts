@@ -1,0 +1,166 @@
+import { Redis } from 'ioredis';
+import { ulid } from 'ulid';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { MemoryRateLimiter, RedisRateLimiter, type RateLimiter } from '../../src/http/rate-limit.ts';
+import { insertSecretKey } from '../../src/storage/secret-keys.ts';
+import { startTestApp, type TestApp } from '../helpers/app.ts';
+import { databasesUnderTest } from '../helpers/databases.ts';
+
+const LIMIT = 5;
+const env = { RATE_LIMIT_PER_MINUTE: String(LIMIT) };
+
+/** Redis runs when TEST_REDIS_URL is set; in CI a missing Redis is a failure, never a silent skip. */
+const REDIS_URL = process.env.TEST_REDIS_URL;
+if (!REDIS_URL && process.env.CI) {
+  throw new Error('CI must set TEST_REDIS_URL so the Redis rate-limit suites run.');
+}
+
+/**
+ * Windows are fixed wall-clock minutes. A burst that straddles a boundary would see two windows,
+ * so wait for the next one when the current one is about to end.
+ */
+async function awayFromWindowEdge(marginMs = 5_000): Promise<void> {
+  const left = 60_000 - (Date.now() % 60_000);
+  if (left < marginMs) await new Promise((resolve) => setTimeout(resolve, left + 50));
+}
+
+type LimiterFactory = { make(): RateLimiter; closeAll(): Promise<void> };
+
+function memoryLimiters(): LimiterFactory {
+  return { make: () => new MemoryRateLimiter(), closeAll: async () => {} };
+}
+
+/** Every limiter gets its own connection (as separate instances would), all under one run-unique prefix. */
+function redisLimiters(url: string): LimiterFactory {
+  const prefix = `tollgate:test:${ulid()}:`;
+  const clients: Redis[] = [];
+  return {
+    make: () => {
+      const redis = new Redis(url, { maxRetriesPerRequest: 2 });
+      clients.push(redis);
+      return new RedisRateLimiter(redis, prefix);
+    },
+    closeAll: async () => {
+      await Promise.all(clients.map((c) => c.quit()));
+    },
+  };
+}
+
+const suites: [string, () => LimiterFactory, boolean][] = [
+  ['in-memory limiter', memoryLimiters, false],
+  ['Redis limiter', () => redisLimiters(REDIS_URL ?? ''), !REDIS_URL],
+];
+
+for (const [label, factory, skip] of suites) {
+  describe.skipIf(skip).each(databasesUnderTest())(`rate limits with the ${label} on %s`, (dialect) => {
+    let limiters: LimiterFactory;
+    let t: TestApp;
+    beforeAll(async () => {
+      limiters = factory();
+      t = await startTestApp(dialect, { env, rateLimiter: limiters.make() });
+    });
+    afterAll(async () => {
+      await t?.close();
+      await limiters?.closeAll();
+    });
+
+    const get = (app: TestApp, secret: string) =>
+      app.app.inject({ method: 'GET', url: '/v1/meters', headers: app.auth(secret) });
+
+    it('sends X-RateLimit headers counting down, with Reset as Unix seconds within the next minute', async () => {
+      await awayFromWindowEdge();
+      const m = await t.newMerchant();
+      for (let i = 1; i <= LIMIT; i++) {
+        const before = Date.now() / 1000;
+        const res = await get(t, m.secretKey);
+        expect(res.statusCode).toBe(200);
+        expect(res.headers['x-ratelimit-limit']).toBe(String(LIMIT));
+        expect(res.headers['x-ratelimit-remaining']).toBe(String(LIMIT - i));
+        const reset = Number(res.headers['x-ratelimit-reset']);
+        expect(Number.isInteger(reset)).toBe(true);
+        expect(reset).toBeGreaterThan(before);
+        expect(reset).toBeLessThanOrEqual(Math.ceil(before) + 60);
+      }
+    });
+
+    it('answers the request over the limit with 429 rate_limited and Retry-After', async () => {
+      await awayFromWindowEdge();
+      const m = await t.newMerchant();
+      for (let i = 0; i < LIMIT; i++) expect((await get(t, m.secretKey)).statusCode).toBe(200);
+
+      const res = await get(t, m.secretKey);
+      expect(res.statusCode).toBe(429);
+      expect(res.json()).toEqual({ error: { message: expect.any(String), code: 'rate_limited', status: 429 } });
+      expect(res.headers['x-ratelimit-remaining']).toBe('0');
+      const retryAfter = Number(res.headers['retry-after']);
+      expect(Number.isInteger(retryAfter)).toBe(true);
+      expect(retryAfter).toBeGreaterThanOrEqual(1);
+      expect(retryAfter).toBeLessThanOrEqual(60);
+      // Retry-After and Reset name the same moment.
+      const reset = Number(res.headers['x-ratelimit-reset']);
+      expect(Math.abs(reset - (Math.floor(Date.now() / 1000) + retryAfter))).toBeLessThanOrEqual(1);
+
+      // A limited key stays limited for the rest of the window, and nothing runs behind the 429.
+      const post = await t.app.inject({
+        method: 'POST',
+        url: '/v1/customers',
+        headers: t.auth(m.secretKey),
+        payload: { reference_id: 'blocked' },
+      });
+      expect(post.statusCode).toBe(429);
+      const rows = await t.storage.db
+        .selectFrom('connections')
+        .select('id')
+        .where('merchant_id', '=', m.merchantId)
+        .execute();
+      expect(rows).toHaveLength(0);
+    });
+
+    it('counts per API key: other keys, of this merchant or another, are unaffected', async () => {
+      await awayFromWindowEdge();
+      const m = await t.newMerchant();
+      const sibling = await insertSecretKey(t.storage.db, m.merchantId, 'Sibling');
+      const other = await t.newMerchant();
+      for (let i = 0; i <= LIMIT; i++) await get(t, m.secretKey);
+      expect((await get(t, m.secretKey)).statusCode).toBe(429);
+
+      for (const secret of [sibling.secret, other.secretKey]) {
+        const res = await get(t, secret);
+        expect(res.statusCode).toBe(200);
+        expect(res.headers['x-ratelimit-remaining']).toBe(String(LIMIT - 1));
+      }
+      // Public operational endpoints are not metered per key.
+      const health = await t.app.inject({ method: 'GET', url: '/healthz' });
+      expect(health.statusCode).toBe(200);
+      expect(health.headers['x-ratelimit-limit']).toBeUndefined();
+    });
+
+    if (label === 'Redis limiter') {
+      it('shares one window between two app instances on one Redis and one database: together they admit exactly the limit', async () => {
+        await awayFromWindowEdge();
+        const second = await startTestApp(dialect, { env, database: t.database, rateLimiter: limiters.make() });
+        try {
+          const m = await t.newMerchant();
+          // Sequential, alternating: the counts of both instances add up.
+          const sequential: number[] = [];
+          for (let i = 0; i < LIMIT + 3; i++) sequential.push((await get(i % 2 ? second : t, m.secretKey)).statusCode);
+          expect(sequential.filter((s) => s === 200)).toHaveLength(LIMIT);
+          expect(sequential.slice(LIMIT).every((s) => s === 429)).toBe(true);
+
+          // Concurrent, spread over both instances.
+          const n = await t.newMerchant();
+          const burst = await Promise.all(
+            Array.from({ length: 3 * LIMIT }, (_, i) => get(i % 2 ? second : t, n.secretKey)),
+          );
+          const statuses = burst.map((r) => r.statusCode);
+          expect(statuses.filter((s) => s === 200)).toHaveLength(LIMIT);
+          expect(statuses.filter((s) => s === 429)).toHaveLength(2 * LIMIT);
+          const remaining = burst.filter((r) => r.statusCode === 200).map((r) => r.headers['x-ratelimit-remaining']);
+          expect([...remaining].sort()).toEqual(['0', '1', '2', '3', '4']);
+        } finally {
+          await second.close();
+        }
+      });
+    }
+  });
+}

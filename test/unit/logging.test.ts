@@ -1,0 +1,117 @@
+import { Writable } from 'node:stream';
+import pino, { type LoggerOptions } from 'pino';
+import { describe, expect, it } from 'vitest';
+import { loggerOptions, REDACTED_PATHS, redactUrl } from '../../src/http/logging.ts';
+
+/** A pino logger with Tollgate's options, writing into a string. */
+function capture(options: LoggerOptions): { log: pino.Logger; text: () => string } {
+  const chunks: string[] = [];
+  const stream = new Writable({
+    write(chunk, _enc, done) {
+      chunks.push(chunk.toString());
+      done();
+    },
+  });
+  return { log: pino(options, stream), text: () => chunks.join('') };
+}
+
+function tollgateOptions(level: string): LoggerOptions {
+  const opts = loggerOptions(level);
+  if (typeof opts !== 'object' || opts === null) throw new Error(`loggerOptions(${level}) is not an options object`);
+  return opts as LoggerOptions;
+}
+
+const SECRET = 'sk_live_SuperSecretValue123';
+const PROVIDER_KEY = 'sk-proj-ProviderKey456';
+const EMAIL = 'ada.lovelace@example.com';
+
+describe('redactUrl', () => {
+  it('masks the values of the key and metadata query parameters', () => {
+    const out = redactUrl(`/v1/forward?key=${SECRET}&model=gpt&metadata=%7B%22email%22%3A%22a%40b.c%22%7D`);
+    expect(out).not.toContain(SECRET);
+    expect(out).not.toContain('email');
+    expect(out).not.toContain('%40');
+    const params = new URLSearchParams(out.slice(out.indexOf('?') + 1));
+    expect(params.get('key')).toBe('[Redacted]');
+    expect(params.get('metadata')).toBe('[Redacted]');
+    expect(params.get('model')).toBe('gpt');
+    expect(out.startsWith('/v1/forward?')).toBe(true);
+  });
+
+  it('masks every repetition of a sensitive parameter', () => {
+    const out = redactUrl(`/x?key=${SECRET}&key=${PROVIDER_KEY}`);
+    expect(out).not.toContain(SECRET);
+    expect(out).not.toContain(PROVIDER_KEY);
+  });
+
+  it('leaves URLs without sensitive parameters as they are', () => {
+    expect(redactUrl('/v1/meters')).toBe('/v1/meters');
+    expect(redactUrl('/v1/meters?limit=2&cursor=met_1')).toBe('/v1/meters?limit=2&cursor=met_1');
+  });
+});
+
+describe('loggerOptions', () => {
+  it('turns logging off for level silent', () => {
+    expect(loggerOptions('silent')).toBe(false);
+  });
+
+  it('never writes an Authorization, x-api-key or other credential header value', () => {
+    const { log, text } = capture(tollgateOptions('info'));
+    const headers = {
+      authorization: `Bearer ${SECRET}`,
+      'x-api-key': PROVIDER_KEY,
+      'x-goog-api-key': 'AIzaGoogleKey789',
+      'xi-api-key': 'ElevenKey000',
+      cookie: 'session=CookieValue111',
+      'user-agent': 'vitest',
+    };
+    // Shaped like Fastify's request and a hand-written log line alike.
+    log.info({ req: { id: 'r1', method: 'GET', url: `/v1/forward?key=${SECRET}`, headers } }, 'incoming request');
+    log.info({ req: { id: 'r2', method: 'POST', url: '/v1/meters', headers } }, 'second request');
+    const out = text();
+    expect(out).toContain('incoming request');
+    for (const value of [SECRET, PROVIDER_KEY, 'AIzaGoogleKey789', 'ElevenKey000', 'CookieValue111']) {
+      expect(out).not.toContain(value);
+    }
+  });
+
+  it('redacts header values by path even without the request serializer', () => {
+    const opts = tollgateOptions('info');
+    const { log, text } = capture({ level: opts.level, redact: opts.redact });
+    log.info({ req: { headers: { authorization: `Bearer ${SECRET}`, 'x-api-key': PROVIDER_KEY, accept: 'json' } } });
+    log.info({ res: { headers: { 'set-cookie': 'session=CookieValue111' } } });
+    const out = text();
+    expect(out).not.toContain(SECRET);
+    expect(out).not.toContain(PROVIDER_KEY);
+    expect(out).not.toContain('CookieValue111');
+    expect(out).toContain('[Redacted]');
+    expect(out).toContain('"accept":"json"');
+  });
+
+  it('redacts personal data and secrets in logged objects', () => {
+    const { log, text } = capture(tollgateOptions('info'));
+    log.info({ customer: { email: EMAIL, phone: '+15551234567', first_name: 'Ada', id: 'con_1' } }, 'customer');
+    log.info({ body: { wallet: { email: EMAIL } } }, 'nested');
+    log.info({ secret_key: SECRET, meter: { product_secret: 'mets_ProductSecret' } }, 'secrets');
+    const out = text();
+    for (const value of [EMAIL, '+15551234567', '"Ada"', SECRET, 'mets_ProductSecret']) {
+      expect(out).not.toContain(value);
+    }
+    expect(out).toContain('"id":"con_1"');
+  });
+
+  it('logs the request URL with sensitive query values masked', () => {
+    const { log, text } = capture(tollgateOptions('info'));
+    log.info({ req: { id: 'r1', method: 'POST', url: `/v1/forward?key=${SECRET}&metadata=%7B%7D` } }, 'incoming request');
+    const line = JSON.parse(text().trim()) as { req: { url: string; method: string } };
+    expect(line.req.method).toBe('POST');
+    expect(line.req.url).not.toContain(SECRET);
+    expect(new URLSearchParams(line.req.url.split('?')[1]).get('key')).toBe('[Redacted]');
+  });
+
+  it('lists the credential headers among the redacted paths', () => {
+    expect(REDACTED_PATHS).toEqual(
+      expect.arrayContaining(['req.headers.authorization', 'req.headers["x-api-key"]', '*.email']),
+    );
+  });
+});
