@@ -17,6 +17,7 @@ import { registerMeterRoutes } from './routes/meters.ts';
 import { registerOpenApiRoute } from './routes/openapi.ts';
 import { registerRequestRoutes } from './routes/requests.ts';
 import { registerSecretKeyRoutes } from './routes/secret-keys.ts';
+import { registerUsageRoutes } from './routes/usage.ts';
 
 export type { AppDeps } from './http/types.ts';
 
@@ -84,6 +85,7 @@ export async function buildApp(deps: AppDeps): Promise<App> {
       registerCustomerRoutes(api, deps);
       registerConnectionRoutes(api, deps);
       registerRequestRoutes(api, deps);
+      registerUsageRoutes(api, deps);
     },
     { prefix: '/v1' },
   );

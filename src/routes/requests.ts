@@ -4,14 +4,16 @@ import { formatMoney } from '../domain/money.ts';
 import { lookupBasePrices } from '../domain/prices.ts';
 import { formatMicros, secondsToMicros, toSeconds, type Usage } from '../domain/pricing.ts';
 import { principalOf } from '../http/auth.ts';
-import { ApiError, notFound } from '../http/errors.ts';
-import { metadataSchema } from '../http/metadata.ts';
+import { ApiError, notFound, validationError } from '../http/errors.ts';
+import { metadataFiltersSchema, metadataSchema, parseJsonParam } from '../http/metadata.ts';
+import { assertCursor, pageQuery, pageResponse, toPage, type Page } from '../http/pagination.ts';
 import { idParams, standardErrors } from '../http/schemas.ts';
 import type { App, AppDeps } from '../http/types.ts';
 import { chargeRequest } from '../ledger/charge.ts';
 import { findConnection, findConnectionBySecret } from '../storage/connections.ts';
 import { findMerchant } from '../storage/merchants.ts';
 import { findMeterBySecret, findMeterBySlug } from '../storage/meters.ts';
+import { findRequestPk, listRequests, type RequestFilters } from '../storage/request-queries.ts';
 import { findRequestByRequestId, type RequestRow } from '../storage/requests.ts';
 
 const count = z.number().int('must be an integer').min(0, 'must be >= 0').max(Number.MAX_SAFE_INTEGER).default(0);
@@ -180,6 +182,62 @@ function usageOf(body: CreateBody): Usage {
   };
 }
 
+const idFilter = z.string().min(1).max(100).optional();
+
+/** Filters GET /requests and GET /usage share; each id filter has a name in both vocabularies. */
+export const requestFilterQuery = {
+  connection_id: idFilter,
+  customer_id: idFilter.describe('Same filter as connection_id (newer name)'),
+  product_id: idFilter,
+  meter_id: idFilter.describe('Same filter as product_id (newer name)'),
+  metadata_filters: z
+    .string()
+    .optional()
+    .describe('JSON array of [key, value] string pairs, all of which must match, e.g. [["team","a"]]'),
+};
+type FilterQuery = { [K in keyof typeof requestFilterQuery]?: string | undefined };
+
+const listQuery = pageQuery.extend({
+  // The cursor is a caller-chosen request_id, which may be as long as POST /requests allows.
+  cursor: z.string().min(1).max(255).optional().describe('request_id of the last record of the previous page'),
+  ...requestFilterQuery,
+});
+
+export function requestFiltersOf(query: FilterQuery): RequestFilters {
+  const pairs = query.metadata_filters;
+  return {
+    connectionId: oneFilter(query, 'connection_id', 'customer_id'),
+    meterId: oneFilter(query, 'product_id', 'meter_id'),
+    metadata: pairs === undefined ? [] : parseJsonParam(pairs, metadataFiltersSchema, ['metadata_filters']),
+  };
+}
+
+/** Both names of one filter may be sent, but then they must name the same thing. */
+function oneFilter(query: FilterQuery, older: keyof FilterQuery, newer: keyof FilterQuery): string | undefined {
+  const [a, b] = [query[older], query[newer]];
+  if (a !== undefined && b !== undefined && a !== b) {
+    throw validationError([{ path: [newer], message: `${newer} and ${older} are the same filter and must not differ` }]);
+  }
+  return b ?? a;
+}
+
+/** The client pages by request_id; the list runs on the internal id of the record it names. */
+async function cursorPosition({ storage }: AppDeps, merchantId: string, cursor: string | undefined) {
+  let pk: string | undefined;
+  await assertCursor(cursor, async (requestId) => {
+    pk = await findRequestPk(storage.db, merchantId, requestId);
+    return pk !== undefined;
+  });
+  return pk;
+}
+
+/** Like every list, but the cursor shown is the last record's request_id (ids stay internal). */
+function pageOfRecords(rows: RequestRow[], limit: number): Page<RequestRecord> {
+  const page = toPage(rows, limit, presentRequest);
+  const last = page.data[page.data.length - 1];
+  return { ...page, next_cursor: page.has_more && last ? last.request_id : null };
+}
+
 const tags = ['requests'];
 
 export function registerRequestRoutes(app: App, deps: AppDeps): void {
@@ -250,6 +308,19 @@ export function registerRequestRoutes(app: App, deps: AppDeps): void {
       const stored = await findRequestByRequestId(storage.db, merchantId, body.request_id);
       if (!stored) throw new ApiError('internal_error');
       return reply.status(200).send(replay(stored, hash));
+    },
+  );
+
+  app.get(
+    '/requests',
+    { schema: { tags, querystring: listQuery, response: { 200: pageResponse(requestRecordSchema), ...standardErrors } } },
+    async (request) => {
+      const { merchantId } = principalOf(request);
+      const { cursor, limit } = request.query;
+      const filters = requestFiltersOf(request.query);
+      const beforePk = await cursorPosition(deps, merchantId, cursor);
+      const rows = await listRequests(storage.db, merchantId, filters, { beforePk, limit });
+      return pageOfRecords(rows, limit);
     },
   );
 

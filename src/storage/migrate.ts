@@ -3,11 +3,13 @@ import type { Storage } from './db.ts';
 import type { Database } from './schema.ts';
 import * as m0001 from './migrations/0001_foundation.ts';
 import * as m0002 from './migrations/0002_billing.ts';
+import * as m0003 from './migrations/0003_request_metadata_order.ts';
 
 /** The ordered, frozen list. New migrations are appended, never inserted or edited. */
 const MIGRATIONS: Record<string, Migration> = {
   '0001_foundation': m0001,
   '0002_billing': m0002,
+  '0003_request_metadata_order': m0003,
 };
 
 const provider: MigrationProvider = { getMigrations: async () => MIGRATIONS };

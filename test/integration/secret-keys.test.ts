@@ -9,15 +9,6 @@ type ErrorBody = {
   error: { message: string; code: string; status: number; issues?: { path: string[]; message: string }[] };
 };
 
-/**
- * Ids are ULIDs that sort by creation time only to the millisecond (src/domain/ids.ts uses the
- * non-monotonic `ulid()`), so tests asserting "newest first" create each item in a fresh millisecond.
- */
-async function nextMillisecond(): Promise<void> {
-  const start = Date.now();
-  while (Date.now() === start) await new Promise((r) => setTimeout(r, 1));
-}
-
 describe.each(databasesUnderTest())('secret keys on %s', (dialect) => {
   let t: TestApp;
   beforeAll(async () => {
@@ -26,7 +17,6 @@ describe.each(databasesUnderTest())('secret keys on %s', (dialect) => {
   afterAll(async () => t?.close());
 
   const createKey = async (key: string, body: unknown = { name: 'CI key' }) => {
-    await nextMillisecond();
     return t.app.inject({ method: 'POST', url: '/v1/secret_keys', headers: t.auth(key), payload: body as object });
   };
   const list = (key: string, qs = '') => t.app.inject({ method: 'GET', url: `/v1/secret_keys${qs}`, headers: t.auth(key) });

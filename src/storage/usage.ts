@@ -1,0 +1,139 @@
+/**
+ * Aggregates behind GET /usage. Both paths return sums per 15-minute UTC bucket, which are then
+ * folded into the report's local days in JS: a day at any quarter-hour offset is a whole number
+ * of buckets, and the SQL stays the same on SQLite and PostgreSQL (no timezone arithmetic).
+ */
+import { sql, type Kysely } from 'kysely';
+import { dayIndexOf, type UsageRange } from '../domain/usage-window.ts';
+import { requestConditions, type RequestFilters } from './request-queries.ts';
+import type { Database } from './schema.ts';
+import type { Storage } from './db.ts';
+
+export const USAGE_FIELDS = [
+  'requests',
+  'tokens',
+  'usage_cost',
+  'fee',
+  'service_charge',
+  'request_cost',
+  'wallet_cost',
+  'merchant_cost',
+] as const;
+type UsageField = (typeof USAGE_FIELDS)[number];
+
+/** Counts and money (1e-10 units), all exact bigints. */
+export type UsageSums = Record<UsageField, bigint>;
+
+type BucketRow = { bucket: string } & Record<UsageField, unknown>;
+
+export function emptySums(): UsageSums {
+  return Object.fromEntries(USAGE_FIELDS.map((f) => [f, 0n])) as UsageSums;
+}
+
+export function addSums(into: UsageSums, add: Record<UsageField, unknown>): void {
+  for (const f of USAGE_FIELDS) into[f] += toBigInt(add[f]);
+}
+
+/** SUM over BIGINT is NUMERIC on PostgreSQL (a string) and INTEGER on SQLite (a bigint). */
+function toBigInt(v: unknown): bigint {
+  if (v === null || v === undefined) return 0n;
+  return typeof v === 'bigint' ? v : BigInt(String(v));
+}
+
+/** Sums per day of `range`, in the order of `range.days`. */
+export async function usageByDay(
+  storage: Storage,
+  merchantId: string,
+  range: UsageRange,
+  filters: RequestFilters,
+): Promise<UsageSums[]> {
+  const buckets =
+    filters.metadata.length === 0
+      ? await bucketsFromRollups(storage.db, merchantId, range, filters)
+      : await bucketsFromRecords(storage.db, merchantId, range, filters);
+  return foldIntoDays(range, buckets);
+}
+
+export function foldIntoDays(range: UsageRange, buckets: readonly BucketRow[]): UsageSums[] {
+  const days = range.days.map(() => emptySums());
+  for (const b of buckets) {
+    const index = dayIndexOf(range, Date.parse(b.bucket));
+    // The queries are bounded by the range; a row outside it would be a bug, not usage.
+    if (index !== null) addSums(days[index]!, b);
+  }
+  return days;
+}
+
+const isoOf = (ms: number) => new Date(ms).toISOString();
+
+/** The rollups already hold 15-minute sums per (connection, meter); only the filters remain. */
+async function bucketsFromRollups(
+  db: Kysely<Database>,
+  merchantId: string,
+  range: UsageRange,
+  filters: RequestFilters,
+): Promise<BucketRow[]> {
+  return db
+    .selectFrom('usage_rollups')
+    .select((eb) => [
+      'bucket_start as bucket',
+      ...USAGE_FIELDS.map((f) => eb.fn.sum<string | number | bigint | null>(f).as(f)),
+    ])
+    .where('merchant_id', '=', merchantId)
+    .where('bucket_start', '>=', isoOf(range.startMs))
+    .where('bucket_start', '<', isoOf(range.endMs))
+    .$if(filters.connectionId !== undefined, (q) => q.where('connection_id', '=', filters.connectionId!))
+    .$if(filters.meterId !== undefined, (q) => q.where('meter_id', '=', filters.meterId!))
+    .groupBy('bucket_start')
+    .execute() as Promise<BucketRow[]>;
+}
+
+/**
+ * The 15-minute bucket of `requests.created_at` as rollup text ("…T10:15:00.000Z"). Timestamps
+ * are ISO text, so the bucket is cut out of the string; literals only (no parameters), so the
+ * same expression can be repeated in GROUP BY on PostgreSQL.
+ */
+const bucketOfCreatedAt = sql<string>`substr(requests.created_at, 1, 14) || case
+  when substr(requests.created_at, 15, 2) < '15' then '00'
+  when substr(requests.created_at, 15, 2) < '30' then '15'
+  when substr(requests.created_at, 15, 2) < '45' then '30'
+  else '45' end || ':00.000Z'`;
+
+/** The same sums as a rollup row, computed from the records themselves. */
+const RECORD_SUMS = [
+  sql<unknown>`count(*)`.as('requests'),
+  sql<unknown>`sum(requests.input_tokens + requests.output_tokens)`.as('tokens'),
+  sql<unknown>`sum(requests.input_cost + requests.output_cost)`.as('usage_cost'),
+  sql<unknown>`sum(requests.fee_amount)`.as('fee'),
+  sql<unknown>`sum(requests.service_charge_amount)`.as('service_charge'),
+  sql<unknown>`sum(requests.total_request_cost)`.as('request_cost'),
+  sql<unknown>`sum(requests.total_wallet_cost)`.as('wallet_cost'),
+  sql<unknown>`sum(requests.total_merchant_cost)`.as('merchant_cost'),
+];
+
+/**
+ * Metadata is not in the rollups, so a metadata filter reads the records. The first pair drives
+ * the query through `request_metadata` (index on merchant, key, value, created_at: only matching
+ * rows in the range are touched); the other pairs are EXISTS checks on each record.
+ */
+async function bucketsFromRecords(
+  db: Kysely<Database>,
+  merchantId: string,
+  range: UsageRange,
+  filters: RequestFilters,
+): Promise<BucketRow[]> {
+  const [first, ...rest] = filters.metadata;
+  if (!first) throw new Error('bucketsFromRecords needs at least one metadata pair');
+  return db
+    .selectFrom('request_metadata as m0')
+    .innerJoin('requests', 'requests.id', 'm0.request_pk')
+    .select([bucketOfCreatedAt.as('bucket'), ...RECORD_SUMS])
+    .where('m0.merchant_id', '=', merchantId)
+    .where('m0.key', '=', first[0])
+    .where('m0.value', '=', first[1])
+    .where('m0.created_at', '>=', isoOf(range.startMs))
+    .where('m0.created_at', '<', isoOf(range.endMs))
+    .where(requestConditions(merchantId, filters, rest))
+    .groupBy(bucketOfCreatedAt)
+    .execute() as Promise<BucketRow[]>;
+}
