@@ -10,6 +10,10 @@ import { installJsonBodyParser } from './http/json-body.ts';
 import { loggerOptions } from './http/logging.ts';
 import { installMetrics } from './http/metrics.ts';
 import type { App, AppDeps } from './http/types.ts';
+import { registerForwardRoutes, type Gateway } from './gateway/forward.ts';
+import { createUpstreamAgent } from './gateway/relay.ts';
+import { Settlements } from './gateway/settle.ts';
+import { createRegistry } from './providers/index.ts';
 import { registerConnectionRoutes } from './routes/connections.ts';
 import { registerCustomerRoutes } from './routes/customers.ts';
 import { registerHealthRoutes } from './routes/health.ts';
@@ -67,6 +71,11 @@ export async function buildApp(deps: AppDeps): Promise<App> {
   registerHealthRoutes(app, deps);
   registerOpenApiRoute(app);
 
+  const gateway = createGateway(deps, app);
+  await app.register(async (scope) => registerForwardRoutes(scope.withTypeProvider<ZodTypeProvider>(), deps, gateway), {
+    prefix: '/v1',
+  });
+
   await app.register(
     async (v1) => {
       const api = v1.withTypeProvider<ZodTypeProvider>();
@@ -110,6 +119,23 @@ async function authenticateAndLimit(deps: AppDeps, request: FastifyRequest, repl
       headers: { 'retry-after': String(retryAfter) },
     });
   }
+}
+
+/** The forward gateway's shared parts; closing the app waits for settlements in flight. */
+function createGateway(deps: AppDeps, app: App): Gateway {
+  const gateway: Gateway = {
+    registry: createRegistry({ custom: deps.config.customProviders }),
+    agent: createUpstreamAgent({
+      headersTimeoutMs: deps.config.upstreamTimeoutMs,
+      bodyTimeoutMs: deps.config.upstreamIdleTimeoutMs,
+    }),
+    settlements: new Settlements(app.log),
+  };
+  app.addHook('onClose', async () => {
+    await gateway.settlements.drain();
+    await gateway.agent.close();
+  });
+  return gateway;
 }
 
 /**

@@ -9,17 +9,16 @@ import { parsePriceOverrides, type PriceOverrideTable } from './domain/prices.ts
  */
 const logLevel = z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']);
 
-const upstreamOverrides = z
-  .string()
-  .transform((raw, ctx) => {
+function jsonOf<T extends z.ZodType>(schema: T, message: string) {
+  return z.string().transform((raw, ctx): z.infer<T> => {
     try {
-      const parsed: unknown = JSON.parse(raw);
-      return z.record(z.string(), z.string().url()).parse(parsed);
+      return schema.parse(JSON.parse(raw));
     } catch {
-      ctx.addIssue({ code: 'custom', message: 'must be a JSON object mapping provider hosts to base URLs' });
+      ctx.addIssue({ code: 'custom', message });
       return z.NEVER;
     }
   });
+}
 
 const decimalRate = z
   .string()
@@ -44,9 +43,27 @@ export const configSchema = z.object({
   /** Requests per minute per API key on the standard endpoints. */
   RATE_LIMIT_PER_MINUTE: z.coerce.number().int().min(1).default(1000),
   /** JSON object: provider host -> base URL it is served from (tests point providers at a mock). */
-  UPSTREAM_OVERRIDES: upstreamOverrides.optional(),
+  UPSTREAM_OVERRIDES: jsonOf(
+    z.record(z.string(), z.string().url()),
+    'must be a JSON object mapping provider hosts to base URLs',
+  ).optional(),
   /** Path of a JSON file {"provider/model": {"input": "2.5", "output": "10"}} (per 1M tokens). */
   PRICE_OVERRIDES_FILE: z.string().min(1).optional(),
+  /** JSON object: provider id -> managed API key, for any provider (e.g. {"groq": "gsk_…"}). */
+  PROVIDER_KEYS: jsonOf(z.record(z.string(), z.string().min(1)), 'must be a JSON object mapping provider ids to API keys').optional(),
+  /** JSON array of operator-declared OpenAI-compatible providers: [{"id": "...", "baseUrl": "https://..."}]. */
+  CUSTOM_PROVIDERS: jsonOf(
+    z.array(z.object({ id: z.string().min(1), baseUrl: z.string().url() })),
+    'must be a JSON array of {"id", "baseUrl"} objects',
+  ).optional(),
+  /** How long to wait for a provider's response headers before answering 504. */
+  UPSTREAM_TIMEOUT_MS: z.coerce.number().int().min(1).default(300_000),
+  /** Longest silence allowed between two chunks of a provider's body. */
+  UPSTREAM_IDLE_TIMEOUT_MS: z.coerce.number().int().min(1).default(300_000),
+  /** A hold not settled within this time is released (crash safety). */
+  HOLD_TTL_MS: z.coerce.number().int().min(1000).default(15 * 60_000),
+  /** Output tokens assumed for the hold when a request sets no max_tokens. */
+  DEFAULT_MAX_OUTPUT_TOKENS: z.coerce.number().int().min(1).default(4096),
   OPENAI_API_KEY: z.string().min(1).optional(),
   ANTHROPIC_API_KEY: z.string().min(1).optional(),
   GOOGLE_API_KEY: z.string().min(1).optional(),
@@ -64,6 +81,11 @@ export type Config = {
   rateLimitPerMinute: number;
   upstreamOverrides: Record<string, string>;
   providerKeys: Record<string, string>;
+  customProviders: { id: string; baseUrl: string }[];
+  upstreamTimeoutMs: number;
+  upstreamIdleTimeoutMs: number;
+  holdTtlMs: number;
+  defaultMaxOutputTokens: number;
 };
 
 export const DEFAULT_DATABASE_URL = 'sqlite:./data/tollgate.db';
@@ -78,7 +100,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     throw new ConfigError(`Invalid configuration:\n${lines.join('\n')}`);
   }
   const c = result.data;
-  const providerKeys: Record<string, string> = {};
+  const providerKeys: Record<string, string> = { ...c.PROVIDER_KEYS };
   if (c.OPENAI_API_KEY) providerKeys.openai = c.OPENAI_API_KEY;
   if (c.ANTHROPIC_API_KEY) providerKeys.anthropic = c.ANTHROPIC_API_KEY;
   if (c.GOOGLE_API_KEY) providerKeys.google = c.GOOGLE_API_KEY;
@@ -93,6 +115,11 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     rateLimitPerMinute: c.RATE_LIMIT_PER_MINUTE,
     upstreamOverrides: c.UPSTREAM_OVERRIDES ?? {},
     providerKeys,
+    customProviders: c.CUSTOM_PROVIDERS ?? [],
+    upstreamTimeoutMs: c.UPSTREAM_TIMEOUT_MS,
+    upstreamIdleTimeoutMs: c.UPSTREAM_IDLE_TIMEOUT_MS,
+    holdTtlMs: c.HOLD_TTL_MS,
+    defaultMaxOutputTokens: c.DEFAULT_MAX_OUTPUT_TOKENS,
   };
 }
 

@@ -1,5 +1,6 @@
 import { Redis } from 'ioredis';
 import { buildApp } from './app.ts';
+import { sweepExpiredHolds } from './gateway/settle.ts';
 import type { Config } from './config.ts';
 import { MemoryRateLimiter, RedisRateLimiter, type RateLimiter } from './http/rate-limit.ts';
 import type { App } from './http/types.ts';
@@ -15,8 +16,27 @@ export async function startServer(config: Config): Promise<RunningServer> {
   const { limiter, redis } = makeRateLimiter(config);
   const app = await buildApp({ config, storage, rateLimiter: limiter });
   const url = await app.listen({ port: config.port, host: config.host });
+  const sweeper = startHoldSweeper(storage, app);
   app.log.info({ database: storage.describe, redis: Boolean(redis) }, `Tollgate listening on ${url}`);
-  return { app, url, stop: () => shutdown(app, storage, limiter, redis) };
+  return {
+    app,
+    url,
+    stop: async () => {
+      clearInterval(sweeper);
+      await shutdown(app, storage, limiter, redis);
+    },
+  };
+}
+
+const HOLD_SWEEP_INTERVAL_MS = 30_000;
+
+/** Releases holds whose settlement never came (a crash, a stuck upstream) and marks their records `error`. */
+function startHoldSweeper(storage: Storage, app: App): NodeJS.Timeout {
+  const timer = setInterval(() => {
+    sweepExpiredHolds(storage).catch((err: unknown) => app.log.error({ err }, 'hold sweep failed'));
+  }, HOLD_SWEEP_INTERVAL_MS);
+  timer.unref();
+  return timer;
 }
 
 function makeRateLimiter(config: Config): { limiter: RateLimiter; redis: Redis | null } {

@@ -8,6 +8,12 @@ export const ERRORS = {
   invalid_cursor: { status: 400, message: 'The cursor does not name an item of this list.' },
   invalid_metadata: { status: 400, message: 'The metadata is invalid.' },
   forward_token_json_invalid: { status: 400, message: 'The forward token is not valid base64-encoded JSON.' },
+  forward_token_invalid: { status: 400, message: 'The forward token combines members in a way no client may send.' },
+  unsupported_provider: { status: 400, message: 'The forward target is not a supported provider URL.' },
+  provider_key_missing: {
+    status: 400,
+    message: 'No managed key is configured for this provider; pass provider_key in the forward token.',
+  },
   unauthorized: { status: 401, message: 'A valid API key is required.' },
   insufficient_balance: { status: 402, message: 'The wallet balance cannot cover this request.' },
   forbidden: { status: 403, message: 'This key may not perform this action.' },
@@ -28,7 +34,9 @@ export const ERRORS = {
   },
   rate_limited: { status: 429, message: 'Too many requests; slow down.' },
   internal_error: { status: 500, message: 'Something went wrong on our side.' },
+  upstream_unreachable: { status: 502, message: 'The provider could not be reached.' },
   service_unavailable: { status: 503, message: 'The service is not ready.' },
+  upstream_timeout: { status: 504, message: 'The provider did not answer in time.' },
 } as const satisfies Record<string, { status: number; message: string }>;
 
 export type ErrorCode = keyof typeof ERRORS;

@@ -7,10 +7,20 @@ export const decimalString = z
   .string()
   .regex(/^-?\d+(\.\d{1,10})?$/, 'must be a decimal string with at most 10 fractional digits');
 
+/**
+ * A non-negative amount. The format check aborts on failure: the range check parses the amount,
+ * and a malformed one must be a 400, never a throw.
+ */
 export const nonNegativeDecimal = z
   .string()
-  .regex(/^\d+(\.\d{1,10})?$/, 'must be a non-negative decimal string with at most 10 fractional digits')
+  .regex(/^\d+(\.\d{1,10})?$/, {
+    error: 'must be a non-negative decimal string with at most 10 fractional digits',
+    abort: true,
+  })
   .refine((v) => parseMoney(v) <= MAX_AMOUNT_UNITS, 'must be at most 100000000');
+
+/** A positive amount, e.g. a credit. */
+export const positiveDecimal = nonNegativeDecimal.refine((v) => parseMoney(v) > 0n, 'must be greater than 0');
 
 export const idParams = z.object({ id: z.string().min(1).max(100) });
 

@@ -15,7 +15,7 @@ import type { Storage } from '../storage/db.ts';
 import { isUniqueViolation } from '../storage/errors.ts';
 import type { MerchantRow } from '../storage/merchants.ts';
 import type { MeterRow } from '../storage/meters.ts';
-import { insertRequestRecord, type RequestRow } from '../storage/requests.ts';
+import { completePendingRecord, insertRequestRecord, type RequestRow } from '../storage/requests.ts';
 import type { Database } from '../storage/schema.ts';
 import { merchantRevenueAccount, providerCostsAccount, serviceChargesAccount } from './accounts.ts';
 import { recordBalanceEvent } from './events.ts';
@@ -25,8 +25,12 @@ import { applyDebit, availableOf, lockWallets } from './wallets.ts';
 
 export type ChargeInput = {
   merchant: Pick<MerchantRow, 'id' | 'wallet_id'>;
-  connection: Pick<ConnectionRow, 'id' | 'wallet_id'>;
-  meter: MeterRow;
+  /** Null for forwarded traffic billed to the merchant alone: the "wallet" parts fall to the merchant wallet. */
+  connection: Pick<ConnectionRow, 'id' | 'wallet_id'> | null;
+  /** Null when no meter prices the request (gateway mode): no fee, the merchant pays the base cost. */
+  meter: MeterRow | null;
+  /** Overrides the meter's pricing (billing disabled: attributed to the meter, priced as merchant-only). */
+  pricing?: MeterPricing;
   /** The caller's id for the request (unique per merchant). */
   requestId: string;
   bodyHash: string | null;
@@ -36,6 +40,8 @@ export type ChargeInput = {
   endpoint: string;
   providerKeyType: RequestRow['provider_key_type'];
   basePrices: BasePrices | null;
+  /** Default: charged when prices are known and the provider key is ours (managed). */
+  baseCostCharged?: boolean;
   serviceChargeRate: bigint;
   metadata: Record<string, string>;
   responseId?: string | null;
@@ -47,7 +53,20 @@ export type ChargeInput = {
    * charge that the paying wallets cannot cover is refused and nothing is written.
    */
   holdId?: string;
+  holdIds?: string[];
+  /** Completes the pending record written at admission instead of inserting a new one. */
+  pendingRecordId?: string;
   now?: Date;
+};
+
+/** Pricing of traffic no meter prices: no fee, no service charge, the merchant pays the base cost. */
+export const MERCHANT_ONLY_PRICING: MeterPricing = {
+  rateType: 'fixed',
+  tierType: 'tokens_1m',
+  tokenBasis: 'input+output',
+  baseCostPayer: 'merchant',
+  serviceChargePayer: 'merchant',
+  tiers: [{ start: 0, rate: 0n }],
 };
 
 export type ChargeOutcome =
@@ -57,6 +76,9 @@ export type ChargeOutcome =
   | { outcome: 'amount_too_large' };
 
 class AmountTooLarge extends Error {}
+
+/** The hold a settlement names is not active (already settled, released or expired): charge nothing. */
+class HoldNotActive extends Error {}
 
 export class InsufficientBalance extends Error {
   constructor(
@@ -82,6 +104,8 @@ export async function chargeRequest(storage: Storage, input: ChargeInput): Promi
     }
     if (isUniqueViolation(e)) return { outcome: 'duplicate' };
     if (e instanceof AmountTooLarge) return { outcome: 'amount_too_large' };
+    // Settlement happens once per hold: a second attempt is a duplicate, whatever its request id.
+    if (e instanceof HoldNotActive) return { outcome: 'duplicate' };
     throw e;
   }
 }
@@ -93,33 +117,43 @@ async function chargeInTransaction(
 ): Promise<ChargeOutcome> {
   const now = input.now ?? new Date();
   const at = now.toISOString();
-  const counter = { meterId: input.meter.id, connectionId: input.connection.id, periodStart: monthStart(now) };
-  const accumulated = await lockUsageCounter(trx, dialect, counter);
+  const pricing = input.pricing ?? (input.meter ? meterPricing(input.meter) : MERCHANT_ONLY_PRICING);
+  // Tier positions exist only where a meter's own pricing applies.
+  const counter =
+    input.meter && !input.pricing
+      ? { meterId: input.meter.id, connectionId: input.connection?.id ?? '', periodStart: monthStart(now) }
+      : null;
+  const accumulated = counter ? await lockUsageCounter(trx, dialect, counter) : 0n;
 
   const base = input.basePrices
     ? baseCost(input.basePrices, { inputTokens: input.usage.inputTokens, outputTokens: input.usage.outputTokens })
     : { input: 0n, output: 0n, total: 0n };
   const priced = priceRequest({
-    meter: meterPricing(input.meter),
+    meter: pricing,
     usage: input.usage,
     baseCost: base,
     accumulatedUnits: accumulated,
     serviceChargeRate: input.serviceChargeRate,
-    baseCostCharged: input.basePrices !== null && input.providerKeyType === 'managed',
+    baseCostCharged: input.baseCostCharged ?? (input.basePrices !== null && input.providerKeyType === 'managed'),
   });
 
   if (priced.totals.request > MAX_AMOUNT_UNITS || priced.baseCost.total > MAX_AMOUNT_UNITS) throw new AmountTooLarge();
 
-  const wallets = await lockWallets(trx, dialect, [input.connection.wallet_id, input.merchant.wallet_id]);
-  if (input.holdId) await releaseHoldInTransaction(trx, input.holdId, 'settled', wallets);
-  const customerWallet = wallets.get(input.connection.wallet_id)!;
+  const payerWalletId = input.connection?.wallet_id ?? input.merchant.wallet_id;
+  const wallets = await lockWallets(trx, dialect, [payerWalletId, input.merchant.wallet_id]);
+  const holdIds = [...(input.holdId ? [input.holdId] : []), ...(input.holdIds ?? [])];
+  for (const holdId of holdIds) {
+    if (!(await releaseHoldInTransaction(trx, holdId, 'settled', wallets))) throw new HoldNotActive();
+  }
+  const customerWallet = wallets.get(payerWalletId)!;
   const merchantWallet = wallets.get(input.merchant.wallet_id)!;
-  if (!input.holdId) {
-    assertCovers(customerWallet && availableOf(customerWallet), priced.totals.wallet, 'wallet');
-    assertCovers(merchantWallet && availableOf(merchantWallet), priced.totals.merchant, 'merchant');
+  if (holdIds.length === 0) {
+    const sameWallet = customerWallet === merchantWallet;
+    assertCovers(availableOf(customerWallet), priced.totals.wallet + (sameWallet ? priced.totals.merchant : 0n), 'wallet');
+    if (!sameWallet) assertCovers(availableOf(merchantWallet), priced.totals.merchant, 'merchant');
   }
 
-  const requestPk = newId('request');
+  const requestPk = input.pendingRecordId ?? newId('request');
   const legs: Leg[] = [
     ...(await applyDebit(trx, customerWallet, priced.totals.wallet)),
     ...(await applyDebit(trx, merchantWallet, priced.totals.merchant)),
@@ -135,16 +169,16 @@ async function chargeInTransaction(
     legs,
     at,
   });
-  await saveUsageCounter(trx, counter, priced.accumulatedUnits);
+  if (counter) await saveUsageCounter(trx, counter, priced.accumulatedUnits);
 
-  const row = await insertRequestRecord(trx, {
+  const record: RequestRow = {
     id: requestPk,
     merchant_id: input.merchant.id,
     request_id: input.requestId,
     body_hash: input.bodyHash,
     status: 'completed',
-    connection_id: input.connection.id,
-    meter_id: input.meter.id,
+    connection_id: input.connection?.id ?? null,
+    meter_id: input.meter?.id ?? null,
     provider: input.provider,
     model: input.model,
     endpoint: input.endpoint,
@@ -182,18 +216,22 @@ async function chargeInTransaction(
     usage_estimated: input.usageEstimated ? 1 : 0,
     created_at: at,
     completed_at: at,
-  });
+  };
+  const row = input.pendingRecordId
+    ? await completePendingRecord(trx, record)
+    : await insertRequestRecord(trx, record);
 
-  for (const wallet of [customerWallet, merchantWallet]) {
-    const debited = wallet === customerWallet ? priced.totals.wallet : priced.totals.merchant;
-    if (debited !== 0n || input.holdId) await recordBalanceEvent(trx, wallet.id, at);
-  }
+  const debitedWallets = new Set([
+    ...(priced.totals.wallet !== 0n || holdIds.length > 0 ? [customerWallet.id] : []),
+    ...(priced.totals.merchant !== 0n || holdIds.length > 0 ? [merchantWallet.id] : []),
+  ]);
+  for (const walletId of debitedWallets) await recordBalanceEvent(trx, walletId, at);
   return { outcome: 'recorded', row, priced };
 }
 
-function assertCovers(available: bigint | undefined, needed: bigint, payer: 'wallet' | 'merchant'): void {
+function assertCovers(available: bigint, needed: bigint, payer: 'wallet' | 'merchant'): void {
   if (needed === 0n) return;
-  if (available === undefined || available < needed) throw new InsufficientBalance(payer, needed, available ?? 0n);
+  if (available < needed) throw new InsufficientBalance(payer, needed, available);
 }
 
 export function meterPricing(meter: MeterRow): MeterPricing {

@@ -21,22 +21,36 @@ export async function placeHold(
     if (!wallet) throw new RangeError(`no wallet ${input.walletId}`);
     const available = availableOf(wallet);
     if (available < input.amount || (input.amount === 0n && available <= 0n)) return { insufficient: { available } };
-    const holdId = newId('hold');
-    await trx
-      .insertInto('holds')
-      .values({
-        id: holdId,
-        wallet_id: wallet.id,
-        reference: input.reference,
-        amount: input.amount,
-        status: 'active',
-        created_at: now.toISOString(),
-        expires_at: new Date(now.getTime() + input.ttlMs).toISOString(),
-      })
-      .execute();
-    await trx.updateTable('wallets').set({ held: wallet.held + input.amount }).where('id', '=', wallet.id).execute();
+    const holdId = await insertHold(trx, wallet, input.amount, input.reference, input.ttlMs, now);
     return { holdId };
   });
+}
+
+/** Records a hold on a wallet locked by the caller's transaction and raises its `held` total. */
+export async function insertHold(
+  trx: Transaction<Database>,
+  wallet: WalletRow,
+  amount: bigint,
+  reference: string,
+  ttlMs: number,
+  now: Date,
+): Promise<string> {
+  const holdId = newId('hold');
+  await trx
+    .insertInto('holds')
+    .values({
+      id: holdId,
+      wallet_id: wallet.id,
+      reference,
+      amount,
+      status: 'active',
+      created_at: now.toISOString(),
+      expires_at: new Date(now.getTime() + ttlMs).toISOString(),
+    })
+    .execute();
+  wallet.held += amount;
+  await trx.updateTable('wallets').set({ held: wallet.held }).where('id', '=', wallet.id).execute();
+  return holdId;
 }
 
 /**

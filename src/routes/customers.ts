@@ -5,7 +5,7 @@ import { principalOf } from '../http/auth.ts';
 import { ApiError, notFound } from '../http/errors.ts';
 import { metadataSchema } from '../http/metadata.ts';
 import { assertCursor, pageQuery, pageResponse, toPage } from '../http/pagination.ts';
-import { idParams, nonNegativeDecimal, optionalBody, standardErrors, successResponse } from '../http/schemas.ts';
+import { idParams, optionalBody, positiveDecimal, standardErrors, successResponse } from '../http/schemas.ts';
 import type { App, AppDeps } from '../http/types.ts';
 import {
   connectionIdExists,
@@ -35,7 +35,7 @@ const createBody = optionalBody(z.object(customerFields));
 const updateBody = optionalBody(z.object(customerFields));
 
 const creditBody = z.object({
-  amount: nonNegativeDecimal.refine((v) => parseMoney(v) > 0n, 'must be greater than 0'),
+  amount: positiveDecimal,
   description: z.string().trim().min(1).max(255).optional(),
 });
 const creditSchema = z.object({

@@ -12,8 +12,8 @@ export function bucketStart(iso: string): string {
 }
 
 /**
- * Writes a request record with its metadata rows and adds it to the usage rollup, in the caller's
- * transaction. A second record with the same (merchant, request_id) fails on the unique index.
+ * Writes a request record with its metadata rows and (unless it is pending) adds it to the usage
+ * rollup, in the caller's transaction. A second record with the same (merchant, request_id) fails on the unique index.
  */
 export async function insertRequestRecord(trx: Transaction<Database>, row: RequestRow): Promise<RequestRow> {
   await trx.insertInto('requests').values(row).execute();
@@ -24,8 +24,39 @@ export async function insertRequestRecord(trx: Transaction<Database>, row: Reque
       .values(metadata.map(([key, value]) => ({ request_pk: row.id, merchant_id: row.merchant_id, key, value, created_at: row.created_at })))
       .execute();
   }
-  await addToRollup(trx, row);
+  if (row.status !== 'pending') await addToRollup(trx, row);
   return row;
+}
+
+/**
+ * Completes a record written as `pending` at admission with its settled usage and costs, and only
+ * then adds it to the usage rollup (pending records are not usage yet).
+ */
+export async function completePendingRecord(trx: Transaction<Database>, row: RequestRow): Promise<RequestRow> {
+  const { id, merchant_id: _m, request_id: _r, created_at, metadata: _md, ...settled } = row;
+  const stored = await trx
+    .updateTable('requests')
+    .set(settled)
+    .where('id', '=', id)
+    .where('status', '=', 'pending')
+    .returningAll()
+    .executeTakeFirst();
+  if (!stored) throw new Error(`request record ${id} is not pending`);
+  await addToRollup(trx, { ...stored, created_at });
+  return stored;
+}
+
+/** Marks a pending record `error` (upstream failure, expired hold) and counts it as a request with no cost. */
+export async function failPendingRecord(trx: Transaction<Database>, id: string, at: string): Promise<boolean> {
+  const stored = await trx
+    .updateTable('requests')
+    .set({ status: 'error', completed_at: at })
+    .where('id', '=', id)
+    .where('status', '=', 'pending')
+    .returningAll()
+    .executeTakeFirst();
+  if (stored) await addToRollup(trx, stored);
+  return stored !== undefined;
 }
 
 async function addToRollup(trx: Transaction<Database>, row: RequestRow): Promise<void> {

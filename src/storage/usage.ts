@@ -133,6 +133,8 @@ async function bucketsFromRecords(
     .where('m0.value', '=', first[1])
     .where('m0.created_at', '>=', isoOf(range.startMs))
     .where('m0.created_at', '<', isoOf(range.endMs))
+    // A pending (forwarded, not yet settled) record is not usage yet: the rollups skip it too.
+    .where('requests.status', '!=', 'pending')
     .where(requestConditions(merchantId, filters, rest))
     .groupBy(bucketOfCreatedAt)
     .execute() as Promise<BucketRow[]>;

@@ -1,0 +1,64 @@
+/**
+ * What to hold before forwarding: the most the request can plausibly cost. Pure.
+ *
+ * Input tokens are estimated from the prompt text; output tokens are the request's own cap
+ * (max_tokens and its cousins) or a default. The estimate is priced with the same pricing code
+ * as the real charge, at the meter's first-tier position, so a request that cannot pay for its
+ * own cap is refused before any provider is called.
+ */
+import { estimateInputTokensFromRequest } from '../providers/estimate.ts';
+import { baseCost, priceRequest, type BasePrices, type MeterPricing, type Usage } from '../domain/pricing.ts';
+
+export const DEFAULT_OUTPUT_CAP = 4096;
+
+const OUTPUT_CAP_FIELDS = ['max_tokens', 'max_completion_tokens', 'max_output_tokens'] as const;
+
+/** The output-token cap the request sets, wherever its provider puts it. */
+export function outputCapOf(body: unknown, fallback = DEFAULT_OUTPUT_CAP): number {
+  if (typeof body !== 'object' || body === null) return fallback;
+  const record = body as Record<string, unknown>;
+  for (const field of OUTPUT_CAP_FIELDS) {
+    const value = record[field];
+    if (typeof value === 'number' && Number.isSafeInteger(value) && value > 0) return value;
+  }
+  const gemini = (record.generationConfig as Record<string, unknown> | undefined)?.maxOutputTokens;
+  if (typeof gemini === 'number' && Number.isSafeInteger(gemini) && gemini > 0) return gemini;
+  return fallback;
+}
+
+/** Characters a text-to-speech request will be billed for. */
+function inputCharactersOf(body: unknown): number {
+  if (typeof body !== 'object' || body === null) return 0;
+  const { text, input } = body as Record<string, unknown>;
+  return typeof text === 'string' ? text.length : typeof input === 'string' ? input.length : 0;
+}
+
+export type HoldEstimate = { wallet: bigint; merchant: bigint };
+
+export function estimateHold(input: {
+  requestBody: unknown;
+  pricing: MeterPricing;
+  prices: BasePrices | null;
+  baseCostCharged: boolean;
+  serviceChargeRate: bigint;
+  defaultOutputCap?: number;
+}): HoldEstimate {
+  const usage: Usage = {
+    inputTokens: estimateInputTokensFromRequest(input.requestBody),
+    outputTokens: outputCapOf(input.requestBody, input.defaultOutputCap),
+    inputCharacters: inputCharactersOf(input.requestBody),
+    outputCharacters: 0,
+    inputSeconds: '0',
+    outputSeconds: '0',
+  };
+  const base = input.prices ? baseCost(input.prices, usage) : { input: 0n, output: 0n, total: 0n };
+  const priced = priceRequest({
+    meter: input.pricing,
+    usage,
+    baseCost: base,
+    accumulatedUnits: 0n,
+    serviceChargeRate: input.serviceChargeRate,
+    baseCostCharged: input.baseCostCharged,
+  });
+  return { wallet: priced.totals.wallet, merchant: priced.totals.merchant };
+}

@@ -1,0 +1,197 @@
+import type { ServerResponse } from 'node:http';
+import type { FastifyRequest } from 'fastify';
+import type { Dispatcher } from 'undici';
+import { newId } from '../domain/ids.ts';
+import { lookupBasePrices } from '../domain/prices.ts';
+import type { BasePrices } from '../domain/pricing.ts';
+import { ApiError, envelope, ERRORS, type ErrorCode } from '../http/errors.ts';
+import { metadataSchema, parseJsonParam, type Metadata } from '../http/metadata.ts';
+import type { App, AppDeps } from '../http/types.ts';
+import { admitRequest, pricingFor } from '../ledger/forwarded.ts';
+import type { ProviderModule, ProviderRegistry } from '../providers/index.ts';
+import { extractCredential, resolveForwardCredential, type BillingContext } from './credentials.ts';
+import { estimateHold } from './estimate.ts';
+import { relay, upstreamRequestHeaders } from './relay.ts';
+import type { Settlements } from './settle.ts';
+import { resolveTarget, splitForwardQuery, type ResolvedTarget } from './target.ts';
+
+export type Gateway = { registry: ProviderRegistry; agent: Dispatcher; settlements: Settlements };
+
+const METHODS = ['GET', 'POST', 'PUT', 'PATCH', 'DELETE'] as const;
+const REQUEST_ID_HEADER = 'x-tollgate-request-id';
+
+/**
+ * `/v1/forward?u=<target>`: admission (hold), relay, then settlement off the response path.
+ * Registered in its own scope: bodies arrive as raw bytes (passed through byte for byte), and the
+ * standard endpoints' secret-key auth, rate limit and idempotency do not apply.
+ */
+export function registerForwardRoutes(app: App, deps: AppDeps, gateway: Gateway): void {
+  app.removeAllContentTypeParsers();
+  app.addContentTypeParser('*', { parseAs: 'buffer' }, (_request, body, done) => done(null, body));
+
+  app.route({
+    method: [...METHODS],
+    url: '/forward',
+    schema: { hide: true },
+    handler: async (request, reply) => {
+      const plan = await planForward(deps, gateway, request);
+      reply.hijack();
+      await forward(deps, gateway, plan, reply.raw);
+    },
+  });
+}
+
+type ForwardPlan = {
+  requestId: string;
+  recordId: string;
+  holdIds: string[];
+  method: string;
+  target: ResolvedTarget;
+  billing: BillingContext;
+  headers: Record<string, string>;
+  body: Buffer | undefined;
+  requestJson: unknown;
+  hideInjectedUsage: boolean;
+  model: string | null;
+  prices: BasePrices | null;
+  providerKeyType: 'managed' | 'unmanaged';
+  metadata: Metadata;
+};
+
+/** Everything decided before the provider is called; any refusal here costs no provider call. */
+async function planForward(deps: AppDeps, gateway: Gateway, request: FastifyRequest): Promise<ForwardPlan> {
+  const { config, storage } = deps;
+  const { target: rawTarget, params } = splitForwardQuery(request.url);
+  if (!rawTarget) {
+    throw new ApiError('validation_error', 'The query parameter u (the provider URL to forward to) is required.', {
+      issues: [{ path: ['u'], message: 'is required' }],
+    });
+  }
+  const target = resolveTarget(rawTarget, gateway.registry, config.upstreamOverrides);
+  const credential = extractCredential(request.headers, target.strippedKey ?? params.get('key'));
+  if (!credential) throw new ApiError('unauthorized', 'Missing credential: send Authorization: Bearer <secret key or forward token>.');
+  const billing = await resolveForwardCredential(storage, credential.token);
+  const metadata = metadataOf(request, params);
+
+  let body = Buffer.isBuffer(request.body) && request.body.length > 0 ? request.body : undefined;
+  let requestJson = parseJsonBody(request, body);
+  let hideInjectedUsage = false;
+  if (isStreamingRequest(requestJson, target.publicUrl)) {
+    const prepared = target.provider.prepareStreamRequest(requestJson, target.publicUrl);
+    if (prepared.body !== requestJson) {
+      requestJson = prepared.body;
+      body = Buffer.from(JSON.stringify(prepared.body));
+    }
+    hideInjectedUsage = prepared.injectedUsage;
+  }
+
+  const providerKey = billing.providerKey ?? config.providerKeys[target.provider.id];
+  if (!providerKey) {
+    throw new ApiError(
+      'provider_key_missing',
+      `No managed key is configured for ${target.provider.id}; configure one or pass provider_key in the forward token.`,
+    );
+  }
+  const providerKeyType = billing.providerKey ? 'unmanaged' : 'managed';
+  const headers = upstreamRequestHeaders(request.headers, body?.length);
+  target.provider.applyAuth(headers, providerKey);
+
+  const model = target.provider.modelFrom(requestJson, target.publicUrl);
+  const prices = model ? lookupBasePrices(target.provider.id, model, { overrides: config.priceOverrides }) : null;
+  const { pricing, walletId } = pricingFor(billing);
+  const serviceChargeRate = billing.serviceChargeRate ?? config.serviceChargeRate;
+  const estimate = estimateHold({
+    requestBody: requestJson,
+    pricing,
+    prices,
+    baseCostCharged: providerKeyType === 'managed' && prices !== null,
+    serviceChargeRate,
+    defaultOutputCap: config.defaultMaxOutputTokens,
+  });
+
+  const requestId = newId('request');
+  const admitted = await admitRequest(storage, {
+    requestId,
+    billing,
+    walletId,
+    estimate,
+    ttlMs: config.holdTtlMs,
+    record: {
+      provider: target.provider.id,
+      model,
+      endpoint: `${request.method} ${target.publicUrl.toString()}`,
+      provider_key_type: providerKeyType,
+      metadata,
+    },
+  });
+  if (admitted.outcome === 'insufficient_balance') {
+    throw new ApiError('insufficient_balance', undefined, { headers: { [REQUEST_ID_HEADER]: requestId } });
+  }
+  return {
+    requestId,
+    recordId: admitted.recordId,
+    holdIds: admitted.holdIds,
+    method: request.method,
+    target,
+    billing,
+    headers,
+    body,
+    requestJson,
+    hideInjectedUsage,
+    model,
+    prices,
+    providerKeyType,
+    metadata,
+  };
+}
+
+async function forward(deps: AppDeps, gateway: Gateway, plan: ForwardPlan, res: ServerResponse): Promise<void> {
+  const outcome = await relay({
+    agent: gateway.agent,
+    upstreamUrl: plan.target.upstreamUrl,
+    method: plan.method,
+    headers: plan.headers,
+    body: plan.body,
+    provider: plan.target.provider,
+    meterContext: { url: plan.target.publicUrl, requestBody: plan.requestJson },
+    hideInjectedUsage: plan.hideInjectedUsage,
+    extraHeaders: { [REQUEST_ID_HEADER]: plan.requestId },
+    res,
+  });
+  if (outcome.kind === 'failed') {
+    const code: ErrorCode = outcome.reason === 'timeout' ? 'upstream_timeout' : 'upstream_unreachable';
+    sendEnvelope(res, code, plan.requestId);
+  }
+  // The client has its answer; the record and the money are settled off its path.
+  gateway.settlements.settle(deps, plan, outcome);
+}
+
+function sendEnvelope(res: ServerResponse, code: ErrorCode, requestId: string): void {
+  if (res.headersSent || res.destroyed) return;
+  res.writeHead(ERRORS[code].status, { 'content-type': 'application/json; charset=utf-8', [REQUEST_ID_HEADER]: requestId });
+  res.end(JSON.stringify(envelope(code)));
+}
+
+function metadataOf(request: FastifyRequest, params: URLSearchParams): Metadata {
+  const fromQuery = params.get('metadata');
+  const fromHeader = request.headers['x-service-metadata'];
+  const text = fromQuery ?? (typeof fromHeader === 'string' ? fromHeader : null);
+  return text ? parseJsonParam(text, metadataSchema, [fromQuery ? 'metadata' : 'x-service-metadata']) : {};
+}
+
+function parseJsonBody(request: FastifyRequest, body: Buffer | undefined): unknown {
+  if (!body || !String(request.headers['content-type'] ?? '').includes('json')) return undefined;
+  try {
+    return JSON.parse(body.toString('utf8'));
+  } catch {
+    // Not ours to judge: the provider answers a malformed body itself.
+    return undefined;
+  }
+}
+
+function isStreamingRequest(body: unknown, url: URL): boolean {
+  if (url.pathname.includes(':streamGenerateContent')) return true;
+  return typeof body === 'object' && body !== null && (body as { stream?: unknown }).stream === true;
+}
+
+export type { ForwardPlan, ProviderModule };

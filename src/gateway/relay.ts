@@ -1,0 +1,194 @@
+import { once } from 'node:events';
+import type { ServerResponse } from 'node:http';
+import { Agent, errors as undiciErrors, request as undiciRequest, type Dispatcher } from 'undici';
+import type { MeterContext, ProviderModule, StreamUsage, UsageReport } from '../providers/types.ts';
+import { createSseEventFilter } from './sse-filter.ts';
+
+/** One pooled, keep-alive client for every upstream; redirects are never followed (SSRF wall). */
+export function createUpstreamAgent(opts: { headersTimeoutMs: number; bodyTimeoutMs: number }): Agent {
+  return new Agent({
+    keepAliveTimeout: 30_000,
+    connections: 256,
+    headersTimeout: opts.headersTimeoutMs,
+    bodyTimeout: opts.bodyTimeoutMs,
+  });
+}
+
+export type RelayRequest = {
+  agent: Dispatcher;
+  upstreamUrl: URL;
+  method: string;
+  headers: Record<string, string>;
+  body: Buffer | undefined;
+  provider: ProviderModule;
+  meterContext: MeterContext;
+  /** The gateway asked for a usage event the client did not: hide it from the client. */
+  hideInjectedUsage: boolean;
+  /** Response headers Tollgate adds (x-tollgate-request-id). */
+  extraHeaders: Record<string, string>;
+  res: ServerResponse;
+};
+
+export type RelayOutcome =
+  | { kind: 'answered'; status: number; usage: UsageReport | StreamUsage | null; responseBody: unknown; clientAborted: boolean }
+  | { kind: 'failed'; reason: 'timeout' | 'unreachable' };
+
+/** Headers that describe one hop, never the message: not relayed in either direction. */
+const HOP_BY_HOP = new Set([
+  'connection',
+  'keep-alive',
+  'proxy-authenticate',
+  'proxy-authorization',
+  'te',
+  'trailer',
+  'transfer-encoding',
+  'upgrade',
+  'content-length',
+]);
+
+/**
+ * Sends the request upstream and relays the answer to the client as it arrives: event streams
+ * chunk by chunk, other bodies as they come, while the provider module meters the bytes in passing.
+ * A client that goes away aborts the upstream call; what was seen until then is still metered.
+ */
+export async function relay(r: RelayRequest): Promise<RelayOutcome> {
+  const abort = new AbortController();
+  const onClientGone = () => {
+    if (!r.res.writableFinished) abort.abort();
+  };
+  r.res.on('close', onClientGone);
+
+  let upstream: Dispatcher.ResponseData;
+  try {
+    upstream = await undiciRequest(r.upstreamUrl, {
+      dispatcher: r.agent,
+      method: r.method as Dispatcher.HttpMethod,
+      headers: r.headers,
+      body: r.body,
+      signal: abort.signal,
+    });
+  } catch (e) {
+    r.res.off('close', onClientGone);
+    if (abort.signal.aborted) return { kind: 'answered', status: 499, usage: null, responseBody: null, clientAborted: true };
+    return { kind: 'failed', reason: isTimeout(e) ? 'timeout' : 'unreachable' };
+  }
+
+  const contentType = String(upstream.headers['content-type'] ?? '');
+  const ok = upstream.statusCode < 400;
+  r.res.writeHead(upstream.statusCode, { ...responseHeaders(upstream.headers), ...r.extraHeaders });
+
+  try {
+    if (ok && contentType.includes('text/event-stream')) return await relayStream(r, upstream, abort);
+    return await relayBody(r, upstream, contentType, ok, abort);
+  } finally {
+    r.res.off('close', onClientGone);
+  }
+}
+
+async function relayStream(r: RelayRequest, upstream: Dispatcher.ResponseData, abort: AbortController): Promise<RelayOutcome> {
+  const meter = r.provider.createStreamMeter(r.meterContext);
+  const filter = r.hideInjectedUsage ? createSseEventFilter((e) => r.provider.isInjectedUsageEvent(e)) : null;
+  let clientAborted = false;
+  try {
+    for await (const chunk of upstream.body) {
+      const bytes = chunk as Buffer;
+      meter.push(bytes);
+      await write(r.res, filter ? filter.push(bytes) : bytes);
+    }
+    if (filter) await write(r.res, filter.end());
+  } catch {
+    // The client left (abort) or the provider cut the stream: settle from what was seen.
+    clientAborted = abort.signal.aborted;
+  }
+  endResponse(r.res);
+  return { kind: 'answered', status: upstream.statusCode, usage: meter.finish(), responseBody: null, clientAborted };
+}
+
+async function relayBody(
+  r: RelayRequest,
+  upstream: Dispatcher.ResponseData,
+  contentType: string,
+  ok: boolean,
+  abort: AbortController,
+): Promise<RelayOutcome> {
+  const isJson = contentType.includes('json');
+  const kept: Buffer[] = [];
+  let clientAborted = false;
+  try {
+    for await (const chunk of upstream.body) {
+      const bytes = chunk as Buffer;
+      if (isJson && ok) kept.push(bytes);
+      await write(r.res, bytes);
+    }
+  } catch {
+    clientAborted = abort.signal.aborted;
+  }
+  endResponse(r.res);
+  if (!ok) return { kind: 'answered', status: upstream.statusCode, usage: null, responseBody: null, clientAborted };
+  const responseBody = isJson ? parseJson(Buffer.concat(kept)) : null;
+  const usage = isJson
+    ? r.provider.usageFromJson(responseBody, r.meterContext)
+    : r.provider.usageFromRequest(r.meterContext);
+  return { kind: 'answered', status: upstream.statusCode, usage, responseBody, clientAborted };
+}
+
+/** Respects back-pressure: a slow client slows the read from upstream instead of growing memory. */
+async function write(res: ServerResponse, data: string | Buffer): Promise<void> {
+  if (data.length === 0 || res.destroyed) return;
+  if (!res.write(data)) await Promise.race([once(res, 'drain'), once(res, 'close')]);
+}
+
+function endResponse(res: ServerResponse): void {
+  if (!res.destroyed && !res.writableEnded) res.end();
+}
+
+function responseHeaders(headers: Dispatcher.ResponseData['headers']): Record<string, string | string[]> {
+  const out: Record<string, string | string[]> = {};
+  for (const [name, value] of Object.entries(headers)) {
+    if (value !== undefined && !HOP_BY_HOP.has(name.toLowerCase())) out[name] = value;
+  }
+  return out;
+}
+
+function parseJson(bytes: Buffer): unknown {
+  try {
+    return JSON.parse(bytes.toString('utf8'));
+  } catch {
+    return null;
+  }
+}
+
+function isTimeout(e: unknown): boolean {
+  return e instanceof undiciErrors.HeadersTimeoutError || e instanceof undiciErrors.ConnectTimeoutError;
+}
+
+/** Request headers that are the client's business with the provider; ours and hop-by-hop ones are dropped. */
+export function upstreamRequestHeaders(
+  incoming: Record<string, string | string[] | undefined>,
+  bodyLength: number | undefined,
+): Record<string, string> {
+  const out: Record<string, string> = {};
+  for (const [name, value] of Object.entries(incoming)) {
+    const lower = name.toLowerCase();
+    if (value === undefined || HOP_BY_HOP.has(lower) || DROPPED_REQUEST_HEADERS.has(lower)) continue;
+    out[lower] = Array.isArray(value) ? value.join(', ') : value;
+  }
+  // Metering reads the response: ask for it uncompressed.
+  out['accept-encoding'] = 'identity';
+  if (bodyLength !== undefined) out['content-length'] = String(bodyLength);
+  return out;
+}
+
+const DROPPED_REQUEST_HEADERS = new Set([
+  'host',
+  'authorization',
+  'x-api-key',
+  'x-goog-api-key',
+  'xi-api-key',
+  'x-service-metadata',
+  'cookie',
+  'idempotency-key',
+  'x-request-id',
+  'accept-encoding',
+  'expect',
+]);
