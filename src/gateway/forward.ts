@@ -1,5 +1,5 @@
 import type { ServerResponse } from 'node:http';
-import type { FastifyRequest } from 'fastify';
+import type { FastifyReply, FastifyRequest } from 'fastify';
 import type { Dispatcher } from 'undici';
 import { newId } from '../domain/ids.ts';
 import { lookupBasePrices } from '../domain/prices.ts';
@@ -34,11 +34,39 @@ export function registerForwardRoutes(app: App, deps: AppDeps, gateway: Gateway)
     url: '/forward',
     schema: { hide: true },
     handler: async (request, reply) => {
-      const plan = await planForward(deps, gateway, request);
-      reply.hijack();
-      await forward(deps, gateway, plan, reply.raw);
+      const { target: rawTarget, params } = splitForwardQuery(request.url);
+      if (!rawTarget) {
+        throw new ApiError('validation_error', 'The query parameter u (the provider URL to forward to) is required.', {
+          issues: [{ path: ['u'], message: 'is required' }],
+        });
+      }
+      const target = resolveTarget(rawTarget, gateway.registry, deps.config.upstreamOverrides);
+      const credential = extractCredential(request.headers, target.strippedKey ?? params.get('key'));
+      if (!credential) {
+        throw new ApiError('unauthorized', 'Missing credential: send Authorization: Bearer <secret key or forward token>.');
+      }
+      const billing = await resolveForwardCredential(deps.storage, credential.token);
+      await forwardRequest(deps, gateway, request, reply, { target, billing, metadata: metadataOf(request, params.get('metadata')) });
     },
   });
+}
+
+export type ForwardCall = { target: ResolvedTarget; billing: BillingContext; metadata: Metadata };
+
+/**
+ * Forwards one request whose target and payer are known: used by /v1/forward and by the drop-in
+ * provider endpoints. Refusals before the provider is called are thrown as ApiErrors.
+ */
+export async function forwardRequest(
+  deps: AppDeps,
+  gateway: Gateway,
+  request: FastifyRequest,
+  reply: FastifyReply,
+  call: ForwardCall,
+): Promise<void> {
+  const plan = await planForward(deps, request, call);
+  reply.hijack();
+  await forward(deps, gateway, plan, reply.raw);
 }
 
 type ForwardPlan = {
@@ -59,19 +87,8 @@ type ForwardPlan = {
 };
 
 /** Everything decided before the provider is called; any refusal here costs no provider call. */
-async function planForward(deps: AppDeps, gateway: Gateway, request: FastifyRequest): Promise<ForwardPlan> {
+async function planForward(deps: AppDeps, request: FastifyRequest, { target, billing, metadata }: ForwardCall): Promise<ForwardPlan> {
   const { config, storage } = deps;
-  const { target: rawTarget, params } = splitForwardQuery(request.url);
-  if (!rawTarget) {
-    throw new ApiError('validation_error', 'The query parameter u (the provider URL to forward to) is required.', {
-      issues: [{ path: ['u'], message: 'is required' }],
-    });
-  }
-  const target = resolveTarget(rawTarget, gateway.registry, config.upstreamOverrides);
-  const credential = extractCredential(request.headers, target.strippedKey ?? params.get('key'));
-  if (!credential) throw new ApiError('unauthorized', 'Missing credential: send Authorization: Bearer <secret key or forward token>.');
-  const billing = await resolveForwardCredential(storage, credential.token);
-  const metadata = metadataOf(request, params);
 
   let body = Buffer.isBuffer(request.body) && request.body.length > 0 ? request.body : undefined;
   let requestJson = parseJsonBody(request, body);
@@ -172,8 +189,8 @@ function sendEnvelope(res: ServerResponse, code: ErrorCode, requestId: string): 
   res.end(JSON.stringify(envelope(code)));
 }
 
-function metadataOf(request: FastifyRequest, params: URLSearchParams): Metadata {
-  const fromQuery = params.get('metadata');
+/** Request metadata from the `metadata` query parameter or the `x-service-metadata` header (JSON objects). */
+export function metadataOf(request: FastifyRequest, fromQuery: string | null): Metadata {
   const fromHeader = request.headers['x-service-metadata'];
   const text = fromQuery ?? (typeof fromHeader === 'string' ? fromHeader : null);
   return text ? parseJsonParam(text, metadataSchema, [fromQuery ? 'metadata' : 'x-service-metadata']) : {};
