@@ -10,6 +10,7 @@ import { installJsonBodyParser } from './http/json-body.ts';
 import { loggerOptions } from './http/logging.ts';
 import { installMetrics } from './http/metrics.ts';
 import type { App, AppDeps } from './http/types.ts';
+import { registerDropInRoutes } from './gateway/drop-in.ts';
 import { registerForwardRoutes, type Gateway } from './gateway/forward.ts';
 import { createUpstreamAgent } from './gateway/relay.ts';
 import { Settlements } from './gateway/settle.ts';
@@ -73,6 +74,9 @@ export async function buildApp(deps: AppDeps): Promise<App> {
 
   const gateway = createGateway(deps, app);
   await app.register(async (scope) => registerForwardRoutes(scope.withTypeProvider<ZodTypeProvider>(), deps, gateway), {
+    prefix: '/v1',
+  });
+  await app.register(async (scope) => registerDropInRoutes(scope.withTypeProvider<ZodTypeProvider>(), deps, gateway), {
     prefix: '/v1',
   });
 
