@@ -4,6 +4,7 @@
  *   1. POST /v1/requests throughput (recorded requests per second) on SQLite and PostgreSQL.
  *   2. GET /v1/usage latency over 31 days with 1,000,000 stored requests, with and without a
  *      metadata filter (p50 / p95 / p99 of sequential calls).
+ *   3. The forward gateway against a direct call to the same mock provider (bench/gateway.ts).
  *
  * PostgreSQL comes from BENCH_DATABASE_URL or TEST_DATABASE_URL (a fresh schema is created);
  * without either, only SQLite runs. `--quick` shrinks every size for a smoke run.
@@ -21,6 +22,7 @@ import { creditWallet } from '../src/ledger/wallets.ts';
 import { openStorage, type Storage } from '../src/storage/db.ts';
 import { createMerchant } from '../src/storage/merchants.ts';
 import { migrateToLatest } from '../src/storage/migrate.ts';
+import { benchGateway, startMock } from './gateway.ts';
 
 const quick = process.argv.includes('--quick');
 const SIZES = {
@@ -29,6 +31,7 @@ const SIZES = {
   customers: quick ? 10 : 200,
   storedRequests: quick ? 20_000 : 1_000_000,
   usageCalls: quick ? 20 : 200,
+  gatewaySeconds: quick ? 2 : 10,
 };
 
 type Row = { scenario: string; engine: string; result: string; target: string };
@@ -40,19 +43,25 @@ async function main(): Promise<void> {
   if (pgBase) engines.push({ name: 'postgres', url: await freshPgSchema(pgBase) });
   else console.warn('No BENCH_DATABASE_URL / TEST_DATABASE_URL: PostgreSQL scenarios skipped.');
 
+  const mock = await startMock();
+  process.env.BENCH_MOCK_URL = mock.url;
   for (const engine of engines) {
     console.log(`\n== ${engine.name}`);
     const storage = openStorage(engine.url, { poolSize: 4 });
     await migrateToLatest(storage);
-    const server = await startServer(engine.url);
+    const server = await startServer(engine.url, mock.url);
     try {
       await benchRecordThroughput(engine.name, storage, server.url);
       await benchUsageLatency(engine.name, storage, server.url);
+      report.push(
+        ...(await benchGateway({ engine: engine.name, storage, serverUrl: server.url, serverPid: server.process.pid!, seconds: SIZES.gatewaySeconds })),
+      );
     } finally {
       server.process.kill('SIGTERM');
       await storage.close();
     }
   }
+  mock.process.kill('SIGTERM');
   writeReport();
 }
 
@@ -67,10 +76,18 @@ async function freshPgSchema(base: string): Promise<string> {
   return url.toString();
 }
 
-async function startServer(databaseUrl: string): Promise<{ url: string; process: ChildProcess }> {
+async function startServer(databaseUrl: string, mockUrl: string): Promise<{ url: string; process: ChildProcess }> {
   const port = 18_000 + Math.floor(Math.random() * 2000);
   const child = spawn('node', ['bin/tollgate.js', 'serve'], {
-    env: { ...process.env, DATABASE_URL: databaseUrl, PORT: String(port), LOG_LEVEL: 'warn', RATE_LIMIT_PER_MINUTE: '100000000' },
+    env: {
+      ...process.env,
+      DATABASE_URL: databaseUrl,
+      PORT: String(port),
+      LOG_LEVEL: 'warn',
+      RATE_LIMIT_PER_MINUTE: '100000000',
+      UPSTREAM_OVERRIDES: JSON.stringify({ 'api.openai.com': mockUrl }),
+      PROVIDER_KEYS: JSON.stringify({ openai: 'sk-bench' }),
+    },
     stdio: ['ignore', 'inherit', 'inherit'],
   });
   const url = `http://127.0.0.1:${port}`;

@@ -18,7 +18,7 @@ import type { MeterRow } from '../storage/meters.ts';
 import { completePendingRecord, insertRequestRecord, type RequestRow } from '../storage/requests.ts';
 import type { Database } from '../storage/schema.ts';
 import { merchantRevenueAccount, providerCostsAccount, serviceChargesAccount } from './accounts.ts';
-import { recordBalanceEvent } from './events.ts';
+import { recordWalletBalanceEvent } from './events.ts';
 import { releaseHoldInTransaction } from './holds.ts';
 import { appendTransaction, type Leg } from './postings.ts';
 import { applyDebit, availableOf, lockWallets } from './wallets.ts';
@@ -221,11 +221,14 @@ async function chargeInTransaction(
     ? await completePendingRecord(trx, record)
     : await insertRequestRecord(trx, record);
 
-  const debitedWallets = new Set([
-    ...(priced.totals.wallet !== 0n || holdIds.length > 0 ? [customerWallet.id] : []),
-    ...(priced.totals.merchant !== 0n || holdIds.length > 0 ? [merchantWallet.id] : []),
+  const changedWallets = new Set([
+    ...(priced.totals.wallet !== 0n || holdIds.length > 0 ? [customerWallet] : []),
+    ...(priced.totals.merchant !== 0n || holdIds.length > 0 ? [merchantWallet] : []),
   ]);
-  for (const walletId of debitedWallets) await recordBalanceEvent(trx, walletId, at);
+  for (const wallet of changedWallets) {
+    const connectionId = wallet === customerWallet ? (input.connection?.id ?? null) : null;
+    await recordWalletBalanceEvent(trx, wallet, connectionId, at);
+  }
   return { outcome: 'recorded', row, priced };
 }
 

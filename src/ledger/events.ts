@@ -1,22 +1,38 @@
 import type { Transaction } from 'kysely';
 import { formatMoney } from '../domain/money.ts';
-import type { Database } from '../storage/schema.ts';
+import type { Database, WalletsTable } from '../storage/schema.ts';
 import { enqueueEvent } from '../webhooks/outbox.ts';
+
+type WalletState = Pick<WalletsTable, 'id' | 'merchant_id' | 'owner_type' | 'balance' | 'held'>;
 
 /** Every balance change emits a balance-updated event for the wallet's owner, in the same transaction. */
 export async function recordBalanceEvent(trx: Transaction<Database>, walletId: string, at: string): Promise<void> {
   const wallet = await trx
     .selectFrom('wallets')
     .leftJoin('connections', 'connections.wallet_id', 'wallets.id')
-    .select(['wallets.merchant_id', 'wallets.owner_type', 'wallets.balance', 'wallets.held', 'connections.id as connection_id'])
+    .select(['wallets.id', 'wallets.merchant_id', 'wallets.owner_type', 'wallets.balance', 'wallets.held', 'connections.id as connection_id'])
     .where('wallets.id', '=', walletId)
     .executeTakeFirstOrThrow();
-  const balance = { wallet_id: walletId, balance: formatMoney(BigInt(wallet.balance)), held: formatMoney(BigInt(wallet.held)) };
-  if (wallet.owner_type === 'connection' && wallet.connection_id) {
+  await recordWalletBalanceEvent(trx, wallet, wallet.connection_id, at);
+}
+
+/** The same, for a wallet whose state the caller already holds (no extra read). */
+export async function recordWalletBalanceEvent(
+  trx: Transaction<Database>,
+  wallet: WalletState,
+  connectionId: string | null,
+  at: string,
+): Promise<void> {
+  const balance = {
+    wallet_id: wallet.id,
+    balance: formatMoney(BigInt(wallet.balance)),
+    held: formatMoney(BigInt(wallet.held)),
+  };
+  if (wallet.owner_type === 'connection' && connectionId) {
     await enqueueEvent(trx, {
       merchantId: wallet.merchant_id,
       type: 'customer.wallet.balance.updated',
-      data: { customer_id: wallet.connection_id, connection_id: wallet.connection_id, ...balance },
+      data: { customer_id: connectionId, connection_id: connectionId, ...balance },
       at,
     });
   } else {

@@ -31,7 +31,7 @@ function openSqlite(path: string): Storage {
   sqlite.pragma('foreign_keys = ON');
   // Money is BIGINT; numbers above 2^53 must never pass through a JS number.
   sqlite.defaultSafeIntegers(true);
-  const db = new Kysely<Database>({ dialect: new ImmediateSqliteDialect({ database: sqlite }) });
+  const db = new Kysely<Database>({ dialect: new ImmediateSqliteDialect({ database: withStatementCache(sqlite) }) });
   return {
     db,
     dialect: 'sqlite',
@@ -56,6 +56,28 @@ function openPostgres(url: string, max: number): Storage {
     dialect: 'postgres',
     describe: `postgres://${parsed.host}${parsed.pathname}`,
     close: () => db.destroy(),
+  };
+}
+
+const STATEMENT_CACHE_SIZE = 500;
+
+/**
+ * Kysely prepares every query anew; preparing costs more than running most of ours. The app issues
+ * a small, fixed set of SQL texts, so prepared statements are kept and reused.
+ */
+function withStatementCache(sqlite: SqliteDatabase.Database): SqliteDialectConfig['database'] {
+  const cache = new Map<string, SqliteDatabase.Statement>();
+  return {
+    close: () => sqlite.close(),
+    prepare: (text: string) => {
+      let statement = cache.get(text);
+      if (!statement) {
+        statement = sqlite.prepare(text);
+        if (cache.size >= STATEMENT_CACHE_SIZE) cache.delete(cache.keys().next().value!);
+        cache.set(text, statement);
+      }
+      return statement;
+    },
   };
 }
 

@@ -1,0 +1,93 @@
+/**
+ * Forward-gateway benchmark: the same chat completion sent straight to the mock provider and
+ * through Tollgate (customer billing, metering and settlement on), at 1 and 32 connections,
+ * non-streaming and streaming. Reports added latency, throughput relative to direct, the gateway
+ * process's own CPU time per request and its peak RSS.
+ */
+import { spawn, type ChildProcess } from 'node:child_process';
+import { readFileSync } from 'node:fs';
+import autocannon from 'autocannon';
+import { parseMoney } from '../src/domain/money.ts';
+import { creditWallet } from '../src/ledger/wallets.ts';
+import type { Storage } from '../src/storage/db.ts';
+import { createMerchant } from '../src/storage/merchants.ts';
+
+export type GatewayRow = { scenario: string; engine: string; result: string; target: string };
+
+const CLOCK_TICKS_PER_SECOND = 100;
+
+export async function startMock(): Promise<{ url: string; process: ChildProcess }> {
+  const child = spawn('node', ['--import', 'tsx', 'bench/mock-server.ts'], { stdio: ['ignore', 'pipe', 'inherit'] });
+  const url = await new Promise<string>((resolve, reject) => {
+    child.stdout!.once('data', (d: Buffer) => resolve(d.toString().trim()));
+    child.once('exit', () => reject(new Error('mock exited')));
+  });
+  return { url, process: child };
+}
+
+/** utime + stime of a process, in milliseconds. */
+function cpuMs(pid: number): number {
+  const fields = readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1]!.split(' ');
+  return ((Number(fields[11]) + Number(fields[12])) * 1000) / CLOCK_TICKS_PER_SECOND;
+}
+
+function peakRssMb(pid: number): number {
+  const line = readFileSync(`/proc/${pid}/status`, 'utf8').split('\n').find((l) => l.startsWith('VmHWM:'))!;
+  return Number(line.replace(/\D+/g, '')) / 1024;
+}
+
+async function load(url: string, headers: Record<string, string>, body: string, connections: number, seconds: number) {
+  return autocannon({ url, method: 'POST', headers, body, connections, duration: seconds });
+}
+
+export async function benchGateway(opts: {
+  engine: string;
+  storage: Storage;
+  serverUrl: string;
+  serverPid: number;
+  seconds: number;
+}): Promise<GatewayRow[]> {
+  const rows: GatewayRow[] = [];
+  const { storage, serverUrl } = opts;
+  const { secretKey, merchant } = await createMerchant(storage, { name: 'Gateway bench' });
+  await creditWallet(storage, merchant.wallet_id, parseMoney('1000000'));
+  const h = { authorization: `Bearer ${secretKey}`, 'content-type': 'application/json' };
+  const post = async (path: string, b: object) =>
+    (await (await fetch(`${serverUrl}/v1${path}`, { method: 'POST', headers: h, body: JSON.stringify(b) })).json()) as unknown;
+  const customer = (await post('/customers', {})) as { customer_id: string; wallet: { wallet_id: string } };
+  const meter = (await post('/meters', { name: 'Bench chat', rate_type: 'fixed', tiers: [{ start: '0', rate: '1' }] })) as { meter_slug: string };
+  await creditWallet(storage, customer.wallet.wallet_id, parseMoney('1000000'));
+  const token = Buffer.from(JSON.stringify({ secret_key: secretKey, customer_id: customer.customer_id, meter_slug: meter.meter_slug })).toString('base64');
+
+  const mockUrl = process.env.BENCH_MOCK_URL!;
+  for (const stream of [false, true]) {
+    const body = JSON.stringify({ model: 'gpt-4o', stream, max_tokens: 8, messages: [{ role: 'user', content: 'Say something short please' }] });
+    for (const connections of [1, 32]) {
+      const direct = await load(`${mockUrl}/v1/chat/completions`, { 'content-type': 'application/json', authorization: 'Bearer x' }, body, connections, opts.seconds);
+      const cpuBefore = cpuMs(opts.serverPid);
+      const via = await load(
+        `${serverUrl}/v1/forward?u=${encodeURIComponent('https://api.openai.com/v1/chat/completions')}`,
+        { 'content-type': 'application/json', authorization: `Bearer ${token}` },
+        body,
+        connections,
+        opts.seconds,
+      );
+      const cpuPerRequest = (cpuMs(opts.serverPid) - cpuBefore) / Math.max(1, via['2xx']);
+      const ratio = via.requests.average / Math.max(1, direct.requests.average);
+      const label = `forward ${stream ? 'streaming' : 'non-streaming'} chat, ${connections} connection${connections > 1 ? 's' : ''}`;
+      const result =
+        `added p50 ${(via.latency.p50 - direct.latency.p50).toFixed(2)} ms, p99 ${(via.latency.p99 - direct.latency.p99).toFixed(2)} ms; ` +
+        `${via.requests.average.toFixed(0)} req/s vs direct ${direct.requests.average.toFixed(0)} (${(ratio * 100).toFixed(1)} %); ` +
+        `gateway CPU ${cpuPerRequest.toFixed(3)} ms/request; ${via.non2xx} non-2xx`;
+      console.log(`${label}: ${result}`);
+      rows.push({
+        scenario: label,
+        engine: opts.engine,
+        result,
+        target: connections === 1 ? 'added p50 ≤ 0.5 ms' : '≥ 20 % of direct, ≤ 0.25 ms CPU/request',
+      });
+    }
+  }
+  rows.push({ scenario: 'gateway peak RSS', engine: opts.engine, result: `${peakRssMb(opts.serverPid).toFixed(0)} MB`, target: '< 200 MB' });
+  return rows;
+}
