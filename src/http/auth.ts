@@ -6,6 +6,9 @@ import { ApiError } from './errors.ts';
 
 export type Principal = {
   merchantId: string;
+  merchantWalletId: string;
+  /** The merchant's own service-charge rate (percent, 1e-10 units); null = operator default. */
+  serviceChargeRate: bigint | null;
   /** The secret key's id: scopes rate limits and idempotency keys. */
   keyId: string;
 };
@@ -31,7 +34,12 @@ export async function authenticateSecretKey(storage: Storage, token: string | nu
   const row = await findActiveKeyByHash(storage.db, hash);
   // The lookup is by hash; the constant-time compare keeps the final decision free of timing leaks.
   if (!row || !hashesEqual(row.key_hash, hash)) throw new ApiError('unauthorized', 'Invalid or revoked API key.');
-  return { merchantId: row.merchant_id, keyId: row.id };
+  return {
+    merchantId: row.merchant_id,
+    keyId: row.id,
+    merchantWalletId: row.merchant_wallet_id,
+    serviceChargeRate: row.service_charge_rate === null ? null : BigInt(row.service_charge_rate),
+  };
 }
 
 export function principalOf(request: FastifyRequest): Principal {

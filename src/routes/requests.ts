@@ -11,7 +11,6 @@ import { idParams, standardErrors } from '../http/schemas.ts';
 import type { App, AppDeps } from '../http/types.ts';
 import { chargeRequest } from '../ledger/charge.ts';
 import { findConnection, findConnectionBySecret } from '../storage/connections.ts';
-import { findMerchant } from '../storage/merchants.ts';
 import { findMeterBySecret, findMeterBySlug } from '../storage/meters.ts';
 import { findRequestPk, listRequests, type RequestFilters } from '../storage/request-queries.ts';
 import { findRequestByRequestId, type RequestRow } from '../storage/requests.ts';
@@ -261,15 +260,18 @@ export function registerRequestRoutes(app: App, deps: AppDeps): void {
       },
     },
     async (request, reply) => {
-      const { merchantId } = principalOf(request);
+      const { merchantId, merchantWalletId, serviceChargeRate } = principalOf(request);
       const body = request.body;
       const hash = bodyHash(body);
-      const existing = await findRequestByRequestId(storage.db, merchantId, body.request_id);
-      if (existing) return reply.status(200).send(replay(existing, hash));
-
-      const merchant = await findMerchant(storage, merchantId);
-      if (!merchant) throw new ApiError('unauthorized');
-      const { connection, meter } = await resolveConnectionAndMeter(deps, merchantId, body);
+      // Independent reads, issued together.
+      const [existing, resolved] = await Promise.allSettled([
+        findRequestByRequestId(storage.db, merchantId, body.request_id),
+        resolveConnectionAndMeter(deps, merchantId, body),
+      ]);
+      if (existing.status === 'rejected') throw existing.reason;
+      if (existing.value) return reply.status(200).send(replay(existing.value, hash));
+      if (resolved.status === 'rejected') throw resolved.reason;
+      const { connection, meter } = resolved.value;
       const basePrices =
         body.provider && body.model
           ? lookupBasePrices(body.provider, body.model, {
@@ -279,7 +281,7 @@ export function registerRequestRoutes(app: App, deps: AppDeps): void {
           : null;
 
       const result = await chargeRequest(storage, {
-        merchant,
+        merchant: { id: merchantId, wallet_id: merchantWalletId },
         connection,
         meter,
         requestId: body.request_id,
@@ -290,7 +292,7 @@ export function registerRequestRoutes(app: App, deps: AppDeps): void {
         endpoint: 'POST /v1/requests',
         providerKeyType: 'managed',
         basePrices,
-        serviceChargeRate: merchant.service_charge_rate ?? config.serviceChargeRate,
+        serviceChargeRate: serviceChargeRate ?? config.serviceChargeRate,
         metadata: body.metadata ?? {},
       });
       if (result.outcome === 'recorded') return reply.status(201).send(presentRequest(result.row));
@@ -337,16 +339,20 @@ export function registerRequestRoutes(app: App, deps: AppDeps): void {
 
 async function resolveConnectionAndMeter({ storage }: AppDeps, merchantId: string, body: CreateBody) {
   if (body.connection_secret && body.product_secret) {
-    const connection = await findConnectionBySecret(storage, merchantId, body.connection_secret);
+    const [connection, meter] = await Promise.all([
+      findConnectionBySecret(storage, merchantId, body.connection_secret),
+      findMeterBySecret(storage, merchantId, body.product_secret),
+    ]);
     if (!connection) throw new ApiError('not_found', 'No connection with that connection_secret.');
-    const meter = await findMeterBySecret(storage, merchantId, body.product_secret);
     if (!meter) throw new ApiError('not_found', 'No product (meter) with that product_secret.');
     return { connection, meter };
   }
   const customerId = (body.customer_id ?? body.connection_id)!;
-  const connection = await findConnection(storage, merchantId, customerId);
+  const [connection, meter] = await Promise.all([
+    findConnection(storage, merchantId, customerId),
+    findMeterBySlug(storage, merchantId, body.meter_slug!),
+  ]);
   if (!connection) throw notFound('customer', customerId);
-  const meter = await findMeterBySlug(storage, merchantId, body.meter_slug!);
   if (!meter) throw new ApiError('not_found', `No meter with meter_slug ${body.meter_slug}.`);
   return { connection, meter };
 }

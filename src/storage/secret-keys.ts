@@ -26,12 +26,20 @@ export async function insertSecretKey(
   return { row, secret };
 }
 
-export async function findActiveKeyByHash(db: Kysely<Database>, keyHash: string): Promise<SecretKeyRow | undefined> {
+/** An active key with what every authenticated request needs of its merchant, in one read. */
+export async function findActiveKeyByHash(db: Kysely<Database>, keyHash: string) {
   return db
     .selectFrom('secret_keys')
-    .selectAll()
-    .where('key_hash', '=', keyHash)
-    .where('revoked_at', 'is', null)
+    .innerJoin('merchants', 'merchants.id', 'secret_keys.merchant_id')
+    .select([
+      'secret_keys.id',
+      'secret_keys.merchant_id',
+      'secret_keys.key_hash',
+      'merchants.wallet_id as merchant_wallet_id',
+      'merchants.service_charge_rate',
+    ])
+    .where('secret_keys.key_hash', '=', keyHash)
+    .where('secret_keys.revoked_at', 'is', null)
     .executeTakeFirst();
 }
 
