@@ -2,7 +2,7 @@ import { applyKey } from './auth.ts';
 import { countAt, firstString, isObject, objectAt, parseJson, stringAt, type JsonObject } from './json.ts';
 import { routeFromBaseUrl } from './route.ts';
 import { createSseMeter } from './sse.ts';
-import { emptyUsage, withIdentity, type ReportedTokens, type UsageTally } from './usage.ts';
+import { reportFromTokens, withIdentity, type ReportedTokens, type UsageTally } from './usage.ts';
 import type { MeterContext, ProviderModule, SseEvent, StreamMeter, UsageReport } from './types.ts';
 
 /**
@@ -37,15 +37,8 @@ function modelFrom(requestBody: unknown, _url: URL, responseBody?: unknown): str
 function usageFromJson(body: unknown, ctx: MeterContext): UsageReport | null {
   const usage = objectAt(body, 'usage');
   if (!usage) return null;
-  const tokens = normaliseUsage(usage);
-  if (tokens.inputTokens === undefined && tokens.outputTokens === undefined) return null;
-  const report: UsageReport = {
-    ...emptyUsage(),
-    inputTokens: tokens.inputTokens ?? 0,
-    outputTokens: tokens.outputTokens ?? 0,
-  };
-  if (tokens.cachedInputTokens !== undefined) report.cachedInputTokens = tokens.cachedInputTokens;
-  if (tokens.cacheWriteInputTokens !== undefined) report.cacheWriteInputTokens = tokens.cacheWriteInputTokens;
+  const report = reportFromTokens(normaliseUsage(usage));
+  if (!report) return null;
   return withIdentity(report, modelFrom(ctx.requestBody, ctx.url, body), stringAt(body, 'id') ?? null);
 }
 

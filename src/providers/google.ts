@@ -2,7 +2,7 @@ import { applyKey } from './auth.ts';
 import { arrayAt, countAt, firstString, isObject, objectAt, parseJson, stringAt, type JsonObject } from './json.ts';
 import { routeFromBaseUrl } from './route.ts';
 import { createSseMeter } from './sse.ts';
-import { emptyUsage, withIdentity, type ReportedTokens, type UsageTally } from './usage.ts';
+import { reportFromTokens, withIdentity, type ReportedTokens, type UsageTally } from './usage.ts';
 import type { MeterContext, ProviderModule, SseEvent, UsageReport } from './types.ts';
 
 /**
@@ -62,14 +62,8 @@ function usageFromJson(body: unknown, ctx: MeterContext): UsageReport | null {
   const carrier = lastUsageCarrier(body);
   const metadata = objectAt(carrier, 'usageMetadata');
   if (!metadata) return null;
-  const tokens = tokensFromMetadata(metadata);
-  if (tokens.inputTokens === undefined && tokens.outputTokens === undefined) return null;
-  const report: UsageReport = {
-    ...emptyUsage(),
-    inputTokens: tokens.inputTokens ?? 0,
-    outputTokens: tokens.outputTokens ?? 0,
-  };
-  if (tokens.cachedInputTokens !== undefined) report.cachedInputTokens = tokens.cachedInputTokens;
+  const report = reportFromTokens(tokensFromMetadata(metadata));
+  if (!report) return null;
   return withIdentity(report, modelFrom(ctx.requestBody, ctx.url, body), stringAt(carrier, 'responseId') ?? null);
 }
 

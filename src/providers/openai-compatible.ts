@@ -2,7 +2,7 @@ import { applyKey } from './auth.ts';
 import { arrayAt, countAt, firstString, isObject, objectAt, parseJson, stringAt, type JsonObject } from './json.ts';
 import { routeFromBaseUrl } from './route.ts';
 import { createSseMeter } from './sse.ts';
-import { emptyUsage, withIdentity, type ReportedTokens, type UsageTally } from './usage.ts';
+import { emptyUsage, reportFromTokens, withIdentity, type ReportedTokens, type UsageTally } from './usage.ts';
 import type { AuthStyle, MeterContext, PreparedStreamRequest, ProviderModule, SseEvent, UsageReport } from './types.ts';
 
 /**
@@ -75,15 +75,7 @@ function usageObjectOf(body: unknown): JsonObject | undefined {
 function reportFromUsageObject(usage: JsonObject): UsageReport | null {
   const seconds = stringAt(usage, 'type') === 'duration' ? countAt(usage, 'seconds') : undefined;
   if (seconds !== undefined) return { ...emptyUsage(), inputSeconds: seconds };
-  const tokens = tokensFromUsageObject(usage);
-  if (tokens.inputTokens === undefined && tokens.outputTokens === undefined) return null;
-  const report: UsageReport = {
-    ...emptyUsage(),
-    inputTokens: tokens.inputTokens ?? 0,
-    outputTokens: tokens.outputTokens ?? 0,
-  };
-  if (tokens.cachedInputTokens !== undefined) report.cachedInputTokens = tokens.cachedInputTokens;
-  return report;
+  return reportFromTokens(tokensFromUsageObject(usage));
 }
 
 function tokensFromUsageObject(usage: JsonObject): ReportedTokens {

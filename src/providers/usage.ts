@@ -21,6 +21,15 @@ export type ReportedTokens = {
   cacheWriteInputTokens?: number | undefined;
 };
 
+/** A usage report from reported token counts; null when the provider reported neither direction. */
+export function reportFromTokens(tokens: ReportedTokens): UsageReport | null {
+  if (tokens.inputTokens === undefined && tokens.outputTokens === undefined) return null;
+  const report: UsageReport = { ...emptyUsage(), inputTokens: tokens.inputTokens ?? 0, outputTokens: tokens.outputTokens ?? 0 };
+  if (tokens.cachedInputTokens !== undefined) report.cachedInputTokens = tokens.cachedInputTokens;
+  if (tokens.cacheWriteInputTokens !== undefined) report.cacheWriteInputTokens = tokens.cacheWriteInputTokens;
+  return report;
+}
+
 /**
  * The per-stream state every stream meter keeps: the provider's latest counts, how much output
  * text arrived after the latest output count, and whether the end marker was seen. It never keeps

@@ -1,25 +1,9 @@
-import { execFile } from 'node:child_process';
-import { promisify } from 'node:util';
 import { describe, expect, it } from 'vitest';
 import { parseMoney } from '../../src/domain/money.ts';
 import { findWallet } from '../../src/ledger/wallets.ts';
 import { openStorage } from '../../src/storage/db.ts';
+import { tollgate } from '../helpers/cli.ts';
 import { databasesUnderTest, freshDatabase } from '../helpers/databases.ts';
-
-const run = promisify(execFile);
-
-async function tollgate(args: string[], env: Record<string, string> = {}) {
-  try {
-    const { stdout, stderr } = await run('node', ['bin/tollgate.js', ...args], {
-      env: { ...process.env, LOG_LEVEL: 'silent', ...env },
-      timeout: 30_000,
-    });
-    return { code: 0, stdout, stderr };
-  } catch (e) {
-    const err = e as { code: number; stdout: string; stderr: string };
-    return { code: err.code, stdout: err.stdout, stderr: err.stderr };
-  }
-}
 
 describe('tollgate CLI', () => {
   it('prints help naming every command', async () => {

@@ -1,5 +1,3 @@
-import { execFile } from 'node:child_process';
-import { promisify } from 'node:util';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { formatMoney, parseMoney } from '../../src/domain/money.ts';
 import type { Usage } from '../../src/domain/pricing.ts';
@@ -15,25 +13,12 @@ import { createMerchant, findMerchant } from '../../src/storage/merchants.ts';
 import { findMeter } from '../../src/storage/meters.ts';
 import { migrateToLatest } from '../../src/storage/migrate.ts';
 import { startTestApp, type TestApp } from '../helpers/app.ts';
+import { tollgate } from '../helpers/cli.ts';
 import { databasesUnderTest, freshDatabase } from '../helpers/databases.ts';
 
-const run = promisify(execFile);
 const usd = parseMoney;
 const NO_USAGE: Usage = { inputTokens: 0, outputTokens: 0, inputCharacters: 0, outputCharacters: 0, inputSeconds: '0', outputSeconds: '0' };
 const MINUTE = 60_000;
-
-async function tollgate(args: string[], env: Record<string, string>) {
-  try {
-    const { stdout, stderr } = await run('node', ['bin/tollgate.js', ...args], {
-      env: { ...process.env, LOG_LEVEL: 'silent', ...env },
-      timeout: 30_000,
-    });
-    return { code: 0, stdout, stderr };
-  } catch (e) {
-    const err = e as { code: number; stdout: string; stderr: string };
-    return { code: err.code, stdout: err.stdout, stderr: err.stderr };
-  }
-}
 
 /**
  * Gives a wallet subscription-cycle and bundle credit the way a subscription or bundle purchase
