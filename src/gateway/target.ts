@@ -51,6 +51,8 @@ export function splitForwardQuery(rawUrl: string): ForwardQuery {
   const query = rawUrl.slice(queryStart + 1);
 
   let target: string | null = null;
+  let raw = false;
+  const passThrough: string[] = [];
   let position = 0;
   while (position <= query.length) {
     const ampersand = query.indexOf('&', position);
@@ -63,17 +65,26 @@ export function splitForwardQuery(rawUrl: string): ForwardQuery {
     if (name === 'u' && target === null) {
       if (RAW_TARGET.test(value)) {
         target = query.slice(position + equals + 1);
+        raw = true;
         break;
       }
       target = formDecode(value);
     } else if (segment !== '') {
       params.append(name, formDecode(value));
+      if (!TOLLGATE_PARAMS.has(name)) passThrough.push(segment);
     }
     if (ampersand === -1) break;
     position = ampersand + 1;
   }
-  return { target: target === '' ? null : target, params };
+  if (!target) return { target: null, params };
+  // A client whose base URL is the forward URL puts its own query parameters (list cursors, page
+  // sizes) beside `u`: they belong to the provider request, so they join the target's query.
+  if (!raw && passThrough.length > 0) target += (target.includes('?') ? '&' : '?') + passThrough.join('&');
+  return { target, params };
 }
+
+/** Query parameters that are Tollgate's own on /v1/forward; every other one is the provider's. */
+const TOLLGATE_PARAMS = new Set(['u', 'metadata', 'key']);
 
 /** application/x-www-form-urlencoded decoding, lenient about malformed escapes (as URLSearchParams is). */
 function formDecode(text: string): string {

@@ -72,6 +72,15 @@ describe('splitForwardQuery', () => {
     expect(params.get('u')).toBe('https://evil.example/');
   });
 
+  it("passes a client's own query parameters beside an encoded u on to the provider, keeping metadata and key", () => {
+    const { target, params } = splitForwardQuery(
+      `/v1/forward?u=${encodeURIComponent('https://api.openai.com/v1/files?purpose=batch')}&limit=5&after=file%2D1&metadata=%7B%7D&key=k`,
+    );
+    expect(target).toBe('https://api.openai.com/v1/files?purpose=batch&limit=5&after=file%2D1');
+    expect(params.get('metadata')).toBe('{}');
+    expect(params.get('key')).toBe('k');
+  });
+
   it('decodes an encoded parameter name (%75 is u)', () => {
     expect(splitForwardQuery(`/v1/forward?%75=${encodeURIComponent('https://api.x.ai/v1/models')}`).target).toBe(
       'https://api.x.ai/v1/models',
