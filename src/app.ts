@@ -2,7 +2,7 @@ import { randomUUID } from 'node:crypto';
 import fastifySwagger from '@fastify/swagger';
 import Fastify, { type FastifyReply, type FastifyRequest } from 'fastify';
 import { jsonSchemaTransform, validatorCompiler, type ZodTypeProvider } from 'fastify-type-provider-zod';
-import { authenticateSecretKey, bearerToken, principalOf } from './http/auth.ts';
+import { principalOf } from './http/auth.ts';
 import { ApiError, envelope, ERRORS } from './http/errors.ts';
 import { installErrorHandling } from './http/error-handler.ts';
 import { beginIdempotentRequest, finishIdempotentRequest } from './http/idempotency.ts';
@@ -22,6 +22,9 @@ import { registerMeterRoutes } from './routes/meters.ts';
 import { registerOpenApiRoute } from './routes/openapi.ts';
 import { registerRequestRoutes } from './routes/requests.ts';
 import { registerSecretKeyRoutes } from './routes/secret-keys.ts';
+import { registerSpendKeyRoutes } from './routes/spend-keys.ts';
+import { authenticateApiKey, registerWalletKeyRoutes } from './routes/wallet-keys.ts';
+import { closeSpendKeyGuard } from './gateway/spend-key-guard.ts';
 import { registerUsageRoutes } from './routes/usage.ts';
 
 export type { AppDeps } from './http/types.ts';
@@ -99,6 +102,8 @@ export async function buildApp(deps: AppDeps): Promise<App> {
       registerConnectionRoutes(api, deps);
       registerRequestRoutes(api, deps);
       registerUsageRoutes(api, deps);
+      registerSpendKeyRoutes(api, deps);
+      registerWalletKeyRoutes(api, deps);
     },
     { prefix: '/v1' },
   );
@@ -108,7 +113,8 @@ export async function buildApp(deps: AppDeps): Promise<App> {
 
 async function authenticateAndLimit(deps: AppDeps, request: FastifyRequest, reply: FastifyReply): Promise<void> {
   if (request.routeOptions.config.public) return;
-  request.principal = await authenticateSecretKey(deps.storage, bearerToken(request));
+  // A merchant secret key, or a wallet key on the routes that admit one.
+  request.principal = await authenticateApiKey(deps.storage, request);
   const decision = await deps.rateLimiter.hit(
     principalOf(request).keyId,
     deps.config.rateLimitPerMinute,
@@ -138,6 +144,7 @@ function createGateway(deps: AppDeps, app: App): Gateway {
   app.addHook('onClose', async () => {
     await gateway.settlements.drain();
     await gateway.agent.close();
+    await closeSpendKeyGuard(deps.config);
   });
   return gateway;
 }

@@ -19,6 +19,8 @@ export const ID_PREFIX = {
   posting: 'pst_',
   hold: 'hld_',
   event: 'evt_',
+  spendKey: 'spk_',
+  walletKey: 'wk_',
 } as const;
 
 export function newId(kind: keyof typeof ID_PREFIX): string {
@@ -30,6 +32,8 @@ export const SECRET_PREFIX = {
   secretKey: 'sk_live_',
   connection: 'cons_',
   meter: 'mets_',
+  spendKey: 'spk_live_',
+  walletKey: 'wk_live_',
 } as const;
 
 export function newSecret(kind: keyof typeof SECRET_PREFIX, bytes = 24): string {

@@ -51,6 +51,8 @@ import { findConnection, findConnectionBySecret } from '../storage/connections.t
 import type { Storage } from '../storage/db.ts';
 import { findMerchant } from '../storage/merchants.ts';
 import { findMeterBySecret, findMeterBySlug, type MeterRow } from '../storage/meters.ts';
+import type { SpendKeyRow } from '../storage/spend-keys.ts';
+import { authenticateSpendKey, isSpendKeyToken } from './spend-key-guard.ts';
 
 // ---------------------------------------------------------------------------------------------
 // Placement
@@ -96,7 +98,7 @@ export function extractCredential(
 // Forward token
 
 /** Prefixes of credentials that are used raw and never decoded as a forward token. */
-export const RAW_KEY_PREFIXES: readonly string[] = [SECRET_PREFIX.secretKey];
+export const RAW_KEY_PREFIXES: readonly string[] = [SECRET_PREFIX.secretKey, SECRET_PREFIX.spendKey];
 
 /** A decoded forward token; absent and null members are both null. */
 export type ForwardToken = {
@@ -252,6 +254,8 @@ export type BillingContext = {
   payer: 'customer' | 'merchant';
   /** The merchant's own service-charge rate (percent of the fee, 1e-10 units); null = operator default. */
   serviceChargeRate: bigint | null;
+  /** The spend key used as the credential, whose limits are enforced (spend-key-guard.ts). */
+  spendKey?: SpendKeyRow | null;
 };
 
 /**
@@ -260,6 +264,7 @@ export type BillingContext = {
  * customer or meter this merchant does not have; 400 as decodeForwardToken does.
  */
 export async function resolveForwardCredential(storage: Storage, credential: string): Promise<BillingContext> {
+  if (isSpendKeyToken(credential)) return resolveSpendKeyCredential(storage, credential);
   const decoded = decodeForwardToken(credential);
   const secretKey = decoded === 'not_a_token' ? credential : decoded.secret_key;
   const principal = await authenticateSecretKey(storage, secretKey);
@@ -326,4 +331,29 @@ export async function resolveForwardCredential(storage: Storage, credential: str
     meter: null,
     payer: 'merchant',
   };
+}
+
+/**
+ * A spend key pays from its own wallet: the merchant's (`merchant` mode) or a customer's
+ * (`customer` mode without a meter: the customer's wallet pays the provider's base cost, no fee;
+ * see pricingFor). Its limits are enforced at admission (spend-key-guard.ts).
+ */
+async function resolveSpendKeyCredential(storage: Storage, credential: string): Promise<BillingContext> {
+  const key = await authenticateSpendKey(storage, credential);
+  const merchant = await findMerchant(storage, key.merchant_id);
+  if (!merchant) throw new ApiError('unauthorized', 'Invalid or revoked spend key.');
+  const base = {
+    merchantId: merchant.id,
+    merchantWalletId: merchant.wallet_id,
+    secretKeyId: key.id,
+    serviceChargeRate: merchant.service_charge_rate,
+    meter: null,
+    providerKey: null,
+    providerKeyType: 'managed',
+    spendKey: key,
+  } as const;
+  if (key.connection_id === null) return { ...base, mode: 'merchant', connection: null, payer: 'merchant' };
+  const connection = await findConnection(storage, merchant.id, key.connection_id);
+  if (!connection) throw new ApiError('unauthorized', "This spend key's customer no longer exists.");
+  return { ...base, mode: 'customer', connection: { id: connection.id, wallet_id: connection.wallet_id }, payer: 'customer' };
 }

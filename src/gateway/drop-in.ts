@@ -11,6 +11,7 @@ import type { App, AppDeps } from '../http/types.ts';
 import type { ProviderModule } from '../providers/types.ts';
 import { extractCredential, resolveForwardCredential } from './credentials.ts';
 import { forwardRequest, metadataOf, type Gateway } from './forward.ts';
+import { modelAllowed, providerAllowed } from './spend-key-guard.ts';
 import { resolveTarget } from './target.ts';
 
 type Shape = 'openai' | 'anthropic';
@@ -40,8 +41,19 @@ export function registerDropInRoutes(app: App, deps: AppDeps, gateway: Gateway):
     dropIn(deps, gateway, request, reply, 'anthropic', '/messages'),
   );
   app.get('/models', { schema: { hide: true } }, async (request) => {
-    await authenticate(deps, request);
-    return { object: 'list', data: listModels(deps, gateway) };
+    const { spendKey } = await authenticate(deps, request);
+    const data = listModels(deps, gateway);
+    // A spend key sees only what its allow-lists (and its request shape) let it use.
+    if (!spendKey) return { object: 'list', data };
+    const family = spendKey.request_shape === 'anthropic' ? 'anthropic' : 'openai-compatible';
+    return {
+      object: 'list',
+      data: data.filter((m) => {
+        const provider = gateway.registry.getProvider(m.owned_by);
+        const bare = m.id.startsWith(`${m.owned_by}/`) ? m.id.slice(m.owned_by.length + 1) : m.id;
+        return provider?.family === family && providerAllowed(spendKey, m.owned_by) && modelAllowed(spendKey, m.owned_by, bare);
+      }),
+    };
   });
 }
 

@@ -10,6 +10,7 @@ import type { App, AppDeps } from '../http/types.ts';
 import { admitRequest, pricingFor } from '../ledger/forwarded.ts';
 import type { ProviderModule, ProviderRegistry } from '../providers/index.ts';
 import { extractCredential, resolveForwardCredential, type BillingContext } from './credentials.ts';
+import { checkSpendKeyRequest, takeRateToken } from './spend-key-guard.ts';
 import { estimateHold } from './estimate.ts';
 import { relay, upstreamRequestHeaders } from './relay.ts';
 import type { Settlements } from './settle.ts';
@@ -114,6 +115,10 @@ async function planForward(deps: AppDeps, request: FastifyRequest, { target, bil
   target.provider.applyAuth(headers, providerKey);
 
   const model = target.provider.modelFrom(requestJson, target.publicUrl);
+  if (billing.spendKey) {
+    checkSpendKeyRequest(billing.spendKey, { providerId: target.provider.id, family: target.provider.family, model });
+    await takeRateToken(storage, config, billing.spendKey);
+  }
   const prices = model ? lookupBasePrices(target.provider.id, model, { overrides: config.priceOverrides }) : null;
   const { pricing, walletId } = pricingFor(billing);
   const serviceChargeRate = billing.serviceChargeRate ?? config.serviceChargeRate;
@@ -144,6 +149,7 @@ async function planForward(deps: AppDeps, request: FastifyRequest, { target, bil
   if (admitted.outcome === 'insufficient_balance') {
     throw new ApiError('insufficient_balance', undefined, { headers: { [REQUEST_ID_HEADER]: requestId } });
   }
+  if (admitted.outcome === 'spend_key_refused') throw admitted.error;
   return {
     requestId,
     recordId: admitted.recordId,

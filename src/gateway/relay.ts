@@ -1,4 +1,3 @@
-import { once } from 'node:events';
 import type { ServerResponse } from 'node:http';
 import { Agent, errors as undiciErrors, request as undiciRequest, type Dispatcher } from 'undici';
 import type { MeterContext, ProviderModule, StreamUsage, UsageReport } from '../providers/types.ts';
@@ -89,6 +88,7 @@ async function relayStream(r: RelayRequest, upstream: Dispatcher.ResponseData, a
   const meter = r.provider.createStreamMeter(r.meterContext);
   const filter = r.hideInjectedUsage ? createSseEventFilter((e) => r.provider.isInjectedUsageEvent(e)) : null;
   let clientAborted = false;
+  let cut = false;
   try {
     for await (const chunk of upstream.body) {
       const bytes = chunk as Buffer;
@@ -99,8 +99,9 @@ async function relayStream(r: RelayRequest, upstream: Dispatcher.ResponseData, a
   } catch {
     // The client left (abort) or the provider cut the stream: settle from what was seen.
     clientAborted = abort.signal.aborted;
+    cut = !clientAborted;
   }
-  endResponse(r.res);
+  endResponse(r.res, cut);
   return { kind: 'answered', status: upstream.statusCode, usage: meter.finish(), responseBody: null, clientAborted };
 }
 
@@ -114,6 +115,7 @@ async function relayBody(
   const isJson = contentType.includes('json');
   const kept: Buffer[] = [];
   let clientAborted = false;
+  let cut = false;
   try {
     for await (const chunk of upstream.body) {
       const bytes = chunk as Buffer;
@@ -122,8 +124,9 @@ async function relayBody(
     }
   } catch {
     clientAborted = abort.signal.aborted;
+    cut = !clientAborted;
   }
-  endResponse(r.res);
+  endResponse(r.res, cut);
   if (!ok) return { kind: 'answered', status: upstream.statusCode, usage: null, responseBody: null, clientAborted };
   const responseBody = isJson ? parseJson(Buffer.concat(kept)) : null;
   const usage = isJson
@@ -132,14 +135,34 @@ async function relayBody(
   return { kind: 'answered', status: upstream.statusCode, usage, responseBody, clientAborted };
 }
 
-/** Respects back-pressure: a slow client slows the read from upstream instead of growing memory. */
+/**
+ * Respects back-pressure: a slow client slows the read from upstream instead of growing memory.
+ * Both listeners are removed once either fires (a race of two `once()` promises would leave the
+ * loser's listeners on the response for every drain).
+ */
 async function write(res: ServerResponse, data: string | Buffer): Promise<void> {
   if (data.length === 0 || res.destroyed) return;
-  if (!res.write(data)) await Promise.race([once(res, 'drain'), once(res, 'close')]);
+  if (res.write(data)) return;
+  await new Promise<void>((resolve) => {
+    const done = () => {
+      res.off('drain', done);
+      res.off('close', done);
+      resolve();
+    };
+    res.on('drain', done);
+    res.on('close', done);
+  });
 }
 
-function endResponse(res: ServerResponse): void {
-  if (!res.destroyed && !res.writableEnded) res.end();
+/**
+ * Ends the client's response. When the provider cut its body mid-way the client's response is
+ * cut too (destroyed, so no final chunk is sent): ending it cleanly would present a truncated
+ * body or stream as complete.
+ */
+function endResponse(res: ServerResponse, upstreamCut = false): void {
+  if (res.destroyed || res.writableEnded) return;
+  if (upstreamCut) res.destroy();
+  else res.end();
 }
 
 function responseHeaders(headers: Dispatcher.ResponseData['headers']): Record<string, string | string[]> {

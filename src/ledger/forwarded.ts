@@ -4,6 +4,8 @@
  */
 import type { MeterPricing, Usage, BasePrices } from '../domain/pricing.ts';
 import type { BillingContext } from '../gateway/credentials.ts';
+import { finishReservation, reserveForRequest, settleReservation } from '../gateway/spend-key-guard.ts';
+import type { ApiError } from '../http/errors.ts';
 import type { Storage } from '../storage/db.ts';
 import { failPendingRecord, insertRequestRecord, type RequestRow } from '../storage/requests.ts';
 import { chargeRequest, MERCHANT_ONLY_PRICING, meterPricing, type ChargeOutcome } from './charge.ts';
@@ -13,6 +15,10 @@ import { availableOf, lockWallets } from './wallets.ts';
 /** Who pays what for a forwarded request, by billing mode. */
 export function pricingFor(billing: BillingContext): { pricing: MeterPricing; walletId: string; meterPriced: boolean } {
   const walletId = billing.connection?.wallet_id ?? billing.merchantWalletId;
+  if (billing.spendKey && billing.connection) {
+    // A spend key of a customer's wallet: the customer pays the provider's base cost, no fee.
+    return { pricing: { ...MERCHANT_ONLY_PRICING, baseCostPayer: 'wallet' }, walletId, meterPriced: false };
+  }
   if (billing.meter && billing.mode !== 'billing_disabled') {
     return { pricing: meterPricing(billing.meter), walletId, meterPriced: true };
   }
@@ -32,7 +38,8 @@ export type AdmitInput = {
 
 export type AdmitOutcome =
   | { outcome: 'admitted'; recordId: string; holdIds: string[] }
-  | { outcome: 'insufficient_balance'; payer: 'wallet' | 'merchant' };
+  | { outcome: 'insufficient_balance'; payer: 'wallet' | 'merchant' }
+  | { outcome: 'spend_key_refused'; error: ApiError };
 
 /**
  * Holds the estimate on each paying wallet and writes the pending record, in one transaction.
@@ -50,6 +57,11 @@ export async function admitRequest(storage: Storage, input: AdmitInput): Promise
       if (available < part.amount || available <= 0n) return { outcome: 'insufficient_balance', payer: part.payer };
     }
     const recordId = input.requestId;
+    if (input.billing.spendKey) {
+      const amount = input.estimate.wallet + input.estimate.merchant;
+      const refusal = await reserveForRequest(trx, storage.dialect, { keyId: input.billing.spendKey.id, recordId, amount, now });
+      if (refusal) return { outcome: 'spend_key_refused', error: refusal };
+    }
     const holdIds: string[] = [];
     for (const part of parts) {
       if (part.amount > 0n) {
@@ -135,7 +147,7 @@ export async function settleRequest(storage: Storage, input: SettleInput): Promi
   const pending = await storage.db.selectFrom('requests').selectAll().where('id', '=', input.recordId).executeTakeFirst();
   if (!pending || pending.status !== 'pending') return { outcome: 'duplicate' };
   const { pricing, meterPriced } = pricingFor(input.billing);
-  return chargeRequest(storage, {
+  const outcome = await chargeRequest(storage, {
     merchant: { id: input.billing.merchantId, wallet_id: input.billing.merchantWalletId },
     connection: input.billing.connection,
     meter: input.billing.meter,
@@ -157,6 +169,11 @@ export async function settleRequest(storage: Storage, input: SettleInput): Promi
     holdIds: input.holdIds,
     pendingRecordId: input.recordId,
   });
+  if (input.billing.spendKey && outcome.outcome !== 'duplicate') {
+    const spend = outcome.outcome === 'recorded' ? outcome.priced.totals.wallet + outcome.priced.totals.merchant : 0n;
+    await settleReservation(storage, input.recordId, spend);
+  }
+  return outcome;
 }
 
 /** The upstream failed (or the hold expired): release the holds, record `error`, charge nothing. */
@@ -165,8 +182,11 @@ export async function failRequest(storage: Storage, input: { recordId: string; h
     const holds = input.holdIds.length
       ? await trx.selectFrom('holds').select(['id', 'wallet_id']).where('id', 'in', input.holdIds).execute()
       : [];
-    const wallets = await lockWallets(trx, storage.dialect, holds.map((h) => h.wallet_id));
+    // No holds (a zero estimate, or an expired hold's sweep): nothing to lock, and PostgreSQL
+    // rejects the empty `in ()` lockWallets would send.
+    const wallets = holds.length ? await lockWallets(trx, storage.dialect, holds.map((h) => h.wallet_id)) : new Map();
     for (const hold of holds) await releaseHoldInTransaction(trx, hold.id, 'released', wallets);
     await failPendingRecord(trx, input.recordId, new Date().toISOString());
+    await finishReservation(trx, storage.dialect, input.recordId, 0n);
   });
 }

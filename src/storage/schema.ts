@@ -193,6 +193,62 @@ export interface EventsTable {
   created_at: string;
 }
 
+export interface SpendKeysTable {
+  id: string;
+  merchant_id: string;
+  wallet_id: string;
+  connection_id: string | null;
+  name: string;
+  status: 'active' | 'paused';
+  request_shape: 'openai' | 'anthropic';
+  key_hash: string;
+  key_preview: string;
+  /** JSON array of strings, or null = any. */
+  allowed_models: string | null;
+  allowed_providers: string | null;
+  spend_limit_amount: bigint | null;
+  spend_limit_cycle: 'daily' | 'weekly' | 'monthly' | 'total' | null;
+  request_limit_count: bigint | null;
+  request_limit_cycle: 'daily' | 'weekly' | 'monthly' | 'total' | null;
+  rate_rpm: bigint | null;
+  rate_burst: bigint | null;
+  expires_at: string | null;
+  spend_cycle_start: string;
+  current_spend: bigint;
+  reserved_spend: bigint;
+  total_spend: bigint;
+  request_cycle_start: string;
+  current_requests: bigint;
+  total_requests: bigint;
+  spend_event_cycle: string | null;
+  request_event_cycle: string | null;
+  bucket_units: bigint;
+  bucket_at_ms: bigint;
+  last_used_at: string | null;
+  created_at: string;
+  revoked_at: string | null;
+}
+
+export interface SpendKeyReservationsTable {
+  request_pk: string;
+  spend_key_id: string;
+  amount: bigint;
+  created_at: string;
+}
+
+export interface WalletKeysTable {
+  id: string;
+  merchant_id: string;
+  wallet_id: string;
+  connection_id: string | null;
+  name: string;
+  key_hash: string;
+  key_preview: string;
+  last_used_at: string | null;
+  created_at: string;
+  revoked_at: string | null;
+}
+
 export interface Database {
   merchants: MerchantsTable;
   wallets: WalletsTable;
@@ -208,4 +264,7 @@ export interface Database {
   usage_rollups: UsageRollupsTable;
   meter_usage_counters: MeterUsageCountersTable;
   events: EventsTable;
+  spend_keys: SpendKeysTable;
+  spend_key_reservations: SpendKeyReservationsTable;
+  wallet_keys: WalletKeysTable;
 }

@@ -6,7 +6,8 @@ export type EventType =
   | 'customer.created'
   | 'customer.deleted'
   | 'customer.wallet.balance.updated'
-  | 'merchant.wallet.balance.updated';
+  | 'merchant.wallet.balance.updated'
+  | 'spend_key.limit_reached';
 
 /**
  * Writes an event row in the caller's transaction, so an event exists exactly when the change

@@ -1,0 +1,403 @@
+import { setTimeout as sleep } from 'node:timers/promises';
+import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { newId } from '../../src/domain/ids.ts';
+import { parseMoney } from '../../src/domain/money.ts';
+import { lookupBasePrices } from '../../src/domain/prices.ts';
+import { resolveForwardCredential } from '../../src/gateway/credentials.ts';
+import { estimateHold } from '../../src/gateway/estimate.ts';
+import { sweepExpiredHolds } from '../../src/gateway/settle.ts';
+import { admitRequest, failRequest, pricingFor, settleRequest, type SettleInput } from '../../src/ledger/forwarded.ts';
+import { verifyLedger } from '../../src/ledger/verify.ts';
+import { creditWallet, findWallet } from '../../src/ledger/wallets.ts';
+import { startTestApp, type Merchant, type TestApp } from '../helpers/app.ts';
+import { databasesUnderTest } from '../helpers/databases.ts';
+import { startMockUpstream, type MockUpstream } from '../helpers/mock-upstream.ts';
+
+/**
+ * Admission and holds over real HTTP (DESIGN §7): a request is admitted only when the paying
+ * wallet's available balance (balance − active holds) covers its hold estimate, checked atomically
+ * under concurrency, and refused with 402 before any provider call otherwise. Holds expire (swept
+ * by sweepExpiredHolds, which marks the record `error`) and settlement happens once.
+ *
+ * The hold estimate is computed here with the gateway's own functions (estimateHold with the
+ * request's max_tokens as output cap, the model's base prices, the payer's pricing), so the
+ * wallets can be funded for exactly N requests.
+ *
+ * The bound on a negative balance: an admitted request is charged its actual cost even when that
+ * exceeds its hold, so a wallet can end below zero, but only by (actual − hold) of the requests
+ * admitted against it; the mock counts one input token per word while the estimate counts one per
+ * four characters, which lets a test make actual > hold on purpose.
+ */
+
+type Envelope = { error: { code: string } };
+
+const OPENAI_CHAT = `u=${encodeURIComponent('https://api.openai.com/v1/chat/completions')}`;
+
+describe.each(databasesUnderTest())('forward gateway admission and holds on %s', (dialect) => {
+  let upstream: MockUpstream;
+  let t: TestApp;
+  let base: string;
+
+  beforeAll(async () => {
+    upstream = await startMockUpstream();
+    t = await startTestApp(dialect, {
+      env: {
+        UPSTREAM_OVERRIDES: JSON.stringify({ 'api.openai.com': upstream.url }),
+        PROVIDER_KEYS: JSON.stringify({ openai: 'sk-managed-openai' }),
+        HOLD_TTL_MS: '1000',
+      },
+    });
+    base = await t.listen();
+  });
+  afterEach(() => upstream.reset());
+  afterAll(async () => {
+    await t?.close();
+    await upstream?.close();
+  });
+
+  async function record(requestId: string, merchant: Merchant) {
+    return (await t.app.inject({ method: 'GET', url: `/v1/requests/${requestId}`, headers: t.auth(merchant.secretKey) })).json();
+  }
+  async function settledFor(requestId: string, merchant: Merchant) {
+    for (let i = 0; i < 250; i++) {
+      const r = await record(requestId, merchant);
+      if (r.status && r.status !== 'pending') return r;
+      await sleep(20);
+    }
+    throw new Error(`request ${requestId} never settled`);
+  }
+  const wallet = async (id: string) => (await findWallet(t.storage, id))!;
+  const noActiveHolds = async (walletId: string) =>
+    (await t.storage.db.selectFrom('holds').select('id').where('wallet_id', '=', walletId).where('status', '=', 'active').execute()).length === 0;
+
+  function post(credential: string, body: string): Promise<Response> {
+    return fetch(`${base}/v1/forward?${OPENAI_CHAT}`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${credential}`, 'content-type': 'application/json' },
+      body,
+    });
+  }
+
+  /** The hold the gateway places for `body` paid with `credential`, computed with its own functions. */
+  async function holdFor(credential: string, body: string): Promise<bigint> {
+    const billing = await resolveForwardCredential(t.storage, credential);
+    const requestBody = JSON.parse(body) as { model: string };
+    const estimate = estimateHold({
+      requestBody,
+      pricing: pricingFor(billing).pricing,
+      prices: lookupBasePrices('openai', requestBody.model, { overrides: t.config.priceOverrides }),
+      baseCostCharged: billing.providerKey === null,
+      serviceChargeRate: billing.serviceChargeRate ?? t.config.serviceChargeRate,
+      defaultOutputCap: t.config.defaultMaxOutputTokens,
+    });
+    return estimate.wallet + estimate.merchant;
+  }
+
+  /** A fresh merchant with a customer on a meter with a fee: both payer shapes are available. */
+  async function freshPayers() {
+    const merchant = await t.newMerchant('Race');
+    const h = t.auth(merchant.secretKey);
+    const customer = (await t.app.inject({ method: 'POST', url: '/v1/customers', headers: h, payload: {} })).json() as {
+      customer_id: string;
+      wallet: { wallet_id: string };
+    };
+    const meter = (
+      await t.app.inject({
+        method: 'POST',
+        url: '/v1/meters',
+        headers: h,
+        payload: { name: 'Chat', rate_type: 'fixed', tier_type: 'tokens_1m', tiers: [{ start: '0', rate: '50' }] },
+      })
+    ).json() as { meter_slug: string };
+    const token = Buffer.from(
+      JSON.stringify({ secret_key: merchant.secretKey, customer_id: customer.customer_id, meter_slug: meter.meter_slug }),
+    ).toString('base64');
+    return { merchant, customerWalletId: customer.wallet.wallet_id, token };
+  }
+
+  const body = JSON.stringify({ model: 'gpt-4o', max_tokens: 2000, messages: [{ role: 'user', content: 'one two three four five six seven eight' }] });
+
+  describe.each([
+    ['the merchant pays (raw secret key)', 'merchant', 1],
+    ['the merchant pays (raw secret key)', 'merchant', 3],
+    ['a customer pays (forward token)', 'customer', 1],
+    ['a customer pays (forward token)', 'customer', 3],
+  ] as const)('20 concurrent requests when %s and the wallet covers %i hold(s)', (_name, payer, affordable) => {
+    it('admits exactly what the holds allow; the rest are 402 without a provider call', async () => {
+      const payers = await freshPayers();
+      const credential = payer === 'merchant' ? payers.merchant.secretKey : payers.token;
+      const walletId = payer === 'merchant' ? payers.merchant.walletId : payers.customerWalletId;
+      const hold = await holdFor(credential, body);
+      expect(hold).toBeGreaterThan(0n);
+      // Room for `affordable` holds and half of another: never two more.
+      const funded = hold * BigInt(affordable) + hold / 2n;
+      await creditWallet(t.storage, walletId, funded);
+
+      // Slow answers: no admitted request settles (freeing hold − actual) while the others queue.
+      upstream.setNext({ path: '/chat/completions', delayMs: 800, times: 20 });
+      const before = upstream.requests.length;
+      const responses = await Promise.all(Array.from({ length: 20 }, () => post(credential, body)));
+      const results = await Promise.all(
+        responses.map(async (res) => ({ status: res.status, id: res.headers.get('x-tollgate-request-id'), text: await res.text() })),
+      );
+
+      const admitted = results.filter((r) => r.status === 200);
+      const refused = results.filter((r) => r.status === 402);
+      expect(admitted.length).toBe(affordable);
+      expect(refused.length).toBe(20 - affordable);
+      for (const r of refused) {
+        expect((JSON.parse(r.text) as Envelope).error.code).toBe('insufficient_balance');
+        expect(r.id).toMatch(/^req_/);
+        // A refused request leaves no record.
+        expect((await t.app.inject({ method: 'GET', url: `/v1/requests/${r.id}`, headers: t.auth(payers.merchant.secretKey) })).statusCode).toBe(404);
+      }
+      expect(upstream.requests.length - before).toBe(affordable);
+
+      let actualTotal = 0n;
+      let excess = 0n;
+      for (const r of admitted) {
+        const rec = await settledFor(r.id!, payers.merchant);
+        expect(rec.status).toBe('completed');
+        const actual = parseMoney(rec.total_wallet_cost) + (payer === 'merchant' ? parseMoney(rec.total_merchant_cost) : 0n);
+        expect(actual).toBeGreaterThan(0n);
+        actualTotal += actual;
+        if (actual > hold) excess += actual - hold;
+      }
+      const after = await wallet(walletId);
+      expect(after.held).toBe(0n);
+      expect(after.balance).toBe(funded - actualTotal);
+      // DESIGN §7: below zero only by what admitted requests cost beyond their holds.
+      expect(after.balance).toBeGreaterThanOrEqual(-excess);
+      expect(await noActiveHolds(walletId)).toBe(true);
+      expect((await verifyLedger(t.storage)).problems).toEqual([]);
+    });
+  });
+
+  it('a wallet at zero gets 402 before any provider call, for every placement', async () => {
+    const { merchant, token } = await freshPayers();
+    const before = upstream.requests.length;
+    for (const credential of [merchant.secretKey, token]) {
+      for (const headers of [{ authorization: `Bearer ${credential}` }, { 'x-api-key': credential }] as Record<string, string>[]) {
+        const res = await fetch(`${base}/v1/forward?${OPENAI_CHAT}`, {
+          method: 'POST',
+          headers: { ...headers, 'content-type': 'application/json' },
+          body,
+        });
+        expect(res.status).toBe(402);
+        expect(((await res.json()) as Envelope).error.code).toBe('insufficient_balance');
+        expect(res.headers.get('x-tollgate-request-id')).toMatch(/^req_/);
+      }
+    }
+    // Streaming requests too.
+    const res = await post(merchant.secretKey, JSON.stringify({ ...JSON.parse(body), stream: true }));
+    expect(res.status).toBe(402);
+    await res.arrayBuffer();
+    expect(upstream.requests.length).toBe(before);
+  });
+
+  it('a request that cannot pay for its own max_tokens is refused even though a smaller one would fit', async () => {
+    const { merchant } = await freshPayers();
+    const small = JSON.stringify({ model: 'gpt-4o', max_tokens: 10, messages: [{ role: 'user', content: 'hi' }] });
+    const large = JSON.stringify({ model: 'gpt-4o', max_tokens: 100_000, messages: [{ role: 'user', content: 'hi' }] });
+    const smallHold = await holdFor(merchant.secretKey, small);
+    expect(await holdFor(merchant.secretKey, large)).toBeGreaterThan(smallHold * 2n);
+    await creditWallet(t.storage, merchant.walletId, smallHold * 2n);
+    const before = upstream.requests.length;
+    const refused = await post(merchant.secretKey, large);
+    expect(refused.status).toBe(402);
+    await refused.arrayBuffer();
+    expect(upstream.requests.length).toBe(before);
+    const ok = await post(merchant.secretKey, small);
+    expect(ok.status).toBe(200);
+    await ok.arrayBuffer();
+    await settledFor(ok.headers.get('x-tollgate-request-id')!, merchant);
+  });
+
+  it('an admitted request that costs more than its hold ends below zero by exactly the excess; then 402 until credited', async () => {
+    const { merchant } = await freshPayers();
+    // 300 one-letter words: the estimate counts ~150 input tokens (4 characters each), the mock bills 300.
+    const costly = JSON.stringify({ model: 'gpt-4o', max_tokens: 10, messages: [{ role: 'user', content: Array(300).fill('a').join(' ') }] });
+    const hold = await holdFor(merchant.secretKey, costly);
+    await creditWallet(t.storage, merchant.walletId, hold);
+
+    const res = await post(merchant.secretKey, costly);
+    expect(res.status).toBe(200);
+    await res.arrayBuffer();
+    const rec = await settledFor(res.headers.get('x-tollgate-request-id')!, merchant);
+    const actual = parseMoney(rec.total_merchant_cost) + parseMoney(rec.total_wallet_cost);
+    expect(actual).toBeGreaterThan(hold);
+    const after = await wallet(merchant.walletId);
+    expect(after.balance).toBe(hold - actual);
+    expect(after.balance).toBeLessThan(0n);
+    expect(after.balance).toBeGreaterThanOrEqual(-(actual - hold));
+    expect(after.held).toBe(0n);
+
+    const before = upstream.requests.length;
+    const small = JSON.stringify({ model: 'gpt-4o', max_tokens: 1, messages: [{ role: 'user', content: 'x' }] });
+    const refused = await post(merchant.secretKey, small);
+    expect(refused.status).toBe(402);
+    await refused.arrayBuffer();
+    expect(upstream.requests.length).toBe(before);
+
+    await creditWallet(t.storage, merchant.walletId, actual - hold + (await holdFor(merchant.secretKey, small)) * 2n);
+    const ok = await post(merchant.secretKey, small);
+    expect(ok.status).toBe(200);
+    await ok.arrayBuffer();
+    await settledFor(ok.headers.get('x-tollgate-request-id')!, merchant);
+    expect((await verifyLedger(t.storage)).problems).toEqual([]);
+  });
+
+  it('an expired hold is swept: released, the pending record marked error; the late answer charges nothing', async () => {
+    const { merchant } = await freshPayers();
+    await creditWallet(t.storage, merchant.walletId, parseMoney('5'));
+    const before = await wallet(merchant.walletId);
+
+    // The provider takes 1.5 s to answer; the hold's TTL is 1 s (HOLD_TTL_MS).
+    upstream.setNext({ path: '/chat/completions', delayMs: 1500 });
+    const inFlight = post(merchant.secretKey, body).then(async (res) => ({ res, text: await res.text() }));
+    try {
+      let pending: { id: string } | undefined;
+      for (let i = 0; i < 100 && !pending; i++) {
+        pending = await t.storage.db
+          .selectFrom('requests')
+          .select('id')
+          .where('merchant_id', '=', merchant.merchantId)
+          .where('status', '=', 'pending')
+          .executeTakeFirst();
+        if (!pending) await sleep(10);
+      }
+      expect(pending).toBeDefined();
+      const holds = await t.storage.db.selectFrom('holds').selectAll().where('reference', '=', pending!.id).execute();
+      expect(holds.length).toBe(1);
+      expect(holds[0]!.status).toBe('active');
+      expect((await wallet(merchant.walletId)).held).toBe(BigInt(holds[0]!.amount));
+
+      // Not yet expired: nothing to sweep.
+      expect(await sweepExpiredHolds(t.storage, new Date())).toBe(0);
+      // As if the sweeper ran after the TTL.
+      expect(await sweepExpiredHolds(t.storage, new Date(Date.now() + 60_000))).toBe(1);
+      expect((await t.storage.db.selectFrom('holds').select('status').where('id', '=', holds[0]!.id).executeTakeFirstOrThrow()).status).toBe(
+        'expired',
+      );
+      expect((await record(pending!.id, merchant)).status).toBe('error');
+      const swept = await wallet(merchant.walletId);
+      expect(swept.held).toBe(0n);
+      expect(swept.balance).toBe(before.balance);
+      // A second sweep finds nothing.
+      expect(await sweepExpiredHolds(t.storage, new Date(Date.now() + 60_000))).toBe(0);
+
+      // The provider answers after all: the client gets its answer, but the record stays `error` and nothing is charged.
+      const { res } = await inFlight;
+      expect(res.status).toBe(200);
+      expect(res.headers.get('x-tollgate-request-id')).toBe(pending!.id);
+      await sleep(200);
+      const rec = await record(pending!.id, merchant);
+      expect(rec.status).toBe('error');
+      expect(parseMoney(rec.total_request_cost)).toBe(0n);
+      const after = await wallet(merchant.walletId);
+      expect(after.balance).toBe(before.balance);
+      expect(after.held).toBe(0n);
+      expect((await verifyLedger(t.storage)).problems).toEqual([]);
+    } finally {
+      // Never leave a forwarded request in flight behind a failed assertion (closing would wait for it).
+      await inFlight.catch(() => undefined);
+    }
+  });
+
+  describe('settlement is idempotent', () => {
+    async function settleInput(credential: string, recordId: string, holdIds: string[]): Promise<SettleInput> {
+      const billing = await resolveForwardCredential(t.storage, credential);
+      return {
+        recordId,
+        holdIds,
+        billing,
+        usage: { inputTokens: 100, outputTokens: 50, inputCharacters: 0, outputCharacters: 0, inputSeconds: '0', outputSeconds: '0' },
+        model: 'gpt-4o',
+        prices: lookupBasePrices('openai', 'gpt-4o', { overrides: t.config.priceOverrides }),
+        baseCostCharged: true,
+        serviceChargeRate: t.config.serviceChargeRate,
+        responseId: 'chatcmpl-replayed',
+        usageEstimated: false,
+      };
+    }
+    const transactionsFor = async (reference: string) =>
+      (await t.storage.db.selectFrom('ledger_transactions').select('id').where('reference', '=', reference).execute()).length;
+
+    it('settling a forwarded request again charges nothing more', async () => {
+      const { merchant, token, customerWalletId } = await freshPayers();
+      await creditWallet(t.storage, customerWalletId, parseMoney('5'));
+      const res = await post(token, body);
+      expect(res.status).toBe(200);
+      await res.arrayBuffer();
+      const recordId = res.headers.get('x-tollgate-request-id')!;
+      const first = await settledFor(recordId, merchant);
+      expect(first.status).toBe('completed');
+      const balance = (await wallet(customerWalletId)).balance;
+      const holdIds = (await t.storage.db.selectFrom('holds').select('id').where('reference', '=', recordId).execute()).map((h) => h.id);
+      expect(holdIds.length).toBe(1);
+      const transactions = await transactionsFor(recordId);
+      expect(transactions).toBe(1);
+
+      expect((await settleRequest(t.storage, await settleInput(token, recordId, holdIds))).outcome).toBe('duplicate');
+      await failRequest(t.storage, { recordId, holdIds });
+      expect((await wallet(customerWalletId)).balance).toBe(balance);
+      expect((await wallet(customerWalletId)).held).toBe(0n);
+      expect(await transactionsFor(recordId)).toBe(1);
+      const again = await record(recordId, merchant);
+      expect(again).toMatchObject({ status: 'completed', total_request_cost: first.total_request_cost, model_usage: first.model_usage });
+      expect((await verifyLedger(t.storage)).problems).toEqual([]);
+    });
+
+    it('two concurrent settlements of one admitted request charge once', async () => {
+      const { merchant } = await freshPayers();
+      await creditWallet(t.storage, merchant.walletId, parseMoney('5'));
+      const billing = await resolveForwardCredential(t.storage, merchant.secretKey);
+      const { walletId } = pricingFor(billing);
+      const recordId = newId('request');
+      const admitted = await admitRequest(t.storage, {
+        requestId: recordId,
+        billing,
+        walletId,
+        estimate: { wallet: parseMoney('0.01'), merchant: 0n },
+        ttlMs: 60_000,
+        record: { provider: 'openai', model: 'gpt-4o', endpoint: 'POST https://api.openai.com/v1/chat/completions', provider_key_type: 'managed', metadata: {} },
+      });
+      expect(admitted.outcome).toBe('admitted');
+      if (admitted.outcome !== 'admitted') return;
+      const before = (await wallet(merchant.walletId)).balance;
+      const input = await settleInput(merchant.secretKey, admitted.recordId, admitted.holdIds);
+      const outcomes = await Promise.all([settleRequest(t.storage, input), settleRequest(t.storage, input), settleRequest(t.storage, input)]);
+      const recorded = outcomes.filter((o) => o.outcome === 'recorded');
+      expect(recorded.length).toBe(1);
+      expect(outcomes.filter((o) => o.outcome === 'duplicate').length).toBe(2);
+      const charged = recorded[0]!.outcome === 'recorded' ? recorded[0]!.row.total_merchant_cost + recorded[0]!.row.total_wallet_cost : 0n;
+      expect(charged).toBeGreaterThan(0n);
+      const after = await wallet(merchant.walletId);
+      expect(after.balance).toBe(before - charged);
+      expect(after.held).toBe(0n);
+      expect(await transactionsFor(admitted.recordId)).toBe(1);
+      expect((await record(admitted.recordId, merchant)).status).toBe('completed');
+      expect((await verifyLedger(t.storage)).problems).toEqual([]);
+    });
+
+    it('a failed request stays failed: a late settlement and a second failure change nothing', async () => {
+      const { merchant } = await freshPayers();
+      await creditWallet(t.storage, merchant.walletId, parseMoney('5'));
+      upstream.setNext({ path: '/chat/completions', status: 500 });
+      const res = await post(merchant.secretKey, body);
+      expect(res.status).toBe(500);
+      await res.arrayBuffer();
+      const recordId = res.headers.get('x-tollgate-request-id')!;
+      expect((await settledFor(recordId, merchant)).status).toBe('error');
+      const before = await wallet(merchant.walletId);
+      const holdIds = (await t.storage.db.selectFrom('holds').select('id').where('reference', '=', recordId).execute()).map((h) => h.id);
+      expect((await settleRequest(t.storage, await settleInput(merchant.secretKey, recordId, holdIds))).outcome).toBe('duplicate');
+      await failRequest(t.storage, { recordId, holdIds });
+      const after = await wallet(merchant.walletId);
+      expect(after.balance).toBe(before.balance);
+      expect(after.held).toBe(0n);
+      expect((await record(recordId, merchant)).status).toBe('error');
+      expect((await verifyLedger(t.storage)).problems).toEqual([]);
+    });
+  });
+});

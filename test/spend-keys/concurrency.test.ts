@@ -1,0 +1,134 @@
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { parseMoney } from '../../src/domain/money.ts';
+import { creditWallet } from '../../src/ledger/wallets.ts';
+import { startTestApp, type TestApp } from '../helpers/app.ts';
+import { databasesUnderTest } from '../helpers/databases.ts';
+import { startMockUpstream, type MockUpstream } from '../helpers/mock-upstream.ts';
+
+type Json = Record<string, unknown>;
+
+/** Redis runs when TEST_REDIS_URL is set; in CI a missing Redis is a failure, never a silent skip. */
+const REDIS_URL = process.env.TEST_REDIS_URL;
+if (!REDIS_URL && process.env.CI) {
+  throw new Error('CI must set TEST_REDIS_URL so the Redis spend-key suites run.');
+}
+
+const buckets: [string, Record<string, string> | null][] = [
+  ['database buckets', {}],
+  ['Redis buckets', REDIS_URL ? { REDIS_URL } : null],
+];
+
+/** Two server instances on one database (and one Redis): limits hold exactly under parallel load. */
+for (const [label, bucketEnv] of buckets) {
+  describe.skipIf(bucketEnv === null).each(databasesUnderTest())(`spend key limits across two instances with ${label} on %s`, (dialect) => {
+    let upstream: MockUpstream;
+    let a: TestApp;
+    let b: TestApp;
+    let bases: string[];
+
+    beforeAll(async () => {
+      upstream = await startMockUpstream();
+      const env = {
+        ...bucketEnv,
+        UPSTREAM_OVERRIDES: JSON.stringify({ 'api.openai.com': upstream.url }),
+        PROVIDER_KEYS: JSON.stringify({ openai: 'sk-openai-managed' }),
+      };
+      a = await startTestApp(dialect, { env });
+      b = await startTestApp(dialect, { env, database: a.database });
+      bases = [await a.listen(), await b.listen()];
+      await creditWallet(a.storage, a.merchant.walletId, parseMoney('10000'));
+    });
+    afterAll(async () => {
+      await b?.close();
+      await a?.close();
+      await upstream?.close();
+    });
+
+    const createKey = async (body: Json) => {
+      const res = await a.app.inject({ method: 'POST', url: '/v1/spend_keys', headers: a.auth(), payload: { name: 'load', ...body } });
+      expect(res.statusCode).toBe(201);
+      return res.json() as { key: string; spend_key_id: string };
+    };
+    const retrieve = async (id: string) =>
+      (await b.app.inject({ method: 'GET', url: `/v1/spend_keys/${id}`, headers: a.auth() })).json() as Json;
+    const chat = (i: number, key: string, maxTokens = 4) =>
+      fetch(`${bases[i % 2]}/v1/chat/completions`, {
+        method: 'POST',
+        headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json' },
+        body: JSON.stringify({ model: 'gpt-4o', max_tokens: maxTokens, messages: [{ role: 'user', content: 'hi' }] }),
+      }).then(async (res) => ({ status: res.status, body: await res.text() }));
+    const inFlight = async (id: string) =>
+      (await a.storage.db.selectFrom('spend_key_reservations').select('request_pk').where('spend_key_id', '=', id).execute()).length;
+    async function settled(id: string): Promise<Json> {
+      for (let i = 0; i < 300; i++) {
+        if ((await inFlight(id)) === 0) return retrieve(id);
+        await new Promise((r) => setTimeout(r, 20));
+      }
+      throw new Error('never settled');
+    }
+
+    it('100 parallel requests against a spend limit of 10: at most 10 admitted, current_spend never above it', async () => {
+      // gpt-4o output is 0.00001 per token: a 100000-token cap holds (and costs) just over 1.
+      const key = await createKey({ spend_limit: { amount: '10', cycle: 'daily' } });
+      let watching = true;
+      let maxSeen = 0n;
+      const watcher = (async () => {
+        while (watching) {
+          const spend = parseMoney((await retrieve(key.spend_key_id)).current_spend as string);
+          if (spend > maxSeen) maxSeen = spend;
+          await new Promise((r) => setTimeout(r, 5));
+        }
+      })();
+      const results = await Promise.all(Array.from({ length: 100 }, (_, i) => chat(i, key.key, 100_000)));
+      const admitted = results.filter((r) => r.status === 200).length;
+      expect(results.filter((r) => r.status !== 200).every((r) => r.status === 402)).toBe(true);
+      expect(admitted).toBeGreaterThan(0);
+      expect(admitted).toBeLessThanOrEqual(10);
+      const after = await settled(key.spend_key_id);
+      watching = false;
+      await watcher;
+      const spend = parseMoney(after.current_spend as string);
+      expect(spend).toBeLessThanOrEqual(parseMoney('10'));
+      expect(maxSeen).toBeLessThanOrEqual(parseMoney('10'));
+      expect(after.total_requests).toBe(admitted);
+    });
+
+    it('rpm 60 with burst 5 hit by 50 parallel requests admits exactly 5', async () => {
+      const key = await createKey({ rate_limit: { rpm: 60, burst: 5 } });
+      const results = await Promise.all(Array.from({ length: 50 }, (_, i) => chat(i, key.key)));
+      expect(results.filter((r) => r.status === 200)).toHaveLength(5);
+      expect(results.filter((r) => r.status === 429)).toHaveLength(45);
+    });
+
+    it('a request limit of 7 hit by 40 parallel requests admits exactly 7', async () => {
+      const key = await createKey({ request_limit: { count: 7, cycle: 'monthly' } });
+      const results = await Promise.all(Array.from({ length: 40 }, (_, i) => chat(i, key.key)));
+      expect(results.filter((r) => r.status === 200)).toHaveLength(7);
+      expect(results.filter((r) => r.status === 429)).toHaveLength(33);
+      const after = await settled(key.spend_key_id);
+      expect(after).toMatchObject({ current_requests: 7, total_requests: 7 });
+      const events = await a.storage.db.selectFrom('events').selectAll().where('type', '=', 'spend_key.limit_reached').execute();
+      expect(events.filter((e) => (JSON.parse(e.payload) as Json).spend_key_id === key.spend_key_id)).toHaveLength(1);
+    });
+
+    it('a rotated key stops on both instances at once; so does a revoked one; a key expiring mid-run stops', async () => {
+      const key = await createKey({});
+      expect((await chat(0, key.key)).status).toBe(200);
+      const rotated = (await b.app.inject({ method: 'POST', url: `/v1/spend_keys/${key.spend_key_id}/rotate`, headers: a.auth() })).json() as { key: string };
+      expect((await chat(0, key.key)).status).toBe(401);
+      expect((await chat(1, key.key)).status).toBe(401);
+      expect((await chat(0, rotated.key)).status).toBe(200);
+      await a.app.inject({ method: 'DELETE', url: `/v1/spend_keys/${key.spend_key_id}`, headers: a.auth() });
+      expect((await chat(1, rotated.key)).status).toBe(401);
+
+      const expiring = await createKey({ expires_at: new Date(Date.now() + 700).toISOString() });
+      const statuses: number[] = [];
+      const until = Date.now() + 1200;
+      for (let i = 0; Date.now() < until; i++) statuses.push((await chat(i, expiring.key)).status);
+      const firstRefusal = statuses.indexOf(401);
+      expect(firstRefusal).toBeGreaterThan(0);
+      expect(statuses.slice(0, firstRefusal).every((s) => s === 200)).toBe(true);
+      expect(statuses.slice(firstRefusal).every((s) => s === 401)).toBe(true);
+    });
+  });
+}

@@ -1,0 +1,212 @@
+import Anthropic from '@anthropic-ai/sdk';
+import OpenAI from 'openai';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { parseMoney } from '../../src/domain/money.ts';
+import { creditWallet } from '../../src/ledger/wallets.ts';
+import { startTestApp, type TestApp } from '../helpers/app.ts';
+import { databasesUnderTest } from '../helpers/databases.ts';
+import { startMockUpstream, type MockUpstream } from '../helpers/mock-upstream.ts';
+
+type Json = Record<string, unknown>;
+
+/** Spend keys used as drop-in provider keys: official clients, every refusal with its own code, exact counters. */
+describe.each(databasesUnderTest())('spend key enforcement on %s', (dialect) => {
+  let upstream: MockUpstream;
+  let t: TestApp;
+  let base: string;
+
+  beforeAll(async () => {
+    upstream = await startMockUpstream();
+    t = await startTestApp(dialect, {
+      env: {
+        UPSTREAM_OVERRIDES: JSON.stringify({ 'api.openai.com': upstream.url, 'api.anthropic.com': upstream.url, 'api.mistral.ai': upstream.url }),
+        PROVIDER_KEYS: JSON.stringify({ openai: 'sk-openai-managed', anthropic: 'sk-ant-managed', mistral: 'mistral-managed' }),
+      },
+    });
+    base = await t.listen();
+    await creditWallet(t.storage, t.merchant.walletId, parseMoney('50'));
+  });
+  afterAll(async () => {
+    await t?.close();
+    await upstream?.close();
+  });
+
+  const createKey = async (body: Json = {}) => {
+    const res = await t.app.inject({ method: 'POST', url: '/v1/spend_keys', headers: t.auth(), payload: { name: 'k', ...body } });
+    expect(res.statusCode).toBe(201);
+    const json = res.json() as Json & { key: string; spend_key_id: string };
+    return json;
+  };
+  const retrieve = async (id: string) =>
+    (await t.app.inject({ method: 'GET', url: `/v1/spend_keys/${id}`, headers: t.auth() })).json() as Json;
+  const chat = (key: string, body: Json = {}) =>
+    fetch(`${base}/v1/chat/completions`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json' },
+      body: JSON.stringify({ model: 'gpt-4o', max_tokens: 4, messages: [{ role: 'user', content: 'hello there' }], ...body }),
+    });
+  const codeOf = async (res: Response) => ((await res.json()) as { error: { code: string } }).error.code;
+
+  /** Settlement runs after the answer: wait until the key has no request in flight. */
+  async function settled(id: string, requests: number): Promise<Json> {
+    for (let i = 0; i < 200; i++) {
+      const key = await retrieve(id);
+      const inFlight = await t.storage.db.selectFrom('spend_key_reservations').select('request_pk').where('spend_key_id', '=', id).execute();
+      if (key.total_requests === requests && inFlight.length === 0) return key;
+      await new Promise((r) => setTimeout(r, 20));
+    }
+    throw new Error('never settled');
+  }
+
+  it('completes a chat completion through the openai client and counts spend and requests exactly', async () => {
+    const key = await createKey({ allowed_models: ['gpt-4o'], spend_limit: { amount: '5', cycle: 'daily' } });
+    const openai = new OpenAI({ apiKey: key.key, baseURL: `${base}/v1` });
+    const completion = await openai.chat.completions.create({ model: 'gpt-4o', max_tokens: 4, messages: [{ role: 'user', content: 'hello there' }] });
+    expect(completion.usage?.completion_tokens).toBe(4);
+    expect(upstream.requests.at(-1)!.headers.authorization).toBe('Bearer sk-openai-managed');
+    await openai.chat.completions.create({ model: 'gpt-4o', max_tokens: 2, messages: [{ role: 'user', content: 'again' }] });
+
+    const after = await settled(key.spend_key_id, 2);
+    const records = (await t.app.inject({ method: 'GET', url: '/v1/requests?limit=2', headers: t.auth() })).json().data as Json[];
+    const cost = records.reduce((sum, r) => sum + parseMoney(r.total_merchant_cost as string) + parseMoney(r.total_wallet_cost as string), 0n);
+    expect(cost).toBeGreaterThan(0n);
+    expect(parseMoney(after.current_spend as string)).toBe(cost);
+    expect(parseMoney(after.total_spend as string)).toBe(cost);
+    expect(after).toMatchObject({ current_requests: 2, total_requests: 2 });
+    expect(after.last_used_at).not.toBeNull();
+  });
+
+  it('serves the anthropic client with an anthropic-shaped key, and refuses each key on the other shape', async () => {
+    const key = await createKey({ request_shape: 'anthropic' });
+    const anthropic = new Anthropic({ apiKey: key.key, baseURL: base });
+    const message = await anthropic.messages.create({ model: 'claude-sonnet-4-5', max_tokens: 6, messages: [{ role: 'user', content: 'one two' }] });
+    expect(message.usage.output_tokens).toBe(6);
+    expect(JSON.stringify(upstream.requests.at(-1)!.headers)).not.toContain(key.key);
+
+    const wrong = await chat(key.key);
+    expect(wrong.status).toBe(403);
+    expect(await codeOf(wrong)).toBe('request_shape_mismatch');
+    const openaiKey = await createKey();
+    const viaMessages = await fetch(`${base}/v1/messages`, {
+      method: 'POST',
+      headers: { 'x-api-key': openaiKey.key, 'content-type': 'application/json', 'anthropic-version': '2023-06-01' },
+      body: JSON.stringify({ model: 'claude-sonnet-4-5', max_tokens: 3, messages: [{ role: 'user', content: 'x' }] }),
+    });
+    expect(viaMessages.status).toBe(403);
+  });
+
+  it('refuses models and providers outside the allow-lists with 403, and lists only allowed models', async () => {
+    const key = await createKey({ allowed_models: ['gpt-4o', 'mistral/mistral-large-latest'], allowed_providers: ['openai', 'mistral'] });
+    expect((await chat(key.key, { model: 'gpt-4o-mini' })).status).toBe(403);
+    expect(await codeOf(await chat(key.key, { model: 'gpt-4o-mini' }))).toBe('model_not_allowed');
+    expect((await chat(key.key, { model: 'mistral/mistral-large-latest' })).status).toBe(200);
+    const providerKey = await createKey({ allowed_providers: ['mistral'] });
+    const refused = await chat(providerKey.key);
+    expect(refused.status).toBe(403);
+    expect(await codeOf(refused)).toBe('provider_not_allowed');
+
+    const openai = new OpenAI({ apiKey: key.key, baseURL: `${base}/v1` });
+    const ids: string[] = [];
+    for await (const model of openai.models.list()) ids.push(model.id);
+    expect(ids.sort()).toEqual(['gpt-4o', 'mistral/mistral-large-latest'].filter((id) => ids.includes(id)).sort());
+    expect(ids).toContain('gpt-4o');
+    expect(ids.some((id) => id.startsWith('anthropic/'))).toBe(false);
+  });
+
+  it('refuses paused (403), revoked, rotated-away and unknown keys (401) on the very next request', async () => {
+    const key = await createKey();
+    expect((await chat(key.key)).status).toBe(200);
+    await t.app.inject({ method: 'PUT', url: `/v1/spend_keys/${key.spend_key_id}`, headers: t.auth(), payload: { status: 'paused' } });
+    const paused = await chat(key.key);
+    expect(paused.status).toBe(403);
+    expect(await codeOf(paused)).toBe('spend_key_paused');
+    await t.app.inject({ method: 'PATCH', url: `/v1/spend_keys/${key.spend_key_id}`, headers: t.auth(), payload: { status: 'active' } });
+
+    const rotated = (await t.app.inject({ method: 'POST', url: `/v1/spend_keys/${key.spend_key_id}/rotate`, headers: t.auth() })).json() as { key: string };
+    expect((await chat(key.key)).status).toBe(401);
+    expect((await chat(rotated.key)).status).toBe(200);
+    await t.app.inject({ method: 'DELETE', url: `/v1/spend_keys/${key.spend_key_id}`, headers: t.auth() });
+    const revoked = await chat(rotated.key);
+    expect(revoked.status).toBe(401);
+    expect(await codeOf(revoked)).toBe('unauthorized');
+    expect((await chat('spk_live_unknown')).status).toBe(401);
+  });
+
+  it('refuses an expired key with 401 spend_key_expired', async () => {
+    const key = await createKey({ expires_at: new Date(Date.now() + 400).toISOString() });
+    expect((await chat(key.key)).status).toBe(200);
+    await new Promise((r) => setTimeout(r, 450));
+    const expired = await chat(key.key);
+    expect(expired.status).toBe(401);
+    expect(await codeOf(expired)).toBe('spend_key_expired');
+  });
+
+  it('enforces the request limit with 429 and Retry-After, and emits spend_key.limit_reached once per cycle', async () => {
+    const key = await createKey({ request_limit: { count: 2, cycle: 'daily' } });
+    expect((await chat(key.key)).status).toBe(200);
+    expect((await chat(key.key)).status).toBe(200);
+    for (let i = 0; i < 2; i++) {
+      const refused = await chat(key.key);
+      expect(refused.status).toBe(429);
+      expect(await codeOf(refused)).toBe('request_limit_reached');
+      expect(Number(refused.headers.get('retry-after'))).toBeGreaterThan(0);
+    }
+    const events = await t.storage.db.selectFrom('events').selectAll().where('type', '=', 'spend_key.limit_reached').execute();
+    const mine = events.filter((e) => (JSON.parse(e.payload) as Json).spend_key_id === key.spend_key_id);
+    expect(mine).toHaveLength(1);
+    expect(JSON.parse(mine[0]!.payload)).toMatchObject({ limit: 'requests', cycle: 'daily', request_limit: 2 });
+  });
+
+  it('enforces the spend limit with 402 once the next hold cannot fit', async () => {
+    // gpt-4o output costs 0.00001 per token: a 1000-token cap holds a little over 0.01.
+    const key = await createKey({ spend_limit: { amount: '0.025', cycle: 'total' } });
+    expect((await chat(key.key, { max_tokens: 1000 })).status).toBe(200);
+    expect((await chat(key.key, { max_tokens: 1000 })).status).toBe(200);
+    const refused = await chat(key.key, { max_tokens: 1000 });
+    expect(refused.status).toBe(402);
+    expect(await codeOf(refused)).toBe('spend_limit_reached');
+    const after = await settled(key.spend_key_id, 2);
+    expect(parseMoney(after.current_spend as string)).toBeLessThanOrEqual(parseMoney('0.025'));
+  });
+
+  it('enforces the rate limit as a token bucket with 429 and Retry-After', async () => {
+    const key = await createKey({ rate_limit: { rpm: 60, burst: 2 } });
+    const statuses = [];
+    for (let i = 0; i < 3; i++) statuses.push((await chat(key.key)).status);
+    expect(statuses).toEqual([200, 200, 429]);
+    const refused = await chat(key.key);
+    expect(await codeOf(refused)).toBe('spend_key_rate_limited');
+    expect(Number(refused.headers.get('retry-after'))).toBeGreaterThanOrEqual(1);
+    await new Promise((r) => setTimeout(r, 1100));
+    expect((await chat(key.key)).status).toBe(200);
+  });
+
+  it('works through /v1/forward too, with the same checks', async () => {
+    const key = await createKey({ allowed_models: ['gpt-4o'] });
+    const forward = (model: string) =>
+      fetch(`${base}/v1/forward?u=${encodeURIComponent('https://api.openai.com/v1/chat/completions')}`, {
+        method: 'POST',
+        headers: { authorization: `Bearer ${key.key}`, 'content-type': 'application/json' },
+        body: JSON.stringify({ model, max_tokens: 2, messages: [{ role: 'user', content: 'x' }] }),
+      });
+    expect((await forward('gpt-4o')).status).toBe(200);
+    expect((await forward('gpt-4o-mini')).status).toBe(403);
+  });
+
+  it('bills a customer wallet key to the customer', async () => {
+    const customer = (await t.app.inject({ method: 'POST', url: '/v1/customers', headers: t.auth(), payload: { name: 'Wallet Owner' } })).json() as Json;
+    const grant = await t.app.inject({
+      method: 'POST',
+      url: `/v1/customers/${customer.customer_id as string}/credits`,
+      headers: t.auth(),
+      payload: { amount: '1' },
+    });
+    expect(grant.statusCode).toBeLessThan(300);
+    const key = await createKey({ customer_id: customer.customer_id });
+    expect((await chat(key.key)).status).toBe(200);
+    const after = await settled(key.spend_key_id, 1);
+    const wallet = await t.storage.db.selectFrom('wallets').selectAll().where('id', '=', key.wallet_id as string).executeTakeFirstOrThrow();
+    expect(parseMoney('1') - BigInt(wallet.balance)).toBe(parseMoney(after.total_spend as string));
+    expect(parseMoney(after.total_spend as string)).toBeGreaterThan(0n);
+  });
+});

@@ -1,0 +1,190 @@
+import { Lava } from '@lavapayments/nodejs';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { startTestApp, type TestApp } from '../helpers/app.ts';
+import { databasesUnderTest } from '../helpers/databases.ts';
+
+type Json = Record<string, unknown>;
+
+/** Spend key and wallet key management: the published client end to end, PATCH, /manage, bad input. */
+describe.each(databasesUnderTest())('spend key management on %s', (dialect) => {
+  let t: TestApp;
+  let base: string;
+  const client = (key: string) => new Lava(key, { baseUrl: `${base}/v1/` });
+
+  beforeAll(async () => {
+    t = await startTestApp(dialect);
+    base = await t.listen();
+  });
+  afterAll(async () => t?.close());
+
+  const call = async (method: string, path: string, body?: unknown, key = t.merchant.secretKey) => {
+    const res = await t.app.inject({
+      method: method as 'GET',
+      url: `/v1${path}`,
+      headers: { ...t.auth(key), ...(body === undefined ? {} : { 'content-type': 'application/json' }) },
+      ...(body === undefined ? {} : { payload: JSON.stringify(body) }),
+    });
+    return { status: res.statusCode, body: res.json() as Json };
+  };
+
+  it('creates, lists, retrieves, updates (PUT), rotates and revokes with the published client', async () => {
+    const m = await t.newMerchant();
+    const lava = client(m.secretKey);
+    const created = await lava.spendKeys.create({
+      name: 'IDE assistant',
+      request_shape: 'openai',
+      allowed_models: ['gpt-4o'],
+      allowed_providers: ['openai'],
+      spend_limit: { amount: '25', cycle: 'monthly' },
+      request_limit: { count: 1000, cycle: 'daily' },
+      rate_limit: { rpm: 60, burst: 10 },
+    });
+    const key = (created as unknown as { key: string }).key;
+    expect(key).toMatch(/^spk_live_/);
+    expect(created).toMatchObject({
+      name: 'IDE assistant',
+      status: 'active',
+      request_shape: 'openai',
+      wallet_id: m.walletId,
+      allowed_models: ['gpt-4o'],
+      allowed_providers: ['openai'],
+      spend_limit: { amount: '25.0000000000', cycle: 'monthly' },
+      request_limit: { count: 1000, cycle: 'daily' },
+      rate_limit: { rpm: 60, burst: 10 },
+      current_spend: '0.0000000000',
+      total_spend: '0.0000000000',
+      current_requests: 0,
+      total_requests: 0,
+      expires_at: null,
+      last_used_at: null,
+    });
+    expect(created.spend_key_id).toMatch(/^spk_/);
+    expect(created.key_preview).toMatch(/^spk_live_.{4}\*+$/);
+    expect(key.startsWith(created.key_preview.replace(/\*+$/, ''))).toBe(true);
+
+    const list = await lava.spendKeys.list({ limit: 10 });
+    expect(list.data.map((k) => k.spend_key_id)).toEqual([created.spend_key_id]);
+    expect(JSON.stringify(list)).not.toContain(key);
+    expect(list.data[0]).not.toHaveProperty('key');
+
+    const retrieved = await lava.spendKeys.retrieve(created.spend_key_id);
+    expect(retrieved).not.toHaveProperty('key');
+    expect(retrieved.name).toBe('IDE assistant');
+
+    const updated = await lava.spendKeys.update(created.spend_key_id, { status: 'paused', allowed_models: null, rate_limit: null });
+    expect(updated).toMatchObject({ status: 'paused', allowed_models: null, rate_limit: null, allowed_providers: ['openai'] });
+
+    const rotated = (await lava.spendKeys.rotate(created.spend_key_id)) as unknown as { key: string; spend_key_id: string; status: string };
+    expect(rotated.spend_key_id).toBe(created.spend_key_id);
+    expect(rotated.key).toMatch(/^spk_live_/);
+    expect(rotated.key).not.toBe(key);
+    expect(rotated.status).toBe('paused');
+
+    expect(await lava.spendKeys.revoke(created.spend_key_id)).toEqual({ success: true });
+    await expect(lava.spendKeys.retrieve(created.spend_key_id)).rejects.toThrow(/404/);
+    expect((await lava.spendKeys.list()).data).toEqual([]);
+  });
+
+  it('serves the same handlers under /manage/spend_keys, updates by PATCH and pages with a cursor', async () => {
+    const m = await t.newMerchant();
+    const ids: string[] = [];
+    for (let i = 0; i < 3; i++) {
+      const res = await call('POST', '/manage/spend_keys', { name: `k${i}` }, m.secretKey);
+      expect(res.status).toBe(201);
+      ids.push(res.body.spend_key_id as string);
+    }
+    const page1 = await call('GET', '/spend_keys?limit=2', undefined, m.secretKey);
+    expect((page1.body.data as Json[]).map((k) => k.spend_key_id)).toEqual([ids[2], ids[1]]);
+    expect(page1.body).toMatchObject({ has_more: true, next_cursor: ids[1] });
+    const page2 = await call('GET', `/manage/spend_keys?limit=2&cursor=${ids[1]}`, undefined, m.secretKey);
+    expect(page2.body).toMatchObject({ has_more: false, next_cursor: null });
+    expect((page2.body.data as Json[]).map((k) => k.spend_key_id)).toEqual([ids[0]]);
+    expect((await call('GET', '/spend_keys?limit=101', undefined, m.secretKey)).status).toBe(400);
+
+    const patched = await call('PATCH', `/manage/spend_keys/${ids[0]}`, { name: 'renamed', spend_limit: { amount: '1.5', cycle: 'weekly' } }, m.secretKey);
+    expect(patched.status).toBe(200);
+    expect(patched.body).toMatchObject({ name: 'renamed', spend_limit: { amount: '1.5000000000', cycle: 'weekly' } });
+    // Another merchant sees nothing of these keys.
+    expect((await call('GET', `/spend_keys/${ids[0]}`)).status).toBe(404);
+    expect((await call('DELETE', `/spend_keys/${ids[0]}`)).status).toBe(404);
+  });
+
+  it('creates a key on a customer wallet, and refuses an unknown wallet with 400', async () => {
+    const m = await t.newMerchant();
+    const customer = await call('POST', '/customers', { name: 'Ada Lovelace' }, m.secretKey);
+    const customerId = customer.body.customer_id as string;
+    const res = await call('POST', '/spend_keys', { name: 'c', customer_id: customerId }, m.secretKey);
+    expect(res.status).toBe(201);
+    expect(res.body.wallet_id).not.toBe(m.walletId);
+    expect(res.body.customer_id).toBe(customerId);
+    for (const body of [{ customer_id: 'con_nope' }, { connection_id: 'con_nope' }, { wallet_id: 'wal_nope' }]) {
+      const bad = await call('POST', '/spend_keys', { name: 'x', ...body }, m.secretKey);
+      expect(bad.status).toBe(400);
+      expect((bad.body.error as Json).issues).toEqual([expect.objectContaining({ path: [Object.keys(body)[0]] })]);
+    }
+    // Another merchant's customer is unknown too.
+    expect((await call('POST', '/spend_keys', { name: 'x', customer_id: customerId })).status).toBe(400);
+  });
+
+  it.each([
+    ['unknown cycle', { spend_limit: { amount: '1', cycle: 'hourly' } }, ['spend_limit', 'cycle']],
+    ['negative spend amount', { spend_limit: { amount: '-1', cycle: 'daily' } }, ['spend_limit', 'amount']],
+    ['zero spend amount', { spend_limit: { amount: '0', cycle: 'daily' } }, ['spend_limit', 'amount']],
+    ['negative request count', { request_limit: { count: -3, cycle: 'daily' } }, ['request_limit', 'count']],
+    ['fractional request count', { request_limit: { count: 1.5, cycle: 'daily' } }, ['request_limit', 'count']],
+    ['empty model allow-list', { allowed_models: [] }, ['allowed_models']],
+    ['empty provider allow-list', { allowed_providers: [] }, ['allowed_providers']],
+    ['rpm 0', { rate_limit: { rpm: 0 } }, ['rate_limit', 'rpm']],
+    ['burst 0', { rate_limit: { rpm: 5, burst: 0 } }, ['rate_limit', 'burst']],
+    ['expires_at in the past', { expires_at: '2020-01-01T00:00:00Z' }, ['expires_at']],
+    ['expires_at not a date', { expires_at: 'tomorrow' }, ['expires_at']],
+    ['unknown status', { status: 'frozen' }, ['status']],
+    ['unknown request shape', { request_shape: 'gemini' }, ['request_shape']],
+  ])('refuses %s with 400 and issues, on create and on update', async (_label, body, path) => {
+    const create = await call('POST', '/spend_keys', { name: 'bad', ...body });
+    expect(create.status).toBe(400);
+    expect((create.body.error as Json).code).toBe('validation_error');
+    expect((create.body.error as { issues: { path: string[] }[] }).issues.map((i) => i.path)).toContainEqual(path);
+    const ok = await call('POST', '/spend_keys', { name: 'ok' });
+    const update = await call('PUT', `/spend_keys/${ok.body.spend_key_id as string}`, body);
+    expect(update.status).toBe(400);
+  });
+
+  it('manages wallet keys; a wallet key manages only its own wallet\'s spend keys', async () => {
+    const m = await t.newMerchant();
+    const customer = await call('POST', '/customers', { name: 'Grace Hopper' }, m.secretKey);
+    const customerId = customer.body.customer_id as string;
+    const wk = await call('POST', '/wallet_keys', { name: 'team wallet', customer_id: customerId }, m.secretKey);
+    expect(wk.status).toBe(201);
+    const walletKey = wk.body.key as string;
+    expect(walletKey).toMatch(/^wk_live_/);
+    expect(wk.body.wallet_key_id).toMatch(/^wk_/);
+    const walletId = wk.body.wallet_id as string;
+
+    const merchantKey = await call('POST', '/spend_keys', { name: 'merchant-wallet key' }, m.secretKey);
+    const own = await call('POST', '/spend_keys', { name: 'from wallet key' }, walletKey);
+    expect(own.status).toBe(201);
+    expect(own.body.wallet_id).toBe(walletId);
+    const listed = await call('GET', '/spend_keys', undefined, walletKey);
+    expect((listed.body.data as Json[]).map((k) => k.spend_key_id)).toEqual([own.body.spend_key_id]);
+    expect((await call('GET', `/spend_keys/${merchantKey.body.spend_key_id as string}`, undefined, walletKey)).status).toBe(404);
+    expect((await call('PATCH', `/manage/spend_keys/${own.body.spend_key_id as string}`, { status: 'paused' }, walletKey)).status).toBe(200);
+    // Another wallet, and every other endpoint, are refused.
+    expect((await call('POST', '/spend_keys', { name: 'x', wallet_id: m.walletId }, walletKey)).status).toBe(403);
+    expect((await call('GET', '/customers', undefined, walletKey)).status).toBe(403);
+    expect((await call('GET', '/wallet_keys', undefined, walletKey)).status).toBe(403);
+
+    const page = (await call('GET', '/wallet_keys', undefined, m.secretKey)).body;
+    expect((page.data as Json[])[0]).toMatchObject({ wallet_key_id: wk.body.wallet_key_id, name: 'team wallet', wallet_id: walletId });
+    expect(JSON.stringify(page)).not.toContain(walletKey);
+    expect((page.data as Json[])[0]!.last_used_at).not.toBeNull();
+
+    const rotated = await call('POST', `/wallet_keys/${wk.body.wallet_key_id as string}/rotate`, undefined, m.secretKey);
+    expect(rotated.status).toBe(200);
+    expect(rotated.body.key).not.toBe(walletKey);
+    expect((await call('GET', '/spend_keys', undefined, walletKey)).status).toBe(401);
+    expect((await call('GET', '/spend_keys', undefined, rotated.body.key as string)).status).toBe(200);
+    expect((await call('DELETE', `/wallet_keys/${wk.body.wallet_key_id as string}`, undefined, m.secretKey)).body).toEqual({ success: true });
+    expect((await call('GET', '/spend_keys', undefined, rotated.body.key as string)).status).toBe(401);
+  });
+});
