@@ -1,6 +1,100 @@
 import type { App } from '../http/types.ts';
 
-/** The OpenAPI document, generated from the same zod schemas the routes validate with. */
+/**
+ * The OpenAPI document, generated from the same zod schemas the routes validate with.
+ * The gateway's routes pass provider bodies through untouched, so they have no body schema to
+ * generate from; they are described here instead, so the document still lists every endpoint.
+ */
 export function registerOpenApiRoute(app: App): void {
-  app.get('/v1/openapi.json', { config: { public: true }, schema: { hide: true } }, async () => app.swagger());
+  let document: Record<string, unknown> | null = null;
+  app.get('/v1/openapi.json', { config: { public: true }, schema: { hide: true } }, async () => {
+    document ??= withGatewayPaths(app.swagger() as unknown as Record<string, unknown>);
+    return document;
+  });
+}
+
+type Operation = Record<string, unknown>;
+
+const errorResponse = (description: string) => ({
+  description,
+  content: {
+    'application/json': {
+      schema: {
+        type: 'object',
+        required: ['error'],
+        properties: {
+          error: {
+            type: 'object',
+            required: ['message', 'code', 'status'],
+            properties: {
+              message: { type: 'string' },
+              code: { type: 'string' },
+              status: { type: 'integer' },
+              issues: {
+                type: 'array',
+                items: { type: 'object', properties: { path: { type: 'array', items: {} }, message: { type: 'string' } } },
+              },
+            },
+          },
+        },
+      },
+    },
+  },
+});
+
+const passThroughBody = (description: string) => ({
+  required: false,
+  description,
+  content: { '*/*': { schema: {} } },
+});
+
+const gatewayResponses = {
+  '200': { description: "The provider's response, relayed byte for byte (JSON or an event stream)." },
+  '400': errorResponse('Bad request: missing or invalid `u`, forward token not valid base64 JSON, or a host that is not a provider (`unsupported_provider`).'),
+  '401': errorResponse('Missing, unknown, revoked or expired key.'),
+  '402': errorResponse('The paying wallet (or the spend key\'s spend limit) cannot cover the request\'s hold.'),
+  '403': errorResponse('A spend key that is paused, or not allowed this provider, model or request shape.'),
+  '429': errorResponse('A spend key\'s rate or request limit.'),
+  '504': errorResponse('The provider did not answer in time.'),
+};
+
+const credentialNote =
+  'Credentials: a secret key, spend key or base64 JSON forward token in `Authorization: Bearer`, `x-api-key`, ' +
+  '`x-goog-api-key`, `xi-api-key` or the `key` query parameter. Every response carries `x-tollgate-request-id`.';
+
+const forwardOperation = (method: string): Operation => ({
+  tags: ['gateway'],
+  summary: `Forward a ${method} request to an AI provider`,
+  description:
+    'Forwards to the provider URL in `u` (a registered or operator-declared provider only), meters the usage and bills it. ' +
+    credentialNote,
+  parameters: [
+    { name: 'u', in: 'query', required: true, description: 'The provider URL, percent-encoded or raw.', schema: { type: 'string' } },
+    { name: 'metadata', in: 'query', required: false, description: 'JSON object of metadata recorded on the request.', schema: { type: 'string' } },
+    { name: 'x-service-metadata', in: 'header', required: false, description: 'Metadata as a JSON object (alternative to the query parameter).', schema: { type: 'string' } },
+  ],
+  ...(method === 'GET' || method === 'DELETE' ? {} : { requestBody: passThroughBody('The provider request body, passed through unchanged.') }),
+  responses: gatewayResponses,
+});
+
+const dropInOperation = (summary: string, shape: 'OpenAI' | 'Anthropic', hasBody = true): Operation => ({
+  tags: ['drop-in'],
+  summary,
+  description: `${shape}-shaped drop-in endpoint: point the ${shape} SDK's base URL at Tollgate and use a secret key or spend key as its API key. Routed by \`model\` (or \`provider/model\`). ${credentialNote}`,
+  ...(hasBody ? { requestBody: passThroughBody(`The ${shape} request body, passed through unchanged.`) } : {}),
+  responses: gatewayResponses,
+});
+
+const GATEWAY_PATHS: Record<string, Record<string, Operation>> = {
+  '/v1/forward': Object.fromEntries(['GET', 'POST', 'PUT', 'PATCH', 'DELETE'].map((m) => [m.toLowerCase(), forwardOperation(m)])),
+  '/v1/chat/completions': { post: dropInOperation('Chat completions', 'OpenAI') },
+  '/v1/responses': { post: dropInOperation('Responses', 'OpenAI') },
+  '/v1/embeddings': { post: dropInOperation('Embeddings', 'OpenAI') },
+  '/v1/models': { get: dropInOperation('Models this key may use', 'OpenAI', false) },
+  '/v1/messages': { post: dropInOperation('Messages', 'Anthropic') },
+};
+
+function withGatewayPaths(generated: Record<string, unknown>): Record<string, unknown> {
+  const paths = { ...(generated.paths as Record<string, unknown> | undefined), ...GATEWAY_PATHS };
+  return { ...generated, paths };
 }

@@ -68,6 +68,15 @@ describe.each(databasesUnderTest())('operational endpoints on %s', (dialect) => 
     expect(body.properties.rate_type.enum).toEqual(['fixed', 'percentage']);
     expect(body.required).toEqual(expect.arrayContaining(['name', 'rate_type', 'tiers']));
     expect(doc.paths['/v1/meters/{id}'].get.responses['404']).toBeDefined();
+    // The pass-through gateway routes have no body schema, but are documented all the same.
+    for (const method of ['get', 'post', 'put', 'patch', 'delete']) {
+      expect(doc.paths['/v1/forward'][method].parameters).toContainEqual(expect.objectContaining({ name: 'u', required: true }));
+    }
+    for (const path of ['/v1/chat/completions', '/v1/responses', '/v1/embeddings', '/v1/messages']) {
+      expect(doc.paths[path].post.responses['402']).toBeDefined();
+    }
+    expect(doc.paths['/v1/models'].get).toBeDefined();
+    expect(doc.paths['/v1/spend_keys/{id}/rotate'].post).toBeDefined();
     // Internal endpoints stay out of the public document.
     expect(Object.keys(doc.paths)).not.toContain('/metrics');
     expect(Object.keys(doc.paths)).not.toContain('/v1/openapi.json');
