@@ -20,7 +20,11 @@ export function redactUrl(url: string): string {
   const q = url.indexOf('?');
   if (q < 0) return url;
   const params = new URLSearchParams(url.slice(q + 1));
-  for (const name of [...params.keys()]) if (SENSITIVE_QUERY.has(name)) params.set(name, '[Redacted]');
+  for (const name of [...params.keys()]) {
+    if (SENSITIVE_QUERY.has(name)) params.set(name, '[Redacted]');
+    // The forward target may carry its own `key` (a provider key) when `u` is percent-encoded.
+    else if (name === 'u') params.set(name, redactUrl(params.get(name)!));
+  }
   return `${url.slice(0, q)}?${params.toString()}`;
 }
 

@@ -44,6 +44,15 @@ describe('redactUrl', () => {
     expect(out).not.toContain(PROVIDER_KEY);
   });
 
+  it('masks a provider key inside a percent-encoded forward target', () => {
+    const target = encodeURIComponent(`https://generativelanguage.googleapis.com/v1beta/models/g:generateContent?key=${PROVIDER_KEY}&alt=sse`);
+    const out = redactUrl(`/v1/forward?u=${target}`);
+    expect(out).not.toContain(PROVIDER_KEY);
+    const u = new URLSearchParams(out.slice(out.indexOf('?') + 1)).get('u')!;
+    expect(u.startsWith('https://generativelanguage.googleapis.com/v1beta/models/g:generateContent?')).toBe(true);
+    expect(new URLSearchParams(u.slice(u.indexOf('?') + 1)).get('alt')).toBe('sse');
+  });
+
   it('leaves URLs without sensitive parameters as they are', () => {
     expect(redactUrl('/v1/meters')).toBe('/v1/meters');
     expect(redactUrl('/v1/meters?limit=2&cursor=met_1')).toBe('/v1/meters?limit=2&cursor=met_1');
