@@ -91,3 +91,78 @@ export async function benchGateway(opts: {
   rows.push({ scenario: 'gateway peak RSS', engine: opts.engine, result: `${peakRssMb(opts.serverPid).toFixed(0)} MB`, target: '< 200 MB' });
   return rows;
 }
+
+// ---------------------------------------------------------------------------------------------
+// Standalone: `node --import tsx bench/gateway.ts [--engine sqlite|postgres] [--seconds N]
+// [--cpu-prof DIR]` runs only the gateway scenarios against a fresh server (and, with --cpu-prof,
+// writes the server's V8 CPU profile to DIR when it exits).
+
+async function standalone(): Promise<void> {
+  const { mkdtempSync } = await import('node:fs');
+  const { tmpdir } = await import('node:os');
+  const { join } = await import('node:path');
+  const { openStorage } = await import('../src/storage/db.ts');
+  const { migrateToLatest } = await import('../src/storage/migrate.ts');
+  const arg = (name: string) => {
+    const i = process.argv.indexOf(name);
+    return i >= 0 ? process.argv[i + 1] : undefined;
+  };
+  const engine = arg('--engine') ?? 'sqlite';
+  const seconds = Number(arg('--seconds') ?? 3);
+  const profileDir = arg('--cpu-prof');
+  let url: string;
+  if (engine === 'postgres') {
+    const base = process.env.BENCH_DATABASE_URL ?? process.env.TEST_DATABASE_URL;
+    if (!base) throw new Error('set TEST_DATABASE_URL');
+    const pg = (await import('pg')).default;
+    const schema = `benchgw_${Date.now()}`;
+    const client = new pg.Client({ connectionString: base });
+    await client.connect();
+    await client.query(`create schema ${schema}`);
+    await client.end();
+    const u = new URL(base);
+    u.searchParams.set('options', `-c search_path=${schema}`);
+    url = u.toString();
+  } else {
+    url = `sqlite:${join(mkdtempSync(join(tmpdir(), 'tollgate-gwbench-')), 'bench.db')}`;
+  }
+  const mock = await startMock();
+  process.env.BENCH_MOCK_URL = mock.url;
+  const storage = openStorage(url, { poolSize: 4 });
+  await migrateToLatest(storage);
+  const port = 20_000 + Math.floor(Math.random() * 2000);
+  const nodeArgs = profileDir ? ['--cpu-prof', `--cpu-prof-dir=${profileDir}`] : [];
+  const server = spawn('node', [...nodeArgs, 'bin/tollgate.js', 'serve'], {
+    env: {
+      ...process.env,
+      DATABASE_URL: url,
+      PORT: String(port),
+      LOG_LEVEL: 'warn',
+      RATE_LIMIT_PER_MINUTE: '100000000',
+      UPSTREAM_OVERRIDES: JSON.stringify({ 'api.openai.com': mock.url }),
+      PROVIDER_KEYS: JSON.stringify({ openai: 'sk-bench' }),
+    },
+    stdio: ['ignore', 'inherit', 'inherit'],
+  });
+  const serverUrl = `http://127.0.0.1:${port}`;
+  for (let i = 0; ; i++) {
+    try {
+      if ((await fetch(`${serverUrl}/readyz`)).ok) break;
+    } catch {
+      if (i > 100) throw new Error('server did not start');
+    }
+    await new Promise((r) => setTimeout(r, 200));
+  }
+  try {
+    const rows = await benchGateway({ engine, storage, serverUrl, serverPid: server.pid!, seconds });
+    for (const row of rows) console.log(`| ${row.scenario} | ${row.engine} | ${row.result} | ${row.target} |`);
+  } finally {
+    const exited = new Promise((r) => server.once('exit', r));
+    server.kill('SIGTERM');
+    await exited;
+    mock.process.kill('SIGTERM');
+    await storage.close();
+  }
+}
+
+if (process.argv[1] && import.meta.url === (await import('node:url')).pathToFileURL(process.argv[1]).href) await standalone();

@@ -11,10 +11,7 @@ import { loggerOptions } from './http/logging.ts';
 import { installMetrics } from './http/metrics.ts';
 import type { App, AppDeps } from './http/types.ts';
 import { registerDropInRoutes } from './gateway/drop-in.ts';
-import { registerForwardRoutes, type Gateway } from './gateway/forward.ts';
-import { createUpstreamAgent } from './gateway/relay.ts';
-import { Settlements } from './gateway/settle.ts';
-import { createRegistry } from './providers/index.ts';
+import { createGateway, registerForwardRoutes } from './gateway/forward.ts';
 import { registerConnectionRoutes } from './routes/connections.ts';
 import { registerCustomerRoutes } from './routes/customers.ts';
 import { registerHealthRoutes } from './routes/health.ts';
@@ -24,7 +21,6 @@ import { registerRequestRoutes } from './routes/requests.ts';
 import { registerSecretKeyRoutes } from './routes/secret-keys.ts';
 import { registerSpendKeyRoutes } from './routes/spend-keys.ts';
 import { authenticateApiKey, registerWalletKeyRoutes } from './routes/wallet-keys.ts';
-import { closeSpendKeyGuard } from './gateway/spend-key-guard.ts';
 import { registerUsageRoutes } from './routes/usage.ts';
 
 export type { AppDeps } from './http/types.ts';
@@ -129,24 +125,6 @@ async function authenticateAndLimit(deps: AppDeps, request: FastifyRequest, repl
       headers: { 'retry-after': String(retryAfter) },
     });
   }
-}
-
-/** The forward gateway's shared parts; closing the app waits for settlements in flight. */
-function createGateway(deps: AppDeps, app: App): Gateway {
-  const gateway: Gateway = {
-    registry: createRegistry({ custom: deps.config.customProviders }),
-    agent: createUpstreamAgent({
-      headersTimeoutMs: deps.config.upstreamTimeoutMs,
-      bodyTimeoutMs: deps.config.upstreamIdleTimeoutMs,
-    }),
-    settlements: new Settlements(app.log),
-  };
-  app.addHook('onClose', async () => {
-    await gateway.settlements.drain();
-    await gateway.agent.close();
-    await closeSpendKeyGuard(deps.config);
-  });
-  return gateway;
 }
 
 /**

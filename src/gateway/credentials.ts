@@ -52,6 +52,7 @@ import type { Storage } from '../storage/db.ts';
 import { findMerchant } from '../storage/merchants.ts';
 import { findMeterBySecret, findMeterBySlug, type MeterRow } from '../storage/meters.ts';
 import type { SpendKeyRow } from '../storage/spend-keys.ts';
+import { credentialCacheFor } from './credential-cache.ts';
 import { authenticateSpendKey, isSpendKeyToken } from './spend-key-guard.ts';
 
 // ---------------------------------------------------------------------------------------------
@@ -257,6 +258,20 @@ export type BillingContext = {
   /** The spend key used as the credential, whose limits are enforced (spend-key-guard.ts). */
   spendKey?: SpendKeyRow | null;
 };
+
+/**
+ * resolveForwardCredential through the instance's credential cache (credential-cache.ts): a
+ * credential seen in the last moments is not read again. A cached spend key's expiry is still
+ * checked against the clock on every use.
+ */
+export async function resolveCredential(storage: Storage, credential: string, now = new Date()): Promise<BillingContext> {
+  const billing = await credentialCacheFor(storage).resolve(credential, () => resolveForwardCredential(storage, credential));
+  const expiresAt = billing.spendKey?.expires_at;
+  if (expiresAt && expiresAt <= now.toISOString()) {
+    throw new ApiError('spend_key_expired', `This spend key expired at ${expiresAt}.`);
+  }
+  return billing;
+}
 
 /**
  * Authenticates the credential found by extractCredential and decides who pays. Throws 401

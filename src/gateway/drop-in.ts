@@ -9,7 +9,7 @@ import type { FastifyRequest } from 'fastify';
 import { ApiError } from '../http/errors.ts';
 import type { App, AppDeps } from '../http/types.ts';
 import type { ProviderModule } from '../providers/types.ts';
-import { extractCredential, resolveForwardCredential } from './credentials.ts';
+import { extractCredential, resolveCredential } from './credentials.ts';
 import { forwardRequest, metadataOf, type Gateway } from './forward.ts';
 import { modelAllowed, providerAllowed } from './spend-key-guard.ts';
 import { resolveTarget } from './target.ts';
@@ -40,7 +40,7 @@ export function registerDropInRoutes(app: App, deps: AppDeps, gateway: Gateway):
   app.post('/messages', { schema: { hide: true } }, (request, reply) =>
     dropIn(deps, gateway, request, reply, 'anthropic', '/messages'),
   );
-  app.get('/models', { schema: { hide: true } }, async (request) => {
+  app.get('/models', { exposeHeadRoute: false, schema: { hide: true } }, async (request) => {
     const { spendKey } = await authenticate(deps, request);
     const data = listModels(deps, gateway);
     // A spend key sees only what its allow-lists (and its request shape) let it use.
@@ -60,7 +60,7 @@ export function registerDropInRoutes(app: App, deps: AppDeps, gateway: Gateway):
 async function authenticate(deps: AppDeps, request: FastifyRequest) {
   const credential = extractCredential(request.headers, null);
   if (!credential) throw new ApiError('unauthorized', 'Missing API key: send Authorization: Bearer <key> or x-api-key.');
-  return resolveForwardCredential(deps.storage, credential.token);
+  return resolveCredential(deps.storage, credential.token);
 }
 
 async function dropIn(

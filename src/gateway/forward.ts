@@ -8,15 +8,46 @@ import { ApiError, envelope, ERRORS, type ErrorCode } from '../http/errors.ts';
 import { metadataSchema, parseJsonParam, type Metadata } from '../http/metadata.ts';
 import type { App, AppDeps } from '../http/types.ts';
 import { admitRequest, pricingFor } from '../ledger/forwarded.ts';
-import type { ProviderModule, ProviderRegistry } from '../providers/index.ts';
-import { extractCredential, resolveForwardCredential, type BillingContext } from './credentials.ts';
-import { checkSpendKeyRequest, takeRateToken } from './spend-key-guard.ts';
+import { createRegistry, type ProviderModule, type ProviderRegistry } from '../providers/index.ts';
+import { credentialCacheFor } from './credential-cache.ts';
+import { extractCredential, resolveCredential, type BillingContext } from './credentials.ts';
+import { checkSpendKeyRequest, closeSpendKeyGuard, takeRateToken } from './spend-key-guard.ts';
 import { estimateHold } from './estimate.ts';
-import { relay, upstreamRequestHeaders } from './relay.ts';
-import type { Settlements } from './settle.ts';
+import { closeAfterResponse, createUpstreamAgent, relay, shutdownHeaders, upstreamRequestHeaders } from './relay.ts';
+import { Settlements } from './settle.ts';
 import { resolveTarget, splitForwardQuery, type ResolvedTarget } from './target.ts';
 
-export type Gateway = { registry: ProviderRegistry; agent: Dispatcher; settlements: Settlements };
+export type Gateway = {
+  registry: ProviderRegistry;
+  agent: Dispatcher;
+  settlements: Settlements;
+  /** True once the app started closing (hijacked responses then close their connections). */
+  closing: boolean;
+};
+
+/** The forward gateway's shared parts; closing the app waits for settlements in flight. */
+export function createGateway(deps: AppDeps, app: App): Gateway {
+  // Installed now, before any request: every credential change from here on empties the cache.
+  credentialCacheFor(deps.storage);
+  const gateway: Gateway = {
+    registry: createRegistry({ custom: deps.config.customProviders }),
+    agent: createUpstreamAgent({
+      headersTimeoutMs: deps.config.upstreamTimeoutMs,
+      bodyTimeoutMs: deps.config.upstreamIdleTimeoutMs,
+    }),
+    settlements: new Settlements(app.log),
+    closing: false,
+  };
+  app.addHook('preClose', async () => {
+    gateway.closing = true;
+  });
+  app.addHook('onClose', async () => {
+    await gateway.settlements.drain();
+    await gateway.agent.close();
+    await closeSpendKeyGuard(deps.config);
+  });
+  return gateway;
+}
 
 const METHODS = ['GET', 'POST', 'PUT', 'PATCH', 'DELETE'] as const;
 const REQUEST_ID_HEADER = 'x-tollgate-request-id';
@@ -33,6 +64,8 @@ export function registerForwardRoutes(app: App, deps: AppDeps, gateway: Gateway)
   app.route({
     method: [...METHODS],
     url: '/forward',
+    // HEAD is not a forwarded verb: without this Fastify would answer it by running the GET route.
+    exposeHeadRoute: false,
     schema: { hide: true },
     handler: async (request, reply) => {
       const { target: rawTarget, params } = splitForwardQuery(request.url);
@@ -46,7 +79,7 @@ export function registerForwardRoutes(app: App, deps: AppDeps, gateway: Gateway)
       if (!credential) {
         throw new ApiError('unauthorized', 'Missing credential: send Authorization: Bearer <secret key or forward token>.');
       }
-      const billing = await resolveForwardCredential(deps.storage, credential.token);
+      const billing = await resolveCredential(deps.storage, credential.token);
       await forwardRequest(deps, gateway, request, reply, { target, billing, metadata: metadataOf(request, params.get('metadata')) });
     },
   });
@@ -169,6 +202,7 @@ async function planForward(deps: AppDeps, request: FastifyRequest, { target, bil
 }
 
 async function forward(deps: AppDeps, gateway: Gateway, plan: ForwardPlan, res: ServerResponse): Promise<void> {
+  const closing = () => gateway.closing;
   const outcome = await relay({
     agent: gateway.agent,
     upstreamUrl: plan.target.upstreamUrl,
@@ -180,19 +214,25 @@ async function forward(deps: AppDeps, gateway: Gateway, plan: ForwardPlan, res: 
     hideInjectedUsage: plan.hideInjectedUsage,
     extraHeaders: { [REQUEST_ID_HEADER]: plan.requestId },
     res,
+    closing,
   });
   if (outcome.kind === 'failed') {
     const code: ErrorCode = outcome.reason === 'timeout' ? 'upstream_timeout' : 'upstream_unreachable';
-    sendEnvelope(res, code, plan.requestId);
+    sendEnvelope(res, code, plan.requestId, closing);
   }
   // The client has its answer; the record and the money are settled off its path.
   gateway.settlements.settle(deps, plan, outcome);
 }
 
-function sendEnvelope(res: ServerResponse, code: ErrorCode, requestId: string): void {
+function sendEnvelope(res: ServerResponse, code: ErrorCode, requestId: string, closing: () => boolean): void {
   if (res.headersSent || res.destroyed) return;
-  res.writeHead(ERRORS[code].status, { 'content-type': 'application/json; charset=utf-8', [REQUEST_ID_HEADER]: requestId });
+  res.writeHead(ERRORS[code].status, {
+    'content-type': 'application/json; charset=utf-8',
+    [REQUEST_ID_HEADER]: requestId,
+    ...shutdownHeaders(closing),
+  });
   res.end(JSON.stringify(envelope(code)));
+  if (closing()) closeAfterResponse(res);
 }
 
 /** Request metadata from the `metadata` query parameter or the `x-service-metadata` header (JSON objects). */

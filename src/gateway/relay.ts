@@ -26,6 +26,8 @@ export type RelayRequest = {
   /** Response headers Tollgate adds (x-tollgate-request-id). */
   extraHeaders: Record<string, string>;
   res: ServerResponse;
+  /** True once the server is shutting down: the client's connection is then not kept alive. */
+  closing?: () => boolean;
 };
 
 export type RelayOutcome =
@@ -51,6 +53,31 @@ const HOP_BY_HOP = new Set([
  * A client that goes away aborts the upstream call; what was seen until then is still metered.
  */
 export async function relay(r: RelayRequest): Promise<RelayOutcome> {
+  try {
+    return await relayAndMeter(r);
+  } finally {
+    if (r.closing?.()) closeAfterResponse(r.res);
+  }
+}
+
+/**
+ * A hijacked response bypasses Fastify's shutdown handling, and a keep-alive socket left open after
+ * it would hold `app.close()` until the socket's keep-alive timeout. During shutdown the socket is
+ * ended as soon as the response has been sent.
+ */
+export function closeAfterResponse(res: ServerResponse): void {
+  const socket = res.socket;
+  if (!socket || socket.destroyed) return;
+  if (res.writableFinished) socket.end();
+  else res.once('finish', () => socket.end());
+}
+
+/** `Connection: close` on a response started while the server is shutting down. */
+export function shutdownHeaders(closing: (() => boolean) | undefined): Record<string, string> {
+  return closing?.() ? { connection: 'close' } : {};
+}
+
+async function relayAndMeter(r: RelayRequest): Promise<RelayOutcome> {
   const abort = new AbortController();
   const onClientGone = () => {
     if (!r.res.writableFinished) abort.abort();
@@ -74,7 +101,7 @@ export async function relay(r: RelayRequest): Promise<RelayOutcome> {
 
   const contentType = String(upstream.headers['content-type'] ?? '');
   const ok = upstream.statusCode < 400;
-  r.res.writeHead(upstream.statusCode, { ...responseHeaders(upstream.headers), ...r.extraHeaders });
+  r.res.writeHead(upstream.statusCode, { ...responseHeaders(upstream.headers), ...r.extraHeaders, ...shutdownHeaders(r.closing) });
 
   try {
     if (ok && contentType.includes('text/event-stream')) return await relayStream(r, upstream, abort);
@@ -86,7 +113,12 @@ export async function relay(r: RelayRequest): Promise<RelayOutcome> {
 
 async function relayStream(r: RelayRequest, upstream: Dispatcher.ResponseData, abort: AbortController): Promise<RelayOutcome> {
   const meter = r.provider.createStreamMeter(r.meterContext);
-  const filter = r.hideInjectedUsage ? createSseEventFilter((e) => r.provider.isInjectedUsageEvent(e)) : null;
+  const { provider } = r;
+  const filter = r.hideInjectedUsage
+    ? createSseEventFilter((event, raw) =>
+        provider.isInjectedUsageEvent(event) ? null : (provider.stripInjectedUsageFields?.(raw) ?? raw),
+      )
+    : null;
   let clientAborted = false;
   let cut = false;
   try {

@@ -223,10 +223,15 @@ export type Refusal = ApiError;
 export async function reserveForRequest(
   trx: Trx,
   dialect: Storage['dialect'],
-  input: { keyId: string; recordId: string; amount: bigint; now: Date },
+  input: { keyId: string; keyHash: string; recordId: string; amount: bigint; now: Date },
 ): Promise<Refusal | null> {
   const key = await lockKey(trx, dialect, input.keyId);
-  if (!key || key.revoked_at !== null) return new ApiError('unauthorized', 'Invalid or revoked spend key.');
+  // The credential may come from an instance's cache: the locked row has the final word on
+  // revocation, rotation (a new hash) and pausing, on every instance at once.
+  if (!key || key.revoked_at !== null || key.key_hash !== input.keyHash) {
+    return new ApiError('unauthorized', 'Invalid or revoked spend key.');
+  }
+  if (key.status !== 'active') return new ApiError('spend_key_paused');
   const at = input.now.toISOString();
   const c = rolled(key, input.now);
   const changes: Partial<SpendKeyRow> = { ...c };

@@ -1,14 +1,15 @@
 import type { SseEvent } from '../providers/types.ts';
 
 /**
- * Passes a server-sent-event stream through event by event, dropping the events `drop` selects.
+ * Passes a server-sent-event stream through event by event: `keep` returns the text to forward
+ * for an event (its raw text, or a rewritten one), or null to drop it.
  * Used only when the gateway asked the provider for a usage event the client did not ask for:
  * every other stream is relayed as raw bytes, untouched.
  *
  * Each complete event (up to its blank line) is forwarded as soon as its last byte arrives, with
  * its original bytes; only an incomplete tail waits for the next chunk.
  */
-export function createSseEventFilter(drop: (event: SseEvent) => boolean) {
+export function createSseEventFilter(keep: (event: SseEvent, raw: string) => string | null) {
   const decoder = new TextDecoder();
   let pending = '';
 
@@ -20,10 +21,10 @@ export function createSseEventFilter(drop: (event: SseEvent) => boolean) {
       const end = boundary.index + boundary[0].length;
       const raw = pending.slice(0, end);
       pending = pending.slice(end);
-      if (!drop(parseEvent(raw))) out += raw;
+      out += keep(parseEvent(raw), raw) ?? '';
     }
     if (flushAll && pending) {
-      if (!drop(parseEvent(pending))) out += pending;
+      out += keep(parseEvent(pending), pending) ?? '';
       pending = '';
     }
     return out;

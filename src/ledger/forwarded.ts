@@ -59,7 +59,13 @@ export async function admitRequest(storage: Storage, input: AdmitInput): Promise
     const recordId = input.requestId;
     if (input.billing.spendKey) {
       const amount = input.estimate.wallet + input.estimate.merchant;
-      const refusal = await reserveForRequest(trx, storage.dialect, { keyId: input.billing.spendKey.id, recordId, amount, now });
+      const refusal = await reserveForRequest(trx, storage.dialect, {
+        keyId: input.billing.spendKey.id,
+        keyHash: input.billing.spendKey.key_hash,
+        recordId,
+        amount,
+        now,
+      });
       if (refusal) return { outcome: 'spend_key_refused', error: refusal };
     }
     const holdIds: string[] = [];

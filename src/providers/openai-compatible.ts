@@ -45,6 +45,7 @@ export function createOpenAICompatibleProvider(options: OpenAICompatibleOptions)
     prepareStreamRequest: (body, url) =>
       acceptsStreamOptions ? requestStreamUsage(body, url) : { body, injectedUsage: false },
     isInjectedUsageEvent: isInjectedUsageChunk,
+    stripInjectedUsageFields: stripNullUsage,
   };
 }
 
@@ -186,4 +187,62 @@ export function isInjectedUsageChunk(event: SseEvent): boolean {
   if (!event.data.includes('"usage"')) return false;
   const chunk = parseJson(event.data);
   return isObject(chunk) && Array.isArray(chunk.choices) && chunk.choices.length === 0 && isObject(chunk.usage);
+}
+
+/**
+ * With include_usage on, OpenAI adds `"usage":null` to every chunk before the usage-only one. When
+ * the gateway turned it on, a client that did not ask must not see that member either: it is cut
+ * out of the event's text (with its comma), leaving every other byte as the provider sent it.
+ * Only a `usage` member of the chunk object itself is removed, never one nested deeper.
+ */
+export function stripNullUsage(raw: string): string {
+  if (!raw.includes('"usage"')) return raw;
+  const lines = raw.split('\n');
+  let changed = false;
+  for (let i = 0; i < lines.length; i++) {
+    const line = lines[i]!;
+    if (!line.startsWith('data:')) continue;
+    const start = line.startsWith('data: ') ? 6 : 5;
+    const stripped = removeTopLevelNullUsage(line.slice(start));
+    if (stripped !== null) {
+      lines[i] = line.slice(0, start) + stripped;
+      changed = true;
+    }
+  }
+  return changed ? lines.join('\n') : raw;
+}
+
+const NULL_USAGE = /^"usage"\s*:\s*null\s*/;
+
+/** The JSON object text without its top-level `"usage": null` member, or null when it has none. */
+function removeTopLevelNullUsage(json: string): string | null {
+  let depth = 0;
+  let inString = false;
+  let lastComma = -1;
+  for (let i = 0; i < json.length; i++) {
+    const c = json.charCodeAt(i);
+    if (inString) {
+      if (c === 0x5c /* \ */) i++;
+      else if (c === 0x22 /* " */) inString = false;
+      continue;
+    }
+    if (c === 0x7b /* { */ || c === 0x5b /* [ */) depth++;
+    else if (c === 0x7d /* } */ || c === 0x5d /* ] */) depth--;
+    else if (c === 0x2c /* , */ && depth === 1) lastComma = i;
+    else if (c === 0x22) {
+      if (depth === 1 && json.startsWith('"usage"', i)) {
+        const match = NULL_USAGE.exec(json.slice(i));
+        const end = match ? i + match[0].length : -1;
+        const next = end >= 0 ? json[end] : undefined;
+        if (match && (next === ',' || next === '}')) {
+          // `…,"usage":null}` loses its leading comma; `{"usage":null,…` its trailing one.
+          if (next === '}' && lastComma >= 0) return json.slice(0, lastComma) + json.slice(end);
+          if (next === ',') return json.slice(0, i) + json.slice(end + 1).replace(/^\s*/, '');
+          return json.slice(0, i) + json.slice(end);
+        }
+      }
+      inString = true;
+    }
+  }
+  return null;
 }

@@ -115,5 +115,11 @@ export type ProviderModule = {
   prepareStreamRequest(body: unknown, url: URL): PreparedStreamRequest;
   /** True for the usage-only event that exists only because prepareStreamRequest asked for it. */
   isInjectedUsageEvent(event: SseEvent): boolean;
+  /**
+   * For a kept event of a stream whose usage request was injected: the event's raw text without
+   * the fields the injection added to it (OpenAI's `"usage":null` on every chunk); the same text
+   * when there is nothing to remove. Absent = events are relayed unchanged.
+   */
+  stripInjectedUsageFields?(raw: string): string;
 };
 

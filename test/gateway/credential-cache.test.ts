@@ -1,0 +1,152 @@
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { parseMoney } from '../../src/domain/money.ts';
+import { CredentialCache, credentialCacheFor } from '../../src/gateway/credential-cache.ts';
+import type { BillingContext } from '../../src/gateway/credentials.ts';
+import { creditWallet } from '../../src/ledger/wallets.ts';
+import { startTestApp, type TestApp } from '../helpers/app.ts';
+import { databasesUnderTest } from '../helpers/databases.ts';
+import { startMockUpstream, type MockUpstream } from '../helpers/mock-upstream.ts';
+
+/**
+ * The gateway caches resolved credentials; a revocation, deletion or pause made through this
+ * instance must take effect on the very next request.
+ */
+
+type Json = Record<string, unknown>;
+const OPENAI_CHAT = 'https://api.openai.com/v1/chat/completions';
+const b64 = (value: unknown) => Buffer.from(JSON.stringify(value)).toString('base64');
+const chatBody = JSON.stringify({ model: 'gpt-4o', max_tokens: 2, messages: [{ role: 'user', content: 'hello there' }] });
+
+const fakeContext = { merchantId: 'mer_x' } as BillingContext;
+
+describe('CredentialCache', () => {
+  it('serves a stored resolution without loading again', async () => {
+    const cache = new CredentialCache();
+    let loads = 0;
+    const load = async () => {
+      loads++;
+      return fakeContext;
+    };
+    await cache.resolve('a', load);
+    await cache.resolve('a', load);
+    expect(loads).toBe(1);
+  });
+
+  it('does not store a resolution that was in flight when a change happened', async () => {
+    const cache = new CredentialCache();
+    let release!: () => void;
+    const pending = cache.resolve('a', () => new Promise<BillingContext>((r) => (release = () => r(fakeContext))));
+    cache.invalidate();
+    release();
+    await pending;
+    expect(cache.size).toBe(0);
+  });
+
+  it('does not store failed resolutions', async () => {
+    const cache = new CredentialCache();
+    await expect(cache.resolve('bad', async () => Promise.reject(new Error('unknown key')))).rejects.toThrow('unknown key');
+    expect(cache.size).toBe(0);
+  });
+});
+
+describe.each(databasesUnderTest())('credential cache invalidation on %s', (dialect) => {
+  let upstream: MockUpstream;
+  let t: TestApp;
+  let base: string;
+
+  beforeAll(async () => {
+    upstream = await startMockUpstream();
+    t = await startTestApp(dialect, {
+      env: {
+        UPSTREAM_OVERRIDES: JSON.stringify({ 'api.openai.com': upstream.url }),
+        PROVIDER_KEYS: JSON.stringify({ openai: 'sk-managed' }),
+      },
+    });
+    base = await t.listen();
+    await creditWallet(t.storage, t.merchant.walletId, parseMoney('50'));
+  });
+  afterAll(async () => {
+    await t?.close();
+    await upstream?.close();
+  });
+
+  const forward = (credential: string) =>
+    fetch(`${base}/v1/forward?u=${encodeURIComponent(OPENAI_CHAT)}`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${credential}`, 'content-type': 'application/json' },
+      body: chatBody,
+    });
+  const api = async (method: 'POST' | 'DELETE' | 'PATCH', url: string, payload?: Json) => {
+    const res = await t.app.inject({ method, url, headers: t.auth(), ...(payload ? { payload } : {}) });
+    expect(res.statusCode, res.body).toBeLessThan(300);
+    return res.json() as Json;
+  };
+  /** Twice: the second answer would come from the cache. */
+  async function usable(credential: string) {
+    for (let i = 0; i < 2; i++) {
+      const res = await forward(credential);
+      expect(res.status).toBe(200);
+      await res.text();
+    }
+  }
+  /** Usable, and held in the cache (after the quiet period that follows any earlier change). */
+  async function cached(credential: string) {
+    await new Promise((r) => setTimeout(r, 1100));
+    await usable(credential);
+    expect(credentialCacheFor(t.storage).size).toBeGreaterThan(0);
+  }
+  const codeOf = async (res: Response) => ((await res.json()) as { error: { code: string } }).error.code;
+
+  it('a revoked secret key is refused on the next request', async () => {
+    const key = await api('POST', '/v1/secret_keys', { name: 'short-lived' });
+    const secret = key.secret_key as string;
+    await usable(secret);
+    await cached(b64({ secret_key: secret }));
+    await api('DELETE', `/v1/secret_keys/${key.secret_key_id as string}`);
+    const raw = await forward(secret);
+    expect(raw.status).toBe(401);
+    expect(await codeOf(raw)).toBe('unauthorized');
+    expect((await forward(b64({ secret_key: secret }))).status).toBe(401);
+  });
+
+  it('a deleted customer and a deleted meter are refused on the next request', async () => {
+    const customer = await api('POST', '/v1/customers', {});
+    const meter = await api('POST', '/v1/meters', { name: 'Chat', rate_type: 'fixed', tiers: [{ start: '0', rate: '1' }] });
+    await creditWallet(t.storage, (customer.wallet as { wallet_id: string }).wallet_id, parseMoney('5'));
+    const token = b64({ secret_key: t.merchant.secretKey, customer_id: customer.customer_id, meter_slug: meter.meter_slug });
+    await cached(token);
+    await api('DELETE', `/v1/customers/${customer.customer_id as string}`);
+    expect((await forward(token)).status).toBe(401);
+
+    const other = await api('POST', '/v1/customers', {});
+    await creditWallet(t.storage, (other.wallet as { wallet_id: string }).wallet_id, parseMoney('5'));
+    const second = b64({ secret_key: t.merchant.secretKey, customer_id: other.customer_id, meter_slug: meter.meter_slug });
+    await cached(second);
+    await api('DELETE', `/v1/meters/${meter.meter_id as string}`);
+    expect((await forward(second)).status).toBe(401);
+  });
+
+  it('a paused and then a revoked spend key are refused on the next request', async () => {
+    const key = await api('POST', '/v1/spend_keys', { name: 'k' });
+    const secret = key.key as string;
+    await cached(secret);
+    await api('PATCH', `/v1/spend_keys/${key.spend_key_id as string}`, { status: 'paused' });
+    const paused = await forward(secret);
+    expect(paused.status).toBe(403);
+    expect(await codeOf(paused)).toBe('spend_key_paused');
+    await api('PATCH', `/v1/spend_keys/${key.spend_key_id as string}`, { status: 'active' });
+    await cached(secret);
+    await api('DELETE', `/v1/spend_keys/${key.spend_key_id as string}`);
+    expect((await forward(secret)).status).toBe(401);
+  });
+
+  it("a spend key's own use (counters, token bucket) does not empty the cache; a change of its settings does", async () => {
+    const cache = credentialCacheFor(t.storage);
+    const key = await api('POST', '/v1/spend_keys', { name: 'counted', rate_limit: { rpm: 1000 } });
+    await cached(key.key as string);
+    await t.storage.db.updateTable('spend_keys').set({ last_used_at: new Date().toISOString() }).where('id', '=', 'none').execute();
+    expect(cache.size).toBeGreaterThan(0);
+    await t.storage.db.updateTable('spend_keys').set({ name: 'renamed' }).where('id', '=', 'none').execute();
+    expect(cache.size).toBe(0);
+  });
+});
