@@ -7,7 +7,7 @@ import type { BasePrices } from '../domain/pricing.ts';
 import { ApiError, envelope, ERRORS, type ErrorCode } from '../http/errors.ts';
 import { metadataSchema, parseJsonParam, type Metadata } from '../http/metadata.ts';
 import type { App, AppDeps } from '../http/types.ts';
-import { admitRequest, pricingFor } from '../ledger/forwarded.ts';
+import { ADMIT_JOB, pricingFor } from '../ledger/forwarded.ts';
 import { createRegistry, type ProviderModule, type ProviderRegistry } from '../providers/index.ts';
 import { credentialCacheFor } from './credential-cache.ts';
 import { extractCredential, resolveCredential, type BillingContext } from './credentials.ts';
@@ -15,12 +15,15 @@ import { checkSpendKeyRequest, closeSpendKeyGuard, takeRateToken } from './spend
 import { estimateHold } from './estimate.ts';
 import { closeAfterResponse, createUpstreamAgent, relay, shutdownHeaders, upstreamRequestHeaders } from './relay.ts';
 import { Settlements } from './settle.ts';
+import { GatewayWriter } from './writer.ts';
 import { resolveTarget, splitForwardQuery, type ResolvedTarget } from './target.ts';
 
 export type Gateway = {
   registry: ProviderRegistry;
   agent: Dispatcher;
   settlements: Settlements;
+  /** Group commit of admissions and settlements. */
+  writer: GatewayWriter;
   /** True once the app started closing (hijacked responses then close their connections). */
   closing: boolean;
 };
@@ -29,13 +32,15 @@ export type Gateway = {
 export function createGateway(deps: AppDeps, app: App): Gateway {
   // Installed now, before any request: every credential change from here on empties the cache.
   credentialCacheFor(deps.storage);
+  const writer = new GatewayWriter(deps.storage, app.log);
   const gateway: Gateway = {
     registry: createRegistry({ custom: deps.config.customProviders }),
     agent: createUpstreamAgent({
       headersTimeoutMs: deps.config.upstreamTimeoutMs,
       bodyTimeoutMs: deps.config.upstreamIdleTimeoutMs,
     }),
-    settlements: new Settlements(app.log),
+    settlements: new Settlements(app.log, writer),
+    writer,
     closing: false,
   };
   app.addHook('preClose', async () => {
@@ -43,6 +48,7 @@ export function createGateway(deps: AppDeps, app: App): Gateway {
   });
   app.addHook('onClose', async () => {
     await gateway.settlements.drain();
+    await gateway.writer.drain();
     await gateway.agent.close();
     await closeSpendKeyGuard(deps.config);
   });
@@ -98,7 +104,7 @@ export async function forwardRequest(
   reply: FastifyReply,
   call: ForwardCall,
 ): Promise<void> {
-  const plan = await planForward(deps, request, call);
+  const plan = await planForward(deps, gateway, request, call);
   reply.hijack();
   await forward(deps, gateway, plan, reply.raw);
 }
@@ -108,6 +114,8 @@ type ForwardPlan = {
   recordId: string;
   holdIds: string[];
   method: string;
+  /** `METHOD url` as the record shows it. */
+  endpoint: string;
   target: ResolvedTarget;
   billing: BillingContext;
   headers: Record<string, string>;
@@ -121,7 +129,12 @@ type ForwardPlan = {
 };
 
 /** Everything decided before the provider is called; any refusal here costs no provider call. */
-async function planForward(deps: AppDeps, request: FastifyRequest, { target, billing, metadata }: ForwardCall): Promise<ForwardPlan> {
+async function planForward(
+  deps: AppDeps,
+  gateway: Gateway,
+  request: FastifyRequest,
+  { target, billing, metadata }: ForwardCall,
+): Promise<ForwardPlan> {
   const { config, storage } = deps;
 
   let body = Buffer.isBuffer(request.body) && request.body.length > 0 ? request.body : undefined;
@@ -165,7 +178,8 @@ async function planForward(deps: AppDeps, request: FastifyRequest, { target, bil
   });
 
   const requestId = newId('request');
-  const admitted = await admitRequest(storage, {
+  const endpoint = `${request.method} ${target.publicUrl.toString()}`;
+  const admitted = await gateway.writer.run(ADMIT_JOB, {
     requestId,
     billing,
     walletId,
@@ -174,7 +188,7 @@ async function planForward(deps: AppDeps, request: FastifyRequest, { target, bil
     record: {
       provider: target.provider.id,
       model,
-      endpoint: `${request.method} ${target.publicUrl.toString()}`,
+      endpoint,
       provider_key_type: providerKeyType,
       metadata,
     },
@@ -188,6 +202,7 @@ async function planForward(deps: AppDeps, request: FastifyRequest, { target, bil
     recordId: admitted.recordId,
     holdIds: admitted.holdIds,
     method: request.method,
+    endpoint,
     target,
     billing,
     headers,

@@ -1,12 +1,13 @@
 import type { FastifyBaseLogger } from 'fastify';
 import { toSeconds, type Usage } from '../domain/pricing.ts';
 import type { AppDeps } from '../http/types.ts';
-import { failRequest, settleRequest } from '../ledger/forwarded.ts';
+import { FAIL_JOB, failRequest, SETTLE_JOB } from '../ledger/forwarded.ts';
 import { expireHolds } from '../ledger/holds.ts';
 import type { Storage } from '../storage/db.ts';
 import type { StreamUsage, UsageReport } from '../providers/types.ts';
 import type { ForwardPlan } from './forward.ts';
 import type { RelayOutcome } from './relay.ts';
+import type { GatewayWriter } from './writer.ts';
 
 const RETRY_DELAYS_MS = [50, 500, 2000];
 
@@ -19,13 +20,15 @@ const RETRY_DELAYS_MS = [50, 500, 2000];
 export class Settlements {
   readonly #inFlight = new Set<Promise<void>>();
   readonly #log: FastifyBaseLogger;
+  readonly #writer: GatewayWriter;
 
-  constructor(log: FastifyBaseLogger) {
+  constructor(log: FastifyBaseLogger, writer: GatewayWriter) {
     this.#log = log;
+    this.#writer = writer;
   }
 
   settle(deps: AppDeps, plan: ForwardPlan, outcome: RelayOutcome): void {
-    const work = this.#withRetries(() => settleOnce(deps, plan, outcome), plan.requestId).finally(() => {
+    const work = this.#withRetries(() => settleOnce(deps, this.#writer, plan, outcome), plan.requestId).finally(() => {
       this.#inFlight.delete(work);
     });
     this.#inFlight.add(work);
@@ -52,15 +55,16 @@ export class Settlements {
   }
 }
 
-async function settleOnce(deps: AppDeps, plan: ForwardPlan, outcome: RelayOutcome): Promise<void> {
+/** Through the group-commit writer: settlements that finish together share one transaction. */
+async function settleOnce(deps: AppDeps, writer: GatewayWriter, plan: ForwardPlan, outcome: RelayOutcome): Promise<void> {
   const succeeded = outcome.kind === 'answered' && outcome.status < 400;
   if (!succeeded) {
-    await failRequest(deps.storage, { recordId: plan.recordId, holdIds: plan.holdIds });
+    await writer.run(FAIL_JOB, { recordId: plan.recordId, holdIds: plan.holdIds });
     return;
   }
   const usage = outcome.usage;
   const model = plan.target.provider.modelFrom(plan.requestJson, plan.target.publicUrl, outcome.responseBody) ?? plan.model;
-  await settleRequest(deps.storage, {
+  await writer.run(SETTLE_JOB, {
     recordId: plan.recordId,
     holdIds: plan.holdIds,
     billing: plan.billing,
@@ -71,6 +75,7 @@ async function settleOnce(deps: AppDeps, plan: ForwardPlan, outcome: RelayOutcom
     serviceChargeRate: plan.billing.serviceChargeRate ?? deps.config.serviceChargeRate,
     responseId: usage?.responseId ?? plan.target.provider.responseId(outcome.responseBody),
     usageEstimated: isEstimated(usage),
+    record: { provider: plan.target.provider.id, endpoint: plan.endpoint, provider_key_type: plan.providerKeyType, metadata: plan.metadata },
   });
 }
 

@@ -1,0 +1,108 @@
+/**
+ * Group commit for the forward gateway's ledger writes (admissions, settlements, failures).
+ *
+ * Work handed in while a batch is being written waits and goes into the next one: one database
+ * transaction, one commit and a fixed number of statements for the whole batch instead of a
+ * dozen round trips per request, most of them made while a hot wallet's row is locked. Every
+ * decision is still taken inside the transaction under row locks, so instances sharing a database
+ * stay exact; only the queueing is in process.
+ *
+ * When a batch fails as a whole (a database error, not a refusal), nothing of it was written and
+ * each member is run alone in its own transaction, so one bad member cannot fail the others.
+ * `drain()` resolves once everything handed in so far is written (graceful shutdown); what is
+ * queued in memory when the process dies is covered by the pending record and its hold, which the
+ * hold sweeper fails when the hold expires.
+ */
+import type { FastifyBaseLogger } from 'fastify';
+import type { Transaction } from 'kysely';
+import type { Storage } from '../storage/db.ts';
+import type { Database } from '../storage/schema.ts';
+
+/** Large enough for everything a busy instance has waiting, small enough for any engine's parameter limit. */
+const MAX_BATCH = 64;
+
+export type BatchJob<I, O> = {
+  /** Jobs run in this order inside a batch: settlements (which release holds) before admissions. */
+  order: number;
+  /** Runs several members inside the batch's transaction; returns one outcome per member, in order. */
+  inTransaction(trx: Transaction<Database>, dialect: Storage['dialect'], inputs: I[]): Promise<O[]>;
+  /** Runs one member on its own (its own transaction), when its batch failed as a whole. */
+  alone(storage: Storage, input: I): Promise<O>;
+};
+
+/** Thrown by a job to have its batch rolled back and its members run alone, without a warning. */
+export class RunAlone extends Error {}
+
+type Waiting = { job: BatchJob<unknown, unknown>; input: unknown; resolve: (o: unknown) => void; reject: (e: unknown) => void };
+
+export class GatewayWriter {
+  readonly #storage: Storage;
+  readonly #log: Pick<FastifyBaseLogger, 'warn'> | undefined;
+  #queue: Waiting[] = [];
+  #busy = false;
+  #drained: (() => void)[] = [];
+
+  constructor(storage: Storage, log?: Pick<FastifyBaseLogger, 'warn'>) {
+    this.#storage = storage;
+    this.#log = log;
+  }
+
+  run<I, O>(job: BatchJob<I, O>, input: I): Promise<O> {
+    return new Promise<O>((resolve, reject) => {
+      this.#queue.push({ job: job as BatchJob<unknown, unknown>, input, resolve: resolve as (o: unknown) => void, reject });
+      if (!this.#busy) {
+        this.#busy = true;
+        // One turn of the event loop: requests read in the same turn go in the same batch.
+        setImmediate(() => void this.#writeWhileQueued());
+      }
+    });
+  }
+
+  /** Resolves once everything handed in so far is written. */
+  drain(): Promise<void> {
+    if (!this.#busy) return Promise.resolve();
+    return new Promise((resolve) => this.#drained.push(resolve));
+  }
+
+  async #writeWhileQueued(): Promise<void> {
+    try {
+      while (this.#queue.length > 0) await this.#write(this.#queue.splice(0, MAX_BATCH));
+    } finally {
+      this.#busy = false;
+      for (const resolve of this.#drained.splice(0)) resolve();
+    }
+  }
+
+  async #write(batch: Waiting[]): Promise<void> {
+    // Jobs by their order; members of a job in arrival order (the sort is stable).
+    const byJob = new Map<BatchJob<unknown, unknown>, Waiting[]>();
+    for (const waiting of [...batch].sort((a, b) => a.job.order - b.job.order)) {
+      const members = byJob.get(waiting.job);
+      if (members) members.push(waiting);
+      else byJob.set(waiting.job, [waiting]);
+    }
+    let outcomes: Map<Waiting, unknown>;
+    try {
+      outcomes = await this.#storage.db.transaction().execute(async (trx) => {
+        const done = new Map<Waiting, unknown>();
+        for (const [job, members] of byJob) {
+          const results = await job.inTransaction(trx, this.#storage.dialect, members.map((m) => m.input));
+          members.forEach((m, i) => done.set(m, results[i]));
+        }
+        return done;
+      });
+    } catch (e) {
+      if (!(e instanceof RunAlone)) this.#log?.warn({ err: e, members: batch.length }, 'gateway batch failed; its members run alone');
+      await Promise.all(
+        batch.map((w) =>
+          w.job.alone(this.#storage, w.input).then(
+            (outcome) => w.resolve(outcome),
+            (error: unknown) => w.reject(error),
+          ),
+        ),
+      );
+      return;
+    }
+    for (const waiting of batch) waiting.resolve(outcomes.get(waiting));
+  }
+}

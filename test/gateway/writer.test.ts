@@ -1,0 +1,134 @@
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { newId } from '../../src/domain/ids.ts';
+import { parseMoney } from '../../src/domain/money.ts';
+import { lookupBasePrices } from '../../src/domain/prices.ts';
+import { resolveForwardCredential } from '../../src/gateway/credentials.ts';
+import { GatewayWriter, type BatchJob } from '../../src/gateway/writer.ts';
+import { ADMIT_JOB, pricingFor, SETTLE_JOB, type SettleInput } from '../../src/ledger/forwarded.ts';
+import { verifyLedger } from '../../src/ledger/verify.ts';
+import { creditWallet, findWallet } from '../../src/ledger/wallets.ts';
+import { startTestApp, type TestApp } from '../helpers/app.ts';
+import { databasesUnderTest } from '../helpers/databases.ts';
+
+/** The gateway's group-commit writer: batching, isolation of a failing member, and real settlements. */
+
+describe.each(databasesUnderTest())('gateway writer on %s', (dialect) => {
+  let t: TestApp;
+
+  beforeAll(async () => {
+    t = await startTestApp(dialect);
+  });
+  afterAll(async () => {
+    await t?.close();
+  });
+
+  it('work handed in together runs in one batch; a failing batch runs each member alone', async () => {
+    const writer = new GatewayWriter(t.storage);
+    const batches: string[][] = [];
+    const job: BatchJob<string, string> = {
+      order: 0,
+      inTransaction: async (_trx, _dialect, inputs) => {
+        batches.push(inputs);
+        if (inputs.includes('bad')) throw new Error('one bad member');
+        return inputs.map((i) => `batched ${i}`);
+      },
+      alone: async (_storage, input) => {
+        if (input === 'bad') throw new Error('bad alone');
+        return `alone ${input}`;
+      },
+    };
+    expect(await Promise.all(['a', 'b', 'c'].map((i) => writer.run(job, i)))).toEqual(['batched a', 'batched b', 'batched c']);
+    expect(batches).toEqual([['a', 'b', 'c']]);
+
+    const outcomes = await Promise.allSettled(['d', 'bad', 'e'].map((i) => writer.run(job, i)));
+    expect(outcomes.map((o) => (o.status === 'fulfilled' ? o.value : (o.reason as Error).message))).toEqual([
+      'alone d',
+      'bad alone',
+      'alone e',
+    ]);
+    await writer.drain();
+  });
+
+  it('a batch of settlements with a duplicate member: the others settle, the duplicate charges nothing', async () => {
+    const { merchant, secretKey } = await t.newMerchant('Batch').then((m) => ({ merchant: m, secretKey: m.secretKey }));
+    await creditWallet(t.storage, merchant.walletId, parseMoney('5'));
+    const billing = await resolveForwardCredential(t.storage, secretKey);
+    const { walletId } = pricingFor(billing);
+    const writer = new GatewayWriter(t.storage);
+    const record = { provider: 'openai', endpoint: 'POST https://api.openai.com/v1/chat/completions', provider_key_type: 'managed' as const, metadata: {} };
+
+    const admitted = await Promise.all(
+      [1, 2, 3].map(() =>
+        writer.run(ADMIT_JOB, {
+          requestId: newId('request'),
+          billing,
+          walletId,
+          estimate: { wallet: parseMoney('0.01'), merchant: 0n },
+          ttlMs: 60_000,
+          record: { ...record, model: 'gpt-4o' },
+        }),
+      ),
+    );
+    const ids = admitted.map((a) => {
+      if (a.outcome !== 'admitted') throw new Error(a.outcome);
+      return a;
+    });
+    expect((await findWallet(t.storage, merchant.walletId))!.held).toBe(parseMoney('0.03'));
+
+    const input = (a: (typeof ids)[number]): SettleInput => ({
+      recordId: a.recordId,
+      holdIds: a.holdIds,
+      billing,
+      usage: { inputTokens: 100, outputTokens: 50, inputCharacters: 0, outputCharacters: 0, inputSeconds: '0', outputSeconds: '0' },
+      model: 'gpt-4o',
+      prices: lookupBasePrices('openai', 'gpt-4o', { overrides: t.config.priceOverrides }),
+      baseCostCharged: true,
+      serviceChargeRate: 0n,
+      responseId: null,
+      usageEstimated: false,
+      record,
+    });
+    expect((await writer.run(SETTLE_JOB, input(ids[0]!))).outcome).toBe('recorded');
+    const before = (await findWallet(t.storage, merchant.walletId))!;
+
+    // The first again (a duplicate), with the other two, in one batch.
+    const outcomes = await Promise.all([input(ids[0]!), input(ids[1]!), input(ids[2]!)].map((i) => writer.run(SETTLE_JOB, i)));
+    expect(outcomes.map((o) => o.outcome)).toEqual(['duplicate', 'recorded', 'recorded']);
+    const charged = outcomes.reduce((sum, o) => sum + (o.outcome === 'recorded' ? o.priced.totals.merchant + o.priced.totals.wallet : 0n), 0n);
+    const after = (await findWallet(t.storage, merchant.walletId))!;
+    expect(after.balance).toBe(before.balance - charged);
+    expect(after.held).toBe(0n);
+    for (const a of ids) {
+      const transactions = await t.storage.db.selectFrom('ledger_transactions').select('id').where('reference', '=', a.recordId).execute();
+      expect(transactions.length).toBe(1);
+    }
+    expect((await verifyLedger(t.storage)).problems).toEqual([]);
+    await writer.drain();
+  });
+
+  it('admissions in one batch never hold more than the wallet has', async () => {
+    const merchant = await t.newMerchant('Tight');
+    await creditWallet(t.storage, merchant.walletId, parseMoney('0.05'));
+    const billing = await resolveForwardCredential(t.storage, merchant.secretKey);
+    const writer = new GatewayWriter(t.storage);
+    const outcomes = await Promise.all(
+      Array.from({ length: 12 }, () =>
+        writer.run(ADMIT_JOB, {
+          requestId: newId('request'),
+          billing,
+          walletId: merchant.walletId,
+          estimate: { wallet: parseMoney('0.01'), merchant: 0n },
+          ttlMs: 60_000,
+          record: { provider: 'openai', model: 'gpt-4o', endpoint: 'POST x', provider_key_type: 'managed', metadata: { k: 'v' } },
+        }),
+      ),
+    );
+    expect(outcomes.filter((o) => o.outcome === 'admitted').length).toBe(5);
+    expect(outcomes.filter((o) => o.outcome === 'insufficient_balance').length).toBe(7);
+    const wallet = (await findWallet(t.storage, merchant.walletId))!;
+    expect(wallet.held).toBe(parseMoney('0.05'));
+    const pending = await t.storage.db.selectFrom('requests').select('id').where('merchant_id', '=', merchant.merchantId).execute();
+    expect(pending.length).toBe(5);
+    await writer.drain();
+  });
+});
