@@ -4,18 +4,22 @@
  */
 import type { Transaction } from 'kysely';
 import { newId } from '../domain/ids.ts';
-import type { MeterPricing, Usage, BasePrices } from '../domain/pricing.ts';
+import { formatMoney, MAX_AMOUNT_UNITS } from '../domain/money.ts';
+import { baseCost, priceRequest, type BasePrices, type MeterPricing, type PricedRequest, type Usage } from '../domain/pricing.ts';
 import type { BillingContext } from '../gateway/credentials.ts';
 import { RunAlone, type BatchJob } from '../gateway/writer.ts';
 import { finishReservation, reserveForRequest, settleReservation } from '../gateway/spend-key-guard.ts';
 import type { ApiError } from '../http/errors.ts';
 import type { Storage } from '../storage/db.ts';
 import type { MeterRow } from '../storage/meters.ts';
-import type { Database } from '../storage/schema.ts';
+import { bucketStart } from '../storage/requests.ts';
+import type { Database, UsageRollupsTable } from '../storage/schema.ts';
 import { failPendingRecord, insertRequestRecord, type RequestRow } from '../storage/requests.ts';
-import { chargeRequest, MERCHANT_ONLY_PRICING, meterPricing, type ChargeInput, type ChargeOutcome } from './charge.ts';
+import { merchantRevenueAccount, providerCostsAccount, serviceChargesAccount, BUCKET_ORDER, walletAccount } from './accounts.ts';
+import { chargeRequest, MERCHANT_ONLY_PRICING, meterPricing, monthStart, type ChargeInput, type ChargeOutcome } from './charge.ts';
+import { UnbalancedTransactionError, type Leg } from './postings.ts';
 import { insertHold, releaseHoldInTransaction } from './holds.ts';
-import { availableOf, lockWallets, type WalletRow } from './wallets.ts';
+import { availableOf, lockWallets, splitDebit, type WalletRow } from './wallets.ts';
 
 /** A meter's pricing, parsed once per meter row (cached credentials share their rows). */
 const pricingOfMeter = new WeakMap<MeterRow, MeterPricing>();
@@ -317,31 +321,304 @@ export async function settleRequest(storage: Storage, input: SettleInput): Promi
 
 
 /**
- * Settlements of several requests inside one (group-commit) transaction: each is the same charge
- * settleRequest makes, with its spend-key reservation finished in the same transaction. Anything
- * but a plain recorded charge (a duplicate, a refusal) rolls the whole batch back, and every member
- * is then settled alone by settleRequest, which knows how to answer it.
+ * Settlements of several requests inside one (group-commit) transaction, set-based: the same
+ * charge settleRequest makes for each (chargeRequest's pricing, tier positions, bucket order,
+ * ledger legs, record, rollup and balance events), taken in the order given, with each table
+ * written in a fixed number of statements for the whole batch. Locks are taken in the global
+ * order every writer uses: tier counters, then wallets, then spend keys.
+ *
+ * Anything but a plain settlement (a hold no longer active, a record no longer pending, a price
+ * past the limit) rolls the whole batch back (RunAlone), and every member is then settled alone by
+ * settleRequest, which knows how to answer it.
  */
 async function settleInTransaction(trx: Transaction<Database>, dialect: Storage['dialect'], inputs: SettleInput[]): Promise<ChargeOutcome[]> {
-  const shared = inTransaction(trx, dialect);
-  const outcomes: ChargeOutcome[] = [];
+  const now = new Date();
+  const at = now.toISOString();
+  const periodStart = monthStart(now);
+  if (inputs.some((input) => !input.record)) throw new RunAlone();
+
+  // Tier positions, locked.
+  const counterOf = (input: SettleInput): CounterKey | null =>
+    pricingFor(input.billing).meterPriced
+      ? { meterId: input.billing.meter!.id, connectionId: input.billing.connection?.id ?? '', periodStart }
+      : null;
+  const counterKeys = new Map<string, CounterKey>();
   for (const input of inputs) {
-    if (!input.record) throw new RunAlone();
-    const outcome = await chargeRequest(shared, chargeInputOf(input, input.record));
-    if (outcome.outcome !== 'recorded') throw new RunAlone();
-    if (input.billing.spendKey) await finishReservation(trx, dialect, input.recordId, spendOf(outcome));
-    outcomes.push(outcome);
+    const key = counterOf(input);
+    if (key) counterKeys.set(counterId(key), key);
   }
+  const positions = await lockCounters(trx, dialect, [...counterKeys.values()]);
+
+  // Wallets, locked; then the holds, released.
+  const walletIds = inputs.flatMap((input) => [input.billing.connection?.wallet_id ?? input.billing.merchantWalletId, input.billing.merchantWalletId]);
+  const wallets = await lockWallets(trx, dialect, walletIds);
+  const holdIds = inputs.flatMap((input) => input.holdIds);
+  const released = holdIds.length
+    ? await trx
+        .updateTable('holds')
+        .set({ status: 'settled' })
+        .where('id', 'in', holdIds)
+        .where('status', '=', 'active')
+        .returning(['id', 'wallet_id', 'amount'])
+        .execute()
+    : [];
+  if (released.length !== holdIds.length) throw new RunAlone();
+  const releasedById = new Map(released.map((hold) => [hold.id, hold]));
+
+  const outcomes: ChargeOutcome[] = [];
+  const records: RequestRow[] = [];
+  const transactions: { id: string; reference: string; description: string; merchantId: string; legs: Leg[] }[] = [];
+  const events: { id: string; merchant_id: string; type: string; payload: string; created_at: string }[] = [];
+  const changedWallets = new Set<WalletRow>();
+  const changedCounters = new Set<string>();
+  for (const input of inputs) {
+    const { pricing } = pricingFor(input.billing);
+    const key = counterOf(input);
+    const base = input.prices
+      ? baseCost(input.prices, { inputTokens: input.usage.inputTokens, outputTokens: input.usage.outputTokens })
+      : { input: 0n, output: 0n, total: 0n };
+    const priced = priceRequest({
+      meter: pricing,
+      usage: input.usage,
+      baseCost: base,
+      accumulatedUnits: key ? (positions.get(counterId(key)) ?? 0n) : 0n,
+      serviceChargeRate: input.serviceChargeRate,
+      baseCostCharged: input.baseCostCharged,
+    });
+    if (priced.totals.request > MAX_AMOUNT_UNITS || priced.baseCost.total > MAX_AMOUNT_UNITS) throw new RunAlone();
+    if (key) {
+      positions.set(counterId(key), priced.accumulatedUnits);
+      changedCounters.add(counterId(key));
+    }
+
+    // This request's holds end as it is charged, so its balance events show what it left held.
+    for (const holdId of input.holdIds) {
+      const hold = releasedById.get(holdId)!;
+      wallets.get(hold.wallet_id)!.held -= BigInt(hold.amount);
+    }
+    const customerWallet = wallets.get(input.billing.connection?.wallet_id ?? input.billing.merchantWalletId)!;
+    const merchantWallet = wallets.get(input.billing.merchantWalletId)!;
+    const merchantId = input.billing.merchantId;
+    const legs: Leg[] = [
+      ...debit(customerWallet, priced.totals.wallet),
+      ...debit(merchantWallet, priced.totals.merchant),
+      { account: providerCostsAccount(merchantId), amount: priced.baseCost.charged ? priced.baseCost.total : 0n },
+      { account: merchantRevenueAccount(merchantId), amount: priced.fee.amount },
+      { account: serviceChargesAccount(), amount: priced.serviceCharge.amount },
+    ];
+    transactions.push({ id: newId('transaction'), reference: input.recordId, description: `Request ${input.recordId}`, merchantId, legs });
+    const record = completedRecord(input, input.record!, priced, at);
+    records.push(record);
+    outcomes.push({ outcome: 'recorded', row: record, priced });
+
+    // One balance event per wallet this request changed, with the balance it left (as chargeRequest).
+    const touched = new Set<WalletRow>([customerWallet, merchantWallet]);
+    for (const wallet of touched) {
+      const pays = wallet === customerWallet ? priced.totals.wallet : 0n;
+      const paysMerchant = wallet === merchantWallet ? priced.totals.merchant : 0n;
+      if (pays === 0n && paysMerchant === 0n && input.holdIds.length === 0) continue;
+      changedWallets.add(wallet);
+      events.push(balanceEvent(wallet, wallet === customerWallet ? (input.billing.connection?.id ?? null) : null, at));
+    }
+  }
+
+  for (const wallet of changedWallets) {
+    await trx
+      .updateTable('wallets')
+      .set({ balance: wallet.balance, cycle_credit: wallet.cycle_credit, bundle_credit: wallet.bundle_credit, held: wallet.held })
+      .where('id', '=', wallet.id)
+      .execute();
+  }
+  for (const id of changedCounters) {
+    const key = counterKeys.get(id)!;
+    await trx
+      .updateTable('meter_usage_counters')
+      .set({ units: positions.get(id)! })
+      .where('meter_id', '=', key.meterId)
+      .where('connection_id', '=', key.connectionId)
+      .where('period_start', '=', key.periodStart)
+      .execute();
+  }
+  await appendLedgerTransactions(trx, transactions, at);
+  for (const record of records) {
+    const { id, merchant_id: _m, request_id: _r, created_at: _c, metadata: _md, ...settled } = record;
+    const updated = await trx.updateTable('requests').set(settled).where('id', '=', id).where('status', '=', 'pending').executeTakeFirst();
+    if (updated.numUpdatedRows !== 1n) throw new RunAlone();
+  }
+  await addToRollups(trx, records);
+  if (events.length > 0) await trx.insertInto('events').values(events).execute();
+  // Spend keys last, in id order.
+  const withKeys = inputs
+    .map((input, i) => ({ input, outcome: outcomes[i]! }))
+    .filter(({ input }) => input.billing.spendKey)
+    .sort((a, b) => (a.input.billing.spendKey!.id < b.input.billing.spendKey!.id ? -1 : 1));
+  for (const { input, outcome } of withKeys) await finishReservation(trx, dialect, input.recordId, spendOf(outcome));
   return outcomes;
 }
 
-/**
- * A Storage whose transactions are the given one: lets a function that opens its own transaction
- * (chargeRequest) run inside a batch's. Its errors still reach the batch, which then rolls back.
- */
-function inTransaction(trx: Transaction<Database>, dialect: Storage['dialect']): Storage {
-  const db = { transaction: () => ({ execute: <T>(fn: (t: Transaction<Database>) => Promise<T>) => fn(trx) }) };
-  return { db: db as unknown as Storage['db'], dialect, describe: 'batch transaction', close: async () => {} };
+type CounterKey = { meterId: string; connectionId: string; periodStart: string };
+const counterId = (k: CounterKey) => `${k.meterId}\n${k.connectionId}\n${k.periodStart}`;
+
+/** Creates missing (meter, customer, period) counters and locks them all, in key order. */
+async function lockCounters(trx: Transaction<Database>, dialect: Storage['dialect'], keys: CounterKey[]): Promise<Map<string, bigint>> {
+  const positions = new Map<string, bigint>();
+  if (keys.length === 0) return positions;
+  const sorted = [...keys].sort((a, b) => (counterId(a) < counterId(b) ? -1 : 1));
+  await trx
+    .insertInto('meter_usage_counters')
+    .values(sorted.map((k) => ({ meter_id: k.meterId, connection_id: k.connectionId, period_start: k.periodStart, units: 0n })))
+    .onConflict((oc) => oc.columns(['meter_id', 'connection_id', 'period_start']).doNothing())
+    .execute();
+  const rows = await trx
+    .selectFrom('meter_usage_counters')
+    .select(['meter_id', 'connection_id', 'period_start', 'units'])
+    .where((eb) =>
+      eb.or(
+        sorted.map((k) =>
+          eb.and([eb('meter_id', '=', k.meterId), eb('connection_id', '=', k.connectionId), eb('period_start', '=', k.periodStart)]),
+        ),
+      ),
+    )
+    .orderBy('meter_id')
+    .orderBy('connection_id')
+    .orderBy('period_start')
+    .$call((q) => (dialect === 'postgres' ? q.forUpdate() : q))
+    .execute();
+  for (const row of rows) {
+    positions.set(counterId({ meterId: row.meter_id, connectionId: row.connection_id, periodStart: row.period_start }), BigInt(row.units));
+  }
+  return positions;
+}
+
+/** Takes `amount` out of a locked wallet in memory, bucket by bucket; the legs that record it. */
+function debit(wallet: WalletRow, amount: bigint): Leg[] {
+  if (amount === 0n) return [];
+  const split = splitDebit(wallet, amount);
+  wallet.balance -= amount;
+  wallet.cycle_credit -= split.cycle;
+  wallet.bundle_credit -= split.bundle;
+  return BUCKET_ORDER.map((b) => ({ account: walletAccount(wallet.id, b), amount: -split[b] }));
+}
+
+/** Balanced ledger transactions (legs summing to zero, zero legs left out), two statements for all. */
+async function appendLedgerTransactions(
+  trx: Transaction<Database>,
+  transactions: { id: string; reference: string; description: string; merchantId: string; legs: Leg[] }[],
+  at: string,
+): Promise<void> {
+  if (transactions.length === 0) return;
+  const postings: { id: string; transaction_id: string; account: string; amount: bigint; created_at: string }[] = [];
+  for (const t of transactions) {
+    const legs = t.legs.filter((l) => l.amount !== 0n);
+    const sum = legs.reduce((acc, l) => acc + l.amount, 0n);
+    if (sum !== 0n) throw new UnbalancedTransactionError(`ledger transaction request_charge is off by ${sum}`);
+    for (const leg of legs) postings.push({ id: newId('posting'), transaction_id: t.id, account: leg.account, amount: leg.amount, created_at: at });
+  }
+  await trx
+    .insertInto('ledger_transactions')
+    .values(transactions.map((t) => ({ id: t.id, kind: 'request_charge', merchant_id: t.merchantId, reference: t.reference, description: t.description, created_at: at })))
+    .execute();
+  if (postings.length > 0) await trx.insertInto('ledger_postings').values(postings).execute();
+}
+
+/** A wallet's balance-updated event row (customer or merchant), as events.ts writes it. */
+function balanceEvent(wallet: WalletRow, connectionId: string | null, at: string) {
+  const balance = { wallet_id: wallet.id, balance: formatMoney(wallet.balance), held: formatMoney(wallet.held) };
+  const customer = wallet.owner_type === 'connection' && connectionId;
+  return {
+    id: newId('event'),
+    merchant_id: wallet.merchant_id,
+    type: customer ? 'customer.wallet.balance.updated' : 'merchant.wallet.balance.updated',
+    payload: JSON.stringify(customer ? { customer_id: connectionId, connection_id: connectionId, ...balance } : balance),
+    created_at: at,
+  };
+}
+
+/** The completed record a settlement writes over the pending one (as chargeRequest builds it). */
+function completedRecord(input: SettleInput, pending: PendingFacts, priced: PricedRequest, at: string): RequestRow {
+  return {
+    id: input.recordId,
+    merchant_id: input.billing.merchantId,
+    request_id: input.recordId,
+    body_hash: null,
+    status: 'completed',
+    connection_id: input.billing.connection?.id ?? null,
+    meter_id: input.billing.meter?.id ?? null,
+    provider: pending.provider,
+    model: input.model,
+    endpoint: pending.endpoint,
+    provider_key_type: pending.provider_key_type,
+    response_id: input.responseId,
+    provider_timestamp: at,
+    metadata: JSON.stringify(pending.metadata),
+    input_tokens: BigInt(input.usage.inputTokens),
+    output_tokens: BigInt(input.usage.outputTokens),
+    input_characters: BigInt(input.usage.inputCharacters),
+    output_characters: BigInt(input.usage.outputCharacters),
+    input_seconds: input.usage.inputSeconds,
+    output_seconds: input.usage.outputSeconds,
+    input_cost: priced.baseCost.input,
+    output_cost: priced.baseCost.output,
+    base_cost_charged: priced.baseCost.charged ? 1 : 0,
+    base_cost_payer: priced.baseCost.payer,
+    fee_amount: priced.fee.amount,
+    rate_type: priced.fee.rateType,
+    token_basis: priced.fee.tokenBasis,
+    breakdown: JSON.stringify(
+      priced.fee.breakdown.map((b) => ({
+        tier: { start: b.tier.start, rate: formatMoney(b.tier.rate), type: b.tier.type },
+        tokens: b.tokens,
+        characters: b.characters,
+        seconds: Number(b.seconds),
+        cost: formatMoney(b.cost),
+      })),
+    ),
+    service_charge_amount: priced.serviceCharge.amount,
+    service_charge_payer: priced.serviceCharge.payer,
+    total_request_cost: priced.totals.request,
+    total_wallet_cost: priced.totals.wallet,
+    total_merchant_cost: priced.totals.merchant,
+    usage_estimated: input.usageEstimated ? 1 : 0,
+    created_at: at,
+    completed_at: at,
+  };
+}
+
+/** Adds completed records to their 15-minute usage rollups, summed per rollup row first, in key order. */
+async function addToRollups(trx: Transaction<Database>, records: RequestRow[]): Promise<void> {
+  const sums = new Map<string, UsageRollupsTable>();
+  for (const row of records) {
+    const key = { merchant_id: row.merchant_id, bucket_start: bucketStart(row.created_at), connection_id: row.connection_id ?? '', meter_id: row.meter_id ?? '' };
+    const id = `${key.merchant_id}\n${key.bucket_start}\n${key.connection_id}\n${key.meter_id}`;
+    const sum = sums.get(id) ?? { ...key, requests: 0n, tokens: 0n, usage_cost: 0n, fee: 0n, service_charge: 0n, request_cost: 0n, wallet_cost: 0n, merchant_cost: 0n };
+    sum.requests += 1n;
+    sum.tokens += row.input_tokens + row.output_tokens;
+    sum.usage_cost += row.input_cost + row.output_cost;
+    sum.fee += row.fee_amount;
+    sum.service_charge += row.service_charge_amount;
+    sum.request_cost += row.total_request_cost;
+    sum.wallet_cost += row.total_wallet_cost;
+    sum.merchant_cost += row.total_merchant_cost;
+    sums.set(id, sum);
+  }
+  const rows = [...sums.entries()].sort(([a], [b]) => (a < b ? -1 : 1)).map(([, sum]) => sum);
+  if (rows.length === 0) return;
+  await trx
+    .insertInto('usage_rollups')
+    .values(rows)
+    .onConflict((oc) =>
+      oc.columns(['merchant_id', 'bucket_start', 'connection_id', 'meter_id']).doUpdateSet((eb) => ({
+        requests: eb('usage_rollups.requests', '+', eb.ref('excluded.requests')),
+        tokens: eb('usage_rollups.tokens', '+', eb.ref('excluded.tokens')),
+        usage_cost: eb('usage_rollups.usage_cost', '+', eb.ref('excluded.usage_cost')),
+        fee: eb('usage_rollups.fee', '+', eb.ref('excluded.fee')),
+        service_charge: eb('usage_rollups.service_charge', '+', eb.ref('excluded.service_charge')),
+        request_cost: eb('usage_rollups.request_cost', '+', eb.ref('excluded.request_cost')),
+        wallet_cost: eb('usage_rollups.wallet_cost', '+', eb.ref('excluded.wallet_cost')),
+        merchant_cost: eb('usage_rollups.merchant_cost', '+', eb.ref('excluded.merchant_cost')),
+      })),
+    )
+    .execute();
 }
 
 /** The upstream failed (or the hold expired): release the holds, record `error`, charge nothing. */

@@ -106,6 +106,70 @@ describe.each(databasesUnderTest())('gateway writer on %s', (dialect) => {
     await writer.drain();
   });
 
+  it('settlements in one batch take tier positions in order, as one by one would', async () => {
+    const h = t.auth();
+    const customer = (await t.app.inject({ method: 'POST', url: '/v1/customers', headers: h, payload: {} })).json();
+    const meter = (
+      await t.app.inject({
+        method: 'POST',
+        url: '/v1/meters',
+        headers: h,
+        payload: { name: 'Tiered', rate_type: 'fixed', tier_type: 'tokens_1m', tiers: [{ start: '0', rate: '100' }, { start: '300', rate: '50' }] },
+      })
+    ).json();
+    await creditWallet(t.storage, customer.wallet.wallet_id, parseMoney('5'));
+    const token = Buffer.from(JSON.stringify({ secret_key: t.merchant.secretKey, customer_id: customer.customer_id, meter_slug: meter.meter_slug })).toString('base64');
+    const billing = await resolveForwardCredential(t.storage, token);
+    const writer = new GatewayWriter(t.storage);
+    const record = { provider: 'openai', endpoint: 'POST https://api.openai.com/v1/chat/completions', provider_key_type: 'managed' as const, metadata: { feature: 'x' } };
+    const admitted = await Promise.all(
+      [1, 2, 3].map(() =>
+        writer.run(ADMIT_JOB, {
+          requestId: newId('request'),
+          billing,
+          walletId: customer.wallet.wallet_id,
+          estimate: { wallet: parseMoney('0.1'), merchant: 0n },
+          ttlMs: 60_000,
+          record: { ...record, model: 'gpt-4o' },
+        }),
+      ),
+    );
+    const outcomes = await Promise.all(
+      admitted.map((a) => {
+        if (a.outcome !== 'admitted') throw new Error(a.outcome);
+        return writer.run(SETTLE_JOB, {
+          recordId: a.recordId,
+          holdIds: a.holdIds,
+          billing,
+          usage: { inputTokens: 100, outputTokens: 50, inputCharacters: 0, outputCharacters: 0, inputSeconds: '0', outputSeconds: '0' },
+          model: 'gpt-4o',
+          prices: null,
+          baseCostCharged: false,
+          serviceChargeRate: 0n,
+          responseId: null,
+          usageEstimated: false,
+          record,
+        });
+      }),
+    );
+    // 150 tokens each: positions 0, 150 at 100 per 1M; then 300 at 50 per 1M.
+    expect(outcomes.map((o) => (o.outcome === 'recorded' ? o.priced.fee.amount : -1n))).toEqual([
+      parseMoney('0.015'),
+      parseMoney('0.015'),
+      parseMoney('0.0075'),
+    ]);
+    const wallet = (await findWallet(t.storage, customer.wallet.wallet_id))!;
+    expect(wallet.balance).toBe(parseMoney('5') - parseMoney('0.0375'));
+    expect(wallet.held).toBe(0n);
+    const rows = await t.storage.db.selectFrom('requests').select(['status', 'fee_amount']).where('connection_id', '=', customer.customer_id).execute();
+    expect(rows.map((r) => r.status)).toEqual(['completed', 'completed', 'completed']);
+    const rollups = await t.storage.db.selectFrom('usage_rollups').select(['requests', 'fee']).where('connection_id', '=', customer.customer_id).execute();
+    expect(rollups.reduce((sum, r) => sum + BigInt(r.requests), 0n)).toBe(3n);
+    expect(rollups.reduce((sum, r) => sum + BigInt(r.fee), 0n)).toBe(parseMoney('0.0375'));
+    expect((await verifyLedger(t.storage)).problems).toEqual([]);
+    await writer.drain();
+  });
+
   it('admissions in one batch never hold more than the wallet has', async () => {
     const merchant = await t.newMerchant('Tight');
     await creditWallet(t.storage, merchant.walletId, parseMoney('0.05'));
