@@ -22,7 +22,7 @@ export type Gateway = {
   registry: ProviderRegistry;
   agent: Dispatcher;
   settlements: Settlements;
-  /** Group commit of admissions and settlements. */
+  /** Group commit of admissions. */
   writer: GatewayWriter;
   /** True once the app started closing (hijacked responses then close their connections). */
   closing: boolean;
@@ -32,14 +32,17 @@ export type Gateway = {
 export function createGateway(deps: AppDeps, app: App): Gateway {
   // Installed now, before any request: every credential change from here on empties the cache.
   credentialCacheFor(deps.storage);
+  // SQLite has one connection: admissions and settlements share batches (fewer commits). On
+  // PostgreSQL they get a writer each, so an admission never queues behind a settlement batch.
   const writer = new GatewayWriter(deps.storage, app.log);
+  const settlementWriter = deps.storage.dialect === 'sqlite' ? writer : new GatewayWriter(deps.storage, app.log);
   const gateway: Gateway = {
     registry: createRegistry({ custom: deps.config.customProviders }),
     agent: createUpstreamAgent({
       headersTimeoutMs: deps.config.upstreamTimeoutMs,
       bodyTimeoutMs: deps.config.upstreamIdleTimeoutMs,
     }),
-    settlements: new Settlements(app.log, writer),
+    settlements: new Settlements(app.log, settlementWriter),
     writer,
     closing: false,
   };
@@ -48,6 +51,7 @@ export function createGateway(deps: AppDeps, app: App): Gateway {
   });
   app.addHook('onClose', async () => {
     await gateway.settlements.drain();
+    await settlementWriter.drain();
     await gateway.writer.drain();
     await gateway.agent.close();
     await closeSpendKeyGuard(deps.config);

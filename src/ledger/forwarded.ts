@@ -349,7 +349,50 @@ async function settleInTransaction(trx: Transaction<Database>, dialect: Storage[
   }
   const positions = await lockCounters(trx, dialect, [...counterKeys.values()]);
 
-  // Wallets, locked; then the holds, released.
+  // Phase 1, before any wallet is locked: price each request at its tier position, complete
+  // its record (a record no longer pending makes the batch run alone), roll it up.
+  const priced: PricedRequest[] = [];
+  const changedCounters = new Set<string>();
+  for (const input of inputs) {
+    const key = counterOf(input);
+    const base = input.prices
+      ? baseCost(input.prices, { inputTokens: input.usage.inputTokens, outputTokens: input.usage.outputTokens })
+      : { input: 0n, output: 0n, total: 0n };
+    const price = priceRequest({
+      meter: pricingFor(input.billing).pricing,
+      usage: input.usage,
+      baseCost: base,
+      accumulatedUnits: key ? (positions.get(counterId(key)) ?? 0n) : 0n,
+      serviceChargeRate: input.serviceChargeRate,
+      baseCostCharged: input.baseCostCharged,
+    });
+    if (price.totals.request > MAX_AMOUNT_UNITS || price.baseCost.total > MAX_AMOUNT_UNITS) throw new RunAlone();
+    if (key) {
+      positions.set(counterId(key), price.accumulatedUnits);
+      changedCounters.add(counterId(key));
+    }
+    priced.push(price);
+  }
+  const records = inputs.map((input, i) => completedRecord(input, input.record!, priced[i]!, at));
+  for (const record of records) {
+    const { id, merchant_id: _m, request_id: _r, created_at: _c, metadata: _md, ...settled } = record;
+    const updated = await trx.updateTable('requests').set(settled).where('id', '=', id).where('status', '=', 'pending').executeTakeFirst();
+    if (updated.numUpdatedRows !== 1n) throw new RunAlone();
+  }
+  for (const id of changedCounters) {
+    const key = counterKeys.get(id)!;
+    await trx
+      .updateTable('meter_usage_counters')
+      .set({ units: positions.get(id)! })
+      .where('meter_id', '=', key.meterId)
+      .where('connection_id', '=', key.connectionId)
+      .where('period_start', '=', key.periodStart)
+      .execute();
+  }
+  await addToRollups(trx, records);
+
+  // Phase 2, as short as possible because admissions wait on these rows: lock the wallets,
+  // release the holds, debit, and write the ledger and the balance events.
   const walletIds = inputs.flatMap((input) => [input.billing.connection?.wallet_id ?? input.billing.merchantWalletId, input.billing.merchantWalletId]);
   const wallets = await lockWallets(trx, dialect, walletIds);
   const holdIds = inputs.flatMap((input) => input.holdIds);
@@ -366,31 +409,11 @@ async function settleInTransaction(trx: Transaction<Database>, dialect: Storage[
   const releasedById = new Map(released.map((hold) => [hold.id, hold]));
 
   const outcomes: ChargeOutcome[] = [];
-  const records: RequestRow[] = [];
   const transactions: { id: string; reference: string; description: string; merchantId: string; legs: Leg[] }[] = [];
   const events: { id: string; merchant_id: string; type: string; payload: string; created_at: string }[] = [];
   const changedWallets = new Set<WalletRow>();
-  const changedCounters = new Set<string>();
-  for (const input of inputs) {
-    const { pricing } = pricingFor(input.billing);
-    const key = counterOf(input);
-    const base = input.prices
-      ? baseCost(input.prices, { inputTokens: input.usage.inputTokens, outputTokens: input.usage.outputTokens })
-      : { input: 0n, output: 0n, total: 0n };
-    const priced = priceRequest({
-      meter: pricing,
-      usage: input.usage,
-      baseCost: base,
-      accumulatedUnits: key ? (positions.get(counterId(key)) ?? 0n) : 0n,
-      serviceChargeRate: input.serviceChargeRate,
-      baseCostCharged: input.baseCostCharged,
-    });
-    if (priced.totals.request > MAX_AMOUNT_UNITS || priced.baseCost.total > MAX_AMOUNT_UNITS) throw new RunAlone();
-    if (key) {
-      positions.set(counterId(key), priced.accumulatedUnits);
-      changedCounters.add(counterId(key));
-    }
-
+  for (const [i, input] of inputs.entries()) {
+    const price = priced[i]!;
     // This request's holds end as it is charged, so its balance events show what it left held.
     for (const holdId of input.holdIds) {
       const hold = releasedById.get(holdId)!;
@@ -400,23 +423,19 @@ async function settleInTransaction(trx: Transaction<Database>, dialect: Storage[
     const merchantWallet = wallets.get(input.billing.merchantWalletId)!;
     const merchantId = input.billing.merchantId;
     const legs: Leg[] = [
-      ...debit(customerWallet, priced.totals.wallet),
-      ...debit(merchantWallet, priced.totals.merchant),
-      { account: providerCostsAccount(merchantId), amount: priced.baseCost.charged ? priced.baseCost.total : 0n },
-      { account: merchantRevenueAccount(merchantId), amount: priced.fee.amount },
-      { account: serviceChargesAccount(), amount: priced.serviceCharge.amount },
+      ...debit(customerWallet, price.totals.wallet),
+      ...debit(merchantWallet, price.totals.merchant),
+      { account: providerCostsAccount(merchantId), amount: price.baseCost.charged ? price.baseCost.total : 0n },
+      { account: merchantRevenueAccount(merchantId), amount: price.fee.amount },
+      { account: serviceChargesAccount(), amount: price.serviceCharge.amount },
     ];
     transactions.push({ id: newId('transaction'), reference: input.recordId, description: `Request ${input.recordId}`, merchantId, legs });
-    const record = completedRecord(input, input.record!, priced, at);
-    records.push(record);
-    outcomes.push({ outcome: 'recorded', row: record, priced });
+    outcomes.push({ outcome: 'recorded', row: records[i]!, priced: price });
 
     // One balance event per wallet this request changed, with the balance it left (as chargeRequest).
-    const touched = new Set<WalletRow>([customerWallet, merchantWallet]);
-    for (const wallet of touched) {
-      const pays = wallet === customerWallet ? priced.totals.wallet : 0n;
-      const paysMerchant = wallet === merchantWallet ? priced.totals.merchant : 0n;
-      if (pays === 0n && paysMerchant === 0n && input.holdIds.length === 0) continue;
+    for (const wallet of new Set<WalletRow>([customerWallet, merchantWallet])) {
+      const pays = (wallet === customerWallet ? price.totals.wallet : 0n) + (wallet === merchantWallet ? price.totals.merchant : 0n);
+      if (pays === 0n && input.holdIds.length === 0) continue;
       changedWallets.add(wallet);
       events.push(balanceEvent(wallet, wallet === customerWallet ? (input.billing.connection?.id ?? null) : null, at));
     }
@@ -429,23 +448,7 @@ async function settleInTransaction(trx: Transaction<Database>, dialect: Storage[
       .where('id', '=', wallet.id)
       .execute();
   }
-  for (const id of changedCounters) {
-    const key = counterKeys.get(id)!;
-    await trx
-      .updateTable('meter_usage_counters')
-      .set({ units: positions.get(id)! })
-      .where('meter_id', '=', key.meterId)
-      .where('connection_id', '=', key.connectionId)
-      .where('period_start', '=', key.periodStart)
-      .execute();
-  }
   await appendLedgerTransactions(trx, transactions, at);
-  for (const record of records) {
-    const { id, merchant_id: _m, request_id: _r, created_at: _c, metadata: _md, ...settled } = record;
-    const updated = await trx.updateTable('requests').set(settled).where('id', '=', id).where('status', '=', 'pending').executeTakeFirst();
-    if (updated.numUpdatedRows !== 1n) throw new RunAlone();
-  }
-  await addToRollups(trx, records);
   if (events.length > 0) await trx.insertInto('events').values(events).execute();
   // Spend keys last, in id order.
   const withKeys = inputs
