@@ -46,6 +46,10 @@ export async function benchGateway(opts: {
   serverUrl: string;
   serverPid: number;
   seconds: number;
+  /** Defaults to [1, 32]. */
+  connections?: number[];
+  /** Defaults to [false, true]. */
+  streams?: boolean[];
 }): Promise<GatewayRow[]> {
   const rows: GatewayRow[] = [];
   const { storage, serverUrl } = opts;
@@ -67,9 +71,9 @@ export async function benchGateway(opts: {
     const body = JSON.stringify({ model: 'gpt-4o', stream, max_tokens: 8, messages: [{ role: 'user', content: 'Warm up' }] });
     await load(forwardUrl, forwardHeaders, body, 8, 1);
   }
-  for (const stream of [false, true]) {
+  for (const stream of opts.streams ?? [false, true]) {
     const body = JSON.stringify({ model: 'gpt-4o', stream, max_tokens: 8, messages: [{ role: 'user', content: 'Say something short please' }] });
-    for (const connections of [1, 32]) {
+    for (const connections of opts.connections ?? [1, 32]) {
       const direct = await load(`${mockUrl}/v1/chat/completions`, { 'content-type': 'application/json', authorization: 'Bearer x' }, body, connections, opts.seconds);
       const cpuBefore = cpuMs(opts.serverPid);
       const via = await load(forwardUrl, forwardHeaders, body, connections, opts.seconds);
@@ -155,7 +159,16 @@ async function standalone(): Promise<void> {
     await new Promise((r) => setTimeout(r, 200));
   }
   try {
-    const rows = await benchGateway({ engine, storage, serverUrl, serverPid: server.pid!, seconds });
+    const list = (name: string) => arg(name)?.split(',');
+    const rows = await benchGateway({
+      engine,
+      storage,
+      serverUrl,
+      serverPid: server.pid!,
+      seconds,
+      connections: list('--connections')?.map(Number),
+      streams: list('--streams')?.map((v) => v === 'true'),
+    });
     for (const row of rows) console.log(`| ${row.scenario} | ${row.engine} | ${row.result} | ${row.target} |`);
   } finally {
     const exited = new Promise((r) => server.once('exit', r));

@@ -26,6 +26,12 @@ export type BatchJob<I, O> = {
   order: number;
   /** Runs several members inside the batch's transaction; returns one outcome per member, in order. */
   inTransaction(trx: Transaction<Database>, dialect: Storage['dialect'], inputs: I[]): Promise<O[]>;
+  /**
+   * Optional fast path for a batch of this job alone: one statement, no explicit transaction.
+   * Returns null (or throws) when it cannot decide the batch; nothing of it is written then, and
+   * the batch takes the ordinary transaction.
+   */
+  inOneStatement?(storage: Storage, inputs: I[]): Promise<O[] | null>;
   /** Runs one member on its own (its own transaction), when its batch failed as a whole. */
   alone(storage: Storage, input: I): Promise<O>;
 };
@@ -80,6 +86,14 @@ export class GatewayWriter {
       const members = byJob.get(waiting.job);
       if (members) members.push(waiting);
       else byJob.set(waiting.job, [waiting]);
+    }
+    const [only] = byJob.keys();
+    if (byJob.size === 1 && only!.inOneStatement) {
+      const fast = await only!.inOneStatement(this.#storage, batch.map((w) => w.input)).catch(() => null);
+      if (fast) {
+        batch.forEach((w, i) => w.resolve(fast[i]));
+        return;
+      }
     }
     let outcomes: Map<Waiting, unknown>;
     try {

@@ -2,7 +2,7 @@
  * The money side of a forwarded request: admit (hold + pending record), then settle (charge the
  * actual cost against the holds) or fail (release the holds, record `error`, charge nothing).
  */
-import type { Transaction } from 'kysely';
+import { sql, type Transaction } from 'kysely';
 import { newId } from '../domain/ids.ts';
 import { formatMoney, MAX_AMOUNT_UNITS } from '../domain/money.ts';
 import { baseCost, priceRequest, type BasePrices, type MeterPricing, type PricedRequest, type Usage } from '../domain/pricing.ts';
@@ -178,24 +178,82 @@ export async function admitInTransaction(
   for (const wallet of changed) await trx.updateTable('wallets').set({ held: wallet.held }).where('id', '=', wallet.id).execute();
   if (records.length > 0) {
     await trx.insertInto('requests').values(records).execute();
-    const metadata = records.flatMap((row) =>
-      Object.entries(JSON.parse(row.metadata) as Record<string, string>).map(([key, value]) => ({
-        request_pk: row.id,
-        merchant_id: row.merchant_id,
-        key,
-        value,
-        created_at: row.created_at,
-      })),
-    );
+    const metadata = metadataRows(records);
     if (metadata.length > 0) await trx.insertInto('request_metadata').values(metadata).execute();
   }
   return outcomes;
+}
+
+/**
+ * PostgreSQL fast path for a batch of admissions: one statement, committed on its own. It locks
+ * the paying wallets, checks that each can cover everything the batch holds on it (then every
+ * member passes admitInTransaction's check in any order), and writes the holds, the wallets'
+ * `held` and the pending records. When a wallet cannot cover all of it, the statement fails on
+ * purpose (division by zero), nothing is written, and the batch takes the ordinary path, which
+ * decides member by member. Spend-key requests always take the ordinary path.
+ */
+async function admitInOneStatement(storage: Storage, inputs: AdmitInput[]): Promise<AdmitOutcome[] | null> {
+  if (storage.dialect !== 'postgres' || inputs.some((input) => input.billing.spendKey)) return null;
+  const need = new Map<string, bigint>();
+  const holds: { id: string; wallet_id: string; reference: string; amount: bigint; status: 'active'; created_at: string; expires_at: string }[] = [];
+  const records: RequestRow[] = [];
+  const outcomes: AdmitOutcome[] = [];
+  for (const input of inputs) {
+    const now = input.now ?? new Date();
+    const createdAt = now.toISOString();
+    const expiresAt = new Date(now.getTime() + input.ttlMs).toISOString();
+    const holdIds: string[] = [];
+    for (const part of holdParts(input.walletId, input.billing.merchantWalletId, input.estimate)) {
+      need.set(part.walletId, (need.get(part.walletId) ?? 0n) + part.amount);
+      const id = newId('hold');
+      holds.push({ id, wallet_id: part.walletId, reference: input.requestId, amount: part.amount, status: 'active', created_at: createdAt, expires_at: expiresAt });
+      holdIds.push(id);
+    }
+    records.push(pendingRecord(input, input.requestId, createdAt));
+    outcomes.push({ outcome: 'admitted', recordId: input.requestId, holdIds });
+  }
+  if (need.size === 0) return null;
+  const db = storage.db;
+  const needRows = sql.join([...need].map(([walletId, amount]) => sql`(${walletId}, cast(${amount} as bigint))`));
+  const metadata = metadataRows(records);
+  const metadataCte = metadata.length > 0 ? sql`, m as (${db.insertInto('request_metadata').values(metadata)})` : sql``;
+  await sql`
+    with need (wallet_id, amount) as (values ${needRows}),
+    locked as (select id, balance, held from wallets where id in (select wallet_id from need) order by id for update),
+    ok as (
+      select count(*) = (select count(*) from need) as ok
+      from locked join need on need.wallet_id = locked.id
+      where locked.balance - locked.held >= need.amount
+    ),
+    upd as (
+      update wallets set held = wallets.held + need.amount from need
+      where wallets.id = need.wallet_id and (select ok from ok)
+      returning wallets.id
+    ),
+    h as (${db.insertInto('holds').values(holds)}),
+    r as (${db.insertInto('requests').values(records)})
+    ${metadataCte}
+    select 1 / (select case when ok then 1 else 0 end from ok) as admitted`.execute(db);
+  return outcomes;
+}
+
+function metadataRows(records: RequestRow[]) {
+  return records.flatMap((row) =>
+    Object.entries(JSON.parse(row.metadata) as Record<string, string>).map(([key, value]) => ({
+      request_pk: row.id,
+      merchant_id: row.merchant_id,
+      key,
+      value,
+      created_at: row.created_at,
+    })),
+  );
 }
 
 /** Admission as a group-commit job (gateway/writer.ts). */
 export const ADMIT_JOB: BatchJob<AdmitInput, AdmitOutcome> = {
   order: 1,
   inTransaction: admitInTransaction,
+  inOneStatement: admitInOneStatement,
   alone: admitRequest,
 };
 

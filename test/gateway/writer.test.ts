@@ -170,6 +170,34 @@ describe.each(databasesUnderTest())('gateway writer on %s', (dialect) => {
     await writer.drain();
   });
 
+  it.runIf(dialect === 'postgres')('the one-statement admission writes everything, or nothing when a wallet cannot cover the batch', async () => {
+    const merchant = await t.newMerchant('One statement');
+    await creditWallet(t.storage, merchant.walletId, parseMoney('0.05'));
+    const billing = await resolveForwardCredential(t.storage, merchant.secretKey);
+    const input = () => ({
+      requestId: newId('request'),
+      billing,
+      walletId: merchant.walletId,
+      estimate: { wallet: parseMoney('0.02'), merchant: 0n },
+      ttlMs: 60_000,
+      record: { provider: 'openai', model: 'gpt-4o', endpoint: 'POST x', provider_key_type: 'managed' as const, metadata: { k: 'v' } },
+    });
+    const fast = ADMIT_JOB.inOneStatement!;
+    const two = await fast(t.storage, [input(), input()]);
+    expect(two?.map((o) => o.outcome)).toEqual(['admitted', 'admitted']);
+    const holds = await t.storage.db.selectFrom('holds').select(['amount', 'status']).where('wallet_id', '=', merchant.walletId).execute();
+    expect(holds.length).toBe(2);
+    expect((await findWallet(t.storage, merchant.walletId))!.held).toBe(parseMoney('0.04'));
+    const metadata = await t.storage.db.selectFrom('request_metadata').select('key').where('merchant_id', '=', merchant.merchantId).execute();
+    expect(metadata.length).toBe(2);
+
+    // 0.01 left: a batch needing 0.04 writes nothing.
+    await expect(fast(t.storage, [input(), input()])).rejects.toThrow();
+    expect((await findWallet(t.storage, merchant.walletId))!.held).toBe(parseMoney('0.04'));
+    const records = await t.storage.db.selectFrom('requests').select('id').where('merchant_id', '=', merchant.merchantId).execute();
+    expect(records.length).toBe(2);
+  });
+
   it('admissions in one batch never hold more than the wallet has', async () => {
     const merchant = await t.newMerchant('Tight');
     await creditWallet(t.storage, merchant.walletId, parseMoney('0.05'));
