@@ -1,7 +1,8 @@
 import type { FastifyRequest } from 'fastify';
 import { hashSecret, hashesEqual } from '../domain/secrets.ts';
 import type { Storage } from '../storage/db.ts';
-import { findActiveKeyByHash } from '../storage/secret-keys.ts';
+import { coalesced, type Coalesced } from '../storage/coalesce.ts';
+import { findActiveKeysByHash, type ActiveKeyRow } from '../storage/secret-keys.ts';
 import { ApiError } from './errors.ts';
 
 export type Principal = {
@@ -31,7 +32,7 @@ export function bearerToken(request: FastifyRequest): string | null {
 export async function authenticateSecretKey(storage: Storage, token: string | null): Promise<Principal> {
   if (!token) throw new ApiError('unauthorized', 'Missing API key: send Authorization: Bearer <secret key>.');
   const hash = hashSecret(token);
-  const row = await findActiveKeyByHash(storage.db, hash);
+  const row = await keyLookupOf(storage).load(hash);
   // The lookup is by hash; the constant-time compare keeps the final decision free of timing leaks.
   if (!row || !hashesEqual(row.key_hash, hash)) throw new ApiError('unauthorized', 'Invalid or revoked API key.');
   return {
@@ -40,6 +41,24 @@ export async function authenticateSecretKey(storage: Storage, token: string | nu
     merchantWalletId: row.merchant_wallet_id,
     serviceChargeRate: row.service_charge_rate === null ? null : BigInt(row.service_charge_rate),
   };
+}
+
+/**
+ * Secret keys are looked up anew for every request (a revoked key stops working at once, on every
+ * instance); the lookups of requests arriving together share one query.
+ */
+const keyLookups = new WeakMap<Storage, Coalesced<string, ActiveKeyRow>>();
+
+function keyLookupOf(storage: Storage): Coalesced<string, ActiveKeyRow> {
+  let lookup = keyLookups.get(storage);
+  if (!lookup) {
+    lookup = coalesced(
+      (hash) => hash,
+      async (hashes) => new Map((await findActiveKeysByHash(storage.db, hashes)).map((row) => [row.key_hash, row])),
+    );
+    keyLookups.set(storage, lookup);
+  }
+  return lookup;
 }
 
 export function principalOf(request: FastifyRequest): Principal {

@@ -20,8 +20,8 @@ import type { Database } from '../storage/schema.ts';
 import { merchantRevenueAccount, providerCostsAccount, serviceChargesAccount } from './accounts.ts';
 import { recordWalletBalanceEvent } from './events.ts';
 import { releaseHoldInTransaction } from './holds.ts';
-import { appendTransaction, type Leg } from './postings.ts';
-import { applyDebit, availableOf, lockWallets } from './wallets.ts';
+import { appendTransaction, type LedgerTransactionInput, type Leg } from './postings.ts';
+import { applyDebit, availableOf, lockWallets, type WalletRow } from './wallets.ts';
 
 export type ChargeInput = {
   merchant: Pick<MerchantRow, 'id' | 'wallet_id'>;
@@ -77,6 +77,7 @@ export type ChargeOutcome =
 
 class AmountTooLarge extends Error {}
 
+
 /** The hold a settlement names is not active (already settled, released or expired): charge nothing. */
 class HoldNotActive extends Error {}
 
@@ -117,61 +118,137 @@ async function chargeInTransaction(
 ): Promise<ChargeOutcome> {
   const now = input.now ?? new Date();
   const at = now.toISOString();
-  const pricing = input.pricing ?? (input.meter ? meterPricing(input.meter) : MERCHANT_ONLY_PRICING);
-  // Tier positions exist only where a meter's own pricing applies.
-  const counter =
-    input.meter && !input.pricing
-      ? { meterId: input.meter.id, connectionId: input.connection?.id ?? '', periodStart: monthStart(now) }
-      : null;
-  const accumulated = counter ? await lockUsageCounter(trx, dialect, counter) : 0n;
+  const counter = counterKeyOf(input, now);
+  const accumulated = counter ? ((await lockUsageCounters(trx, dialect, [counter])).get(counterId(counter)) ?? 0n) : 0n;
+  const priced = priceCharge(input, accumulated);
+  if (priced === 'amount_too_large') throw new AmountTooLarge();
 
-  const base = input.basePrices
-    ? baseCost(input.basePrices, { inputTokens: input.usage.inputTokens, outputTokens: input.usage.outputTokens })
-    : { input: 0n, output: 0n, total: 0n };
-  const priced = priceRequest({
-    meter: pricing,
-    usage: input.usage,
-    baseCost: base,
-    accumulatedUnits: accumulated,
-    serviceChargeRate: input.serviceChargeRate,
-    baseCostCharged: input.baseCostCharged ?? (input.basePrices !== null && input.providerKeyType === 'managed'),
-  });
-
-  if (priced.totals.request > MAX_AMOUNT_UNITS || priced.baseCost.total > MAX_AMOUNT_UNITS) throw new AmountTooLarge();
-
-  const payerWalletId = input.connection?.wallet_id ?? input.merchant.wallet_id;
-  const wallets = await lockWallets(trx, dialect, [payerWalletId, input.merchant.wallet_id]);
+  const payerWalletId = payerWalletOf(input);
   const holdIds = [...(input.holdId ? [input.holdId] : []), ...(input.holdIds ?? [])];
+  // The merchant's wallet is locked only when this charge touches it: every customer's request
+  // names the same merchant wallet, so locking it always would queue them all behind one row.
+  const touchesMerchantWallet = priced.totals.merchant !== 0n || holdIds.length > 0;
+  const wallets = await lockWallets(trx, dialect, [payerWalletId, ...(touchesMerchantWallet ? [input.merchant.wallet_id] : [])]);
   for (const holdId of holdIds) {
     if (!(await releaseHoldInTransaction(trx, holdId, 'settled', wallets))) throw new HoldNotActive();
   }
   const customerWallet = wallets.get(payerWalletId)!;
-  const merchantWallet = wallets.get(input.merchant.wallet_id)!;
+  const merchantWallet = wallets.get(input.merchant.wallet_id);
   if (holdIds.length === 0) {
-    const sameWallet = customerWallet === merchantWallet;
-    assertCovers(availableOf(customerWallet), priced.totals.wallet + (sameWallet ? priced.totals.merchant : 0n), 'wallet');
-    if (!sameWallet) assertCovers(availableOf(merchantWallet), priced.totals.merchant, 'merchant');
+    const refusal = refusalOf(priced, customerWallet, merchantWallet);
+    if (refusal) throw new InsufficientBalance(refusal.payer, refusal.needed, refusal.available);
   }
 
   const requestPk = input.pendingRecordId ?? newId('request');
-  const legs: Leg[] = [
+  const legs = chargeLegs(input, priced, [
     ...(await applyDebit(trx, customerWallet, priced.totals.wallet)),
-    ...(await applyDebit(trx, merchantWallet, priced.totals.merchant)),
+    ...(merchantWallet ? await applyDebit(trx, merchantWallet, priced.totals.merchant) : []),
+  ]);
+  await appendTransaction(trx, chargeTransaction(input, requestPk, legs, at));
+  if (counter) await saveUsageCounters(trx, [{ ...counter, units: priced.accumulatedUnits }]);
+
+  const record = buildRequestRecord(input, priced, requestPk, at);
+  const row = input.pendingRecordId
+    ? await completePendingRecord(trx, record)
+    : await insertRequestRecord(trx, record);
+
+  const changedWallets = new Set([
+    ...(priced.totals.wallet !== 0n || holdIds.length > 0 ? [customerWallet] : []),
+    ...(merchantWallet && (priced.totals.merchant !== 0n || holdIds.length > 0) ? [merchantWallet] : []),
+  ]);
+  for (const wallet of changedWallets) {
+    const connectionId = wallet === customerWallet ? (input.connection?.id ?? null) : null;
+    await recordWalletBalanceEvent(trx, wallet, connectionId, at);
+  }
+  return { outcome: 'recorded', row, priced };
+}
+
+/** The wallet that pays the "wallet" parts: the customer's, or the merchant's when there is no customer. */
+export function payerWalletOf(input: Pick<ChargeInput, 'connection' | 'merchant'>): string {
+  return input.connection?.wallet_id ?? input.merchant.wallet_id;
+}
+
+function pricingOf(input: ChargeInput): MeterPricing {
+  return input.pricing ?? (input.meter ? meterPricing(input.meter) : MERCHANT_ONLY_PRICING);
+}
+
+function baseCostChargedOf(input: ChargeInput): boolean {
+  return input.baseCostCharged ?? (input.basePrices !== null && input.providerKeyType === 'managed');
+}
+
+/**
+ * Whether any price of this request can fall on the merchant's wallet: only the base cost and the
+ * service charge can, when the meter names the merchant as their payer (the fee is always the
+ * wallet's). Known before the tier position is, so a batch can lock just the wallets it may debit.
+ */
+export function mayChargeMerchantWallet(input: ChargeInput): boolean {
+  const pricing = pricingOf(input);
+  if (payerWalletOf(input) === input.merchant.wallet_id) return true;
+  const baseOnMerchant = pricing.baseCostPayer === 'merchant' && input.basePrices !== null && baseCostChargedOf(input);
+  const serviceChargeOnMerchant = pricing.serviceChargePayer === 'merchant' && input.serviceChargeRate > 0n;
+  return baseOnMerchant || serviceChargeOnMerchant;
+}
+
+/** Prices the request at the given tier position; pure. */
+export function priceCharge(input: ChargeInput, accumulated: bigint): PricedRequest | 'amount_too_large' {
+  const base = input.basePrices
+    ? baseCost(input.basePrices, { inputTokens: input.usage.inputTokens, outputTokens: input.usage.outputTokens })
+    : { input: 0n, output: 0n, total: 0n };
+  const priced = priceRequest({
+    meter: pricingOf(input),
+    usage: input.usage,
+    baseCost: base,
+    accumulatedUnits: accumulated,
+    serviceChargeRate: input.serviceChargeRate,
+    baseCostCharged: baseCostChargedOf(input),
+  });
+  if (priced.totals.request > MAX_AMOUNT_UNITS || priced.baseCost.total > MAX_AMOUNT_UNITS) return 'amount_too_large';
+  return priced;
+}
+
+export type Refusal = { payer: 'wallet' | 'merchant'; needed: bigint; available: bigint };
+
+/**
+ * Why the paying wallets cannot take this charge without a hold, or null when they can. The
+ * merchant's wallet may be absent only when the merchant's part is zero.
+ */
+export function refusalOf(priced: PricedRequest, customerWallet: WalletRow, merchantWallet: WalletRow | undefined): Refusal | null {
+  const sameWallet = customerWallet === merchantWallet;
+  const walletPart = priced.totals.wallet + (sameWallet ? priced.totals.merchant : 0n);
+  const walletRefusal = shortfall(availableOf(customerWallet), walletPart, 'wallet');
+  if (walletRefusal || sameWallet || priced.totals.merchant === 0n) return walletRefusal;
+  if (!merchantWallet) throw new Error('a charge on the merchant wallet without its lock');
+  return shortfall(availableOf(merchantWallet), priced.totals.merchant, 'merchant');
+}
+
+function shortfall(available: bigint, needed: bigint, payer: 'wallet' | 'merchant'): Refusal | null {
+  if (needed === 0n || available >= needed) return null;
+  return { payer, needed, available };
+}
+
+/** The ledger legs of a charge: the wallets' debits and where the money goes. */
+export function chargeLegs(input: ChargeInput, priced: PricedRequest, walletDebits: Leg[]): Leg[] {
+  return [
+    ...walletDebits,
     { account: providerCostsAccount(input.merchant.id), amount: priced.baseCost.charged ? priced.baseCost.total : 0n },
     { account: merchantRevenueAccount(input.merchant.id), amount: priced.fee.amount },
     { account: serviceChargesAccount(), amount: priced.serviceCharge.amount },
   ];
-  await appendTransaction(trx, {
+}
+
+export function chargeTransaction(input: ChargeInput, requestPk: string, legs: Leg[], at: string): LedgerTransactionInput {
+  return {
     kind: 'request_charge',
     merchantId: input.merchant.id,
     reference: requestPk,
     description: `Request ${input.requestId}`,
     legs,
     at,
-  });
-  if (counter) await saveUsageCounter(trx, counter, priced.accumulatedUnits);
+  };
+}
 
-  const record: RequestRow = {
+export function buildRequestRecord(input: ChargeInput, priced: PricedRequest, requestPk: string, at: string): RequestRow {
+  return {
     id: requestPk,
     merchant_id: input.merchant.id,
     request_id: input.requestId,
@@ -217,27 +294,21 @@ async function chargeInTransaction(
     created_at: at,
     completed_at: at,
   };
-  const row = input.pendingRecordId
-    ? await completePendingRecord(trx, record)
-    : await insertRequestRecord(trx, record);
-
-  const changedWallets = new Set([
-    ...(priced.totals.wallet !== 0n || holdIds.length > 0 ? [customerWallet] : []),
-    ...(priced.totals.merchant !== 0n || holdIds.length > 0 ? [merchantWallet] : []),
-  ]);
-  for (const wallet of changedWallets) {
-    const connectionId = wallet === customerWallet ? (input.connection?.id ?? null) : null;
-    await recordWalletBalanceEvent(trx, wallet, connectionId, at);
-  }
-  return { outcome: 'recorded', row, priced };
 }
 
-function assertCovers(available: bigint, needed: bigint, payer: 'wallet' | 'merchant'): void {
-  if (needed === 0n) return;
-  if (available < needed) throw new InsufficientBalance(payer, needed, available);
-}
+/** Parsed once per meter row read: every request of a batch shares its meter's row. */
+const pricingOfRow = new WeakMap<MeterRow, MeterPricing>();
 
 export function meterPricing(meter: MeterRow): MeterPricing {
+  let pricing = pricingOfRow.get(meter);
+  if (!pricing) {
+    pricing = parseMeterPricing(meter);
+    pricingOfRow.set(meter, pricing);
+  }
+  return pricing;
+}
+
+function parseMeterPricing(meter: MeterRow): MeterPricing {
   return {
     rateType: meter.rate_type,
     tierType: meter.tier_type,
@@ -253,35 +324,53 @@ export function monthStart(now: Date): string {
   return new Date(Date.UTC(now.getUTCFullYear(), now.getUTCMonth(), 1)).toISOString();
 }
 
-type CounterKey = { meterId: string; connectionId: string; periodStart: string };
+export type CounterKey = { meterId: string; connectionId: string; periodStart: string };
 
-/**
- * Reads the (meter, connection) position for the period and locks it until the transaction ends,
- * so two concurrent requests can never price at the same tier position.
- */
-async function lockUsageCounter(trx: Transaction<Database>, dialect: Storage['dialect'], key: CounterKey): Promise<bigint> {
-  await trx
-    .insertInto('meter_usage_counters')
-    .values({ meter_id: key.meterId, connection_id: key.connectionId, period_start: key.periodStart, units: 0n })
-    .onConflict((oc) => oc.columns(['meter_id', 'connection_id', 'period_start']).doNothing())
-    .execute();
-  const row = await trx
-    .selectFrom('meter_usage_counters')
-    .select('units')
-    .where('meter_id', '=', key.meterId)
-    .where('connection_id', '=', key.connectionId)
-    .where('period_start', '=', key.periodStart)
-    .$call((q) => (dialect === 'postgres' ? q.forUpdate() : q))
-    .executeTakeFirstOrThrow();
-  return BigInt(row.units);
+/** The tier position a request prices at; only where a meter's own pricing applies. */
+export function counterKeyOf(input: ChargeInput, now: Date): CounterKey | null {
+  if (!input.meter || input.pricing) return null;
+  return { meterId: input.meter.id, connectionId: input.connection?.id ?? '', periodStart: monthStart(now) };
 }
 
-async function saveUsageCounter(trx: Transaction<Database>, key: CounterKey, units: bigint): Promise<void> {
+/**
+ * Sorting by this string sorts by (meter, customer, period) as the database orders the key (the
+ * separator sorts below every id character, and '' — no customer — first), so every writer that
+ * locks counters in key order, in SQL or here, locks them in the same order.
+ */
+export const counterId = (key: CounterKey): string => `${key.meterId}\n${key.connectionId}\n${key.periodStart}`;
+
+/**
+ * Reads the (meter, connection) positions for the period and locks them until the transaction
+ * ends, so two concurrent requests can never price at the same tier position. One statement: the
+ * upsert creates a missing row and locks an existing one (its no-op update takes the row lock),
+ * in key order, so transactions locking several counters cannot deadlock.
+ */
+export async function lockUsageCounters(
+  trx: Transaction<Database>,
+  _dialect: Storage['dialect'],
+  keys: CounterKey[],
+): Promise<Map<string, bigint>> {
+  const unique = [...new Map(keys.map((k) => [counterId(k), k])).entries()].sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0));
+  if (unique.length === 0) return new Map();
+  const rows = await trx
+    .insertInto('meter_usage_counters')
+    .values(unique.map(([, k]) => ({ meter_id: k.meterId, connection_id: k.connectionId, period_start: k.periodStart, units: 0n })))
+    .onConflict((oc) =>
+      oc.columns(['meter_id', 'connection_id', 'period_start']).doUpdateSet((eb) => ({ units: eb.ref('meter_usage_counters.units') })),
+    )
+    .returning(['meter_id', 'connection_id', 'period_start', 'units'])
+    .execute();
+  return new Map(
+    rows.map((r) => [counterId({ meterId: r.meter_id, connectionId: r.connection_id, periodStart: r.period_start }), BigInt(r.units)]),
+  );
+}
+
+export async function saveUsageCounters(trx: Transaction<Database>, counters: (CounterKey & { units: bigint })[]): Promise<void> {
+  if (counters.length === 0) return;
+  const ordered = [...counters].sort((a, b) => (counterId(a) < counterId(b) ? -1 : 1));
   await trx
-    .updateTable('meter_usage_counters')
-    .set({ units })
-    .where('meter_id', '=', key.meterId)
-    .where('connection_id', '=', key.connectionId)
-    .where('period_start', '=', key.periodStart)
+    .insertInto('meter_usage_counters')
+    .values(ordered.map((c) => ({ meter_id: c.meterId, connection_id: c.connectionId, period_start: c.periodStart, units: c.units })))
+    .onConflict((oc) => oc.columns(['meter_id', 'connection_id', 'period_start']).doUpdateSet((eb) => ({ units: eb.ref('excluded.units') })))
     .execute();
 }

@@ -1,7 +1,7 @@
 import type { Transaction } from 'kysely';
 import { formatMoney } from '../domain/money.ts';
 import type { Database, WalletsTable } from '../storage/schema.ts';
-import { enqueueEvent } from '../webhooks/outbox.ts';
+import { enqueueEvent, type NewEvent } from '../webhooks/outbox.ts';
 
 type WalletState = Pick<WalletsTable, 'id' | 'merchant_id' | 'owner_type' | 'balance' | 'held'>;
 
@@ -23,19 +23,23 @@ export async function recordWalletBalanceEvent(
   connectionId: string | null,
   at: string,
 ): Promise<void> {
+  await enqueueEvent(trx, walletBalanceEvent(wallet, connectionId, at));
+}
+
+/** The balance-updated event of a wallet in the state given: its customer's, or its merchant's. */
+export function walletBalanceEvent(wallet: WalletState, connectionId: string | null, at: string): NewEvent {
   const balance = {
     wallet_id: wallet.id,
     balance: formatMoney(BigInt(wallet.balance)),
     held: formatMoney(BigInt(wallet.held)),
   };
   if (wallet.owner_type === 'connection' && connectionId) {
-    await enqueueEvent(trx, {
+    return {
       merchantId: wallet.merchant_id,
       type: 'customer.wallet.balance.updated',
       data: { customer_id: connectionId, connection_id: connectionId, ...balance },
       at,
-    });
-  } else {
-    await enqueueEvent(trx, { merchantId: wallet.merchant_id, type: 'merchant.wallet.balance.updated', data: balance, at });
+    };
   }
+  return { merchantId: wallet.merchant_id, type: 'merchant.wallet.balance.updated', data: balance, at };
 }

@@ -78,16 +78,25 @@ export function splitDebit(wallet: WalletRow, amount: bigint): Record<Bucket, bi
  * The caller has already checked the available balance.
  */
 export async function applyDebit(trx: Transaction<Database>, wallet: WalletRow, amount: bigint): Promise<Leg[]> {
-  if (amount === 0n) return [];
-  const split = splitDebit(wallet, amount);
-  wallet.balance -= amount;
-  wallet.cycle_credit -= split.cycle;
-  wallet.bundle_credit -= split.bundle;
+  const legs = debitInMemory(wallet, amount);
+  if (legs.length === 0) return legs;
   await trx
     .updateTable('wallets')
     .set({ balance: wallet.balance, cycle_credit: wallet.cycle_credit, bundle_credit: wallet.bundle_credit })
     .where('id', '=', wallet.id)
     .execute();
+  return legs;
+}
+
+/**
+ * The same debit on the in-memory row only; the caller writes the row back before its transaction ends.
+ */
+export function debitInMemory(wallet: WalletRow, amount: bigint): Leg[] {
+  if (amount === 0n) return [];
+  const split = splitDebit(wallet, amount);
+  wallet.balance -= amount;
+  wallet.cycle_credit -= split.cycle;
+  wallet.bundle_credit -= split.bundle;
   return BUCKET_ORDER.map((b) => ({ account: walletAccount(wallet.id, b), amount: -split[b] }));
 }
 

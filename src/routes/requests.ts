@@ -3,16 +3,17 @@ import { z } from 'zod';
 import { formatMoney } from '../domain/money.ts';
 import { lookupBasePrices } from '../domain/prices.ts';
 import { formatMicros, secondsToMicros, toSeconds, type Usage } from '../domain/pricing.ts';
-import { principalOf } from '../http/auth.ts';
+import { principalOf, type Principal } from '../http/auth.ts';
 import { ApiError, notFound, validationError } from '../http/errors.ts';
 import { metadataFiltersSchema, metadataSchema, parseJsonParam } from '../http/metadata.ts';
 import { assertCursor, pageQuery, pageResponse, toPage, type Page } from '../http/pagination.ts';
 import { idParams, standardErrors } from '../http/schemas.ts';
 import type { App, AppDeps } from '../http/types.ts';
-import { chargeRequest } from '../ledger/charge.ts';
-import { findConnection, findConnectionBySecret } from '../storage/connections.ts';
-import { findMeterBySecret, findMeterBySlug } from '../storage/meters.ts';
+import type { ChargeInput, Refusal } from '../ledger/charge.ts';
+import { ChargeWriter } from '../ledger/charge-writer.ts';
+import type { MeterRow } from '../storage/meters.ts';
 import { findRequestPk, listRequests, type RequestFilters } from '../storage/request-queries.ts';
+import { createRequestLookups, type ChargeParty, type RequestLookups } from '../storage/request-lookups.ts';
 import { findRequestByRequestId, type RequestRow } from '../storage/requests.ts';
 
 const count = z.number().int('must be an integer').min(0, 'must be >= 0').max(Number.MAX_SAFE_INTEGER).default(0);
@@ -241,6 +242,11 @@ const tags = ['requests'];
 
 export function registerRequestRoutes(app: App, deps: AppDeps): void {
   const { storage, config } = deps;
+  const lookups = createRequestLookups(storage);
+  const writer = new ChargeWriter(storage, {
+    onBatchFailure: (err) => app.log.error({ err }, 'a batch of charges failed; charging its requests one by one'),
+  });
+  app.addHook('onClose', () => writer.drain());
 
   /** A stored record answers a repeated request_id: 200 when the body matches, 409 when it does not. */
   const replay = (row: RequestRow, hash: string) => {
@@ -260,58 +266,67 @@ export function registerRequestRoutes(app: App, deps: AppDeps): void {
       },
     },
     async (request, reply) => {
-      const { merchantId, merchantWalletId, serviceChargeRate } = principalOf(request);
-      const body = request.body;
-      const hash = bodyHash(body);
-      // Independent reads, issued together.
-      const [existing, resolved] = await Promise.allSettled([
-        findRequestByRequestId(storage.db, merchantId, body.request_id),
-        resolveConnectionAndMeter(deps, merchantId, body),
-      ]);
-      if (existing.status === 'rejected') throw existing.reason;
-      if (existing.value) return reply.status(200).send(replay(existing.value, hash));
-      if (resolved.status === 'rejected') throw resolved.reason;
-      const { connection, meter } = resolved.value;
-      const basePrices =
-        body.provider && body.model
-          ? lookupBasePrices(body.provider, body.model, {
-              overrides: config.priceOverrides,
-              inputTokens: body.input_tokens,
-            })
-          : null;
-
-      const result = await chargeRequest(storage, {
-        merchant: { id: merchantId, wallet_id: merchantWalletId },
-        connection,
-        meter,
-        requestId: body.request_id,
-        bodyHash: hash,
-        usage: usageOf(body),
-        provider: body.provider ?? 'custom',
-        model: body.model ?? null,
-        endpoint: 'POST /v1/requests',
-        providerKeyType: 'managed',
-        basePrices,
-        serviceChargeRate: serviceChargeRate ?? config.serviceChargeRate,
-        metadata: body.metadata ?? {},
-      });
-      if (result.outcome === 'recorded') return reply.status(201).send(presentRequest(result.row));
-      if (result.outcome === 'insufficient_balance') {
-        const whose = result.payer === 'wallet' ? "The customer's wallet" : "The merchant's wallet";
-        throw new ApiError(
-          'insufficient_balance',
-          `${whose} cannot cover this request: needs ${formatMoney(result.needed)}, has ${formatMoney(result.available)} available.`,
-        );
-      }
-      if (result.outcome === 'amount_too_large') {
-        throw new ApiError('validation_error', 'The usage prices above the largest amount Tollgate records (100000000).');
-      }
-      // A concurrent request with the same request_id won the race; answer as its replay.
-      const stored = await findRequestByRequestId(storage.db, merchantId, body.request_id);
-      if (!stored) throw new ApiError('internal_error');
-      return reply.status(200).send(replay(stored, hash));
+      const { status, row } = await recordRequest(principalOf(request), request.body);
+      return reply.status(status).send(row);
     },
   );
+
+  /**
+   * Records a new request (201), or answers with the record already stored under its request_id
+   * (200, or 409 when the bodies differ) — also when the new attempt would be refused, so a retry
+   * of a recorded request never gets a 402 or a 404.
+   */
+  async function recordRequest(principal: Principal, body: CreateBody): Promise<{ status: 200 | 201; row: RequestRecord }> {
+    const hash = bodyHash(body);
+    const storedOr = async (error: unknown) => {
+      const stored = await lookups.recordByRequestId.load({ merchantId: principal.merchantId, value: body.request_id });
+      if (!stored) throw error;
+      return { status: 200 as const, row: replay(stored, hash) };
+    };
+    // A remembered customer or meter found deleted by the charge is looked up once more.
+    for (let attempt = 1; ; attempt++) {
+      const parties = await resolveConnectionAndMeter(lookups, principal.merchantId, body).catch((e: unknown) => new Unresolved(e));
+      if (parties instanceof Unresolved) return storedOr(parties.error);
+      const outcome = await writer.charge(chargeInputOf(principal, body, hash, parties));
+      switch (outcome.outcome) {
+        case 'recorded':
+          return { status: 201, row: presentRequest(outcome.row) };
+        case 'duplicate':
+          // A concurrent request with the same request_id won the race; answer as its replay.
+          return storedOr(new ApiError('internal_error'));
+        case 'insufficient_balance':
+          return storedOr(insufficientBalance(outcome));
+        case 'amount_too_large':
+          return storedOr(new ApiError('validation_error', 'The usage prices above the largest amount Tollgate records (100000000).'));
+        case 'customer_deleted':
+        case 'meter_deleted':
+          forgetParties(lookups, principal.merchantId, body);
+          if (attempt === 2) return storedOr(new ApiError('not_found', 'The customer or meter of this request was deleted.'));
+      }
+    }
+  }
+
+  function chargeInputOf(principal: Principal, body: CreateBody, hash: string, parties: Parties): ChargeInput {
+    const basePrices =
+      body.provider && body.model
+        ? lookupBasePrices(body.provider, body.model, { overrides: config.priceOverrides, inputTokens: body.input_tokens })
+        : null;
+    return {
+      merchant: { id: principal.merchantId, wallet_id: principal.merchantWalletId },
+      connection: parties.connection,
+      meter: parties.meter,
+      requestId: body.request_id,
+      bodyHash: hash,
+      usage: usageOf(body),
+      provider: body.provider ?? 'custom',
+      model: body.model ?? null,
+      endpoint: 'POST /v1/requests',
+      providerKeyType: 'managed',
+      basePrices,
+      serviceChargeRate: principal.serviceChargeRate ?? config.serviceChargeRate,
+      metadata: body.metadata ?? {},
+    };
+  }
 
   app.get(
     '/requests',
@@ -337,11 +352,14 @@ export function registerRequestRoutes(app: App, deps: AppDeps): void {
   );
 }
 
-async function resolveConnectionAndMeter({ storage }: AppDeps, merchantId: string, body: CreateBody) {
+type Parties = { connection: ChargeParty; meter: MeterRow };
+
+async function resolveConnectionAndMeter(lookups: RequestLookups, merchantId: string, body: CreateBody): Promise<Parties> {
+  const within = (value: string) => ({ merchantId, value });
   if (body.connection_secret && body.product_secret) {
     const [connection, meter] = await Promise.all([
-      findConnectionBySecret(storage, merchantId, body.connection_secret),
-      findMeterBySecret(storage, merchantId, body.product_secret),
+      lookups.customerBySecret.load(within(body.connection_secret)),
+      lookups.meterBySecret.load(within(body.product_secret)),
     ]);
     if (!connection) throw new ApiError('not_found', 'No connection with that connection_secret.');
     if (!meter) throw new ApiError('not_found', 'No product (meter) with that product_secret.');
@@ -349,10 +367,32 @@ async function resolveConnectionAndMeter({ storage }: AppDeps, merchantId: strin
   }
   const customerId = (body.customer_id ?? body.connection_id)!;
   const [connection, meter] = await Promise.all([
-    findConnection(storage, merchantId, customerId),
-    findMeterBySlug(storage, merchantId, body.meter_slug!),
+    lookups.customerById.load(within(customerId)),
+    lookups.meterBySlug.load(within(body.meter_slug!)),
   ]);
   if (!connection) throw notFound('customer', customerId);
   if (!meter) throw new ApiError('not_found', `No meter with meter_slug ${body.meter_slug}.`);
   return { connection, meter };
+}
+
+function forgetParties(lookups: RequestLookups, merchantId: string, body: CreateBody): void {
+  const within = (value: string) => ({ merchantId, value });
+  if (body.connection_secret) lookups.customerBySecret.forget(within(body.connection_secret));
+  if (body.product_secret) lookups.meterBySecret.forget(within(body.product_secret));
+  const customerId = body.customer_id ?? body.connection_id;
+  if (customerId) lookups.customerById.forget(within(customerId));
+  if (body.meter_slug) lookups.meterBySlug.forget(within(body.meter_slug));
+}
+
+function insufficientBalance(refusal: Refusal): ApiError {
+  const whose = refusal.payer === 'wallet' ? "The customer's wallet" : "The merchant's wallet";
+  return new ApiError(
+    'insufficient_balance',
+    `${whose} cannot cover this request: needs ${formatMoney(refusal.needed)}, has ${formatMoney(refusal.available)} available.`,
+  );
+}
+
+/** Why the body's customer or meter could not be found (a 404), kept until a stored record is ruled out. */
+class Unresolved {
+  constructor(readonly error: unknown) {}
 }

@@ -1,5 +1,5 @@
 import type { Transaction } from 'kysely';
-import type { Database, RequestsTable } from './schema.ts';
+import type { Database, RequestMetadataTable, RequestsTable, UsageRollupsTable } from './schema.ts';
 
 export type RequestRow = RequestsTable;
 
@@ -17,15 +17,30 @@ export function bucketStart(iso: string): string {
  */
 export async function insertRequestRecord(trx: Transaction<Database>, row: RequestRow): Promise<RequestRow> {
   await trx.insertInto('requests').values(row).execute();
-  const metadata = Object.entries(JSON.parse(row.metadata) as Record<string, string>);
-  if (metadata.length > 0) {
-    await trx
-      .insertInto('request_metadata')
-      .values(metadata.map(([key, value]) => ({ request_pk: row.id, merchant_id: row.merchant_id, key, value, created_at: row.created_at })))
-      .execute();
-  }
-  if (row.status !== 'pending') await addToRollup(trx, row);
+  await insertMetadata(trx, [row]);
+  if (row.status !== 'pending') await addToRollups(trx, [row]);
   return row;
+}
+
+async function insertMetadata(trx: Transaction<Database>, rows: RequestRow[]): Promise<void> {
+  await insertMetadataRows(trx, metadataRows(rows));
+}
+
+export async function insertMetadataRows(trx: Transaction<Database>, rows: RequestMetadataTable[]): Promise<void> {
+  if (rows.length > 0) await trx.insertInto('request_metadata').values(rows).execute();
+}
+
+/** One row per metadata pair of each record (filters and GET /usage read these). */
+export function metadataRows(records: RequestRow[]): RequestMetadataTable[] {
+  return records.flatMap((row) =>
+    Object.entries(JSON.parse(row.metadata) as Record<string, string>).map(([key, value]) => ({
+      request_pk: row.id,
+      merchant_id: row.merchant_id,
+      key,
+      value,
+      created_at: row.created_at,
+    })),
+  );
 }
 
 /**
@@ -42,7 +57,7 @@ export async function completePendingRecord(trx: Transaction<Database>, row: Req
     .returningAll()
     .executeTakeFirst();
   if (!stored) throw new Error(`request record ${id} is not pending`);
-  await addToRollup(trx, { ...stored, created_at });
+  await addToRollups(trx, [{ ...stored, created_at }]);
   return stored;
 }
 
@@ -55,44 +70,77 @@ export async function failPendingRecord(trx: Transaction<Database>, id: string, 
     .where('status', '=', 'pending')
     .returningAll()
     .executeTakeFirst();
-  if (stored) await addToRollup(trx, stored);
+  if (stored) await addToRollups(trx, [stored]);
   return stored !== undefined;
 }
 
-async function addToRollup(trx: Transaction<Database>, row: RequestRow): Promise<void> {
-  const add = {
-    requests: 1n,
-    tokens: row.input_tokens + row.output_tokens,
-    usage_cost: row.input_cost + row.output_cost,
-    fee: row.fee_amount,
-    service_charge: row.service_charge_amount,
-    request_cost: row.total_request_cost,
-    wallet_cost: row.total_wallet_cost,
-    merchant_cost: row.total_merchant_cost,
-  };
-  await trx
-    .insertInto('usage_rollups')
-    .values({
+async function addToRollups(trx: Transaction<Database>, rows: RequestRow[]): Promise<void> {
+  await upsertRollups(trx, rollupAdditions(rows));
+}
+
+/**
+ * What records add to their 15-minute usage rollups: one row per (merchant, bucket, customer,
+ * meter), summed in memory, in key order (concurrent writers lock rollup rows in one order).
+ */
+export function rollupAdditions(rows: RequestRow[]): UsageRollupsTable[] {
+  const byKey = new Map<string, UsageRollupsTable>();
+  for (const row of rows) {
+    const key = {
       merchant_id: row.merchant_id,
       bucket_start: bucketStart(row.created_at),
       connection_id: row.connection_id ?? '',
       meter_id: row.meter_id ?? '',
-      ...add,
-    })
+    };
+    const id = `${key.merchant_id}\n${key.bucket_start}\n${key.connection_id}\n${key.meter_id}`;
+    const sum = byKey.get(id) ?? { ...key, ...ZERO_ROLLUP };
+    sum.requests += 1n;
+    sum.tokens += row.input_tokens + row.output_tokens;
+    sum.usage_cost += row.input_cost + row.output_cost;
+    sum.fee += row.fee_amount;
+    sum.service_charge += row.service_charge_amount;
+    sum.request_cost += row.total_request_cost;
+    sum.wallet_cost += row.total_wallet_cost;
+    sum.merchant_cost += row.total_merchant_cost;
+    byKey.set(id, sum);
+  }
+  return [...byKey.entries()].sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0)).map(([, v]) => v);
+}
+
+/** The rollup columns that accumulate; everything else in a rollup row is its key. */
+export const ROLLUP_SUMS = [
+  'requests',
+  'tokens',
+  'usage_cost',
+  'fee',
+  'service_charge',
+  'request_cost',
+  'wallet_cost',
+  'merchant_cost',
+] as const;
+
+export async function upsertRollups(trx: Transaction<Database>, additions: UsageRollupsTable[]): Promise<void> {
+  if (additions.length === 0) return;
+  await trx
+    .insertInto('usage_rollups')
+    .values(additions)
     .onConflict((oc) =>
-      oc.columns(['merchant_id', 'bucket_start', 'connection_id', 'meter_id']).doUpdateSet((eb) => ({
-        requests: eb('usage_rollups.requests', '+', eb.ref('excluded.requests')),
-        tokens: eb('usage_rollups.tokens', '+', eb.ref('excluded.tokens')),
-        usage_cost: eb('usage_rollups.usage_cost', '+', eb.ref('excluded.usage_cost')),
-        fee: eb('usage_rollups.fee', '+', eb.ref('excluded.fee')),
-        service_charge: eb('usage_rollups.service_charge', '+', eb.ref('excluded.service_charge')),
-        request_cost: eb('usage_rollups.request_cost', '+', eb.ref('excluded.request_cost')),
-        wallet_cost: eb('usage_rollups.wallet_cost', '+', eb.ref('excluded.wallet_cost')),
-        merchant_cost: eb('usage_rollups.merchant_cost', '+', eb.ref('excluded.merchant_cost')),
-      })),
+      oc
+        .columns(['merchant_id', 'bucket_start', 'connection_id', 'meter_id'])
+        .doUpdateSet((eb) => Object.fromEntries(ROLLUP_SUMS.map((c) => [c, eb(`usage_rollups.${c}`, '+', eb.ref(`excluded.${c}`))]))),
     )
     .execute();
 }
+
+const ZERO_ROLLUP = {
+  requests: 0n,
+  tokens: 0n,
+  usage_cost: 0n,
+  fee: 0n,
+  service_charge: 0n,
+  request_cost: 0n,
+  wallet_cost: 0n,
+  merchant_cost: 0n,
+};
 
 export async function findRequestByRequestId(
   db: Transaction<Database> | import('kysely').Kysely<Database>,

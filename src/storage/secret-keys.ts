@@ -26,8 +26,8 @@ export async function insertSecretKey(
   return { row, secret };
 }
 
-/** An active key with what every authenticated request needs of its merchant, in one read. */
-export async function findActiveKeyByHash(db: Kysely<Database>, keyHash: string) {
+/** Active keys with what every authenticated request needs of their merchant, in one read. */
+export async function findActiveKeysByHash(db: Kysely<Database>, keyHashes: string[]) {
   return db
     .selectFrom('secret_keys')
     .innerJoin('merchants', 'merchants.id', 'secret_keys.merchant_id')
@@ -38,10 +38,12 @@ export async function findActiveKeyByHash(db: Kysely<Database>, keyHash: string)
       'merchants.wallet_id as merchant_wallet_id',
       'merchants.service_charge_rate',
     ])
-    .where('secret_keys.key_hash', '=', keyHash)
+    .where('secret_keys.key_hash', 'in', keyHashes)
     .where('secret_keys.revoked_at', 'is', null)
-    .executeTakeFirst();
+    .execute();
 }
+
+export type ActiveKeyRow = Awaited<ReturnType<typeof findActiveKeysByHash>>[number];
 
 /**
  * Revokes a key unless it is the merchant's last active one. Runs in one transaction that

@@ -1,0 +1,239 @@
+import type { Transaction } from 'kysely';
+import { newId } from '../domain/ids.ts';
+import type { PricedRequest } from '../domain/pricing.ts';
+import { writeBatch, type BatchRows } from '../storage/batch-write.ts';
+import type { Storage } from '../storage/db.ts';
+import type { MeterRow } from '../storage/meters.ts';
+import { metadataRows, rollupAdditions, type RequestRow } from '../storage/requests.ts';
+import type { Database } from '../storage/schema.ts';
+import { eventRows, type NewEvent } from '../webhooks/outbox.ts';
+import {
+  buildRequestRecord,
+  chargeLegs,
+  chargeTransaction,
+  counterId,
+  counterKeyOf,
+  lockUsageCounters,
+  mayChargeMerchantWallet,
+  payerWalletOf,
+  priceCharge,
+  refusalOf,
+  type ChargeInput,
+  type ChargeOutcome,
+  type CounterKey,
+} from './charge.ts';
+import { walletBalanceEvent } from './events.ts';
+import { ledgerRows, type LedgerTransactionInput } from './postings.ts';
+import { debitInMemory, type WalletRow } from './wallets.ts';
+
+/** What a batch answers for each request: a charge outcome, or that its customer or meter is gone. */
+export type BatchOutcome = ChargeOutcome | { outcome: 'customer_deleted' } | { outcome: 'meter_deleted' };
+
+/**
+ * Charges several POST /requests at once, in one database transaction: the same decisions
+ * `chargeRequest` makes for each, taken in the order given, with each table written once for the
+ * whole batch. A request that cannot be paid (or prices too high) is refused alone; the others
+ * are unaffected. A request whose request_id turns out to be recorded already is answered
+ * `duplicate` and the batch is retried without it, so nothing of it is written.
+ *
+ * Callers may hand in customers and meters they remembered: the batch prices with the meters as
+ * they are now (read anew by id) and answers `customer_deleted` / `meter_deleted` for a request
+ * whose customer or meter was deleted since.
+ *
+ * Only charges without holds or pending records belong here (POST /requests).
+ */
+export async function chargeBatch(storage: Storage, inputs: ChargeInput[], now = new Date()): Promise<BatchOutcome[]> {
+  if (inputs.some((input) => input.holdId || input.holdIds?.length || input.pendingRecordId)) {
+    throw new Error('a batch takes no holds or pending records');
+  }
+  const duplicates = new Set<ChargeInput>();
+  for (;;) {
+    // Meters need no lock (a tier change racing a charge may apply from the next batch on), so
+    // they are read beside the transaction's first statements rather than before them.
+    const meters = readLiveMeters(storage, inputs);
+    meters.catch(() => {});
+    const attempt = await storage.db
+      .transaction()
+      .execute((trx) => chargeBatchInTransaction(trx, storage.dialect, { inputs, duplicates, meters, now }))
+      .catch((e: unknown) => {
+        if (e instanceof RequestIdsTaken) return e;
+        throw e;
+      });
+    if (!(attempt instanceof RequestIdsTaken)) return attempt;
+    // Each retry drops at least one request, so this ends.
+    for (const input of attempt.inputs) duplicates.add(input);
+  }
+}
+
+/** Rolls the batch back: some records' request_ids were taken by a transaction that committed first. */
+class RequestIdsTaken extends Error {
+  constructor(readonly inputs: ChargeInput[]) {
+    super('request ids taken');
+  }
+}
+
+async function readLiveMeters(storage: Storage, inputs: ChargeInput[]): Promise<Map<string, MeterRow>> {
+  const ids = [...new Set(inputs.flatMap((input) => (input.meter ? [input.meter.id] : [])))];
+  if (ids.length === 0) return new Map();
+  const rows = await storage.db.selectFrom('meters').selectAll().where('id', 'in', ids).where('deleted_at', 'is', null).execute();
+  return new Map(rows.map((row) => [row.id, row]));
+}
+
+type Charged = {
+  /** The request as priced: with the meter as it is now. */
+  input: ChargeInput;
+  priced: PricedRequest;
+  record: RequestRow;
+  transaction: LedgerTransactionInput;
+  events: NewEvent[];
+};
+
+type Attempt = { inputs: ChargeInput[]; duplicates: Set<ChargeInput>; meters: Promise<Map<string, MeterRow>>; now: Date };
+
+async function chargeBatchInTransaction(
+  trx: Transaction<Database>,
+  dialect: Storage['dialect'],
+  { inputs, duplicates, meters, now }: Attempt,
+): Promise<BatchOutcome[]> {
+  const at = now.toISOString();
+  const live = inputs.filter((input) => !duplicates.has(input));
+
+  // Locks in one global order — tier counters by key, then wallets by id — as chargeRequest does.
+  const counterKeys = new Map<ChargeInput, CounterKey>();
+  for (const input of live) {
+    const key = counterKeyOf(input, now);
+    if (key) counterKeys.set(input, key);
+  }
+  const positions = await lockUsageCounters(trx, dialect, [...counterKeys.values()]);
+  const walletIds = live.flatMap((input) => [payerWalletOf(input), ...(mayChargeMerchantWallet(input) ? [input.merchant.wallet_id] : [])]);
+  const { wallets, liveCustomers } = await lockWalletsWithCustomers(trx, dialect, walletIds);
+  const liveMeters = await meters;
+
+  const outcomes = new Map<ChargeInput, BatchOutcome>();
+  const charged: Charged[] = [];
+  const sources = new Map<Charged, ChargeInput>();
+  const changedCounters = new Map<string, CounterKey & { units: bigint }>();
+  for (const input of live) {
+    if (input.connection && !liveCustomers.has(input.connection.id)) {
+      outcomes.set(input, { outcome: 'customer_deleted' });
+      continue;
+    }
+    const meter = input.meter && liveMeters.get(input.meter.id);
+    if (meter === undefined) {
+      outcomes.set(input, { outcome: 'meter_deleted' });
+      continue;
+    }
+    const key = counterKeys.get(input);
+    const decision = decide({ ...input, meter }, key ? (positions.get(counterId(key)) ?? 0n) : 0n, wallets, at);
+    if ('outcome' in decision) {
+      outcomes.set(input, decision);
+      continue;
+    }
+    charged.push(decision);
+    sources.set(decision, input);
+    outcomes.set(input, { outcome: 'recorded', row: decision.record, priced: decision.priced });
+    if (key) {
+      positions.set(counterId(key), decision.priced.accumulatedUnits);
+      changedCounters.set(counterId(key), { ...key, units: decision.priced.accumulatedUnits });
+    }
+  }
+
+  const { taken } = await writeBatch(trx, dialect, batchRows(charged, wallets, [...changedCounters.values()]));
+  if (taken.length > 0) {
+    const takenIds = new Set(taken);
+    throw new RequestIdsTaken(charged.filter((c) => takenIds.has(c.record.id)).map((c) => sources.get(c)!));
+  }
+  return inputs.map((input) => (duplicates.has(input) ? { outcome: 'duplicate' } : outcomes.get(input)!));
+}
+
+/**
+ * Locks wallets in id order (as lockWallets does) and tells, in the same statement, which of their
+ * customers are still live: a customer deleted after the caller looked it up is charged nothing.
+ */
+async function lockWalletsWithCustomers(
+  trx: Transaction<Database>,
+  dialect: Storage['dialect'],
+  ids: string[],
+): Promise<{ wallets: Map<string, WalletRow>; liveCustomers: Set<string> }> {
+  const unique = [...new Set(ids)].sort();
+  if (unique.length === 0) return { wallets: new Map(), liveCustomers: new Set() };
+  const rows = await trx
+    .selectFrom('wallets')
+    .leftJoin('connections', (join) => join.onRef('connections.wallet_id', '=', 'wallets.id').on('connections.deleted_at', 'is', null))
+    .selectAll('wallets')
+    .select('connections.id as live_customer_id')
+    .where('wallets.id', 'in', unique)
+    .orderBy('wallets.id')
+    .$call((q) => (dialect === 'postgres' ? q.forUpdate(['wallets']) : q))
+    .execute();
+  const wallets = new Map<string, WalletRow>();
+  const liveCustomers = new Set<string>();
+  for (const { live_customer_id, ...wallet } of rows) {
+    wallets.set(wallet.id, wallet);
+    if (live_customer_id) liveCustomers.add(live_customer_id);
+  }
+  return { wallets, liveCustomers };
+}
+
+/**
+ * Prices one request at the current position and, when its wallets can pay, debits them in memory
+ * and builds everything that records it. A refusal changes nothing.
+ */
+function decide(
+  input: ChargeInput,
+  accumulated: bigint,
+  wallets: Map<string, WalletRow>,
+  at: string,
+): Charged | Exclude<ChargeOutcome, { outcome: 'recorded' | 'duplicate' }> {
+  const priced = priceCharge(input, accumulated);
+  if (priced === 'amount_too_large') return { outcome: 'amount_too_large' };
+  const customerWallet = wallets.get(payerWalletOf(input))!;
+  const merchantWallet = wallets.get(input.merchant.wallet_id);
+  const refusal = refusalOf(priced, customerWallet, merchantWallet);
+  if (refusal) return { outcome: 'insufficient_balance', ...refusal };
+
+  const debits = [
+    ...debitInMemory(customerWallet, priced.totals.wallet),
+    ...(merchantWallet ? debitInMemory(merchantWallet, priced.totals.merchant) : []),
+  ];
+  const requestPk = newId('request');
+  // Each balance change emits an event with the balance it left, as chargeRequest does.
+  const changed = new Set<WalletRow>();
+  if (priced.totals.wallet !== 0n) changed.add(customerWallet);
+  if (priced.totals.merchant !== 0n && merchantWallet) changed.add(merchantWallet);
+  const connectionId = input.connection?.id ?? null;
+  const events = [...changed].map((w) => walletBalanceEvent(w, w === customerWallet ? connectionId : null, at));
+  return {
+    input,
+    priced,
+    record: buildRequestRecord(input, priced, requestPk, at),
+    transaction: chargeTransaction(input, requestPk, chargeLegs(input, priced, debits), at),
+    events,
+  };
+}
+
+/** Everything the charged requests write: records, metadata, rollups, balances, tier positions, ledger, events. */
+function batchRows(charged: Charged[], wallets: Map<string, WalletRow>, counters: (CounterKey & { units: bigint })[]): BatchRows {
+  const records = charged.map((c) => c.record);
+  const ledger = ledgerRows(charged.map((c) => c.transaction));
+  const debited = new Set(charged.flatMap((c) => walletsDebitedBy(c, wallets)));
+  return {
+    requests: records,
+    metadata: metadataRows(records),
+    rollups: rollupAdditions(records),
+    wallets: [...debited].sort((a, b) => (a.id < b.id ? -1 : 1)),
+    counters: [...counters]
+      .sort((a, b) => (counterId(a) < counterId(b) ? -1 : 1))
+      .map((c) => ({ meter_id: c.meterId, connection_id: c.connectionId, period_start: c.periodStart, units: c.units })),
+    transactions: ledger.transactions,
+    postings: ledger.postings,
+    events: eventRows(charged.flatMap((c) => c.events)),
+  };
+}
+
+function walletsDebitedBy({ input, priced }: Charged, wallets: Map<string, WalletRow>): WalletRow[] {
+  const debited: WalletRow[] = [];
+  if (priced.totals.wallet !== 0n) debited.push(wallets.get(payerWalletOf(input))!);
+  if (priced.totals.merchant !== 0n) debited.push(wallets.get(input.merchant.wallet_id)!);
+  return debited;
+}

@@ -1,0 +1,171 @@
+import type { Storage } from '../storage/db.ts';
+import { chargeBatch, type BatchOutcome } from './charge-batch.ts';
+import { payerWalletOf, type ChargeInput } from './charge.ts';
+
+type Waiting = {
+  input: ChargeInput;
+  resolve: (outcome: BatchOutcome) => void;
+  reject: (error: unknown) => void;
+};
+
+type Batch = { batch: Waiting[]; copies: Map<Waiting, Waiting[]> };
+
+/** Large enough to take every request a busy instance has waiting; small enough for any engine's parameter limit. */
+const MAX_BATCH = 256;
+
+export type WriterOptions = {
+  /** Batches written at the same time, each for its own share of the paying wallets. */
+  lanes?: number;
+  /** Told when a batch fails as a whole and its requests are charged one by one. */
+  onBatchFailure?: (error: unknown) => void;
+};
+
+/**
+ * Group commit for POST /requests. Charges that arrive while a batch is being written wait and
+ * then go together in the next one: one transaction, one commit and a fixed number of statements
+ * for the whole batch instead of a dozen round trips per request, most of them made while the
+ * customer's rows are locked. Every decision is still taken inside the database transaction under
+ * row locks (chargeBatch), so instances sharing a database stay exact; only the queueing is in
+ * process.
+ *
+ * Charges are spread over lanes by paying wallet: batches of different lanes lock different
+ * customers' rows, so they run side by side instead of waiting for each other, and one wallet's
+ * charges stay in arrival order.
+ */
+export class ChargeWriter {
+  readonly #lanes: ChargeLane[];
+
+  constructor(storage: Storage, opts: WriterOptions = {}) {
+    const count = Math.max(1, opts.lanes ?? 1);
+    this.#lanes = Array.from({ length: count }, () => new ChargeLane(storage, opts.onBatchFailure ?? (() => {})));
+  }
+
+  charge(input: ChargeInput): Promise<BatchOutcome> {
+    return this.#lanes[laneOf(payerWalletOf(input), this.#lanes.length)]!.charge(input);
+  }
+
+  /** Resolves once every charge handed in so far is answered. */
+  async drain(): Promise<void> {
+    await Promise.all(this.#lanes.map((lane) => lane.drain()));
+  }
+}
+
+/** A stable spread of wallet ids over lanes (FNV-1a). */
+function laneOf(walletId: string, lanes: number): number {
+  if (lanes === 1) return 0;
+  let hash = 0x811c9dc5;
+  for (let i = 0; i < walletId.length; i++) hash = Math.imul(hash ^ walletId.charCodeAt(i), 0x01000193);
+  return (hash >>> 0) % lanes;
+}
+
+/**
+ * One batch at a time. A batch holds one request per (merchant, request_id); a copy waits for the
+ * first: if that one is recorded, the copy is a duplicate, otherwise it is tried in the next batch.
+ */
+class ChargeLane {
+  readonly #storage: Storage;
+  readonly #onBatchFailure: (error: unknown) => void;
+  #queue: Waiting[] = [];
+  #writing = false;
+  #scheduled = false;
+  #drained: (() => void)[] = [];
+
+  constructor(storage: Storage, onBatchFailure: (error: unknown) => void) {
+    this.#storage = storage;
+    this.#onBatchFailure = onBatchFailure;
+  }
+
+  charge(input: ChargeInput): Promise<BatchOutcome> {
+    return new Promise((resolve, reject) => {
+      this.#queue.push({ input, resolve, reject });
+      this.#schedule();
+    });
+  }
+
+  drain(): Promise<void> {
+    if (!this.#writing && !this.#scheduled && this.#queue.length === 0) return Promise.resolve();
+    return new Promise((resolve) => this.#drained.push(resolve));
+  }
+
+  /** The first charge of an idle lane waits one turn of the event loop for others arriving with it. */
+  #schedule(): void {
+    if (this.#writing || this.#scheduled) return;
+    this.#scheduled = true;
+    setImmediate(() => {
+      this.#scheduled = false;
+      void this.#writeWhileQueued();
+    });
+  }
+
+  async #writeWhileQueued(): Promise<void> {
+    this.#writing = true;
+    try {
+      while (this.#queue.length > 0) await this.#write(this.#takeBatch());
+    } finally {
+      this.#writing = false;
+      for (const resolve of this.#drained.splice(0)) resolve();
+    }
+  }
+
+  /** Up to MAX_BATCH charges in arrival order, one per request_id; copies stay queued behind their first. */
+  #takeBatch(): Batch {
+    const batch: Waiting[] = [];
+    const copies = new Map<Waiting, Waiting[]>();
+    const firstById = new Map<string, Waiting>();
+    const rest: Waiting[] = [];
+    for (const waiting of this.#queue) {
+      const id = `${waiting.input.merchant.id}\n${waiting.input.requestId}`;
+      const first = firstById.get(id);
+      if (first) copies.get(first)!.push(waiting);
+      else if (batch.length < MAX_BATCH) {
+        batch.push(waiting);
+        firstById.set(id, waiting);
+        copies.set(waiting, []);
+      } else rest.push(waiting);
+    }
+    this.#queue = rest;
+    return { batch, copies };
+  }
+
+  async #write({ batch, copies }: Batch): Promise<void> {
+    const outcomes = await this.#charge(batch);
+    const retry: Waiting[] = [];
+    batch.forEach((waiting, i) => {
+      const outcome = outcomes[i]!;
+      if (outcome instanceof Failure) waiting.reject(outcome.error);
+      else waiting.resolve(outcome);
+      const followers = copies.get(waiting)!;
+      // The route answers a duplicate by reading the stored record back.
+      if (!(outcome instanceof Failure) && outcome.outcome === 'recorded') {
+        for (const copy of followers) copy.resolve({ outcome: 'duplicate' });
+      } else retry.push(...followers);
+    });
+    this.#queue.unshift(...retry);
+  }
+
+  /**
+   * One transaction for the batch. Should it fail as a whole (a database error, not a refusal),
+   * each request is charged in a batch of its own, so one bad request cannot fail the others.
+   */
+  async #charge(batch: Waiting[]): Promise<(BatchOutcome | Failure)[]> {
+    try {
+      return await chargeBatch(this.#storage, batch.map((w) => w.input));
+    } catch (error) {
+      if (batch.length === 1) return [new Failure(error)];
+      this.#onBatchFailure(error);
+      return Promise.all(
+        batch.map(async (w) => {
+          try {
+            return (await chargeBatch(this.#storage, [w.input]))[0]!;
+          } catch (e) {
+            return new Failure(e);
+          }
+        }),
+      );
+    }
+  }
+}
+
+class Failure {
+  constructor(readonly error: unknown) {}
+}
