@@ -24,6 +24,11 @@ const MAX_BATCH = 64;
 export type BatchJob<I, O> = {
   /** Jobs run in this order inside a batch: settlements (which release holds) before admissions. */
   order: number;
+  /**
+   * Work off the response path may wait this long for a batch to join (on an idle instance, a
+   * settlement then shares the commit of the next admission) instead of starting its own.
+   */
+  waitMs?: number;
   /** Runs several members inside the batch's transaction; returns one outcome per member, in order. */
   inTransaction(trx: Transaction<Database>, dialect: Storage['dialect'], inputs: I[]): Promise<O[]>;
   /**
@@ -46,6 +51,8 @@ export class GatewayWriter {
   readonly #log: Pick<FastifyBaseLogger, 'warn'> | undefined;
   #queue: Waiting[] = [];
   #busy = false;
+  /** Set while only work that may wait is queued (see BatchJob.waitMs). */
+  #lazy: NodeJS.Timeout | undefined;
   #drained: (() => void)[] = [];
 
   constructor(storage: Storage, log?: Pick<FastifyBaseLogger, 'warn'>) {
@@ -56,18 +63,26 @@ export class GatewayWriter {
   run<I, O>(job: BatchJob<I, O>, input: I): Promise<O> {
     return new Promise<O>((resolve, reject) => {
       this.#queue.push({ job: job as BatchJob<unknown, unknown>, input, resolve: resolve as (o: unknown) => void, reject });
-      if (!this.#busy) {
-        this.#busy = true;
-        // One turn of the event loop: requests read in the same turn go in the same batch.
-        setImmediate(() => void this.#writeWhileQueued());
-      }
+      if (this.#busy) return;
+      if (job.waitMs === undefined) this.#start();
+      else this.#lazy ??= setTimeout(() => this.#start(), job.waitMs);
     });
   }
 
-  /** Resolves once everything handed in so far is written. */
+  /** Resolves once everything handed in so far is written (work that may wait starts now). */
   drain(): Promise<void> {
+    if (this.#lazy) this.#start();
     if (!this.#busy) return Promise.resolve();
     return new Promise((resolve) => this.#drained.push(resolve));
+  }
+
+  #start(): void {
+    if (this.#lazy) clearTimeout(this.#lazy);
+    this.#lazy = undefined;
+    if (this.#busy) return;
+    this.#busy = true;
+    // One turn of the event loop: requests read in the same turn go in the same batch.
+    setImmediate(() => void this.#writeWhileQueued());
   }
 
   async #writeWhileQueued(): Promise<void> {

@@ -705,6 +705,14 @@ async function failInTransaction(trx: Transaction<Database>, dialect: Storage['d
   return inputs.map(() => undefined);
 }
 
+/** How long a settlement may wait for other work to share its transaction (it is off the response path). */
+const SETTLEMENT_WAIT_MS = 5;
+
 /** Settlement and failure as group-commit jobs (gateway/writer.ts); they run before admissions. */
-export const SETTLE_JOB: BatchJob<SettleInput, ChargeOutcome> = { order: 0, inTransaction: settleInTransaction, alone: settleRequest };
-export const FAIL_JOB: BatchJob<FailInput, void> = { order: 0, inTransaction: failInTransaction, alone: failRequest };
+export const SETTLE_JOB: BatchJob<SettleInput, ChargeOutcome> = {
+  order: 0,
+  waitMs: SETTLEMENT_WAIT_MS,
+  inTransaction: settleInTransaction,
+  alone: settleRequest,
+};
+export const FAIL_JOB: BatchJob<FailInput, void> = { order: 0, waitMs: SETTLEMENT_WAIT_MS, inTransaction: failInTransaction, alone: failRequest };
