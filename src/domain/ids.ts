@@ -1,11 +1,25 @@
-import { randomBytes } from 'node:crypto';
+import { randomBytes, randomFillSync } from 'node:crypto';
 import { monotonicFactory } from 'ulid';
+
+/**
+ * ulid's own generator asks the system for randomness once per character (16 calls per new
+ * millisecond); each is a system call. This one hands out bytes of a pool filled 4 KiB at a time.
+ */
+const pool = new Uint8Array(4096);
+let poolAt = pool.length;
+function pooledRandom(): number {
+  if (poolAt >= pool.length) {
+    randomFillSync(pool);
+    poolAt = 0;
+  }
+  return pool[poolAt++]! / 256;
+}
 
 /**
  * Monotonic: ids made in the same millisecond still sort in creation order (lists rely on it),
  * and the factory draws randomness once per millisecond instead of per id, which is ~70x faster.
  */
-const ulid = monotonicFactory();
+const ulid = monotonicFactory(pooledRandom);
 
 /** Every id carries a prefix naming its kind; the ULID body sorts by creation time. */
 export const ID_PREFIX = {

@@ -453,6 +453,7 @@ async function settleInTransaction(trx: Transaction<Database>, dialect: Storage[
   // release the holds, debit, and write the ledger and the balance events.
   const walletIds = inputs.flatMap((input) => [input.billing.connection?.wallet_id ?? input.billing.merchantWalletId, input.billing.merchantWalletId]);
   const wallets = await lockWallets(trx, dialect, walletIds);
+  const lockedState = new Map([...wallets.values()].map((w) => [w.id, walletState(w)]));
   const holdIds = inputs.flatMap((input) => input.holdIds);
   const released = holdIds.length
     ? await trx
@@ -500,6 +501,8 @@ async function settleInTransaction(trx: Transaction<Database>, dialect: Storage[
   }
 
   for (const wallet of changedWallets) {
+    const was = lockedState.get(wallet.id)!;
+    if (was === walletState(wallet)) continue;
     await trx
       .updateTable('wallets')
       .set({ balance: wallet.balance, cycle_credit: wallet.cycle_credit, bundle_credit: wallet.bundle_credit, held: wallet.held })
@@ -516,6 +519,8 @@ async function settleInTransaction(trx: Transaction<Database>, dialect: Storage[
   for (const { input, outcome } of withKeys) await finishReservation(trx, dialect, input.recordId, spendOf(outcome));
   return outcomes;
 }
+
+const walletState = (w: WalletRow) => `${w.balance} ${w.cycle_credit} ${w.bundle_credit} ${w.held}`;
 
 type CounterKey = { meterId: string; connectionId: string; periodStart: string };
 const counterId = (k: CounterKey) => `${k.meterId}\n${k.connectionId}\n${k.periodStart}`;
