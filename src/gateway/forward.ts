@@ -26,6 +26,8 @@ export type Gateway = {
   writer: GatewayWriter;
   /** True once the app started closing (hijacked responses then close their connections). */
   closing: boolean;
+  /** Base prices by provider and model (see pricesOf). */
+  prices: Map<string, { prices: BasePrices | null; until: number }>;
 };
 
 /** The forward gateway's shared parts; closing the app waits for settlements in flight. */
@@ -45,6 +47,7 @@ export function createGateway(deps: AppDeps, app: App): Gateway {
     settlements: new Settlements(app.log, settlementWriter),
     writer,
     closing: false,
+    prices: new Map(),
   };
   app.addHook('preClose', async () => {
     gateway.closing = true;
@@ -93,6 +96,22 @@ export function registerForwardRoutes(app: App, deps: AppDeps, gateway: Gateway)
       await forwardRequest(deps, gateway, request, reply, { target, billing, metadata: metadataOf(request, params.get('metadata')) });
     },
   });
+}
+
+/** How long a model's catalog price is reused (the catalog has dated prices; they change rarely). */
+const PRICE_TTL_MS = 60_000;
+const PRICE_CACHE_MAX = 1_000;
+
+/** The base prices of a provider's model, from the catalog (or an override), looked up once a minute. */
+function pricesOf(gateway: Gateway, providerId: string, model: string, config: AppDeps['config']): BasePrices | null {
+  const key = `${providerId}\n${model}`;
+  const now = Date.now();
+  const hit = gateway.prices.get(key);
+  if (hit && hit.until > now) return hit.prices;
+  const prices = lookupBasePrices(providerId, model, { overrides: config.priceOverrides });
+  if (gateway.prices.size >= PRICE_CACHE_MAX) gateway.prices.clear();
+  gateway.prices.set(key, { prices, until: now + PRICE_TTL_MS });
+  return prices;
 }
 
 export type ForwardCall = { target: ResolvedTarget; billing: BillingContext; metadata: Metadata };
@@ -169,7 +188,7 @@ async function planForward(
     checkSpendKeyRequest(billing.spendKey, { providerId: target.provider.id, family: target.provider.family, model });
     await takeRateToken(storage, config, billing.spendKey);
   }
-  const prices = model ? lookupBasePrices(target.provider.id, model, { overrides: config.priceOverrides }) : null;
+  const prices = model ? pricesOf(gateway, target.provider.id, model, config) : null;
   const { pricing, walletId } = pricingFor(billing);
   const serviceChargeRate = billing.serviceChargeRate ?? config.serviceChargeRate;
   const estimate = estimateHold({

@@ -203,7 +203,10 @@ export function stripNullUsage(raw: string): string {
     const line = lines[i]!;
     if (!line.startsWith('data:')) continue;
     const start = line.startsWith('data: ') ? 6 : 5;
-    const stripped = removeTopLevelNullUsage(line.slice(start));
+    // OpenAI's own layout: the member comes last, right before the closing brace of the chunk.
+    const stripped = line.endsWith(TRAILING_NULL_USAGE)
+      ? `${line.slice(start, -TRAILING_NULL_USAGE.length)}}`
+      : removeTopLevelNullUsage(line.slice(start));
     if (stripped !== null) {
       lines[i] = line.slice(0, start) + stripped;
       changed = true;
@@ -213,6 +216,7 @@ export function stripNullUsage(raw: string): string {
 }
 
 const NULL_USAGE = /^"usage"\s*:\s*null\s*/;
+const TRAILING_NULL_USAGE = ',"usage":null}';
 
 /** The JSON object text without its top-level `"usage": null` member, or null when it has none. */
 function removeTopLevelNullUsage(json: string): string | null {
