@@ -1,6 +1,6 @@
 import type { Storage } from '../storage/db.ts';
 import { chargeBatch, type BatchOutcome } from './charge-batch.ts';
-import { payerWalletOf, type ChargeInput } from './charge.ts';
+import type { ChargeInput } from './charge.ts';
 
 type Waiting = {
   input: ChargeInput;
@@ -10,15 +10,13 @@ type Waiting = {
 
 type Batch = { batch: Waiting[]; copies: Map<Waiting, Waiting[]> };
 
-/** Large enough to take every request a busy instance has waiting; small enough for any engine's parameter limit. */
-const MAX_BATCH = 256;
-
-export type WriterOptions = {
-  /** Batches written at the same time, each for its own share of the paying wallets. */
-  lanes?: number;
-  /** Told when a batch fails as a whole and its requests are charged one by one. */
-  onBatchFailure?: (error: unknown) => void;
-};
+/**
+ * A batch takes every request waiting, up to a budget of statement parameters: a request writes
+ * about a hundred, plus five per metadata pair. The budget stays below SQLite's 32,766 parameters
+ * per statement and PostgreSQL's 65,535.
+ */
+const MAX_BATCH_PARAMETERS = 30_000;
+const parametersOf = (input: ChargeInput) => 100 + 5 * Object.keys(input.metadata).length;
 
 /**
  * Group commit for POST /requests. Charges that arrive while a batch is being written wait and
@@ -28,41 +26,12 @@ export type WriterOptions = {
  * row locks (chargeBatch), so instances sharing a database stay exact; only the queueing is in
  * process.
  *
- * Charges are spread over lanes by paying wallet: batches of different lanes lock different
- * customers' rows, so they run side by side instead of waiting for each other, and one wallet's
- * charges stay in arrival order.
+ * One batch is written at a time (measured: two at once, whether sharing the queue or split by
+ * wallet, made smaller batches that cost more CPU per request and were not faster on two cores).
+ * A batch holds one request per (merchant, request_id); a copy waits for the first: if that one is
+ * recorded, the copy is a duplicate, otherwise it is tried in the next batch.
  */
 export class ChargeWriter {
-  readonly #lanes: ChargeLane[];
-
-  constructor(storage: Storage, opts: WriterOptions = {}) {
-    const count = Math.max(1, opts.lanes ?? 1);
-    this.#lanes = Array.from({ length: count }, () => new ChargeLane(storage, opts.onBatchFailure ?? (() => {})));
-  }
-
-  charge(input: ChargeInput): Promise<BatchOutcome> {
-    return this.#lanes[laneOf(payerWalletOf(input), this.#lanes.length)]!.charge(input);
-  }
-
-  /** Resolves once every charge handed in so far is answered. */
-  async drain(): Promise<void> {
-    await Promise.all(this.#lanes.map((lane) => lane.drain()));
-  }
-}
-
-/** A stable spread of wallet ids over lanes (FNV-1a). */
-function laneOf(walletId: string, lanes: number): number {
-  if (lanes === 1) return 0;
-  let hash = 0x811c9dc5;
-  for (let i = 0; i < walletId.length; i++) hash = Math.imul(hash ^ walletId.charCodeAt(i), 0x01000193);
-  return (hash >>> 0) % lanes;
-}
-
-/**
- * One batch at a time. A batch holds one request per (merchant, request_id); a copy waits for the
- * first: if that one is recorded, the copy is a duplicate, otherwise it is tried in the next batch.
- */
-class ChargeLane {
   readonly #storage: Storage;
   readonly #onBatchFailure: (error: unknown) => void;
   #queue: Waiting[] = [];
@@ -70,9 +39,10 @@ class ChargeLane {
   #scheduled = false;
   #drained: (() => void)[] = [];
 
-  constructor(storage: Storage, onBatchFailure: (error: unknown) => void) {
+  /** `onBatchFailure` is told when a batch fails as a whole and its requests are charged one by one. */
+  constructor(storage: Storage, opts: { onBatchFailure?: (error: unknown) => void } = {}) {
     this.#storage = storage;
-    this.#onBatchFailure = onBatchFailure;
+    this.#onBatchFailure = opts.onBatchFailure ?? (() => {});
   }
 
   charge(input: ChargeInput): Promise<BatchOutcome> {
@@ -87,7 +57,7 @@ class ChargeLane {
     return new Promise((resolve) => this.#drained.push(resolve));
   }
 
-  /** The first charge of an idle lane waits one turn of the event loop for others arriving with it. */
+  /** The first charge of an idle writer waits one turn of the event loop for others arriving with it. */
   #schedule(): void {
     if (this.#writing || this.#scheduled) return;
     this.#scheduled = true;
@@ -107,18 +77,21 @@ class ChargeLane {
     }
   }
 
-  /** Up to MAX_BATCH charges in arrival order, one per request_id; copies stay queued behind their first. */
+  /** Charges in arrival order within the parameter budget, one per request_id; copies stay queued behind their first. */
   #takeBatch(): Batch {
     const batch: Waiting[] = [];
     const copies = new Map<Waiting, Waiting[]>();
     const firstById = new Map<string, Waiting>();
     const rest: Waiting[] = [];
+    let parameters = 0;
     for (const waiting of this.#queue) {
       const id = `${waiting.input.merchant.id}\n${waiting.input.requestId}`;
       const first = firstById.get(id);
+      const cost = parametersOf(waiting.input);
       if (first) copies.get(first)!.push(waiting);
-      else if (batch.length < MAX_BATCH) {
+      else if (batch.length === 0 || (rest.length === 0 && parameters + cost <= MAX_BATCH_PARAMETERS)) {
         batch.push(waiting);
+        parameters += cost;
         firstById.set(id, waiting);
         copies.set(waiting, []);
       } else rest.push(waiting);

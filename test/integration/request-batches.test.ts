@@ -1,0 +1,223 @@
+import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { parseMoney } from '../../src/domain/money.ts';
+import { chargeBatch } from '../../src/ledger/charge-batch.ts';
+import { ChargeWriter } from '../../src/ledger/charge-writer.ts';
+import type { ChargeInput } from '../../src/ledger/charge.ts';
+import { verifyLedger } from '../../src/ledger/verify.ts';
+import { creditWallet, findWallet } from '../../src/ledger/wallets.ts';
+import { findConnection, softDeleteConnection } from '../../src/storage/connections.ts';
+import { findMerchant } from '../../src/storage/merchants.ts';
+import { findMeter, softDeleteMeter, updateMeter } from '../../src/storage/meters.ts';
+import { findRequestByRequestId } from '../../src/storage/requests.ts';
+import { serializeTiers } from '../../src/domain/meters.ts';
+import { startTestApp, type TestApp } from '../helpers/app.ts';
+import { databasesUnderTest } from '../helpers/databases.ts';
+
+const usd = parseMoney;
+const tokens = (input: number, output = 0) => ({
+  inputTokens: input,
+  outputTokens: output,
+  inputCharacters: 0,
+  outputCharacters: 0,
+  inputSeconds: '0',
+  outputSeconds: '0',
+});
+
+/**
+ * POST /requests charges concurrent requests together (group commit). Each request must still be
+ * decided as if it were alone, in arrival order: a refusal, a duplicate or a deleted customer in a
+ * batch changes nothing for the other requests, and nothing is written for it.
+ */
+describe.each(databasesUnderTest())('batched request charges on %s', (dialect) => {
+  let t: TestApp;
+  let second: TestApp;
+  let sequence = 0;
+
+  beforeAll(async () => {
+    t = await startTestApp(dialect);
+    second = await startTestApp(dialect, { database: t.database });
+  });
+  afterAll(async () => {
+    await second?.close();
+    await t?.close();
+  });
+  afterEach(async () => {
+    expect((await verifyLedger(t.storage)).problems).toEqual([]);
+  });
+
+  /** A merchant with a meter (by default 2.5 per 1M tokens, 5 from 1,000 tokens on) and customers funded as given. */
+  async function setup(funds: string[], tiers = [{ start: 0, rate: '2.5' }, { start: 1000, rate: '5' }]) {
+    const m = await t.newMerchant();
+    const headers = t.auth(m.secretKey);
+    const meter = (
+      await t.app.inject({ method: 'POST', url: '/v1/meters', headers, payload: { name: 'Tokens', rate_type: 'fixed', tier_type: 'tokens_1m', tiers } })
+    ).json<{ meter_id: string; meter_slug: string }>();
+    const customers = [];
+    for (const fund of funds) {
+      const c = (await t.app.inject({ method: 'POST', url: '/v1/customers', headers, payload: {} })).json<{
+        customer_id: string;
+        wallet: { wallet_id: string };
+      }>();
+      if (usd(fund) > 0n) await creditWallet(t.storage, c.wallet.wallet_id, usd(fund));
+      customers.push({ id: c.customer_id, walletId: c.wallet.wallet_id });
+    }
+    const balance = async (i: number) => (await findWallet(t.storage, customers[i]!.walletId))!.balance;
+    /** The input POST /requests hands the writer, as the route builds it. */
+    const input = async (customer: number, usage = tokens(0), requestId = `batch-${++sequence}`): Promise<ChargeInput> => ({
+      merchant: (await findMerchant(t.storage, m.merchantId))!,
+      connection: (await findConnection(t.storage, m.merchantId, customers[customer]!.id))!,
+      meter: (await findMeter(t.storage, m.merchantId, meter.meter_id))!,
+      requestId,
+      bodyHash: `hash-of-${requestId}`,
+      usage,
+      provider: 'custom',
+      model: null,
+      endpoint: 'POST /v1/requests',
+      providerKeyType: 'managed',
+      basePrices: null,
+      serviceChargeRate: 0n,
+      metadata: { run: 'batch' },
+    });
+    const post = (app: TestApp, body: object) => app.app.inject({ method: 'POST', url: '/v1/requests', headers, payload: body });
+    return { m, headers, meter, customers, balance, input, post };
+  }
+
+  it('refuses the request its wallet cannot pay and records the others of the same batch', async () => {
+    const s = await setup(['0.01', '0.0000001']);
+    const inputs = [await s.input(0, tokens(1000)), await s.input(1, tokens(1000)), await s.input(0, tokens(1000))];
+    const outcomes = await chargeBatch(t.storage, inputs);
+
+    expect(outcomes.map((o) => o.outcome)).toEqual(['recorded', 'insufficient_balance', 'recorded']);
+    expect(outcomes[1]).toMatchObject({ payer: 'wallet', needed: usd('0.0025'), available: usd('0.0000001') });
+    // 1,000 tokens at 2.5, then 1,000 at 5 (the first request moved the customer past the tier start).
+    expect(await s.balance(0)).toBe(usd('0.01') - usd('0.0025') - usd('0.005'));
+    expect(await s.balance(1)).toBe(usd('0.0000001'));
+    expect(await findRequestByRequestId(t.storage.db, s.m.merchantId, inputs[1]!.requestId)).toBeUndefined();
+  });
+
+  it('prices requests of one customer in arrival order, and a refused request moves no tier position', async () => {
+    const s = await setup(['100']);
+    const tooLarge = tokens(Number.MAX_SAFE_INTEGER);
+    const outcomes = await chargeBatch(t.storage, [await s.input(0, tokens(600)), await s.input(0, tooLarge), await s.input(0, tokens(600))]);
+
+    expect(outcomes.map((o) => o.outcome)).toEqual(['recorded', 'amount_too_large', 'recorded']);
+    const third = outcomes[2]!;
+    if (third.outcome !== 'recorded') throw new Error('expected a record');
+    // Position 600: 400 tokens left in the first tier, 200 in the second.
+    expect(third.priced.fee.breakdown.map((b) => [b.tokens, b.cost])).toEqual([
+      [400, usd('0.001')],
+      [200, usd('0.001')],
+    ]);
+  });
+
+  it('answers duplicate for a request_id recorded before and still records the rest of the batch', async () => {
+    const s = await setup(['1']);
+    const first = await s.input(0, tokens(1000), 'already-here');
+    expect((await chargeBatch(t.storage, [first]))[0]!.outcome).toBe('recorded');
+
+    const outcomes = await chargeBatch(t.storage, [await s.input(0, tokens(1000), 'already-here'), await s.input(0, tokens(1000))]);
+
+    expect(outcomes.map((o) => o.outcome)).toEqual(['duplicate', 'recorded']);
+    // Charged twice in all: the first request and the new one, never the duplicate.
+    expect(await s.balance(0)).toBe(usd('1') - usd('0.0025') - usd('0.005'));
+  });
+
+  it('records one of two copies of a request_id in the same batch', async () => {
+    const s = await setup(['1']);
+    const outcomes = await chargeBatch(t.storage, [await s.input(0, tokens(10), 'twice'), await s.input(0, tokens(10), 'twice')]);
+
+    expect(outcomes.map((o) => o.outcome).sort()).toEqual(['duplicate', 'recorded']);
+    expect(await s.balance(0)).toBe(usd('1') - usd('0.000025'));
+  });
+
+  it('charges nothing to a customer deleted after it was looked up, and prices with the meter as it is now', async () => {
+    const s = await setup(['1', '1']);
+    const stale = await s.input(0, tokens(1000));
+    const current = await s.input(1, tokens(1000));
+    await softDeleteConnection(t.storage, s.m.merchantId, s.customers[0]!.id);
+    await updateMeter(t.storage, s.m.merchantId, s.meter.meter_id, { tiers: serializeTiers([{ start: 0, rate: usd('10') }]) });
+
+    const outcomes = await chargeBatch(t.storage, [stale, current]);
+
+    expect(outcomes.map((o) => o.outcome)).toEqual(['customer_deleted', 'recorded']);
+    expect(await s.balance(0)).toBe(usd('1'));
+    expect(await s.balance(1)).toBe(usd('1') - usd('0.01'));
+
+    await softDeleteMeter(t.storage, s.m.merchantId, s.meter.meter_id, new Date().toISOString());
+    expect((await chargeBatch(t.storage, [await s.input(1, tokens(1000))]))[0]).toEqual({ outcome: 'meter_deleted' });
+  });
+
+  it('charges each request alone when its batch fails as a whole, so one bad request fails only itself', async () => {
+    const s = await setup(['1']);
+    const failures: unknown[] = [];
+    const writer = new ChargeWriter(t.storage, { onBatchFailure: (e) => failures.push(e) });
+    const broken = { ...(await s.input(0, tokens(10))), merchant: { id: s.m.merchantId, wallet_id: 'wal_missing' } };
+    // No customer: the merchant's (here missing) wallet would pay, and the batch cannot find it.
+    broken.connection = null;
+
+    const [one, other] = [await s.input(0, tokens(10)), await s.input(0, tokens(10))];
+    // Handed in together, so they share a batch.
+    const [good, bad, alsoGood] = await Promise.allSettled([writer.charge(one), writer.charge(broken), writer.charge(other)]);
+
+    expect(good).toMatchObject({ status: 'fulfilled', value: { outcome: 'recorded' } });
+    expect(alsoGood).toMatchObject({ status: 'fulfilled', value: { outcome: 'recorded' } });
+    expect(bad.status).toBe('rejected');
+    expect(failures).toHaveLength(1);
+    expect(await s.balance(0)).toBe(usd('1') - 2n * usd('0.000025'));
+  });
+
+  it('answers a retried request with its record even when its wallet can no longer pay or its customer is gone', async () => {
+    const s = await setup(['0.0025']);
+    const body = { request_id: 'retried', customer_id: s.customers[0]!.id, meter_slug: s.meter.meter_slug, input_tokens: 1000 };
+    const created = await s.post(t, body);
+    expect(created.statusCode).toBe(201);
+    expect(await s.balance(0)).toBe(0n);
+
+    const again = await s.post(t, body);
+    expect(again.statusCode).toBe(200);
+    expect(again.json()).toEqual(created.json());
+    expect((await s.post(t, { ...body, input_tokens: 999 })).json().error.code).toBe('request_id_conflict');
+
+    await t.app.inject({ method: 'DELETE', url: `/v1/customers/${s.customers[0]!.id}`, headers: s.headers });
+    expect((await s.post(t, body)).statusCode).toBe(200);
+    const fresh = await s.post(t, { ...body, request_id: 'after-delete' });
+    expect(fresh.statusCode).toBe(404);
+  });
+
+  it('applies a tier change made on another instance to the next request of a customer used before', async () => {
+    const s = await setup(['1']);
+    const body = (id: string) => ({ request_id: id, customer_id: s.customers[0]!.id, meter_slug: s.meter.meter_slug, input_tokens: 100 });
+    expect((await s.post(t, body('before-change'))).json().fee.amount).toBe('0.0002500000');
+
+    const patched = await second.app.inject({
+      method: 'PATCH',
+      url: `/v1/meters/${s.meter.meter_id}`,
+      headers: s.headers,
+      payload: { tiers: [{ start: 0, rate: '10' }] },
+    });
+    expect(patched.statusCode).toBe(200);
+
+    expect((await s.post(t, body('after-change'))).json().fee.amount).toBe('0.0010000000');
+  });
+
+  it('records each request_id once when two instances receive the same requests at once', async () => {
+    const s = await setup(['1', '1']);
+    const bodies = Array.from({ length: 20 }, (_, i) => ({
+      request_id: `both-${i}`,
+      customer_id: s.customers[i % 2]!.id,
+      meter_slug: s.meter.meter_slug,
+      input_tokens: 100,
+    }));
+    const [urlA, urlB] = [await t.listen(), await second.listen()];
+    const send = (url: string, body: object) =>
+      fetch(`${url}/v1/requests`, { method: 'POST', headers: { ...s.headers, 'content-type': 'application/json' }, body: JSON.stringify(body) });
+    // Each id goes to both instances, in opposite orders.
+    const responses = await Promise.all([...bodies.map((b) => send(urlA, b)), ...[...bodies].reverse().map((b) => send(urlB, b))]);
+
+    const statuses = responses.map((r) => r.status);
+    expect(statuses.filter((x) => x === 201)).toHaveLength(20);
+    expect(statuses.filter((x) => x === 200)).toHaveLength(20);
+    expect(await s.balance(0)).toBe(usd('1') - 10n * usd('0.00025'));
+    expect(await s.balance(1)).toBe(usd('1') - 10n * usd('0.00025'));
+  });
+});
