@@ -52,7 +52,7 @@ describe.each(databasesUnderTest())('batched request charges on %s', (dialect) =
     const meter = (
       await t.app.inject({ method: 'POST', url: '/v1/meters', headers, payload: { name: 'Tokens', rate_type: 'fixed', tier_type: 'tokens_1m', tiers } })
     ).json<{ meter_id: string; meter_slug: string }>();
-    const customers = [];
+    const customers: { id: string; walletId: string }[] = [];
     for (const fund of funds) {
       const c = (await t.app.inject({ method: 'POST', url: '/v1/customers', headers, payload: {} })).json<{
         customer_id: string;
