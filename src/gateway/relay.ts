@@ -101,11 +101,20 @@ async function relayAndMeter(r: RelayRequest): Promise<RelayOutcome> {
 
   const contentType = String(upstream.headers['content-type'] ?? '');
   const ok = upstream.statusCode < 400;
-  r.res.writeHead(upstream.statusCode, { ...responseHeaders(upstream.headers), ...r.extraHeaders, ...shutdownHeaders(r.closing) });
+  const isStream = ok && contentType.includes('text/event-stream');
+  // A body relayed unchanged keeps its length: no chunked framing, and a body that arrives in
+  // one piece leaves with its headers in one write.
+  const length = isStream ? null : contentLength(upstream);
+  r.res.writeHead(upstream.statusCode, {
+    ...responseHeaders(upstream.headers),
+    ...(length === null ? {} : { 'content-length': String(length) }),
+    ...r.extraHeaders,
+    ...shutdownHeaders(r.closing),
+  });
 
   try {
-    if (ok && contentType.includes('text/event-stream')) return await relayStream(r, upstream, abort);
-    return await relayBody(r, upstream, contentType, ok, abort);
+    if (isStream) return await relayStream(r, upstream, abort);
+    return await relayBody(r, upstream, contentType, ok, abort, length);
   } finally {
     r.res.off('close', onClientGone);
   }
@@ -143,22 +152,28 @@ async function relayBody(
   contentType: string,
   ok: boolean,
   abort: AbortController,
+  length: number | null,
 ): Promise<RelayOutcome> {
   const isJson = contentType.includes('json');
   const kept: Buffer[] = [];
   let clientAborted = false;
   let cut = false;
+  let received = 0;
+  let last: Buffer | undefined;
   try {
     for await (const chunk of upstream.body) {
       const bytes = chunk as Buffer;
       if (isJson && ok) kept.push(bytes);
-      await write(r.res, bytes);
+      received += bytes.length;
+      // The chunk that completes a body of known length goes out with the end of the response.
+      if (length !== null && received >= length && last === undefined) last = bytes;
+      else await write(r.res, bytes);
     }
   } catch {
     clientAborted = abort.signal.aborted;
     cut = !clientAborted;
   }
-  endResponse(r.res, cut);
+  endResponse(r.res, cut, last);
   if (!ok) return { kind: 'answered', status: upstream.statusCode, usage: null, responseBody: null, clientAborted };
   const responseBody = isJson ? parseJson(Buffer.concat(kept)) : null;
   const usage = isJson
@@ -191,10 +206,18 @@ async function write(res: ServerResponse, data: string | Buffer): Promise<void> 
  * cut too (destroyed, so no final chunk is sent): ending it cleanly would present a truncated
  * body or stream as complete.
  */
-function endResponse(res: ServerResponse, upstreamCut = false): void {
+function endResponse(res: ServerResponse, upstreamCut = false, last?: Buffer): void {
   if (res.destroyed || res.writableEnded) return;
   if (upstreamCut) res.destroy();
-  else res.end();
+  else res.end(last);
+}
+
+/** The upstream body's declared length, when it has exactly one valid one and a body at all. */
+function contentLength(upstream: Dispatcher.ResponseData): number | null {
+  const value = upstream.headers['content-length'];
+  if (typeof value !== 'string' || !/^\d{1,15}$/.test(value)) return null;
+  if (upstream.statusCode === 204 || upstream.statusCode === 304 || upstream.statusCode < 200) return null;
+  return Number(value);
 }
 
 function responseHeaders(headers: Dispatcher.ResponseData['headers']): Record<string, string | string[]> {

@@ -73,6 +73,22 @@ describe('forward gateway edges', () => {
     await get.text();
   });
 
+  it('a JSON answer keeps its length (no chunked framing); a stream is relayed without one', async () => {
+    const json = await request(forwardUrl(base, OPENAI_CHAT), {
+      method: 'POST',
+      headers: headers(),
+      body: JSON.stringify({ model: 'gpt-4o', max_tokens: 3, messages: [{ role: 'user', content: 'one two' }] }),
+    });
+    const text = await json.body.text();
+    expect(json.headers['content-length']).toBe(String(Buffer.byteLength(text)));
+    expect(json.headers['transfer-encoding']).toBeUndefined();
+    expect(JSON.parse(text)).toMatchObject({ object: 'chat.completion' });
+
+    const stream = await request(forwardUrl(base, OPENAI_CHAT), { method: 'POST', headers: headers(), body: streamBody() });
+    await stream.body.text();
+    expect(stream.headers['content-length']).toBeUndefined();
+  });
+
   it('a client that did not ask for usage sees neither the usage chunk nor "usage":null on the others', async () => {
     const res = await fetch(forwardUrl(base, OPENAI_CHAT), { method: 'POST', headers: headers(), body: streamBody() });
     const text = await res.text();
