@@ -84,10 +84,17 @@ async function addToRollups(trx: Transaction<Database>, rows: RequestRow[]): Pro
  */
 export function rollupAdditions(rows: RequestRow[]): UsageRollupsTable[] {
   const byKey = new Map<string, UsageRollupsTable>();
+  // A batch's records share their creation time: its bucket is worked out once.
+  const buckets = new Map<string, string>();
   for (const row of rows) {
+    let bucket = buckets.get(row.created_at);
+    if (bucket === undefined) {
+      bucket = bucketStart(row.created_at);
+      buckets.set(row.created_at, bucket);
+    }
     const key = {
       merchant_id: row.merchant_id,
-      bucket_start: bucketStart(row.created_at),
+      bucket_start: bucket,
       connection_id: row.connection_id ?? '',
       meter_id: row.meter_id ?? '',
     };
