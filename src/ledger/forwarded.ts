@@ -2,7 +2,7 @@
  * The money side of a forwarded request: admit (hold + pending record), then settle (charge the
  * actual cost against the holds) or fail (release the holds, record `error`, charge nothing).
  */
-import { sql, type Transaction } from 'kysely';
+import { sql, type Compilable, type Transaction } from 'kysely';
 import { newId } from '../domain/ids.ts';
 import { formatMoney, MAX_AMOUNT_UNITS } from '../domain/money.ts';
 import { baseCost, priceRequest, type BasePrices, type MeterPricing, type PricedRequest, type Usage } from '../domain/pricing.ts';
@@ -432,22 +432,23 @@ async function settleInTransaction(trx: Transaction<Database>, dialect: Storage[
     priced.push(price);
   }
   const records = inputs.map((input, i) => completedRecord(input, input.record!, priced[i]!, at));
-  for (const record of records) {
+  const recordWrites = records.map((record) => {
     const { id, merchant_id: _m, request_id: _r, created_at: _c, metadata: _md, ...settled } = record;
-    const updated = await trx.updateTable('requests').set(settled).where('id', '=', id).where('status', '=', 'pending').executeTakeFirst();
-    if (updated.numUpdatedRows !== 1n) throw new RunAlone();
-  }
-  for (const id of changedCounters) {
+    return { query: trx.updateTable('requests').set(settled).where('id', '=', id).where('status', '=', 'pending').returning('id'), counted: true };
+  });
+  const counterWrites = [...changedCounters].map((id) => {
     const key = counterKeys.get(id)!;
-    await trx
-      .updateTable('meter_usage_counters')
-      .set({ units: positions.get(id)! })
-      .where('meter_id', '=', key.meterId)
-      .where('connection_id', '=', key.connectionId)
-      .where('period_start', '=', key.periodStart)
-      .execute();
-  }
-  await addToRollups(trx, records);
+    return {
+      query: trx
+        .updateTable('meter_usage_counters')
+        .set({ units: positions.get(id)! })
+        .where('meter_id', '=', key.meterId)
+        .where('connection_id', '=', key.connectionId)
+        .where('period_start', '=', key.periodStart),
+    };
+  });
+  const counts = await executeWrites(trx, dialect, [...recordWrites, ...counterWrites, ...rollupWrites(trx, records)]);
+  if (counts.slice(0, records.length).some((n) => n !== 1)) throw new RunAlone();
 
   // Phase 2, as short as possible because admissions wait on these rows: lock the wallets,
   // release the holds, debit, and write the ledger and the balance events.
@@ -500,17 +501,19 @@ async function settleInTransaction(trx: Transaction<Database>, dialect: Storage[
     }
   }
 
-  for (const wallet of changedWallets) {
-    const was = lockedState.get(wallet.id)!;
-    if (was === walletState(wallet)) continue;
-    await trx
-      .updateTable('wallets')
-      .set({ balance: wallet.balance, cycle_credit: wallet.cycle_credit, bundle_credit: wallet.bundle_credit, held: wallet.held })
-      .where('id', '=', wallet.id)
-      .execute();
-  }
-  await appendLedgerTransactions(trx, transactions, at);
-  if (events.length > 0) await trx.insertInto('events').values(events).execute();
+  const walletWrites = [...changedWallets]
+    .filter((wallet) => lockedState.get(wallet.id) !== walletState(wallet))
+    .map((wallet) => ({
+      query: trx
+        .updateTable('wallets')
+        .set({ balance: wallet.balance, cycle_credit: wallet.cycle_credit, bundle_credit: wallet.bundle_credit, held: wallet.held })
+        .where('id', '=', wallet.id),
+    }));
+  await executeWrites(trx, dialect, [
+    ...walletWrites,
+    ...ledgerWrites(trx, transactions, at),
+    ...(events.length > 0 ? [{ query: trx.insertInto('events').values(events) }] : []),
+  ]);
   // Spend keys last, in id order.
   const withKeys = inputs
     .map((input, i) => ({ input, outcome: outcomes[i]! }))
@@ -566,13 +569,13 @@ function debit(wallet: WalletRow, amount: bigint): Leg[] {
   return BUCKET_ORDER.map((b) => ({ account: walletAccount(wallet.id, b), amount: -split[b] }));
 }
 
-/** Balanced ledger transactions (legs summing to zero, zero legs left out), two statements for all. */
-async function appendLedgerTransactions(
+/** Balanced ledger transactions (legs summing to zero, zero legs left out): their two inserts. */
+function ledgerWrites(
   trx: Transaction<Database>,
   transactions: { id: string; reference: string; description: string; merchantId: string; legs: Leg[] }[],
   at: string,
-): Promise<void> {
-  if (transactions.length === 0) return;
+): Write[] {
+  if (transactions.length === 0) return [];
   const postings: { id: string; transaction_id: string; account: string; amount: bigint; created_at: string }[] = [];
   for (const t of transactions) {
     const legs = t.legs.filter((l) => l.amount !== 0n);
@@ -580,11 +583,36 @@ async function appendLedgerTransactions(
     if (sum !== 0n) throw new UnbalancedTransactionError(`ledger transaction request_charge is off by ${sum}`);
     for (const leg of legs) postings.push({ id: newId('posting'), transaction_id: t.id, account: leg.account, amount: leg.amount, created_at: at });
   }
-  await trx
-    .insertInto('ledger_transactions')
-    .values(transactions.map((t) => ({ id: t.id, kind: 'request_charge', merchant_id: t.merchantId, reference: t.reference, description: t.description, created_at: at })))
-    .execute();
-  if (postings.length > 0) await trx.insertInto('ledger_postings').values(postings).execute();
+  const rows = transactions.map((t) => ({ id: t.id, kind: 'request_charge', merchant_id: t.merchantId, reference: t.reference, description: t.description, created_at: at }));
+  return [
+    { query: trx.insertInto('ledger_transactions').values(rows) },
+    ...(postings.length > 0 ? [{ query: trx.insertInto('ledger_postings').values(postings) }] : []),
+  ];
+}
+
+/** A write statement of a batch; `counted` ones return a row per row they changed. */
+type Write = { query: Compilable & { execute(): Promise<unknown[]> }; counted?: boolean };
+
+/**
+ * Runs a batch's writes. On PostgreSQL they go as one statement (each a data-modifying CTE), so
+ * the batch pays one round trip for them; on SQLite one after the other (no round trips there).
+ * Returns, for each counted write, how many rows it changed.
+ */
+async function executeWrites(trx: Transaction<Database>, dialect: Storage['dialect'], writes: Write[]): Promise<number[]> {
+  if (dialect === 'sqlite' || writes.length === 1) {
+    const counts: number[] = [];
+    for (const write of writes) {
+      const rows = await write.query.execute();
+      counts.push(write.counted ? rows.length : 0);
+    }
+    return counts;
+  }
+  if (writes.length === 0) return [];
+  const name = (i: number) => sql.ref(`w${i}`);
+  const ctes = sql.join(writes.map((write, i) => sql`${name(i)} as (${write.query})`));
+  const counted = writes.map((write, i) => (write.counted ? sql`(select count(*) from ${name(i)})` : sql`0`));
+  const { rows } = await sql<{ counts: string }>`with ${ctes} select concat_ws(',', ${sql.join(counted)}) as counts`.execute(trx);
+  return rows[0]!.counts.split(',').map(Number);
 }
 
 /** A wallet's balance-updated event row (customer or merchant), as events.ts writes it. */
@@ -651,7 +679,7 @@ function completedRecord(input: SettleInput, pending: PendingFacts, priced: Pric
 }
 
 /** Adds completed records to their 15-minute usage rollups, summed per rollup row first, in key order. */
-async function addToRollups(trx: Transaction<Database>, records: RequestRow[]): Promise<void> {
+function rollupWrites(trx: Transaction<Database>, records: RequestRow[]): Write[] {
   const sums = new Map<string, UsageRollupsTable>();
   for (const row of records) {
     const key = { merchant_id: row.merchant_id, bucket_start: bucketStart(row.created_at), connection_id: row.connection_id ?? '', meter_id: row.meter_id ?? '' };
@@ -668,8 +696,8 @@ async function addToRollups(trx: Transaction<Database>, records: RequestRow[]): 
     sums.set(id, sum);
   }
   const rows = [...sums.entries()].sort(([a], [b]) => (a < b ? -1 : 1)).map(([, sum]) => sum);
-  if (rows.length === 0) return;
-  await trx
+  if (rows.length === 0) return [];
+  const query = trx
     .insertInto('usage_rollups')
     .values(rows)
     .onConflict((oc) =>
@@ -683,8 +711,8 @@ async function addToRollups(trx: Transaction<Database>, records: RequestRow[]): 
         wallet_cost: eb('usage_rollups.wallet_cost', '+', eb.ref('excluded.wallet_cost')),
         merchant_cost: eb('usage_rollups.merchant_cost', '+', eb.ref('excluded.merchant_cost')),
       })),
-    )
-    .execute();
+    );
+  return [{ query }];
 }
 
 /** The upstream failed (or the hold expired): release the holds, record `error`, charge nothing. */
