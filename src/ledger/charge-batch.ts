@@ -1,4 +1,4 @@
-import type { Transaction } from 'kysely';
+import { sql, type Transaction } from 'kysely';
 import { newId } from '../domain/ids.ts';
 import type { PricedRequest } from '../domain/pricing.ts';
 import { writeBatch, type BatchRows } from '../storage/batch-write.ts';
@@ -104,9 +104,8 @@ async function chargeBatchInTransaction(
     const key = counterKeyOf(input, now);
     if (key) counterKeys.set(input, key);
   }
-  const positions = await lockUsageCounters(trx, dialect, [...counterKeys.values()]);
   const walletIds = live.flatMap((input) => [payerWalletOf(input), ...(mayChargeMerchantWallet(input) ? [input.merchant.wallet_id] : [])]);
-  const { wallets, liveCustomers } = await lockWalletsWithCustomers(trx, dialect, walletIds);
+  const { positions, wallets, liveCustomers } = await lockCountersAndWallets(trx, dialect, [...counterKeys.values()], walletIds);
   const liveMeters = await meters;
 
   const outcomes = new Map<ChargeInput, BatchOutcome>();
@@ -145,6 +144,71 @@ async function chargeBatchInTransaction(
   }
   return inputs.map((input) => (duplicates.has(input) ? { outcome: 'duplicate' } : outcomes.get(input)!));
 }
+
+type Locked = { positions: Map<string, bigint>; wallets: Map<string, WalletRow>; liveCustomers: Set<string> };
+
+/**
+ * Tier counters, then wallets, locked — in one round trip on PostgreSQL: the wallets' scan waits
+ * on a count of the counters upsert, so every counter is locked before the first wallet is.
+ */
+async function lockCountersAndWallets(
+  trx: Transaction<Database>,
+  dialect: Storage['dialect'],
+  counterKeys: CounterKey[],
+  walletIds: string[],
+): Promise<Locked> {
+  if (dialect !== 'postgres' || counterKeys.length === 0 || walletIds.length === 0) {
+    const positions = await lockUsageCounters(trx, dialect, counterKeys);
+    return { positions, ...(await lockWalletsWithCustomers(trx, dialect, walletIds)) };
+  }
+  const keys = [...new Map(counterKeys.map((k) => [counterId(k), k])).entries()].sort(([a], [b]) => (a < b ? -1 : 1)).map(([, k]) => k);
+  const counters = sql.join(keys.map((k) => sql`(${k.meterId}, ${k.connectionId}, ${k.periodStart}, 0)`));
+  const ids = sql.join([...new Set(walletIds)].sort());
+  const rows = await sql<LockedRow>`
+    with counters as (
+      insert into meter_usage_counters (meter_id, connection_id, period_start, units) values ${counters}
+      on conflict (meter_id, connection_id, period_start) do update set units = meter_usage_counters.units
+      returning meter_id, connection_id, period_start, units),
+    locked as (
+      select wallets.*, connections.id as live_customer_id
+      from wallets left join connections on connections.wallet_id = wallets.id and connections.deleted_at is null
+      where wallets.id in (${ids}) and (select count(*) from counters) >= 0
+      order by wallets.id
+      for update of wallets)
+    select 'counter' as kind, meter_id, connection_id, period_start, units,
+      null::text as id, null::text as merchant_id, null::text as owner_type, null::bigint as balance,
+      null::bigint as cycle_credit, null::bigint as bundle_credit, null::bigint as held, null::text as created_at,
+      null::text as live_customer_id
+    from counters
+    union all
+    select 'wallet', null, null, null, null, id, merchant_id, owner_type, balance, cycle_credit, bundle_credit, held, created_at,
+      live_customer_id
+    from locked`.execute(trx);
+  const locked: Locked = { positions: new Map(), wallets: new Map(), liveCustomers: new Set() };
+  for (const r of rows.rows) {
+    if (r.kind === 'counter') {
+      locked.positions.set(counterId({ meterId: r.meter_id!, connectionId: r.connection_id!, periodStart: r.period_start! }), BigInt(r.units!));
+      continue;
+    }
+    const { id, merchant_id, owner_type, balance, cycle_credit, bundle_credit, held, created_at } = r;
+    locked.wallets.set(id!, {
+      id: id!,
+      merchant_id: merchant_id!,
+      owner_type: owner_type!,
+      balance: balance!,
+      cycle_credit: cycle_credit!,
+      bundle_credit: bundle_credit!,
+      held: held!,
+      created_at: created_at!,
+    });
+    if (r.live_customer_id) locked.liveCustomers.add(r.live_customer_id);
+  }
+  return locked;
+}
+
+type LockedRow = { kind: 'counter' | 'wallet'; meter_id: string | null; connection_id: string | null; period_start: string | null; units: bigint | null } & {
+  [K in keyof WalletRow]: WalletRow[K] | null;
+} & { live_customer_id: string | null };
 
 /**
  * Locks wallets in id order (as lockWallets does) and tells, in the same statement, which of their
