@@ -166,6 +166,20 @@ describe.each(databasesUnderTest())('batched request charges on %s', (dialect) =
     expect(await s.balance(0)).toBe(usd('1') - 2n * usd('0.000025'));
   });
 
+  it('splits requests waiting together into batches small enough for the engine: 80 requests of 100 metadata pairs', async () => {
+    const s = await setup(['1']);
+    const failures: unknown[] = [];
+    const writer = new ChargeWriter(t.storage, { onBatchFailure: (e) => failures.push(e) });
+    const metadata = Object.fromEntries(Array.from({ length: 100 }, (_, i) => [`key_${i}`, `value ${i}`]));
+    const inputs = await Promise.all(Array.from({ length: 80 }, async () => ({ ...(await s.input(0, tokens(10))), metadata })));
+
+    const outcomes = await Promise.all(inputs.map((input) => writer.charge(input)));
+
+    expect(outcomes.every((o) => o.outcome === 'recorded')).toBe(true);
+    expect(failures).toEqual([]);
+    expect(await s.balance(0)).toBe(usd('1') - 80n * usd('0.000025'));
+  });
+
   it('answers a retried request with its record even when its wallet can no longer pay or its customer is gone', async () => {
     const s = await setup(['0.0025']);
     const body = { request_id: 'retried', customer_id: s.customers[0]!.id, meter_slug: s.meter.meter_slug, input_tokens: 1000 };
