@@ -7,6 +7,7 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import autocannon from 'autocannon';
+import { Pool } from 'undici';
 import { parseMoney } from '../src/domain/money.ts';
 import { creditWallet } from '../src/ledger/wallets.ts';
 import type { Storage } from '../src/storage/db.ts';
@@ -31,13 +32,65 @@ function cpuMs(pid: number): number {
   return ((Number(fields[11]) + Number(fields[12])) * 1000) / CLOCK_TICKS_PER_SECOND;
 }
 
-function peakRssMb(pid: number): number {
-  const line = readFileSync(`/proc/${pid}/status`, 'utf8').split('\n').find((l) => l.startsWith('VmHWM:'))!;
+function statusMb(pid: number, field: 'VmHWM' | 'VmRSS'): number {
+  const line = readFileSync(`/proc/${pid}/status`, 'utf8').split('\n').find((l) => l.startsWith(`${field}:`))!;
   return Number(line.replace(/\D+/g, '')) / 1024;
 }
 
+const peakRssMb = (pid: number) => statusMb(pid, 'VmHWM');
+const rssMb = (pid: number) => statusMb(pid, 'VmRSS');
+
 async function load(url: string, headers: Record<string, string>, body: string, connections: number, seconds: number) {
   return autocannon({ url, method: 'POST', headers, body, connections, duration: seconds });
+}
+
+/**
+ * One connection, one request at a time, timed with the high-resolution clock: autocannon reports
+ * whole milliseconds, too coarse for a sub-millisecond added latency.
+ */
+async function sequential(url: string, headers: Record<string, string>, body: string, seconds: number) {
+  const pool = new Pool(new URL(url).origin, { connections: 1, pipelining: 1 });
+  const { pathname, search } = new URL(url);
+  const latencies: number[] = [];
+  let non2xx = 0;
+  const until = performance.now() + seconds * 1000;
+  try {
+    while (performance.now() < until) {
+      const started = process.hrtime.bigint();
+      const res = await pool.request({ path: pathname + search, method: 'POST', headers, body });
+      await res.body.arrayBuffer();
+      latencies.push(Number(process.hrtime.bigint() - started) / 1e6);
+      if (res.statusCode < 200 || res.statusCode > 299) non2xx++;
+    }
+  } finally {
+    await pool.close();
+  }
+  const sorted = latencies.sort((a, b) => a - b);
+  const at = (q: number) => sorted[Math.min(sorted.length - 1, Math.ceil(q * sorted.length) - 1)] ?? 0;
+  return { p50: at(0.5), p99: at(0.99), perSecond: latencies.length / seconds, ok: latencies.length - non2xx, non2xx };
+}
+
+type Measured = { p50: number; p99: number; perSecond: number; ok: number; non2xx: number };
+
+async function measure(url: string, headers: Record<string, string>, body: string, connections: number, seconds: number): Promise<Measured> {
+  if (connections === 1) return sequential(url, headers, body, seconds);
+  const r = await load(url, headers, body, connections, seconds);
+  return { p50: r.latency.p50, p99: r.latency.p99, perSecond: r.requests.average, ok: r['2xx'], non2xx: r.non2xx };
+}
+
+/** Settlements run after the response; the CPU they cost belongs to the requests measured. */
+async function waitForSettlements(storage: Storage, merchantId: string): Promise<void> {
+  for (let i = 0; i < 200; i++) {
+    const pending = await storage.db
+      .selectFrom('requests')
+      .select((eb) => eb.fn.countAll<number>().as('n'))
+      .where('merchant_id', '=', merchantId)
+      .where('status', '=', 'pending')
+      .executeTakeFirstOrThrow();
+    if (Number(pending.n) === 0) return;
+    await new Promise((r) => setTimeout(r, 50));
+  }
+  throw new Error('settlements did not finish');
 }
 
 export async function benchGateway(opts: {
@@ -71,19 +124,21 @@ export async function benchGateway(opts: {
     const body = JSON.stringify({ model: 'gpt-4o', stream, max_tokens: 8, messages: [{ role: 'user', content: 'Warm up' }] });
     await load(forwardUrl, forwardHeaders, body, 8, 1);
   }
+  await waitForSettlements(storage, merchant.id);
   for (const stream of opts.streams ?? [false, true]) {
     const body = JSON.stringify({ model: 'gpt-4o', stream, max_tokens: 8, messages: [{ role: 'user', content: 'Say something short please' }] });
     for (const connections of opts.connections ?? [1, 32]) {
-      const direct = await load(`${mockUrl}/v1/chat/completions`, { 'content-type': 'application/json', authorization: 'Bearer x' }, body, connections, opts.seconds);
+      const direct = await measure(`${mockUrl}/v1/chat/completions`, { 'content-type': 'application/json', authorization: 'Bearer x' }, body, connections, opts.seconds);
       const cpuBefore = cpuMs(opts.serverPid);
-      const via = await load(forwardUrl, forwardHeaders, body, connections, opts.seconds);
-      const cpuPerRequest = (cpuMs(opts.serverPid) - cpuBefore) / Math.max(1, via['2xx']);
-      const ratio = via.requests.average / Math.max(1, direct.requests.average);
+      const via = await measure(forwardUrl, forwardHeaders, body, connections, opts.seconds);
+      await waitForSettlements(storage, merchant.id);
+      const cpuPerRequest = (cpuMs(opts.serverPid) - cpuBefore) / Math.max(1, via.ok);
+      const ratio = via.perSecond / Math.max(1, direct.perSecond);
       const label = `forward ${stream ? 'streaming' : 'non-streaming'} chat, ${connections} connection${connections > 1 ? 's' : ''}`;
       const result =
-        `added p50 ${(via.latency.p50 - direct.latency.p50).toFixed(2)} ms, p99 ${(via.latency.p99 - direct.latency.p99).toFixed(2)} ms; ` +
-        `${via.requests.average.toFixed(0)} req/s vs direct ${direct.requests.average.toFixed(0)} (${(ratio * 100).toFixed(1)} %); ` +
-        `gateway CPU ${cpuPerRequest.toFixed(3)} ms/request; ${via.non2xx} non-2xx`;
+        `added p50 ${(via.p50 - direct.p50).toFixed(2)} ms, p99 ${(via.p99 - direct.p99).toFixed(2)} ms; ` +
+        `${via.perSecond.toFixed(0)} req/s vs direct ${direct.perSecond.toFixed(0)} (${(ratio * 100).toFixed(1)} %); ` +
+        `gateway CPU ${cpuPerRequest.toFixed(3)} ms/request (settlements included); ${via.non2xx} non-2xx; RSS now ${rssMb(opts.serverPid).toFixed(0)} MB`;
       console.log(`${label}: ${result}`);
       rows.push({
         scenario: label,
@@ -93,7 +148,12 @@ export async function benchGateway(opts: {
       });
     }
   }
-  rows.push({ scenario: 'gateway peak RSS', engine: opts.engine, result: `${peakRssMb(opts.serverPid).toFixed(0)} MB`, target: '< 200 MB' });
+  rows.push({
+    scenario: 'gateway peak RSS (a server that served only the gateway scenarios)',
+    engine: opts.engine,
+    result: `${peakRssMb(opts.serverPid).toFixed(0)} MB`,
+    target: '< 200 MB',
+  });
   return rows;
 }
 

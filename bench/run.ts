@@ -50,15 +50,18 @@ async function main(): Promise<void> {
     console.log(`\n== ${engine.name}`);
     const storage = openStorage(engine.url, { poolSize: 4 });
     await migrateToLatest(storage);
-    const server = await startServer(engine.url, mock.url);
     try {
-      await benchRecordThroughput(engine.name, storage, server.url);
-      await benchUsageLatency(engine.name, storage, server.url);
-      report.push(
-        ...(await benchGateway({ engine: engine.name, storage, serverUrl: server.url, serverPid: server.process.pid!, seconds: SIZES.gatewaySeconds })),
-      );
+      await withServer(engine.url, mock.url, async (server) => {
+        await benchRecordThroughput(engine.name, storage, server.url);
+        await benchUsageLatency(engine.name, storage, server.url);
+      });
+      // A fresh server, so its peak RSS is the gateway's own, not what the million-row seed left behind.
+      await withServer(engine.url, mock.url, async (server) => {
+        report.push(
+          ...(await benchGateway({ engine: engine.name, storage, serverUrl: server.url, serverPid: server.process.pid!, seconds: SIZES.gatewaySeconds })),
+        );
+      });
     } finally {
-      server.process.kill('SIGTERM');
       await storage.close();
     }
   }
@@ -75,6 +78,17 @@ async function freshPgSchema(base: string): Promise<string> {
   const url = new URL(base);
   url.searchParams.set('options', `-c search_path=${schema}`);
   return url.toString();
+}
+
+async function withServer(databaseUrl: string, mockUrl: string, work: (server: { url: string; process: ChildProcess }) => Promise<void>) {
+  const server = await startServer(databaseUrl, mockUrl);
+  try {
+    await work(server);
+  } finally {
+    const exited = new Promise((r) => server.process.once('exit', r));
+    server.process.kill('SIGTERM');
+    await exited;
+  }
 }
 
 async function startServer(databaseUrl: string, mockUrl: string): Promise<{ url: string; process: ChildProcess }> {
