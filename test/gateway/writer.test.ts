@@ -3,6 +3,7 @@ import { newId } from '../../src/domain/ids.ts';
 import { formatMoney, parseMoney } from '../../src/domain/money.ts';
 import { lookupBasePrices } from '../../src/domain/prices.ts';
 import { resolveForwardCredential } from '../../src/gateway/credentials.ts';
+import { sweepExpiredHolds } from '../../src/gateway/settle.ts';
 import { GatewayWriter, type BatchJob } from '../../src/gateway/writer.ts';
 import { ADMIT_JOB, admitRequest, failRequest, pricingFor, SETTLE_JOB, settleRequest, type SettleInput } from '../../src/ledger/forwarded.ts';
 import { verifyLedger } from '../../src/ledger/verify.ts';
@@ -231,6 +232,41 @@ describe.each(databasesUnderTest())('gateway writer on %s', (dialect) => {
         ['2026-04-01', 0, formatMoney(0n)],
       ]);
     }
+  });
+
+  it('the hold sweeper fails every expired request, batch after batch, its holds and records together', async () => {
+    const merchant = await t.newMerchant('Sweep');
+    await creditWallet(t.storage, merchant.walletId, parseMoney('5'));
+    const billing = await resolveForwardCredential(t.storage, merchant.secretKey);
+    // Admitted on a clock before every other test's, so only these are due at the sweep.
+    const t0 = new Date('2019-05-01T00:00:00.000Z');
+    const ids: string[] = [];
+    for (let i = 0; i < 5; i++) {
+      const admitted = await admitRequest(t.storage, {
+        requestId: newId('request'),
+        billing,
+        walletId: merchant.walletId,
+        estimate: { wallet: parseMoney('0.01'), merchant: 0n },
+        ttlMs: 60_000,
+        record: { provider: 'openai', model: 'gpt-4o', endpoint: 'POST x', provider_key_type: 'managed', metadata: {} },
+        now: t0,
+      });
+      if (admitted.outcome !== 'admitted') throw new Error(admitted.outcome);
+      ids.push(admitted.recordId);
+    }
+    expect((await findWallet(t.storage, merchant.walletId))!.held).toBe(parseMoney('0.05'));
+
+    expect(await sweepExpiredHolds(t.storage, new Date(t0.getTime() + 60_000), 2)).toBe(5);
+    const records = await t.storage.db.selectFrom('requests').select('status').where('id', 'in', ids).execute();
+    expect(records.map((r) => r.status)).toEqual(['error', 'error', 'error', 'error', 'error']);
+    const holds = await t.storage.db.selectFrom('holds').select('status').where('reference', 'in', ids).execute();
+    expect(holds.map((h) => h.status)).toEqual(['expired', 'expired', 'expired', 'expired', 'expired']);
+    const wallet = (await findWallet(t.storage, merchant.walletId))!;
+    expect(wallet).toMatchObject({ held: 0n, balance: parseMoney('5') });
+    const rollups = await t.storage.db.selectFrom('usage_rollups').select('requests').where('merchant_id', '=', merchant.merchantId).execute();
+    expect(rollups.reduce((sum, r) => sum + BigInt(r.requests), 0n)).toBe(5n);
+    expect(await sweepExpiredHolds(t.storage, new Date(t0.getTime() + 60_000), 2)).toBe(0);
+    expect((await verifyLedger(t.storage)).problems).toEqual([]);
   });
 
   it.runIf(dialect === 'postgres')('the one-statement admission writes everything, or nothing when a wallet cannot cover the batch', async () => {

@@ -187,6 +187,41 @@ describe.each(databasesUnderTest())('ledger on %s', (dialect) => {
       expect((await s.wallet()).held).toBe(usd('2'));
     });
 
+    it('expireHolds keeps going batch after batch until every due hold is expired', async () => {
+      const s = await setup({ fund: '10', rate: '1' });
+      // A clock before every other test's, so only these five holds are due.
+      const t0 = new Date('2019-06-01T00:00:00.000Z');
+      for (let i = 1; i <= 5; i++) {
+        await placeHold(t.storage, { walletId: s.walletId, amount: usd('1'), reference: `batch-${i}`, ttlMs: MINUTE, now: t0 });
+      }
+      const batches: string[][] = [];
+      const expired = await expireHolds(t.storage, new Date(t0.getTime() + MINUTE), {
+        batchSize: 2,
+        inSameTransaction: async (_trx, references) => batches.push(references),
+      });
+      expect(expired.sort()).toEqual(['batch-1', 'batch-2', 'batch-3', 'batch-4', 'batch-5']);
+      expect(batches.map((b) => b.length)).toEqual([2, 2, 1]);
+      expect((await s.wallet()).held).toBe(0n);
+    });
+
+    it('a batch whose work in the same transaction fails expires nothing', async () => {
+      const s = await setup({ fund: '10', rate: '1' });
+      const t0 = new Date('2019-07-01T00:00:00.000Z');
+      const hold = await placeHold(t.storage, { walletId: s.walletId, amount: usd('1'), reference: 'crash-1', ttlMs: MINUTE, now: t0 });
+      if (!('holdId' in hold)) throw new Error('hold refused');
+      const sweep = expireHolds(t.storage, new Date(t0.getTime() + MINUTE), {
+        inSameTransaction: async () => {
+          throw new Error('crash between expiring and failing the record');
+        },
+      });
+      await expect(sweep).rejects.toThrow('crash between');
+      const row = await t.storage.db.selectFrom('holds').select('status').where('id', '=', hold.holdId).executeTakeFirstOrThrow();
+      expect(row.status).toBe('active');
+      expect((await s.wallet()).held).toBe(usd('1'));
+      expect(await expireHolds(t.storage, new Date(t0.getTime() + MINUTE))).toContain('crash-1');
+      expect((await s.wallet()).held).toBe(0n);
+    });
+
     it('a charge settles its hold once, may exceed it, and a second settlement of the same hold does nothing', async () => {
       const s = await setup({ fund: '0.4', rate: '0.5' });
       const hold = await placeHold(t.storage, { walletId: s.walletId, amount: usd('0.3'), reference: 'fwd-1', ttlMs: MINUTE });
