@@ -74,7 +74,7 @@ export const requestRecordSchema = z.object({
   status: z.enum(['pending', 'completed', 'error']),
   provider: z.string(),
   endpoint: z.string(),
-  provider_key_type: z.enum(['managed', 'unmanaged', 'stored']),
+  provider_key_type: z.enum(['managed', 'unmanaged']),
   model: z.string().nullable(),
   response_id: z.string().nullable(),
   connection_id: z.string().nullable(),

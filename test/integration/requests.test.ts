@@ -58,6 +58,12 @@ describe.each(databasesUnderTest())('POST /v1/requests on %s', (dialect) => {
     expect(refused.statusCode).toBe(404);
   });
 
+  it('documents provider_key_type as managed or unmanaged, the only values anything records', async () => {
+    const doc = (await t.app.inject({ method: 'GET', url: '/v1/openapi.json' })).json();
+    const record = doc.paths['/v1/requests/{id}'].get.responses['200'].content['application/json'].schema;
+    expect(record.properties.provider_key_type.enum).toEqual(['managed', 'unmanaged']);
+  });
+
   it('replays the same request_id with 200 and refuses a different body with 409', async () => {
     const m = await t.newMerchant();
     const h = t.auth(m.secretKey);
