@@ -1,6 +1,7 @@
-import { Command, InvalidArgumentError } from 'commander';
+import { Command, InvalidArgumentError, Option } from 'commander';
 import { ConfigError, loadConfig, type Config } from '../config.ts';
 import { formatMoney, MAX_AMOUNT_UNITS, MoneyFormatError, parseMoney } from '../domain/money.ts';
+import { BUCKET_ORDER, type Bucket } from '../ledger/accounts.ts';
 import { creditWallet } from '../ledger/wallets.ts';
 import { startServer, stopOnSignals } from '../main.ts';
 import { openStorage, type Storage } from '../storage/db.ts';
@@ -60,12 +61,17 @@ admin
   .description('add money to a wallet (e.g. a merchant wallet)')
   .requiredOption('--wallet <wallet_id>', 'wallet id (wal_…)')
   .requiredOption('--amount <amount>', 'positive decimal amount, at most 10 fractional digits', amountParser({ allowZero: false }))
-  .action(async (opts: { wallet: string; amount: bigint }) => {
+  .addOption(
+    new Option('--bucket <bucket>', 'which bucket to fill; charges take cycle credit first, then bundle, then prepaid')
+      .choices(BUCKET_ORDER)
+      .default('prepaid'),
+  )
+  .action(async (opts: { wallet: string; amount: bigint; bucket: Bucket }) => {
     await withStorage(async (storage) => {
       await migrateToLatest(storage);
-      const balance = await creditWallet(storage, opts.wallet, opts.amount);
+      const balance = await creditWallet(storage, opts.wallet, opts.amount, opts.bucket);
       if (balance === null) fail(`No wallet with id ${opts.wallet}.`);
-      console.log(`Wallet ${opts.wallet} balance: ${formatMoney(balance)}`);
+      console.log(`Wallet ${opts.wallet} balance: ${formatMoney(balance)} (credited ${formatMoney(opts.amount)} to ${opts.bucket})`);
     });
   });
 

@@ -1,7 +1,7 @@
 import type { FastifyBaseLogger } from 'fastify';
 import { toSeconds, type Usage } from '../domain/pricing.ts';
 import type { AppDeps } from '../http/types.ts';
-import { FAIL_JOB, failRequest, SETTLE_JOB } from '../ledger/forwarded.ts';
+import { FAIL_JOB, SETTLE_JOB } from '../ledger/forwarded.ts';
 import { expireHolds } from '../ledger/holds.ts';
 import type { Storage } from '../storage/db.ts';
 import type { StreamUsage, UsageReport } from '../providers/types.ts';
@@ -94,9 +94,14 @@ function toUsage(report: UsageReport | null): Usage {
   };
 }
 
-/** Releases holds past their TTL and marks their records `error` (a crashed or stuck settlement). */
-export async function sweepExpiredHolds(storage: Storage, now = new Date()): Promise<number> {
-  const references = await expireHolds(storage, now);
-  for (const recordId of new Set(references)) await failRequest(storage, { recordId, holdIds: [] });
+/**
+ * Releases holds past their TTL and marks their records `error` (a crashed or stuck settlement),
+ * both in one transaction per batch. Returns how many requests it failed.
+ */
+export async function sweepExpiredHolds(storage: Storage, now = new Date(), batchSize?: number): Promise<number> {
+  const references = await expireHolds(storage, now, {
+    batchSize,
+    inSameTransaction: (trx, recordIds) => FAIL_JOB.inTransaction(trx, storage.dialect, recordIds.map((recordId) => ({ recordId, holdIds: [] }))),
+  });
   return references.length;
 }

@@ -394,6 +394,8 @@ async function settleInTransaction(trx: Transaction<Database>, dialect: Storage[
   const at = now.toISOString();
   const periodStart = monthStart(now);
   if (inputs.some((input) => !input.record)) throw new RunAlone();
+  const admittedAt = await pendingCreationTimes(trx, inputs);
+  if (admittedAt.size !== inputs.length) throw new RunAlone();
 
   // Tier positions, locked.
   const counterOf = (input: SettleInput): CounterKey | null =>
@@ -431,7 +433,7 @@ async function settleInTransaction(trx: Transaction<Database>, dialect: Storage[
     }
     priced.push(price);
   }
-  const records = inputs.map((input, i) => completedRecord(input, input.record!, priced[i]!, at));
+  const records = inputs.map((input, i) => completedRecord(input, input.record!, priced[i]!, at, admittedAt.get(input.recordId)!));
   const recordWrites = records.map((record) => {
     const { id, merchant_id: _m, request_id: _r, created_at: _c, metadata: _md, ...settled } = record;
     return { query: trx.updateTable('requests').set(settled).where('id', '=', id).where('status', '=', 'pending').returning('id'), counted: true };
@@ -521,6 +523,21 @@ async function settleInTransaction(trx: Transaction<Database>, dialect: Storage[
     .sort((a, b) => (a.input.billing.spendKey!.id < b.input.billing.spendKey!.id ? -1 : 1));
   for (const { input, outcome } of withKeys) await finishReservation(trx, dialect, input.recordId, spendOf(outcome));
   return outcomes;
+}
+
+/**
+ * When each member's pending record was written (its admission), by record id; a member whose
+ * record is not pending any more is missing. The record keeps that time, and its usage rolls up
+ * under it, as GET /usage with a metadata filter (which reads the records) counts it.
+ */
+async function pendingCreationTimes(trx: Transaction<Database>, inputs: SettleInput[]): Promise<Map<string, string>> {
+  const rows = await trx
+    .selectFrom('requests')
+    .select(['id', 'created_at'])
+    .where('id', 'in', inputs.map((input) => input.recordId))
+    .where('status', '=', 'pending')
+    .execute();
+  return new Map(rows.map((row) => [row.id, row.created_at]));
 }
 
 const walletState = (w: WalletRow) => `${w.balance} ${w.cycle_credit} ${w.bundle_credit} ${w.held}`;
@@ -629,7 +646,7 @@ function balanceEvent(wallet: WalletRow, connectionId: string | null, at: string
 }
 
 /** The completed record a settlement writes over the pending one (as chargeRequest builds it). */
-function completedRecord(input: SettleInput, pending: PendingFacts, priced: PricedRequest, at: string): RequestRow {
+function completedRecord(input: SettleInput, pending: PendingFacts, priced: PricedRequest, at: string, createdAt: string): RequestRow {
   return {
     id: input.recordId,
     merchant_id: input.billing.merchantId,
@@ -673,7 +690,7 @@ function completedRecord(input: SettleInput, pending: PendingFacts, priced: Pric
     total_wallet_cost: priced.totals.wallet,
     total_merchant_cost: priced.totals.merchant,
     usage_estimated: input.usageEstimated ? 1 : 0,
-    created_at: at,
+    created_at: createdAt,
     completed_at: at,
   };
 }

@@ -92,22 +92,81 @@ export async function releaseHold(storage: Storage, holdId: string): Promise<boo
   });
 }
 
-/** Crash safety: holds past their TTL are released. Returns the references of the expired holds. */
-export async function expireHolds(storage: Storage, now = new Date()): Promise<string[]> {
-  const due = await storage.db
-    .selectFrom('holds')
-    .select(['id', 'wallet_id', 'reference'])
-    .where('status', '=', 'active')
-    .where('expires_at', '<=', now.toISOString())
-    .limit(1000)
-    .execute();
+/** How many requests' holds one sweep transaction expires. */
+export const EXPIRY_BATCH = 1000;
+
+type ExpiryOptions = {
+  batchSize?: number;
+  /**
+   * Runs in each batch's transaction with the references whose holds it expired (the sweeper
+   * fails their pending records there, so a crash leaves both done or neither).
+   */
+  inSameTransaction?: (trx: Transaction<Database>, references: string[]) => Promise<unknown>;
+};
+
+/**
+ * Crash safety: holds past their TTL are released, batch after batch (one transaction each) until
+ * a batch comes back short. Returns the references of the expired holds.
+ */
+export async function expireHolds(storage: Storage, now = new Date(), options: ExpiryOptions = {}): Promise<string[]> {
+  const batchSize = options.batchSize ?? EXPIRY_BATCH;
   const expired: string[] = [];
-  for (const hold of due) {
-    const done = await storage.db.transaction().execute(async (trx) => {
-      const wallets = await lockWallets(trx, storage.dialect, [hold.wallet_id]);
-      return releaseHoldInTransaction(trx, hold.id, 'expired', wallets);
+  for (;;) {
+    const batch = await storage.db.transaction().execute(async (trx) => {
+      const result = await expireDueBatch(trx, storage.dialect, now, batchSize);
+      if (options.inSameTransaction && result.references.length > 0) await options.inSameTransaction(trx, result.references);
+      return result;
     });
-    if (done) expired.push(hold.reference);
+    expired.push(...batch.references);
+    if (batch.due < batchSize) return expired;
   }
-  return expired;
+}
+
+/**
+ * Expires the due holds of up to `batchSize` references (all of a reference's due holds together,
+ * so a request is never left half expired). Holds are not locked while chosen: their wallets are
+ * locked first, as every writer does, and a hold settled meanwhile is simply not expired.
+ */
+async function expireDueBatch(
+  trx: Transaction<Database>,
+  dialect: Storage['dialect'],
+  now: Date,
+  batchSize: number,
+): Promise<{ due: number; references: string[] }> {
+  const dueAt = now.toISOString();
+  const chosen = await trx
+    .selectFrom('holds')
+    .select('reference')
+    .distinct()
+    .where('status', '=', 'active')
+    .where('expires_at', '<=', dueAt)
+    .orderBy('reference')
+    .limit(batchSize)
+    .execute();
+  if (chosen.length === 0) return { due: 0, references: [] };
+  const due = await trx
+    .selectFrom('holds')
+    .select(['id', 'wallet_id'])
+    .where('status', '=', 'active')
+    .where('expires_at', '<=', dueAt)
+    .where('reference', 'in', chosen.map((c) => c.reference))
+    .execute();
+  await lockWallets(trx, dialect, due.map((h) => h.wallet_id));
+  const expired = await trx
+    .updateTable('holds')
+    .set({ status: 'expired' })
+    .where('id', 'in', due.map((h) => h.id))
+    .where('status', '=', 'active')
+    .returning(['wallet_id', 'amount', 'reference'])
+    .execute();
+  const releasedPerWallet = new Map<string, bigint>();
+  for (const hold of expired) releasedPerWallet.set(hold.wallet_id, (releasedPerWallet.get(hold.wallet_id) ?? 0n) + BigInt(hold.amount));
+  for (const [walletId, amount] of [...releasedPerWallet].sort(([a], [b]) => (a < b ? -1 : 1))) {
+    await trx
+      .updateTable('wallets')
+      .set((eb) => ({ held: eb('held', '-', amount) }))
+      .where('id', '=', walletId)
+      .execute();
+  }
+  return { due: chosen.length, references: [...new Set(expired.map((h) => h.reference))] };
 }

@@ -100,31 +100,46 @@ export function debitInMemory(wallet: WalletRow, amount: bigint): Leg[] {
   return BUCKET_ORDER.map((b) => ({ account: walletAccount(wallet.id, b), amount: -split[b] }));
 }
 
-/** Adds to a wallet's prepaid bucket inside a transaction; returns the new balance. */
-export async function applyCredit(trx: Transaction<Database>, walletId: string, amount: bigint): Promise<bigint | null> {
+/**
+ * Adds to one bucket of a wallet (prepaid unless told) inside a transaction; returns the new
+ * balance. The balance is the sum of the buckets, so it grows with any of them.
+ */
+export async function applyCredit(
+  trx: Transaction<Database>,
+  walletId: string,
+  amount: bigint,
+  bucket: Bucket = 'prepaid',
+): Promise<bigint | null> {
   const row = await trx
     .updateTable('wallets')
-    .set((eb) => ({ balance: eb('balance', '+', amount) }))
+    .set((eb) => ({
+      balance: eb('balance', '+', amount),
+      ...(bucket === 'cycle' ? { cycle_credit: eb('cycle_credit', '+', amount) } : {}),
+      ...(bucket === 'bundle' ? { bundle_credit: eb('bundle_credit', '+', amount) } : {}),
+    }))
     .where('id', '=', walletId)
     .returning(['balance'])
     .executeTakeFirst();
   return row ? BigInt(row.balance) : null;
 }
 
-/** The operator adds money to a wallet (`tollgate admin credit-wallet`). */
-export async function creditWallet(storage: Storage, walletId: string, units: bigint): Promise<bigint | null> {
+/**
+ * The operator adds money to one bucket of a wallet (`tollgate admin credit-wallet`): prepaid by
+ * default; subscription cycles and bundle purchases credit `cycle` and `bundle` through here.
+ */
+export async function creditWallet(storage: Storage, walletId: string, units: bigint, bucket: Bucket = 'prepaid'): Promise<bigint | null> {
   if (units <= 0n) throw new RangeError('a credit must be positive');
   return storage.db.transaction().execute(async (trx) => {
     const wallet = await trx.selectFrom('wallets').select(['merchant_id']).where('id', '=', walletId).executeTakeFirst();
     if (!wallet) return null;
-    const balance = await applyCredit(trx, walletId, units);
+    const balance = await applyCredit(trx, walletId, units, bucket);
     const at = nowIso();
     await appendTransaction(trx, {
       kind: 'operator_credit',
       merchantId: wallet.merchant_id,
-      description: 'Operator credit',
+      description: bucket === 'prepaid' ? 'Operator credit' : `Operator credit (${bucket})`,
       legs: [
-        { account: walletAccount(walletId, 'prepaid'), amount: units },
+        { account: walletAccount(walletId, bucket), amount: units },
         { account: operatorFundingAccount(), amount: -units },
       ],
       at,

@@ -5,7 +5,7 @@ import { lookupBasePrices } from '../domain/prices.ts';
 import { formatMicros, secondsToMicros, toSeconds, type Usage } from '../domain/pricing.ts';
 import { principalOf, type Principal } from '../http/auth.ts';
 import { ApiError, notFound, validationError } from '../http/errors.ts';
-import { metadataFiltersSchema, metadataSchema, parseJsonParam } from '../http/metadata.ts';
+import { MAX_METADATA_PAIRS, metadataFiltersSchema, metadataSchema, parseJsonParam, type Metadata } from '../http/metadata.ts';
 import { assertCursor, pageQuery, pageResponse, toPage, type Page } from '../http/pagination.ts';
 import { idParams, standardErrors } from '../http/schemas.ts';
 import type { App, AppDeps } from '../http/types.ts';
@@ -60,6 +60,34 @@ const createBody = z
   });
 type CreateBody = z.infer<typeof createBody>;
 
+const METADATA_HEADER = 'x-service-metadata';
+
+const createQuery = z.object({
+  metadata: z
+    .string()
+    .optional()
+    .describe(`JSON object of metadata, merged with the body's (the body wins on a shared key; this wins over the ${METADATA_HEADER} header)`),
+});
+
+/**
+ * The request's metadata from all three places it may arrive, merged key by key: the body's own
+ * wins over the `metadata` query parameter, which wins over the `x-service-metadata` header (the
+ * most specific source wins; a header is often set once for a whole client). Without any from the
+ * query or header the body stays as sent, so its replay hash is unchanged.
+ */
+function withOutsideMetadata(body: CreateBody, fromQuery: string | undefined, fromHeader: string | string[] | undefined): CreateBody {
+  // Empty counts as absent, as on the forward gateway.
+  const header = typeof fromHeader === 'string' && fromHeader !== '' ? parseJsonParam(fromHeader, metadataSchema, [METADATA_HEADER]) : {};
+  const query = fromQuery ? parseJsonParam(fromQuery, metadataSchema, ['metadata']) : {};
+  if (Object.keys(header).length === 0 && Object.keys(query).length === 0) return body;
+  const metadata: Metadata = { ...header, ...query, ...body.metadata };
+  if (Object.keys(metadata).length > MAX_METADATA_PAIRS) {
+    const message = `metadata holds at most ${MAX_METADATA_PAIRS} pairs (body, query parameter and header together)`;
+    throw new ApiError('invalid_metadata', message, { issues: [{ path: ['metadata'], message }] });
+  }
+  return { ...body, metadata };
+}
+
 const breakdownItem = z.object({
   tier: z.object({ start: z.number(), rate: z.string(), type: z.string() }),
   tokens: z.number(),
@@ -74,7 +102,7 @@ export const requestRecordSchema = z.object({
   status: z.enum(['pending', 'completed', 'error']),
   provider: z.string(),
   endpoint: z.string(),
-  provider_key_type: z.enum(['managed', 'unmanaged', 'stored']),
+  provider_key_type: z.enum(['managed', 'unmanaged']),
   model: z.string().nullable(),
   response_id: z.string().nullable(),
   connection_id: z.string().nullable(),
@@ -262,11 +290,13 @@ export function registerRequestRoutes(app: App, deps: AppDeps): void {
       schema: {
         tags,
         body: createBody,
+        querystring: createQuery,
         response: { 200: requestRecordSchema, 201: requestRecordSchema, ...standardErrors },
       },
     },
     async (request, reply) => {
-      const { status, row } = await recordRequest(principalOf(request), request.body);
+      const body = withOutsideMetadata(request.body, request.query.metadata, request.headers[METADATA_HEADER]);
+      const { status, row } = await recordRequest(principalOf(request), body);
       return reply.status(status).send(row);
     },
   );

@@ -45,10 +45,12 @@ export function metadataRows(records: RequestRow[]): RequestMetadataTable[] {
 
 /**
  * Completes a record written as `pending` at admission with its settled usage and costs, and only
- * then adds it to the usage rollup (pending records are not usage yet).
+ * then adds it to the usage rollup (pending records are not usage yet). The record keeps its
+ * admission time as created_at and rolls up under it, where the metadata-filtered usage (which
+ * reads the records) counts it too.
  */
 export async function completePendingRecord(trx: Transaction<Database>, row: RequestRow): Promise<RequestRow> {
-  const { id, merchant_id: _m, request_id: _r, created_at, metadata: _md, ...settled } = row;
+  const { id, merchant_id: _m, request_id: _r, created_at: _c, metadata: _md, ...settled } = row;
   const stored = await trx
     .updateTable('requests')
     .set(settled)
@@ -57,7 +59,7 @@ export async function completePendingRecord(trx: Transaction<Database>, row: Req
     .returningAll()
     .executeTakeFirst();
   if (!stored) throw new Error(`request record ${id} is not pending`);
-  await addToRollups(trx, [{ ...stored, created_at }]);
+  await addToRollups(trx, [stored]);
   return stored;
 }
 

@@ -122,7 +122,7 @@ export interface RequestsTable {
   provider: string;
   model: string | null;
   endpoint: string;
-  provider_key_type: 'managed' | 'unmanaged' | 'stored';
+  provider_key_type: 'managed' | 'unmanaged';
   response_id: string | null;
   provider_timestamp: string | null;
   metadata: string;

@@ -1,10 +1,11 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { newId } from '../../src/domain/ids.ts';
-import { parseMoney } from '../../src/domain/money.ts';
+import { formatMoney, parseMoney } from '../../src/domain/money.ts';
 import { lookupBasePrices } from '../../src/domain/prices.ts';
 import { resolveForwardCredential } from '../../src/gateway/credentials.ts';
+import { sweepExpiredHolds } from '../../src/gateway/settle.ts';
 import { GatewayWriter, type BatchJob } from '../../src/gateway/writer.ts';
-import { ADMIT_JOB, pricingFor, SETTLE_JOB, type SettleInput } from '../../src/ledger/forwarded.ts';
+import { ADMIT_JOB, admitRequest, failRequest, pricingFor, SETTLE_JOB, settleRequest, type SettleInput } from '../../src/ledger/forwarded.ts';
 import { verifyLedger } from '../../src/ledger/verify.ts';
 import { creditWallet, findWallet } from '../../src/ledger/wallets.ts';
 import { startTestApp, type TestApp } from '../helpers/app.ts';
@@ -168,6 +169,104 @@ describe.each(databasesUnderTest())('gateway writer on %s', (dialect) => {
     expect(rollups.reduce((sum, r) => sum + BigInt(r.fee), 0n)).toBe(parseMoney('0.0375'));
     expect((await verifyLedger(t.storage)).problems).toEqual([]);
     await writer.drain();
+  });
+
+  it('a request admitted before midnight and settled after it counts on its admission day, filtered or not', async () => {
+    const merchant = await t.newMerchant('Midnight');
+    await creditWallet(t.storage, merchant.walletId, parseMoney('5'));
+    const billing = await resolveForwardCredential(t.storage, merchant.secretKey);
+    const record = { provider: 'openai', endpoint: 'POST x', provider_key_type: 'managed' as const, metadata: { team: 'night' } };
+    const admit = async (at: string) => {
+      const admitted = await admitRequest(t.storage, {
+        requestId: newId('request'),
+        billing,
+        walletId: merchant.walletId,
+        estimate: { wallet: parseMoney('0.01'), merchant: 0n },
+        // Long enough that no sweep expires it before it settles (the test settles now, years later).
+        ttlMs: 100 * 365 * 86_400_000,
+        record: { ...record, model: 'gpt-4o' },
+        now: new Date(at),
+      });
+      if (admitted.outcome !== 'admitted') throw new Error(admitted.outcome);
+      return admitted;
+    };
+    const settlement = (a: Awaited<ReturnType<typeof admit>>): SettleInput => ({
+      recordId: a.recordId,
+      holdIds: a.holdIds,
+      billing,
+      usage: { inputTokens: 1000, outputTokens: 500, inputCharacters: 0, outputCharacters: 0, inputSeconds: '0', outputSeconds: '0' },
+      model: 'gpt-4o',
+      prices: lookupBasePrices('openai', 'gpt-4o', { overrides: t.config.priceOverrides }),
+      baseCostCharged: true,
+      serviceChargeRate: 0n,
+      responseId: null,
+      usageEstimated: false,
+      record,
+    });
+    // One settles alone, two in one batch, one fails: all admitted in the last second of 31 March.
+    const alone = await admit('2026-03-31T23:59:59.000Z');
+    const batched = [await admit('2026-03-31T23:59:59.500Z'), await admit('2026-03-31T23:59:59.900Z')];
+    const failed = await admit('2026-03-31T23:59:59.999Z');
+    expect((await settleRequest(t.storage, settlement(alone))).outcome).toBe('recorded');
+    const outcomes = await t.storage.db.transaction().execute((trx) => SETTLE_JOB.inTransaction(trx, t.storage.dialect, batched.map(settlement)));
+    expect(outcomes.map((o) => o.outcome)).toEqual(['recorded', 'recorded']);
+    await failRequest(t.storage, { recordId: failed.recordId, holdIds: failed.holdIds });
+
+    const rows = await t.storage.db
+      .selectFrom('requests')
+      .select(['created_at', 'status', 'total_merchant_cost'])
+      .where('merchant_id', '=', merchant.merchantId)
+      .execute();
+    expect(rows.every((r) => r.created_at.startsWith('2026-03-31T23:59:59'))).toBe(true);
+    expect(rows.map((r) => r.status).sort()).toEqual(['completed', 'completed', 'completed', 'error']);
+    const charged = rows.reduce((sum, r) => sum + BigInt(r.total_merchant_cost), 0n);
+    expect(charged).toBeGreaterThan(0n);
+
+    const filter = encodeURIComponent(JSON.stringify([['team', 'night']]));
+    for (const query of ['start=2026-03-31&end=2026-04-01', `start=2026-03-31&end=2026-04-01&metadata_filters=${filter}`]) {
+      const res = await t.app.inject({ method: 'GET', url: `/v1/usage?${query}`, headers: t.auth(merchant.secretKey) });
+      expect(res.statusCode).toBe(200);
+      const items = res.json().items as { date: string; total_requests: number; total_request_cost: string }[];
+      expect(items.map((i) => [i.date, i.total_requests, i.total_request_cost])).toEqual([
+        ['2026-03-31', rows.length, formatMoney(charged)],
+        ['2026-04-01', 0, formatMoney(0n)],
+      ]);
+    }
+  });
+
+  it('the hold sweeper fails every expired request, batch after batch, its holds and records together', async () => {
+    const merchant = await t.newMerchant('Sweep');
+    await creditWallet(t.storage, merchant.walletId, parseMoney('5'));
+    const billing = await resolveForwardCredential(t.storage, merchant.secretKey);
+    // Admitted on a clock before every other test's, so only these are due at the sweep.
+    const t0 = new Date('2019-05-01T00:00:00.000Z');
+    const ids: string[] = [];
+    for (let i = 0; i < 5; i++) {
+      const admitted = await admitRequest(t.storage, {
+        requestId: newId('request'),
+        billing,
+        walletId: merchant.walletId,
+        estimate: { wallet: parseMoney('0.01'), merchant: 0n },
+        ttlMs: 60_000,
+        record: { provider: 'openai', model: 'gpt-4o', endpoint: 'POST x', provider_key_type: 'managed', metadata: {} },
+        now: t0,
+      });
+      if (admitted.outcome !== 'admitted') throw new Error(admitted.outcome);
+      ids.push(admitted.recordId);
+    }
+    expect((await findWallet(t.storage, merchant.walletId))!.held).toBe(parseMoney('0.05'));
+
+    expect(await sweepExpiredHolds(t.storage, new Date(t0.getTime() + 60_000), 2)).toBe(5);
+    const records = await t.storage.db.selectFrom('requests').select('status').where('id', 'in', ids).execute();
+    expect(records.map((r) => r.status)).toEqual(['error', 'error', 'error', 'error', 'error']);
+    const holds = await t.storage.db.selectFrom('holds').select('status').where('reference', 'in', ids).execute();
+    expect(holds.map((h) => h.status)).toEqual(['expired', 'expired', 'expired', 'expired', 'expired']);
+    const wallet = (await findWallet(t.storage, merchant.walletId))!;
+    expect(wallet).toMatchObject({ held: 0n, balance: parseMoney('5') });
+    const rollups = await t.storage.db.selectFrom('usage_rollups').select('requests').where('merchant_id', '=', merchant.merchantId).execute();
+    expect(rollups.reduce((sum, r) => sum + BigInt(r.requests), 0n)).toBe(5n);
+    expect(await sweepExpiredHolds(t.storage, new Date(t0.getTime() + 60_000), 2)).toBe(0);
+    expect((await verifyLedger(t.storage)).problems).toEqual([]);
   });
 
   it.runIf(dialect === 'postgres')('the one-statement admission writes everything, or nothing when a wallet cannot cover the batch', async () => {

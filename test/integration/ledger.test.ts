@@ -1,14 +1,13 @@
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { formatMoney, parseMoney } from '../../src/domain/money.ts';
 import type { Usage } from '../../src/domain/pricing.ts';
-import { operatorFundingAccount, walletAccount } from '../../src/ledger/accounts.ts';
+import { parseWalletAccount } from '../../src/ledger/accounts.ts';
 import { chargeRequest, type ChargeInput } from '../../src/ledger/charge.ts';
 import { expireHolds, placeHold, releaseHold } from '../../src/ledger/holds.ts';
-import { appendTransaction } from '../../src/ledger/postings.ts';
 import { verifyLedger } from '../../src/ledger/verify.ts';
 import { creditWallet, findWallet } from '../../src/ledger/wallets.ts';
 import { findConnection } from '../../src/storage/connections.ts';
-import { openStorage, type Storage } from '../../src/storage/db.ts';
+import { openStorage } from '../../src/storage/db.ts';
 import { createMerchant, findMerchant } from '../../src/storage/merchants.ts';
 import { findMeter } from '../../src/storage/meters.ts';
 import { migrateToLatest } from '../../src/storage/migrate.ts';
@@ -19,35 +18,6 @@ import { databasesUnderTest, freshDatabase } from '../helpers/databases.ts';
 const usd = parseMoney;
 const NO_USAGE: Usage = { inputTokens: 0, outputTokens: 0, inputCharacters: 0, outputCharacters: 0, inputSeconds: '0', outputSeconds: '0' };
 const MINUTE = 60_000;
-
-/**
- * Gives a wallet subscription-cycle and bundle credit the way a subscription or bundle purchase
- * would: the bucket columns and the balance change together with matching, balanced postings.
- */
-async function grantBuckets(storage: Storage, walletId: string, merchantId: string, credit: { cycle: bigint; bundle: bigint }) {
-  await storage.db.transaction().execute(async (trx) => {
-    const wallet = await trx.selectFrom('wallets').selectAll().where('id', '=', walletId).executeTakeFirstOrThrow();
-    await trx
-      .updateTable('wallets')
-      .set({
-        balance: BigInt(wallet.balance) + credit.cycle + credit.bundle,
-        cycle_credit: BigInt(wallet.cycle_credit) + credit.cycle,
-        bundle_credit: BigInt(wallet.bundle_credit) + credit.bundle,
-      })
-      .where('id', '=', walletId)
-      .execute();
-    await appendTransaction(trx, {
-      kind: 'test_bucket_grant',
-      merchantId,
-      legs: [
-        { account: walletAccount(walletId, 'cycle'), amount: credit.cycle },
-        { account: walletAccount(walletId, 'bundle'), amount: credit.bundle },
-        { account: operatorFundingAccount(), amount: -(credit.cycle + credit.bundle) },
-      ],
-      at: new Date().toISOString(),
-    });
-  });
-}
 
 describe.each(databasesUnderTest())('ledger on %s', (dialect) => {
   let t: TestApp;
@@ -187,6 +157,41 @@ describe.each(databasesUnderTest())('ledger on %s', (dialect) => {
       expect((await s.wallet()).held).toBe(usd('2'));
     });
 
+    it('expireHolds keeps going batch after batch until every due hold is expired', async () => {
+      const s = await setup({ fund: '10', rate: '1' });
+      // A clock before every other test's, so only these five holds are due.
+      const t0 = new Date('2019-06-01T00:00:00.000Z');
+      for (let i = 1; i <= 5; i++) {
+        await placeHold(t.storage, { walletId: s.walletId, amount: usd('1'), reference: `batch-${i}`, ttlMs: MINUTE, now: t0 });
+      }
+      const batches: string[][] = [];
+      const expired = await expireHolds(t.storage, new Date(t0.getTime() + MINUTE), {
+        batchSize: 2,
+        inSameTransaction: async (_trx, references) => batches.push(references),
+      });
+      expect(expired.sort()).toEqual(['batch-1', 'batch-2', 'batch-3', 'batch-4', 'batch-5']);
+      expect(batches.map((b) => b.length)).toEqual([2, 2, 1]);
+      expect((await s.wallet()).held).toBe(0n);
+    });
+
+    it('a batch whose work in the same transaction fails expires nothing', async () => {
+      const s = await setup({ fund: '10', rate: '1' });
+      const t0 = new Date('2019-07-01T00:00:00.000Z');
+      const hold = await placeHold(t.storage, { walletId: s.walletId, amount: usd('1'), reference: 'crash-1', ttlMs: MINUTE, now: t0 });
+      if (!('holdId' in hold)) throw new Error('hold refused');
+      const sweep = expireHolds(t.storage, new Date(t0.getTime() + MINUTE), {
+        inSameTransaction: async () => {
+          throw new Error('crash between expiring and failing the record');
+        },
+      });
+      await expect(sweep).rejects.toThrow('crash between');
+      const row = await t.storage.db.selectFrom('holds').select('status').where('id', '=', hold.holdId).executeTakeFirstOrThrow();
+      expect(row.status).toBe('active');
+      expect((await s.wallet()).held).toBe(usd('1'));
+      expect(await expireHolds(t.storage, new Date(t0.getTime() + MINUTE))).toContain('crash-1');
+      expect((await s.wallet()).held).toBe(0n);
+    });
+
     it('a charge settles its hold once, may exceed it, and a second settlement of the same hold does nothing', async () => {
       const s = await setup({ fund: '0.4', rate: '0.5' });
       const hold = await placeHold(t.storage, { walletId: s.walletId, amount: usd('0.3'), reference: 'fwd-1', ttlMs: MINUTE });
@@ -246,7 +251,8 @@ describe.each(databasesUnderTest())('ledger on %s', (dialect) => {
   describe('buckets', () => {
     it('a charge takes subscription cycle credit first, then bundle credit, then the prepaid balance', async () => {
       const s = await setup({ fund: '10', rate: '2.5' });
-      await grantBuckets(t.storage, s.walletId, s.m.merchantId, { cycle: usd('1'), bundle: usd('2') });
+      await creditWallet(t.storage, s.walletId, usd('1'), 'cycle');
+      await creditWallet(t.storage, s.walletId, usd('2'), 'bundle');
       expect(await s.wallet()).toMatchObject({ balance: usd('13'), cycle_credit: usd('1'), bundle_credit: usd('2') });
       expect((await verifyLedger(t.storage)).problems).toEqual([]);
 
@@ -296,6 +302,43 @@ describe.each(databasesUnderTest())('ledger on %s', (dialect) => {
       expect((await verifyLedger(t.storage)).problems).toEqual([expect.objectContaining({ kind: 'held_mismatch', id: s.walletId })]);
       await t.storage.db.updateTable('wallets').set({ held: 0n }).where('id', '=', s.walletId).execute();
     });
+  });
+
+  describe('tollgate admin credit-wallet --bucket', () => {
+    it('fills the bucket named (prepaid when none is), each credit a balanced transaction into that bucket', async () => {
+      const { url } = await freshDatabase(dialect);
+      const storage = openStorage(url);
+      try {
+        await migrateToLatest(storage);
+        const { merchant } = await createMerchant(storage, { name: 'Buckets' });
+        const credit = (amount: string, ...bucket: string[]) =>
+          tollgate(['admin', 'credit-wallet', '--wallet', merchant.wallet_id, '--amount', amount, ...bucket], { DATABASE_URL: url });
+        for (const [amount, bucket] of [['1', ['--bucket', 'cycle']], ['2', ['--bucket', 'bundle']], ['4', []], ['8', ['--bucket', 'prepaid']]] as const) {
+          const out = await credit(amount, ...bucket);
+          expect(out.code, out.stderr).toBe(0);
+        }
+        expect(await findWallet(storage, merchant.wallet_id)).toMatchObject({ balance: usd('15'), cycle_credit: usd('1'), bundle_credit: usd('2') });
+        const postings = await storage.db
+          .selectFrom('ledger_postings')
+          .select(['account', 'amount'])
+          .where('account', 'like', `wallet:${merchant.wallet_id}:%`)
+          .execute();
+        const perBucket = new Map<string, bigint>();
+        for (const p of postings) {
+          const { bucket } = parseWalletAccount(p.account)!;
+          perBucket.set(bucket, (perBucket.get(bucket) ?? 0n) + BigInt(p.amount));
+        }
+        expect(Object.fromEntries(perBucket)).toEqual({ cycle: usd('1'), bundle: usd('2'), prepaid: usd('12') });
+        expect((await verifyLedger(storage)).problems).toEqual([]);
+
+        const unknown = await credit('1', '--bucket', 'savings');
+        expect(unknown.code).not.toBe(0);
+        expect(unknown.stderr).toContain('savings');
+        expect((await findWallet(storage, merchant.wallet_id))!.balance).toBe(usd('15'));
+      } finally {
+        await storage.close();
+      }
+    }, 60_000);
   });
 
   describe('tollgate admin verify-ledger', () => {

@@ -14,78 +14,140 @@ import {
   type Usage,
 } from '../../src/domain/pricing.ts';
 
-// Reference computations are deliberately naive: they walk usage one unit at a time (or intersect
-// intervals) and keep exact rationals until the single rounding per tier.
+// The reference is written independently of src/domain: positions and tier shares in the meter's
+// display units (tokens, characters, minutes, requests) as exact rationals, each amount rounded
+// half-up once at the end.
 
 const PERCENT = 100n * UNIT;
 
-/** Half-up for non-negative rationals, written independently of money.ts. */
-function roundHalfUp(numerator: bigint, denominator: bigint): bigint {
-  return (2n * numerator + denominator) / (2n * denominator);
+/** An exact non-negative rational, kept in lowest terms; only what the reference needs. */
+class Rational {
+  readonly n: bigint;
+  readonly d: bigint;
+  constructor(n: bigint, d = 1n) {
+    if (d === 0n) throw new RangeError('zero denominator');
+    const g = gcd(n < 0n ? -n : n, d < 0n ? -d : d) || 1n;
+    const sign = d < 0n ? -1n : 1n;
+    this.n = (sign * n) / g;
+    this.d = (sign * d) / g;
+  }
+  static decimal(text: string): Rational {
+    const [whole = '0', fraction = ''] = text.split('.');
+    return new Rational(BigInt(whole + fraction), 10n ** BigInt(fraction.length));
+  }
+  add(o: Rational): Rational {
+    return new Rational(this.n * o.d + o.n * this.d, this.d * o.d);
+  }
+  sub(o: Rational): Rational {
+    return this.add(new Rational(-o.n, o.d));
+  }
+  mul(o: Rational): Rational {
+    return new Rational(this.n * o.n, this.d * o.d);
+  }
+  div(o: Rational): Rational {
+    return new Rational(this.n * o.d, this.d * o.n);
+  }
+  cmp(o: Rational): number {
+    const diff = this.n * o.d - o.n * this.d;
+    return diff < 0n ? -1 : diff > 0n ? 1 : 0;
+  }
+  isZero(): boolean {
+    return this.n === 0n;
+  }
+  /** Half-up to an integer (non-negative values only), written independently of money.ts. */
+  roundHalfUp(): bigint {
+    return (2n * this.n + this.d) / (2n * this.d);
+  }
 }
 
-function tierIndexAt(starts: readonly bigint[], position: bigint): number {
-  let index = 0;
-  starts.forEach((start, i) => {
-    if (start <= position) index = i;
-  });
-  return index;
+function gcd(a: bigint, b: bigint): bigint {
+  return b === 0n ? a : gcd(b, a % b);
 }
+
+const min = (a: Rational, b: Rational) => (a.cmp(b) <= 0 ? a : b);
+const max = (a: Rational, b: Rational) => (a.cmp(b) >= 0 ? a : b);
+const r = (n: bigint | number, d: bigint | number = 1n) => new Rational(BigInt(n), BigInt(d));
 
 interface ReferenceSlice {
   tierIndex: number;
-  units: bigint;
+  /** The slice's usage in the meter's display unit: tokens, characters, minutes or requests. */
+  quantity: Rational;
   cost: bigint;
 }
 
-/**
- * Reference fee: count units per tier one position at a time, then cost each tier's count.
- * fixed: rate × count / denominator. percentage: rate% × basis base × count / request units.
- */
-function referenceSlices(args: {
-  rateType: RateType;
-  tiers: readonly Tier[];
-  starts: readonly bigint[];
-  from: bigint;
-  units: bigint;
-  denominator: bigint;
-  basisBase: bigint;
-}): ReferenceSlice[] {
-  const counts = new Map<number, bigint>();
-  if (args.units === 0n) counts.set(tierIndexAt(args.starts, args.from), 0n);
-  for (let position = args.from; position < args.from + args.units; position++) {
-    const index = tierIndexAt(args.starts, position);
-    counts.set(index, (counts.get(index) ?? 0n) + 1n);
-  }
-  return [...counts.entries()].map(([tierIndex, units]) => {
-    const rate = args.tiers[tierIndex]!.rate;
-    const cost =
-      args.rateType === 'fixed'
-        ? roundHalfUp(rate * units, args.denominator)
-        : args.units === 0n
-          ? roundHalfUp(rate * args.basisBase, PERCENT)
-          : roundHalfUp(rate * args.basisBase * units, PERCENT * args.units);
-    return { tierIndex, units, cost };
-  });
+interface ReferencePrice {
+  slices: ReferenceSlice[];
+  fee: bigint;
+  serviceCharge: bigint;
+  totals: { request: bigint; wallet: bigint; merchant: bigint };
 }
 
-/** Reference by interval intersection, for microsecond positions too many to walk one by one. */
-function referenceSlicesByOverlap(args: {
-  tiers: readonly Tier[];
-  starts: readonly bigint[];
-  from: bigint;
-  units: bigint;
-  denominator: bigint;
-}): ReferenceSlice[] {
-  const end = args.from + args.units;
+/**
+ * The whole price, in the meter's display units with exact rationals: the request covers
+ * [from, from + quantity) of the period's usage; each tier's share of that interval is costed at
+ * its rate (per 1M tokens or characters, per minute, per request, or rate % of the basis base
+ * cost pro rata) and rounded half-up once; the service charge is its rate % of the fee, rounded
+ * once; every total is a plain sum.
+ */
+function referencePrice(args: {
+  meter: MeterPricing;
+  from: Rational;
+  quantity: Rational;
+  basisBase: bigint;
+  chargedBase: bigint;
+  serviceChargeRate: bigint;
+}): ReferencePrice {
+  const { meter, from, quantity } = args;
+  const perRateUnit = { tokens_1m: r(1_000_000), characters_1m: r(1_000_000), minutes: r(1), requests: r(1) }[meter.tierType];
+  const percent = (rate: bigint) => r(rate, PERCENT);
+  const end = from.add(quantity);
+  const starts = meter.tiers.map((tier) => Rational.decimal(String(tier.start)));
   const slices: ReferenceSlice[] = [];
-  args.tiers.forEach((tier, tierIndex) => {
-    const low = args.starts[tierIndex]!;
-    const high = args.starts[tierIndex + 1] ?? end;
-    const overlap = (high < end ? high : end) - (low > args.from ? low : args.from);
-    if (overlap > 0n) slices.push({ tierIndex, units: overlap, cost: roundHalfUp(tier.rate * overlap, args.denominator) });
+  meter.tiers.forEach((tier, index) => {
+    const low = max(starts[index]!, from);
+    const high = index + 1 < starts.length ? min(starts[index + 1]!, end) : end;
+    if (high.cmp(low) <= 0) return;
+    const share = high.sub(low);
+    const cost =
+      meter.rateType === 'fixed'
+        ? r(tier.rate).mul(share).div(perRateUnit)
+        : percent(tier.rate).mul(r(args.basisBase)).mul(share.div(quantity));
+    slices.push({ tierIndex: index, quantity: share, cost: cost.roundHalfUp() });
   });
-  return slices;
+  if (quantity.isZero()) {
+    // No usage: one empty slice at the tier holding `from`; a percentage meter still takes its rate of the base.
+    let index = 0;
+    starts.forEach((start, i) => {
+      if (start.cmp(from) <= 0) index = i;
+    });
+    const rate = meter.tiers[index]!.rate;
+    const cost = meter.rateType === 'fixed' ? 0n : percent(rate).mul(r(args.basisBase)).roundHalfUp();
+    slices.push({ tierIndex: index, quantity: r(0), cost });
+  }
+  const fee = slices.reduce((sum, slice) => sum + slice.cost, 0n);
+  const serviceCharge = percent(args.serviceChargeRate).mul(r(fee)).roundHalfUp();
+  const parts: [bigint, Payer][] = [
+    [args.chargedBase, meter.baseCostPayer],
+    [fee, 'wallet'],
+    [serviceCharge, meter.serviceChargePayer],
+  ];
+  const paidBy = (who: Payer) => parts.filter(([, payer]) => payer === who).reduce((sum, [amount]) => sum + amount, 0n);
+  const totals = { wallet: paidBy('wallet'), merchant: paidBy('merchant'), request: args.chargedBase + fee + serviceCharge };
+  return { slices, fee, serviceCharge, totals };
+}
+
+/** The request's usage in the meter's display unit, and where the period's usage stands in it. */
+function referenceQuantity(meter: MeterPricing, usage: Usage): Rational {
+  switch (meter.tierType) {
+    case 'tokens_1m':
+      return r((meter.tokenBasis === 'output' ? 0 : usage.inputTokens) + usage.outputTokens);
+    case 'characters_1m':
+      return r(usage.inputCharacters + usage.outputCharacters);
+    case 'minutes':
+      return Rational.decimal(usage.inputSeconds).add(Rational.decimal(usage.outputSeconds)).div(r(60));
+    case 'requests':
+      return r(1);
+  }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -94,9 +156,11 @@ function referenceSlicesByOverlap(args: {
 const payer = fc.constantFrom<Payer>('wallet', 'merchant');
 const tokenBasis = fc.constantFrom<TokenBasis>('input+output', 'output');
 
-/** Ascending integer starts beginning at 0 (in the meter's display unit). */
-const starts = (max: number) =>
-  fc.uniqueArray(fc.integer({ min: 1, max }), { maxLength: 4 }).map((rest) => [0, ...rest.sort((a, b) => a - b)]);
+/** Ascending starts beginning at 0, in the meter's display unit; `step` 0.01 gives fractional minutes. */
+const starts = (max: number, step = 1) =>
+  fc
+    .uniqueArray(fc.integer({ min: 1, max }), { maxLength: 4 })
+    .map((rest) => [0, ...rest.sort((a, b) => a - b).map((k) => (step === 1 ? k : Number((k * step).toFixed(2))))]);
 
 function tiersFrom(startList: number[], rates: bigint[]): Tier[] {
   return startList.map((start, i) => ({ start, rate: rates[i % rates.length]! }));
@@ -138,96 +202,83 @@ function basisBase(meter: MeterPricing, base: { input: bigint; output: bigint })
   return meter.tokenBasis === 'output' ? base.output : base.input + base.output;
 }
 
-function breakdownUnits(result: PricedRequest, tierType: TierType): bigint[] {
-  return result.fee.breakdown.map((item) => {
-    if (tierType === 'tokens_1m') return BigInt(item.tokens);
-    if (tierType === 'characters_1m') return BigInt(item.characters);
-    return 0n;
-  });
+/** A breakdown item's usage, in the same display unit as the reference's quantity. */
+function shownQuantity(item: PricedRequest['fee']['breakdown'][number], tierType: TierType): Rational {
+  if (tierType === 'tokens_1m') return r(item.tokens);
+  if (tierType === 'characters_1m') return r(item.characters);
+  return Rational.decimal(item.seconds).div(r(60));
 }
 
 // ---------------------------------------------------------------------------------------------
 
 describe('pricing properties', () => {
-  it('the fee equals a unit-by-unit reference (tokens, characters, requests)', () => {
-    fc.assert(
-      fc.property(
-        meterArb(['tokens_1m', 'characters_1m', 'requests'], ['fixed', 'percentage'], 5000),
-        usageArb,
-        baseCostArb,
-        fc.integer({ min: 0, max: 6000 }),
-        (meter, usage, base, accumulated) => {
-          const result = priceRequest({
-            meter,
-            usage,
-            baseCost: base,
-            accumulatedUnits: BigInt(accumulated),
-            serviceChargeRate: 0n,
-            baseCostCharged: true,
-          });
-          const units =
-            meter.tierType === 'requests'
-              ? 1n
-              : meter.tierType === 'characters_1m'
-                ? BigInt(usage.inputCharacters + usage.outputCharacters)
-                : BigInt((meter.tokenBasis === 'output' ? 0 : usage.inputTokens) + usage.outputTokens);
-          const expected = referenceSlices({
-            rateType: meter.rateType,
-            tiers: meter.tiers,
-            starts: meter.tiers.map((tier) => BigInt(tier.start)),
-            from: BigInt(accumulated),
-            units,
-            denominator: meter.tierType === 'requests' ? 1n : 1_000_000n,
-            basisBase: basisBase(meter, base),
-          });
-          expect(result.fee.breakdown.map((item) => item.cost)).toEqual(expected.map((slice) => slice.cost));
-          expect(result.fee.breakdown.map((item) => item.tier.start)).toEqual(
-            expected.map((slice) => meter.tiers[slice.tierIndex]!.start),
-          );
-          if (meter.tierType !== 'requests') {
-            expect(breakdownUnits(result, meter.tierType)).toEqual(expected.map((slice) => slice.units));
-          }
-          expect(result.fee.amount).toBe(expected.reduce((sum, slice) => sum + slice.cost, 0n));
-          expect(result.accumulatedUnits).toBe(BigInt(accumulated) + units);
-        },
-      ),
-      { numRuns: 400 },
-    );
-  });
+  const ALL_TIER_TYPES: TierType[] = ['tokens_1m', 'characters_1m', 'minutes', 'requests'];
+  const ALL_RATE_TYPES: RateType[] = ['fixed', 'percentage'];
 
-  it('the fee equals an interval-overlap reference for minute meters (microsecond positions)', () => {
-    fc.assert(
-      fc.property(
-        meterArb(['minutes'], ['fixed'], 10),
-        usageArb,
-        fc.integer({ min: 0, max: 900_000_000 }),
-        (meter, usage, accumulated) => {
-          const result = priceRequest({
-            meter,
-            usage,
-            baseCost: { input: 0n, output: 0n },
-            accumulatedUnits: BigInt(accumulated),
-            serviceChargeRate: 0n,
-            baseCostCharged: true,
-          });
-          const units = toMicros(usage.inputSeconds) + toMicros(usage.outputSeconds);
-          const expected = referenceSlicesByOverlap({
-            tiers: meter.tiers,
-            starts: meter.tiers.map((tier) => BigInt(tier.start) * 60_000_000n),
-            from: BigInt(accumulated),
-            units,
-            denominator: 60_000_000n,
-          });
-          if (units > 0n) {
-            expect(result.fee.breakdown.map((item) => item.cost)).toEqual(expected.map((slice) => slice.cost));
-            expect(result.fee.breakdown.map((item) => toMicros(item.seconds))).toEqual(expected.map((slice) => slice.units));
-          } else {
-            expect(result.fee.amount).toBe(0n);
-          }
-        },
-      ),
-      { numRuns: 300 },
+  /** Where tiers start and how far the period has got, per tier type: both cross tiers often. */
+  const SCALE: Record<TierType, { starts: fc.Arbitrary<number[]>; accumulated: fc.Arbitrary<bigint> }> = {
+    tokens_1m: { starts: starts(5000), accumulated: fc.bigInt({ min: 0n, max: 6000n }) },
+    characters_1m: { starts: starts(5000), accumulated: fc.bigInt({ min: 0n, max: 6000n }) },
+    // Hundredths of a minute up to 10 minutes; the position in microseconds, up to 15 minutes.
+    minutes: { starts: starts(1000, 0.01), accumulated: fc.bigInt({ min: 0n, max: 900_000_000n }) },
+    requests: { starts: starts(20), accumulated: fc.bigInt({ min: 0n, max: 30n }) },
+  };
+
+  const pricedCase = fc
+    .record({
+      tierType: fc.constantFrom(...ALL_TIER_TYPES),
+      rateType: fc.constantFrom(...ALL_RATE_TYPES),
+      tokenBasis,
+      baseCostPayer: payer,
+      serviceChargePayer: payer,
+    })
+    .chain((kind) =>
+      fc.record({
+        meter: fc
+          .tuple(SCALE[kind.tierType].starts, rates(kind.rateType))
+          .map(([startList, rateList]): MeterPricing => ({ ...kind, tiers: tiersFrom(startList, rateList) })),
+        accumulated: SCALE[kind.tierType].accumulated,
+        usage: usageArb,
+        base: baseCostArb,
+        // Up to 100 %, with fractional percents (1.9 % is 1.9 × UNIT).
+        serviceChargeRate: fc.oneof(fc.constant(0n), fc.bigInt({ min: 1n, max: 100n * UNIT })),
+        baseCostCharged: fc.boolean(),
+      }),
     );
+
+  it('the whole price equals an exact-rational reference, for every tier type × rate type, with a service charge', () => {
+    const seen = new Set<string>();
+    fc.assert(
+      fc.property(pricedCase, ({ meter, accumulated, usage, base, serviceChargeRate, baseCostCharged }) => {
+        seen.add(`${meter.tierType} ${meter.rateType}`);
+        const result = priceRequest({ meter, usage, baseCost: base, accumulatedUnits: accumulated, serviceChargeRate, baseCostCharged });
+        // Minutes accumulate in microseconds; every other type in its own count.
+        const from = meter.tierType === 'minutes' ? r(accumulated, 60_000_000n) : r(accumulated);
+        const quantity = referenceQuantity(meter, usage);
+        const expected = referencePrice({
+          meter,
+          from,
+          quantity,
+          basisBase: basisBase(meter, base),
+          chargedBase: baseCostCharged ? base.input + base.output : 0n,
+          serviceChargeRate,
+        });
+
+        expect(result.fee.breakdown.map((item) => item.tier.start)).toEqual(expected.slices.map((slice) => meter.tiers[slice.tierIndex]!.start));
+        expect(result.fee.breakdown.map((item) => item.cost)).toEqual(expected.slices.map((slice) => slice.cost));
+        if (meter.tierType !== 'requests') {
+          expect(result.fee.breakdown.map((item) => shownQuantity(item, meter.tierType))).toEqual(expected.slices.map((slice) => slice.quantity));
+        }
+        expect(result.fee.amount).toBe(expected.fee);
+        expect(result.serviceCharge.amount).toBe(expected.serviceCharge);
+        expect(result.totals).toEqual(expected.totals);
+        const position = meter.tierType === 'minutes' ? from.add(quantity).mul(r(60_000_000)) : from.add(quantity);
+        expect(r(result.accumulatedUnits)).toEqual(position);
+      }),
+      { numRuns: 1500 },
+    );
+    // Every combination was exercised, not just generated in principle.
+    expect(seen.size).toBe(ALL_TIER_TYPES.length * ALL_RATE_TYPES.length);
   });
 
   it('pricing many requests one after another matches pricing their sum, within a unit per slice', () => {
