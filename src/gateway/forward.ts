@@ -184,8 +184,9 @@ async function planForward(
   target.provider.applyAuth(headers, providerKey);
 
   const model = target.provider.modelFrom(requestJson, target.publicUrl);
+  const spendKeyRequest = { providerId: target.provider.id, family: target.provider.family, model };
   if (billing.spendKey) {
-    checkSpendKeyRequest(billing.spendKey, { providerId: target.provider.id, family: target.provider.family, model });
+    checkSpendKeyRequest(billing.spendKey, spendKeyRequest);
     await takeRateToken(storage, config, billing.spendKey);
   }
   const prices = model ? pricesOf(gateway, target.provider.id, model, config) : null;
@@ -215,6 +216,7 @@ async function planForward(
       provider_key_type: providerKeyType,
       metadata,
     },
+    spendKeyRequest,
   });
   if (admitted.outcome === 'insufficient_balance') {
     throw new ApiError('insufficient_balance', undefined, { headers: { [REQUEST_ID_HEADER]: requestId } });

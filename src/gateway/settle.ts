@@ -7,6 +7,7 @@ import type { Storage } from '../storage/db.ts';
 import type { StreamUsage, UsageReport } from '../providers/types.ts';
 import type { ForwardPlan } from './forward.ts';
 import type { RelayOutcome } from './relay.ts';
+import { releaseOrphanedReservations } from './spend-key-guard.ts';
 import type { GatewayWriter } from './writer.ts';
 
 const RETRY_DELAYS_MS = [50, 500, 2000];
@@ -98,5 +99,6 @@ function toUsage(report: UsageReport | null): Usage {
 export async function sweepExpiredHolds(storage: Storage, now = new Date()): Promise<number> {
   const references = await expireHolds(storage, now);
   for (const recordId of new Set(references)) await failRequest(storage, { recordId, holdIds: [] });
+  await releaseOrphanedReservations(storage, now);
   return references.length;
 }

@@ -169,6 +169,100 @@ describe.each(databasesUnderTest())('spend key enforcement on %s', (dialect) => 
     expect(parseMoney(after.current_spend as string)).toBeLessThanOrEqual(parseMoney('0.025'));
   });
 
+  const limitEvents = async (keyId: string) =>
+    (await t.storage.db.selectFrom('events').selectAll().where('type', '=', 'spend_key.limit_reached').execute())
+      .map((e) => JSON.parse(e.payload) as Json)
+      .filter((payload) => payload.spend_key_id === keyId);
+
+  it('emits spend_key.limit_reached once on the first spend-limit refusal, though the settled spend is below the limit', async () => {
+    const key = await createKey({ spend_limit: { amount: '0.025', cycle: 'daily' } });
+    expect((await chat(key.key, { max_tokens: 1000 })).status).toBe(200);
+    expect((await chat(key.key, { max_tokens: 1000 })).status).toBe(200);
+    await settled(key.spend_key_id, 2);
+    expect(await limitEvents(key.spend_key_id)).toHaveLength(0);
+    for (let i = 0; i < 2; i++) expect((await chat(key.key, { max_tokens: 1000 })).status).toBe(402);
+
+    const events = await limitEvents(key.spend_key_id);
+    expect(events).toHaveLength(1);
+    expect(events[0]).toMatchObject({ limit: 'spend', cycle: 'daily', spend_limit: '0.0250000000' });
+    expect(parseMoney(events[0]!.current_spend as string)).toBeLessThan(parseMoney('0.025'));
+  });
+
+  it('a reached total request limit answers 429 without Retry-After and tells clients not to retry', async () => {
+    const key = await createKey({ request_limit: { count: 1, cycle: 'total' } });
+    expect((await chat(key.key)).status).toBe(200);
+    const refused = await chat(key.key);
+    expect(refused.status).toBe(429);
+    expect(await codeOf(refused)).toBe('request_limit_reached');
+    expect(refused.headers.get('retry-after')).toBeNull();
+    expect(refused.headers.get('x-should-retry')).toBe('false');
+    // The official client stops at once instead of retrying a limit that never resets.
+    const openai = new OpenAI({ apiKey: key.key, baseURL: `${base}/v1`, maxRetries: 2 });
+    const before = upstream.requests.length;
+    await expect(openai.chat.completions.create({ model: 'gpt-4o', max_tokens: 2, messages: [{ role: 'user', content: 'x' }] })).rejects.toMatchObject({
+      status: 429,
+    });
+    expect(upstream.requests.length).toBe(before);
+    const after = await settled(key.spend_key_id, 1);
+    expect(after).toMatchObject({ current_requests: 1, total_requests: 1 });
+  });
+
+  it("refuses a key on the other shape's endpoint with 403 request_shape_mismatch, even for a model that endpoint cannot route", async () => {
+    const anthropicKey = await createKey({ request_shape: 'anthropic' });
+    const claudeOnChat = await chat(anthropicKey.key, { model: 'claude-sonnet-4-5' });
+    expect(claudeOnChat.status).toBe(403);
+    expect(await codeOf(claudeOnChat)).toBe('request_shape_mismatch');
+
+    const openaiKey = await createKey();
+    for (const model of ['claude-sonnet-4-5', 'gpt-4o']) {
+      const viaMessages = await fetch(`${base}/v1/messages`, {
+        method: 'POST',
+        headers: { 'x-api-key': openaiKey.key, 'content-type': 'application/json', 'anthropic-version': '2023-06-01' },
+        body: JSON.stringify({ model, max_tokens: 3, messages: [{ role: 'user', content: 'x' }] }),
+      });
+      expect(viaMessages.status).toBe(403);
+      expect(await codeOf(viaMessages)).toBe('request_shape_mismatch');
+    }
+  });
+
+  it('refuses a wallet key on the gateway: 403 forbidden when live, 401 when unknown or revoked', async () => {
+    const created = await t.app.inject({ method: 'POST', url: '/v1/wallet_keys', headers: t.auth(), payload: { name: 'owner' } });
+    const walletKey = created.json() as { key: string; wallet_key_id: string };
+    const forward = (key: string) =>
+      fetch(`${base}/v1/forward?u=${encodeURIComponent('https://api.openai.com/v1/chat/completions')}`, {
+        method: 'POST',
+        headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json' },
+        body: JSON.stringify({ model: 'gpt-4o', max_tokens: 2, messages: [{ role: 'user', content: 'x' }] }),
+      });
+    const before = upstream.requests.length;
+    for (const res of [await forward(walletKey.key), await chat(walletKey.key)]) {
+      expect(res.status).toBe(403);
+      expect(await codeOf(res)).toBe('forbidden');
+    }
+    const messages = await fetch(`${base}/v1/messages`, {
+      method: 'POST',
+      headers: { 'x-api-key': walletKey.key, 'content-type': 'application/json', 'anthropic-version': '2023-06-01' },
+      body: JSON.stringify({ model: 'claude-sonnet-4-5', max_tokens: 3, messages: [{ role: 'user', content: 'x' }] }),
+    });
+    expect(messages.status).toBe(403);
+    expect(upstream.requests.length).toBe(before);
+
+    const unknown = await chat('wk_live_unknownkey');
+    expect(unknown.status).toBe(401);
+    expect(await codeOf(unknown)).toBe('unauthorized');
+    await t.app.inject({ method: 'DELETE', url: `/v1/wallet_keys/${walletKey.wallet_key_id}`, headers: t.auth() });
+    expect((await forward(walletKey.key)).status).toBe(401);
+  });
+
+  it('refuses a spend key whose customer wallet is empty with 402 insufficient_balance, counting nothing', async () => {
+    const customer = (await t.app.inject({ method: 'POST', url: '/v1/customers', headers: t.auth(), payload: { name: 'Broke' } })).json() as Json;
+    const key = await createKey({ customer_id: customer.customer_id, request_limit: { count: 5, cycle: 'daily' } });
+    const refused = await chat(key.key);
+    expect(refused.status).toBe(402);
+    expect(await codeOf(refused)).toBe('insufficient_balance');
+    expect(await retrieve(key.spend_key_id)).toMatchObject({ current_requests: 0, total_requests: 0, last_used_at: null });
+  });
+
   it('enforces the rate limit as a token bucket with 429 and Retry-After', async () => {
     const key = await createKey({ rate_limit: { rpm: 60, burst: 2 } });
     const statuses = [];
