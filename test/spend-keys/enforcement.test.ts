@@ -188,6 +188,71 @@ describe.each(databasesUnderTest())('spend key enforcement on %s', (dialect) => 
     expect(parseMoney(events[0]!.current_spend as string)).toBeLessThan(parseMoney('0.025'));
   });
 
+  it('a limit added to a key that had none counts what the key already used in the cycle', async () => {
+    const key = await createKey();
+    expect((await chat(key.key)).status).toBe(200);
+    expect((await chat(key.key)).status).toBe(200);
+    const before = await settled(key.spend_key_id, 2);
+    expect(parseMoney(before.current_spend as string)).toBeGreaterThan(0n);
+
+    const patched = await t.app.inject({
+      method: 'PATCH',
+      url: `/v1/spend_keys/${key.spend_key_id}`,
+      headers: t.auth(),
+      payload: { spend_limit: { amount: '5', cycle: 'daily' }, request_limit: { count: 3, cycle: 'daily' } },
+    });
+    expect(patched.json()).toMatchObject({ current_spend: before.total_spend, current_requests: 2, total_requests: 2 });
+    expect((await chat(key.key)).status).toBe(200);
+    const refused = await chat(key.key);
+    expect(refused.status).toBe(429);
+    expect(await codeOf(refused)).toBe('request_limit_reached');
+  });
+
+  it('a limit added to a key not used since its cycle began starts from 0', async () => {
+    const key = await createKey();
+    expect((await chat(key.key)).status).toBe(200);
+    await settled(key.spend_key_id, 1);
+    const yesterday = new Date(Date.now() - 86_400_000).toISOString();
+    await t.storage.db.updateTable('spend_keys').set({ last_used_at: yesterday }).where('id', '=', key.spend_key_id).execute();
+    const patched = await t.app.inject({
+      method: 'PATCH',
+      url: `/v1/spend_keys/${key.spend_key_id}`,
+      headers: t.auth(),
+      payload: { spend_limit: { amount: '5', cycle: 'daily' }, request_limit: { count: 3, cycle: 'daily' } },
+    });
+    expect(patched.json()).toMatchObject({ current_spend: '0.0000000000', current_requests: 0, total_requests: 1 });
+  });
+
+  it('daily counters start again when the UTC day changes, and the limit counts only the new day', async () => {
+    const key = await createKey({ spend_limit: { amount: '5', cycle: 'daily' }, request_limit: { count: 1, cycle: 'daily' } });
+    expect((await chat(key.key)).status).toBe(200);
+    expect((await chat(key.key)).status).toBe(429);
+    const first = await settled(key.spend_key_id, 1);
+    expect(first).toMatchObject({ current_requests: 1 });
+    expect(await limitEvents(key.spend_key_id)).toHaveLength(1);
+
+    // As if the counters were last written yesterday (UTC).
+    const yesterday = new Date(Date.now() - 86_400_000);
+    const start = new Date(Date.UTC(yesterday.getUTCFullYear(), yesterday.getUTCMonth(), yesterday.getUTCDate())).toISOString();
+    await t.storage.db
+      .updateTable('spend_keys')
+      .set({ spend_cycle_start: start, request_cycle_start: start, request_event_cycle: start, spend_event_cycle: start })
+      .where('id', '=', key.spend_key_id)
+      .execute();
+    expect(await retrieve(key.spend_key_id)).toMatchObject({ current_spend: '0.0000000000', current_requests: 0, total_requests: 1, total_spend: first.total_spend });
+
+    expect((await chat(key.key)).status).toBe(200);
+    expect((await chat(key.key)).status).toBe(429);
+    const second = await settled(key.spend_key_id, 2);
+    expect(second).toMatchObject({ current_requests: 1, total_requests: 2 });
+    const secondCost = parseMoney(second.total_spend as string) - parseMoney(first.total_spend as string);
+    expect(parseMoney(second.current_spend as string)).toBe(secondCost);
+    // The new day's limit is reached anew: a second event, for the new cycle.
+    const events = await limitEvents(key.spend_key_id);
+    expect(events).toHaveLength(2);
+    expect(events.map((e) => e.cycle_start)).toContain(new Date(Date.UTC(new Date().getUTCFullYear(), new Date().getUTCMonth(), new Date().getUTCDate())).toISOString());
+  });
+
   it('a reached total request limit answers 429 without Retry-After and tells clients not to retry', async () => {
     const key = await createKey({ request_limit: { count: 1, cycle: 'total' } });
     expect((await chat(key.key)).status).toBe(200);
