@@ -42,9 +42,14 @@ export function estimateHold(input: {
   baseCostCharged: boolean;
   serviceChargeRate: bigint;
   defaultOutputCap?: number;
+  /**
+   * An upper bound on input tokens to hold for instead of the estimate (the body's byte length:
+   * a byte-level tokenizer never makes more tokens than bytes). Spend limits need a bound.
+   */
+  inputTokensAtMost?: number;
 }): HoldEstimate {
   const usage: Usage = {
-    inputTokens: estimateInputTokensFromRequest(input.requestBody),
+    inputTokens: Math.max(estimateInputTokensFromRequest(input.requestBody), input.inputTokensAtMost ?? 0),
     outputTokens: outputCapOf(input.requestBody, input.defaultOutputCap),
     inputCharacters: inputCharactersOf(input.requestBody),
     outputCharacters: 0,

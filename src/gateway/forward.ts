@@ -199,6 +199,8 @@ async function planForward(
     baseCostCharged: providerKeyType === 'managed' && prices !== null,
     serviceChargeRate,
     defaultOutputCap: config.defaultMaxOutputTokens,
+    // A spend limit holds for the most the prompt can be, so the reservation bounds the cost.
+    ...(billing.spendKey?.spend_limit_amount != null ? { inputTokensAtMost: body?.length ?? 0 } : {}),
   });
 
   const requestId = newId('request');

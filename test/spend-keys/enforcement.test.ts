@@ -253,6 +253,20 @@ describe.each(databasesUnderTest())('spend key enforcement on %s', (dialect) => 
     expect(events.map((e) => e.cycle_start)).toContain(new Date(Date.UTC(new Date().getUTCFullYear(), new Date().getUTCMonth(), new Date().getUTCDate())).toISOString());
   });
 
+  it("a spend-limited key's reservation covers a prompt with more tokens than the 4-characters-per-token estimate", async () => {
+    const key = await createKey({ spend_limit: { amount: '5', cycle: 'daily' } });
+    // The mock bills a token per word: 3000 one-letter words are 3000 tokens in 6000 characters.
+    const res = await chat(key.key, { max_tokens: 1, messages: [{ role: 'user', content: 'a '.repeat(3000) }] });
+    expect(res.status).toBe(200);
+    const recordId = res.headers.get('x-tollgate-request-id')!;
+    await settled(key.spend_key_id, 1);
+    const record = await t.storage.db.selectFrom('requests').selectAll().where('id', '=', recordId).executeTakeFirstOrThrow();
+    expect(Number(record.input_tokens)).toBe(3000);
+    const holds = await t.storage.db.selectFrom('holds').select('amount').where('reference', '=', recordId).execute();
+    const reserved = holds.reduce((sum, h) => sum + BigInt(h.amount), 0n);
+    expect(BigInt(record.total_wallet_cost) + BigInt(record.total_merchant_cost)).toBeLessThanOrEqual(reserved);
+  });
+
   it('a reached total request limit answers 429 without Retry-After and tells clients not to retry', async () => {
     const key = await createKey({ request_limit: { count: 1, cycle: 'total' } });
     expect((await chat(key.key)).status).toBe(200);
