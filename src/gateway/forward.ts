@@ -12,7 +12,7 @@ import { createRegistry, type ProviderModule, type ProviderRegistry } from '../p
 import { credentialCacheFor } from './credential-cache.ts';
 import { extractCredential, resolveCredential, type BillingContext } from './credentials.ts';
 import { checkSpendKeyRequest, closeSpendKeyGuard, takeRateToken } from './spend-key-guard.ts';
-import { estimateHold } from './estimate.ts';
+import { estimateHold, inputTokenBound } from './estimate.ts';
 import { closeAfterResponse, createUpstreamAgent, relay, shutdownHeaders, upstreamRequestHeaders } from './relay.ts';
 import { Settlements } from './settle.ts';
 import { GatewayWriter } from './writer.ts';
@@ -200,7 +200,7 @@ async function planForward(
     serviceChargeRate,
     defaultOutputCap: config.defaultMaxOutputTokens,
     // A spend limit holds for the most the prompt can be, so the reservation bounds the cost.
-    ...(billing.spendKey?.spend_limit_amount != null ? { inputTokensAtMost: body?.length ?? 0 } : {}),
+    inputTokensAtMost: billing.spendKey?.spend_limit_amount != null ? inputTokenBound(requestJson) : undefined,
   });
 
   const requestId = newId('request');

@@ -267,6 +267,18 @@ describe.each(databasesUnderTest())('spend key enforcement on %s', (dialect) => 
     expect(BigInt(record.total_wallet_cost) + BigInt(record.total_merchant_cost)).toBeLessThanOrEqual(reserved);
   });
 
+  it('inline media does not count as prompt bytes in the reservation', async () => {
+    // 400 KB of base64 would hold about 1.0 as text tokens; the limit is a hundredth of that.
+    const key = await createKey({ spend_limit: { amount: '0.01', cycle: 'daily' } });
+    const image = `data:image/png;base64,${'A'.repeat(400_000)}`;
+    const res = await chat(key.key, {
+      max_tokens: 1,
+      messages: [{ role: 'user', content: [{ type: 'text', text: 'what is this' }, { type: 'image_url', image_url: { url: image } }] }],
+    });
+    expect(res.status).toBe(200);
+    await settled(key.spend_key_id, 1);
+  });
+
   it('a reached total request limit answers 429 without Retry-After and tells clients not to retry', async () => {
     const key = await createKey({ request_limit: { count: 1, cycle: 'total' } });
     expect((await chat(key.key)).status).toBe(200);
