@@ -391,9 +391,9 @@ export async function finishReservation(
 /**
  * Crash safety, run by the hold sweeper: ends reservations whose request is no longer pending
  * (or is gone). Settlement and failure end the reservation in the transaction that ends the
- * request, so these are left only by a process that stopped between two such steps; a completed
- * request's reservation is swapped for the cost its record shows, a failed one's for nothing.
- * Returns how many were ended.
+ * request, so these are left by earlier versions, which ended it in a second transaction that a
+ * stopping process could miss. A completed request's reservation is swapped for the cost its
+ * record shows, a failed one's for nothing. Returns how many were ended.
  */
 export async function releaseOrphanedReservations(storage: Storage, now = new Date()): Promise<number> {
   const orphans = await storage.db
