@@ -7,7 +7,9 @@
  *   then the `key` query parameter. The first placement holding a non-empty value wins; a
  *   non-Bearer `Authorization` (e.g. `Basic …`) counts as absent. These are every placement the
  *   interface lists (`x-<vendor>-api-key` = Google's, `<vendor>-api-key` = ElevenLabs').
- * - A credential starting with a raw-key prefix (`sk_live_`) is a secret key and is never decoded.
+ * - A credential starting with a raw-key prefix (`sk_live_`, `spk_live_`, `wk_live_`) is a key and
+ *   is never decoded. A wallet key is refused (401 when not live, else 403 `forbidden`): it only
+ *   manages spend keys.
  *   Anything else must be base64 (standard or URL alphabet, padding optional) of UTF-8 JSON of an
  *   object, else 400 `forward_token_json_invalid`; member types are checked by zod (same code,
  *   with `issues`). Unknown members are ignored, so a newer client's extra member does not break.
@@ -45,6 +47,7 @@
 import type { IncomingHttpHeaders } from 'node:http';
 import { z } from 'zod';
 import { SECRET_PREFIX } from '../domain/ids.ts';
+import { hashesEqual, hashSecret } from '../domain/secrets.ts';
 import { authenticateSecretKey } from '../http/auth.ts';
 import { ApiError, type Issue } from '../http/errors.ts';
 import { findConnection, findConnectionBySecret } from '../storage/connections.ts';
@@ -52,6 +55,7 @@ import type { Storage } from '../storage/db.ts';
 import { findMerchant } from '../storage/merchants.ts';
 import { findMeterBySecret, findMeterBySlug, type MeterRow } from '../storage/meters.ts';
 import type { SpendKeyRow } from '../storage/spend-keys.ts';
+import { findActiveWalletKeyByHash } from '../storage/wallet-keys.ts';
 import { credentialCacheFor } from './credential-cache.ts';
 import { authenticateSpendKey, isSpendKeyToken } from './spend-key-guard.ts';
 
@@ -99,7 +103,7 @@ export function extractCredential(
 // Forward token
 
 /** Prefixes of credentials that are used raw and never decoded as a forward token. */
-export const RAW_KEY_PREFIXES: readonly string[] = [SECRET_PREFIX.secretKey, SECRET_PREFIX.spendKey];
+export const RAW_KEY_PREFIXES: readonly string[] = [SECRET_PREFIX.secretKey, SECRET_PREFIX.spendKey, SECRET_PREFIX.walletKey];
 
 /** A decoded forward token; absent and null members are both null. */
 export type ForwardToken = {
@@ -280,6 +284,7 @@ export async function resolveCredential(storage: Storage, credential: string, no
  */
 export async function resolveForwardCredential(storage: Storage, credential: string): Promise<BillingContext> {
   if (isSpendKeyToken(credential)) return resolveSpendKeyCredential(storage, credential);
+  if (credential.startsWith(SECRET_PREFIX.walletKey)) return refuseWalletKey(storage, credential);
   const decoded = decodeForwardToken(credential);
   const secretKey = decoded === 'not_a_token' ? credential : decoded.secret_key;
   const principal = await authenticateSecretKey(storage, secretKey);
@@ -346,6 +351,14 @@ export async function resolveForwardCredential(storage: Storage, credential: str
     meter: null,
     payer: 'merchant',
   };
+}
+
+/** A wallet key only manages spend keys: 401 when it is not a live key, else 403 `forbidden`. */
+async function refuseWalletKey(storage: Storage, credential: string): Promise<never> {
+  const hash = hashSecret(credential);
+  const row = await findActiveWalletKeyByHash(storage, hash);
+  if (!row || !hashesEqual(row.key_hash, hash)) throw new ApiError('unauthorized', 'Invalid or revoked wallet key.');
+  throw new ApiError('forbidden', 'A wallet key only manages its wallet\'s spend keys; call providers with a spend key or a secret key.');
 }
 
 /**

@@ -11,7 +11,7 @@ import type { App, AppDeps } from '../http/types.ts';
 import type { ProviderModule } from '../providers/types.ts';
 import { extractCredential, resolveCredential } from './credentials.ts';
 import { forwardRequest, metadataOf, type Gateway } from './forward.ts';
-import { modelAllowed, providerAllowed } from './spend-key-guard.ts';
+import { authenticateSpendKey, checkRequestShape, modelAllowed, providerAllowed } from './spend-key-guard.ts';
 import { resolveTarget } from './target.ts';
 
 type Shape = 'openai' | 'anthropic';
@@ -41,7 +41,10 @@ export function registerDropInRoutes(app: App, deps: AppDeps, gateway: Gateway):
     dropIn(deps, gateway, request, reply, 'anthropic', '/messages'),
   );
   app.get('/models', { exposeHeadRoute: false, schema: { hide: true } }, async (request) => {
-    const { spendKey } = await authenticate(deps, request);
+    const { billing, token } = await authenticate(deps, request);
+    // The cached key may be up to 2 s old: one read of its row refuses a key just revoked,
+    // rotated, paused or expired on another instance, and filters by its current allow-lists.
+    const spendKey = billing.spendKey ? await authenticateSpendKey(deps.storage, token) : null;
     const data = listModels(deps, gateway);
     // A spend key sees only what its allow-lists (and its request shape) let it use.
     if (!spendKey) return { object: 'list', data };
@@ -60,7 +63,7 @@ export function registerDropInRoutes(app: App, deps: AppDeps, gateway: Gateway):
 async function authenticate(deps: AppDeps, request: FastifyRequest) {
   const credential = extractCredential(request.headers, null);
   if (!credential) throw new ApiError('unauthorized', 'Missing API key: send Authorization: Bearer <key> or x-api-key.');
-  return resolveCredential(deps.storage, credential.token);
+  return { billing: await resolveCredential(deps.storage, credential.token), token: credential.token };
 }
 
 async function dropIn(
@@ -71,7 +74,8 @@ async function dropIn(
   shape: Shape,
   path: string,
 ): Promise<void> {
-  const billing = await authenticate(deps, request);
+  const { billing } = await authenticate(deps, request);
+  if (billing.spendKey) checkRequestShape(billing.spendKey, shape === 'anthropic' ? 'anthropic' : 'openai-compatible');
   const body = parseBody(request);
   const requested = typeof body.model === 'string' ? body.model : '';
   const { provider, model } = routeModel(gateway, requested, shape);

@@ -33,6 +33,23 @@ function inputCharactersOf(body: unknown): number {
   return typeof text === 'string' ? text.length : typeof input === 'string' ? input.length : 0;
 }
 
+/** Members holding inline media (base64), billed as image or audio tokens rather than as text bytes. */
+const MEDIA_KEYS = new Set(['data', 'file_data']);
+
+/**
+ * An upper bound on a JSON request's text input tokens: the UTF-8 bytes of the body without its
+ * inline media (a byte-level tokenizer never makes more tokens than bytes, and the JSON around
+ * each message outweighs a chat template's per-message tokens). Undefined for a body that is not
+ * JSON: nothing is known about it.
+ */
+export function inputTokenBound(requestJson: unknown): number | undefined {
+  if (typeof requestJson !== 'object' || requestJson === null) return undefined;
+  const text = JSON.stringify(requestJson, (key, value: unknown) =>
+    MEDIA_KEYS.has(key) || (typeof value === 'string' && value.startsWith('data:')) ? undefined : value,
+  );
+  return Buffer.byteLength(text, 'utf8');
+}
+
 export type HoldEstimate = { wallet: bigint; merchant: bigint };
 
 export function estimateHold(input: {
@@ -42,9 +59,11 @@ export function estimateHold(input: {
   baseCostCharged: boolean;
   serviceChargeRate: bigint;
   defaultOutputCap?: number;
+  /** An upper bound on input tokens (inputTokenBound) to hold for instead of the estimate. */
+  inputTokensAtMost?: number | undefined;
 }): HoldEstimate {
   const usage: Usage = {
-    inputTokens: estimateInputTokensFromRequest(input.requestBody),
+    inputTokens: Math.max(estimateInputTokensFromRequest(input.requestBody), input.inputTokensAtMost ?? 0),
     outputTokens: outputCapOf(input.requestBody, input.defaultOutputCap),
     inputCharacters: inputCharactersOf(input.requestBody),
     outputCharacters: 0,

@@ -12,7 +12,7 @@ import { createRegistry, type ProviderModule, type ProviderRegistry } from '../p
 import { credentialCacheFor } from './credential-cache.ts';
 import { extractCredential, resolveCredential, type BillingContext } from './credentials.ts';
 import { checkSpendKeyRequest, closeSpendKeyGuard, takeRateToken } from './spend-key-guard.ts';
-import { estimateHold } from './estimate.ts';
+import { estimateHold, inputTokenBound } from './estimate.ts';
 import { closeAfterResponse, createUpstreamAgent, relay, shutdownHeaders, upstreamRequestHeaders } from './relay.ts';
 import { Settlements } from './settle.ts';
 import { GatewayWriter } from './writer.ts';
@@ -184,8 +184,9 @@ async function planForward(
   target.provider.applyAuth(headers, providerKey);
 
   const model = target.provider.modelFrom(requestJson, target.publicUrl);
+  const spendKeyRequest = { providerId: target.provider.id, family: target.provider.family, model };
   if (billing.spendKey) {
-    checkSpendKeyRequest(billing.spendKey, { providerId: target.provider.id, family: target.provider.family, model });
+    checkSpendKeyRequest(billing.spendKey, spendKeyRequest);
     await takeRateToken(storage, config, billing.spendKey);
   }
   const prices = model ? pricesOf(gateway, target.provider.id, model, config) : null;
@@ -198,6 +199,8 @@ async function planForward(
     baseCostCharged: providerKeyType === 'managed' && prices !== null,
     serviceChargeRate,
     defaultOutputCap: config.defaultMaxOutputTokens,
+    // A spend limit holds for the most the prompt can be, so the reservation bounds the cost.
+    inputTokensAtMost: billing.spendKey?.spend_limit_amount != null ? inputTokenBound(requestJson) : undefined,
   });
 
   const requestId = newId('request');
@@ -215,6 +218,7 @@ async function planForward(
       provider_key_type: providerKeyType,
       metadata,
     },
+    spendKeyRequest,
   });
   if (admitted.outcome === 'insufficient_balance') {
     throw new ApiError('insufficient_balance', undefined, { headers: { [REQUEST_ID_HEADER]: requestId } });

@@ -7,6 +7,7 @@ import type { Storage } from '../storage/db.ts';
 import type { StreamUsage, UsageReport } from '../providers/types.ts';
 import type { ForwardPlan } from './forward.ts';
 import type { RelayOutcome } from './relay.ts';
+import { releaseOrphanedReservations } from './spend-key-guard.ts';
 import type { GatewayWriter } from './writer.ts';
 
 const RETRY_DELAYS_MS = [50, 500, 2000];
@@ -103,5 +104,6 @@ export async function sweepExpiredHolds(storage: Storage, now = new Date(), batc
     batchSize,
     inSameTransaction: (trx, recordIds) => FAIL_JOB.inTransaction(trx, storage.dialect, recordIds.map((recordId) => ({ recordId, holdIds: [] }))),
   });
+  await releaseOrphanedReservations(storage, now);
   return references.length;
 }

@@ -8,10 +8,12 @@
  *     `provider_not_allowed`; model → 403 `model_not_allowed` (checkSpendKeyRequest; no state);
  *  3. the token bucket → 429 `spend_key_rate_limited` with Retry-After (takeRateToken: a Redis Lua
  *     script when REDIS_URL is set, else one conditional UPDATE; both atomic across instances);
- *  4. inside the admission transaction, with the key's row locked: request limit → 429
- *     `request_limit_reached`, spend limit → 402 `spend_limit_reached` (reserveForRequest). The
- *     request's hold estimate is reserved against the key's remaining spend, so concurrent
- *     requests can never overshoot; settlement swaps the reservation for the actual cost.
+ *  4. inside the admission transaction, with the key's row locked: every check of 1–2 again on the
+ *     row as committed (lockSpendKeyForAdmission; a credential cached by another instance may be
+ *     up to 2 s old), then the wallet, then request limit → 429 `request_limit_reached`, spend
+ *     limit → 402 `spend_limit_reached` (reserveForRequest). The request's hold estimate is
+ *     reserved against the key's remaining spend, so concurrent requests can never overshoot;
+ *     settlement swaps the reservation for the actual cost.
  */
 import type { Transaction } from 'kysely';
 import { Redis } from 'ioredis';
@@ -23,21 +25,29 @@ import { ApiError } from '../http/errors.ts';
 import type { Config } from '../config.ts';
 import type { Storage } from '../storage/db.ts';
 import type { Database } from '../storage/schema.ts';
+import { ENTRY_TTL_MS } from './credential-cache.ts';
 import { bucketSpecOf, findSpendKeyByHash, takeTokenInDatabase, type SpendKeyRow } from '../storage/spend-keys.ts';
 import { enqueueEvent } from '../webhooks/outbox.ts';
 
 export const isSpendKeyToken = (token: string): boolean => token.startsWith(SECRET_PREFIX.spendKey);
 
+const unknownKey = () => new ApiError('unauthorized', 'Invalid or revoked spend key.');
+
 /** Resolves a raw spend key to its live row, or refuses it (401 unknown/revoked/expired, 403 paused). */
 export async function authenticateSpendKey(storage: Storage, token: string, now = new Date()): Promise<SpendKeyRow> {
   const hash = hashSecret(token);
   const row = await findSpendKeyByHash(storage, hash);
-  if (!row || !hashesEqual(row.key_hash, hash)) throw new ApiError('unauthorized', 'Invalid or revoked spend key.');
+  if (!row || !hashesEqual(row.key_hash, hash)) throw unknownKey();
+  checkKeyUsable(row, now);
+  return row;
+}
+
+/** Expired → 401 `spend_key_expired`; paused → 403 `spend_key_paused`. */
+function checkKeyUsable(row: SpendKeyRow, now: Date): void {
   if (row.expires_at !== null && row.expires_at <= now.toISOString()) {
     throw new ApiError('spend_key_expired', `This spend key expired at ${row.expires_at}.`);
   }
   if (row.status !== 'active') throw new ApiError('spend_key_paused');
-  return row;
 }
 
 export const parseList = (json: string | null): string[] | null => (json === null ? null : (JSON.parse(json) as string[]));
@@ -55,20 +65,28 @@ export function providerAllowed(key: Pick<SpendKeyRow, 'allowed_providers'>, pro
   return allowed === null || allowed.includes(providerId) || (providerId === 'google-openai' && allowed.includes('google'));
 }
 
+/** What a spend key is checked against: the provider the request goes to and the model it names. */
+export type SpendKeyRequest = { providerId: string; family: string; model: string | null };
+
+/**
+ * The endpoint's shape (its provider family) against the key's → 403 `request_shape_mismatch`.
+ * The drop-in endpoints call it before routing the model, so a key on the wrong endpoint hears
+ * about its shape rather than about the model.
+ */
+export function checkRequestShape(key: Pick<SpendKeyRow, 'request_shape'>, family: string): void {
+  const shapeOk = key.request_shape === 'anthropic' ? family === 'anthropic' : family === 'openai-compatible';
+  if (shapeOk) return;
+  throw new ApiError(
+    'request_shape_mismatch',
+    key.request_shape === 'anthropic'
+      ? 'This spend key is anthropic-shaped: use POST /v1/messages.'
+      : 'This spend key is openai-shaped: use the OpenAI-shaped endpoints (chat completions, responses, embeddings).',
+  );
+}
+
 /** Checks that need no state: the endpoint shape, the provider and the model. */
-export function checkSpendKeyRequest(
-  key: SpendKeyRow,
-  request: { providerId: string; family: string; model: string | null },
-): void {
-  const shapeOk = key.request_shape === 'anthropic' ? request.family === 'anthropic' : request.family === 'openai-compatible';
-  if (!shapeOk) {
-    throw new ApiError(
-      'request_shape_mismatch',
-      key.request_shape === 'anthropic'
-        ? 'This spend key is anthropic-shaped: use POST /v1/messages.'
-        : 'This spend key is openai-shaped: use the OpenAI-shaped endpoints (chat completions, responses, embeddings).',
-    );
-  }
+export function checkSpendKeyRequest(key: SpendKeyRow, request: SpendKeyRequest): void {
+  checkRequestShape(key, request.family);
   if (!providerAllowed(key, request.providerId)) {
     throw new ApiError('provider_not_allowed', `This spend key may not use provider ${request.providerId}.`);
   }
@@ -215,33 +233,77 @@ async function limitReachedEvent(
 
 export type Refusal = ApiError;
 
+/** Seconds until every instance has read a changed key again (the credential cache's bound). */
+const STALE_SETTINGS_RETRY_SECONDS = Math.ceil(ENTRY_TTL_MS / 1000);
+
 /**
- * Inside the admission transaction: checks the request and spend limits with the key's row locked,
- * then counts the request and reserves `amount` (the request's hold) against the remaining spend.
- * Returns the refusal instead of throwing, so the limit_reached event written here commits.
+ * Inside the admission transaction, before the wallet is looked at: locks the key's row and runs
+ * every check of the credential again on it. The credential may come from an instance's cache (up
+ * to ENTRY_TTL_MS old): the locked row has the final word on revocation, rotation (a new hash),
+ * pausing, expiry, shape and allow-lists, on every instance at once. The token was taken from the
+ * bucket of the cached rate limit; when the row's rate limit differs the request is refused with a
+ * short Retry-After, after which the new limit's bucket decides (a removed limit admits at once).
+ * Returns the refusal rather than throwing, so one refusal does not undo a group commit.
+ */
+export async function lockSpendKeyForAdmission(
+  trx: Trx,
+  dialect: Storage['dialect'],
+  input: { key: SpendKeyRow; request: SpendKeyRequest | null; now: Date },
+): Promise<SpendKeyRow | Refusal> {
+  const row = await lockKey(trx, dialect, input.key.id);
+  if (!row || row.revoked_at !== null || row.key_hash !== input.key.key_hash) return unknownKey();
+  try {
+    checkKeyUsable(row, input.now);
+    if (input.request) checkSpendKeyRequest(row, input.request);
+  } catch (err) {
+    if (err instanceof ApiError) return err;
+    throw err;
+  }
+  const spec = bucketSpecOf(row);
+  const checkedWith = bucketSpecOf(input.key);
+  if (spec && (checkedWith?.rpm !== spec.rpm || checkedWith.burst !== spec.burst)) {
+    return new ApiError('spend_key_rate_limited', "This spend key's rate limit just changed; retry shortly.", {
+      headers: { 'retry-after': String(STALE_SETTINGS_RETRY_SECONDS) },
+    });
+  }
+  return row;
+}
+
+/** A reached request limit: when the cycle ends; a `total` limit never resets, so no retry helps. */
+function requestLimitReached(key: SpendKeyRow, now: Date): ApiError {
+  const cycle = key.request_limit_cycle as Cycle;
+  const retry = secondsUntilCycleEnd(cycle, now);
+  if (retry === null) {
+    return new ApiError(
+      'request_limit_reached',
+      `This spend key's request limit of ${key.request_limit_count} requests in total is reached; it never resets, so raise the limit to go on.`,
+      // The official OpenAI and Anthropic clients retry a 429 unless told not to.
+      { headers: { 'x-should-retry': 'false' } },
+    );
+  }
+  return new ApiError('request_limit_reached', `This spend key's request limit of ${key.request_limit_count} per ${cycle} cycle is reached.`, {
+    headers: { 'retry-after': String(retry) },
+  });
+}
+
+/**
+ * Inside the admission transaction, on the row lockSpendKeyForAdmission returned: checks the
+ * request and spend limits, then counts the request and reserves `amount` (the request's hold)
+ * against the remaining spend. Returns the refusal instead of throwing, so the limit_reached
+ * event written here commits.
  */
 export async function reserveForRequest(
   trx: Trx,
-  dialect: Storage['dialect'],
-  input: { keyId: string; keyHash: string; recordId: string; amount: bigint; now: Date },
+  key: SpendKeyRow,
+  input: { recordId: string; amount: bigint; now: Date },
 ): Promise<Refusal | null> {
-  const key = await lockKey(trx, dialect, input.keyId);
-  // The credential may come from an instance's cache: the locked row has the final word on
-  // revocation, rotation (a new hash) and pausing, on every instance at once.
-  if (!key || key.revoked_at !== null || key.key_hash !== input.keyHash) {
-    return new ApiError('unauthorized', 'Invalid or revoked spend key.');
-  }
-  if (key.status !== 'active') return new ApiError('spend_key_paused');
   const at = input.now.toISOString();
   const c = rolled(key, input.now);
   const changes: Partial<SpendKeyRow> = { ...c };
 
   let refusal: Refusal | null = null;
   if (key.request_limit_count !== null && c.current_requests >= BigInt(key.request_limit_count)) {
-    const retry = secondsUntilCycleEnd(key.request_limit_cycle as Cycle, input.now);
-    refusal = new ApiError('request_limit_reached', `This spend key's request limit of ${key.request_limit_count} per ${key.request_limit_cycle} cycle is reached.`, {
-      headers: retry === null ? {} : { 'retry-after': String(retry) },
-    });
+    refusal = requestLimitReached(key, input.now);
     if (key.request_event_cycle !== c.request_cycle_start) {
       await limitReachedEvent(trx, key, 'requests', c, at);
       changes.request_event_cycle = c.request_cycle_start;
@@ -254,7 +316,9 @@ export async function reserveForRequest(
         'spend_limit_reached',
         `This spend key's spend limit of ${formatMoney(limit)} per ${key.spend_limit_cycle} cycle cannot cover this request.`,
       );
-      if (c.current_spend >= limit && key.spend_event_cycle !== c.spend_cycle_start) {
+      // The first refusal of a cycle is when the limit is reached for this key's callers, whether
+      // or not settled spend has reached it (the last request's hold may not fit in what is left).
+      if (key.spend_event_cycle !== c.spend_cycle_start) {
         await limitReachedEvent(trx, key, 'spend', c, at);
         changes.spend_event_cycle = c.spend_cycle_start;
       }
@@ -324,7 +388,24 @@ export async function finishReservation(
   await trx.updateTable('spend_keys').set(changes).where('id', '=', key.id).execute();
 }
 
-/** finishReservation in its own transaction (after a settlement's charge committed). */
-export async function settleReservation(storage: Storage, recordId: string, spend: bigint): Promise<void> {
-  await storage.db.transaction().execute((trx) => finishReservation(trx, storage.dialect, recordId, spend));
+/**
+ * Crash safety, run by the hold sweeper: ends reservations whose request is no longer pending
+ * (or is gone). Settlement and failure end the reservation in the transaction that ends the
+ * request, so these are left by earlier versions, which ended it in a second transaction that a
+ * stopping process could miss. A completed request's reservation is swapped for the cost its
+ * record shows, a failed one's for nothing. Returns how many were ended.
+ */
+export async function releaseOrphanedReservations(storage: Storage, now = new Date()): Promise<number> {
+  const orphans = await storage.db
+    .selectFrom('spend_key_reservations as r')
+    .leftJoin('requests as q', 'q.id', 'r.request_pk')
+    .select(['r.request_pk', 'q.status', 'q.total_wallet_cost', 'q.total_merchant_cost'])
+    .where((eb) => eb.or([eb('q.id', 'is', null), eb('q.status', '!=', 'pending')]))
+    .limit(1000)
+    .execute();
+  for (const orphan of orphans) {
+    const spend = orphan.status === 'completed' ? BigInt(orphan.total_wallet_cost ?? 0n) + BigInt(orphan.total_merchant_cost ?? 0n) : 0n;
+    await storage.db.transaction().execute((trx) => finishReservation(trx, storage.dialect, orphan.request_pk, spend, now));
+  }
+  return orphans.length;
 }

@@ -23,10 +23,15 @@ function toApiError(err: unknown): ApiError {
   if (err instanceof ApiError) return err;
   if (hasZodFastifySchemaValidationErrors(err)) {
     const context = (err as { validationContext?: string }).validationContext;
-    const issues: Issue[] = err.validation.map((v) => ({
-      path: pathOf(v.instancePath, context),
-      message: v.message ?? 'is invalid',
-    }));
+    const issues: Issue[] = err.validation.flatMap((v) => {
+      const path = pathOf(v.instancePath, context);
+      // A strict body's unknown fields: one issue per field, at the field itself.
+      const unknown = v.keyword === 'unrecognized_keys' ? (v.params as { keys?: unknown }).keys : undefined;
+      if (Array.isArray(unknown) && unknown.length > 0) {
+        return unknown.map((key) => ({ path: [...path, String(key)], message: 'is not a known field' }));
+      }
+      return [{ path, message: v.message ?? 'is invalid' }];
+    });
     return validationError(issues);
   }
   const fastifyCode = typeof err === 'object' && err !== null && 'code' in err ? String(err.code) : '';

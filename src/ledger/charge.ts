@@ -96,9 +96,18 @@ export class InsufficientBalance extends Error {
  * the tier position, the balances, the ledger, the record and the usage rollup all change together
  * or not at all.
  */
-export async function chargeRequest(storage: Storage, input: ChargeInput): Promise<ChargeOutcome> {
+export async function chargeRequest(
+  storage: Storage,
+  input: ChargeInput,
+  /** More writes that must commit with the charge (a spend key's reservation). */
+  alsoInTransaction?: (trx: Transaction<Database>, charged: Extract<ChargeOutcome, { outcome: 'recorded' }>) => Promise<void>,
+): Promise<ChargeOutcome> {
   try {
-    return await storage.db.transaction().execute((trx) => chargeInTransaction(trx, storage.dialect, input));
+    return await storage.db.transaction().execute(async (trx) => {
+      const charged = await chargeInTransaction(trx, storage.dialect, input);
+      if (alsoInTransaction && charged.outcome === 'recorded') await alsoInTransaction(trx, charged);
+      return charged;
+    });
   } catch (e) {
     if (e instanceof InsufficientBalance) {
       return { outcome: 'insufficient_balance', payer: e.payer, needed: e.needed, available: e.available };

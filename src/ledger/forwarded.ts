@@ -8,8 +8,8 @@ import { formatMoney, MAX_AMOUNT_UNITS } from '../domain/money.ts';
 import { baseCost, priceRequest, type BasePrices, type MeterPricing, type PricedRequest, type Usage } from '../domain/pricing.ts';
 import type { BillingContext } from '../gateway/credentials.ts';
 import { RunAlone, type BatchJob } from '../gateway/writer.ts';
-import { finishReservation, reserveForRequest, settleReservation } from '../gateway/spend-key-guard.ts';
-import type { ApiError } from '../http/errors.ts';
+import { finishReservation, lockSpendKeyForAdmission, reserveForRequest, type SpendKeyRequest } from '../gateway/spend-key-guard.ts';
+import { ApiError } from '../http/errors.ts';
 import type { Storage } from '../storage/db.ts';
 import type { MeterRow } from '../storage/meters.ts';
 import { bucketStart } from '../storage/requests.ts';
@@ -54,6 +54,8 @@ export type AdmitInput = {
   estimate: { wallet: bigint; merchant: bigint };
   ttlMs: number;
   record: Pick<RequestRow, 'provider' | 'model' | 'endpoint' | 'provider_key_type'> & { metadata: Record<string, string> };
+  /** What a spend key's checks are run against again on its locked row. */
+  spendKeyRequest?: SpendKeyRequest;
   now?: Date;
 };
 
@@ -71,6 +73,9 @@ export async function admitRequest(storage: Storage, input: AdmitInput): Promise
   const now = input.now ?? new Date();
   return storage.db.transaction().execute(async (trx) => {
     const wallets = await lockWallets(trx, storage.dialect, [input.walletId, input.billing.merchantWalletId]);
+    // A key that is no longer valid is refused as such, whatever its wallet holds.
+    const key = await lockedSpendKey(trx, storage.dialect, input, now);
+    if (key instanceof ApiError) return { outcome: 'spend_key_refused', error: key };
     const parts = holdParts(input.walletId, input.billing.merchantWalletId, input.estimate);
     for (const part of parts) {
       const wallet = wallets.get(part.walletId)!;
@@ -78,15 +83,9 @@ export async function admitRequest(storage: Storage, input: AdmitInput): Promise
       if (available < part.amount || available <= 0n) return { outcome: 'insufficient_balance', payer: part.payer };
     }
     const recordId = input.requestId;
-    if (input.billing.spendKey) {
+    if (key) {
       const amount = input.estimate.wallet + input.estimate.merchant;
-      const refusal = await reserveForRequest(trx, storage.dialect, {
-        keyId: input.billing.spendKey.id,
-        keyHash: input.billing.spendKey.key_hash,
-        recordId,
-        amount,
-        now,
-      });
+      const refusal = await reserveForRequest(trx, key, { recordId, amount, now });
       if (refusal) return { outcome: 'spend_key_refused', error: refusal };
     }
     const holdIds: string[] = [];
@@ -98,6 +97,12 @@ export async function admitRequest(storage: Storage, input: AdmitInput): Promise
     await insertRequestRecord(trx, pendingRecord(input, recordId, now.toISOString()));
     return { outcome: 'admitted', recordId, holdIds };
   });
+}
+
+/** The request's spend key, locked and checked again on its row; null without one. */
+function lockedSpendKey(trx: Transaction<Database>, dialect: Storage['dialect'], input: AdmitInput, now: Date) {
+  const key = input.billing.spendKey;
+  return key ? lockSpendKeyForAdmission(trx, dialect, { key, request: input.spendKeyRequest ?? null, now }) : Promise.resolve(null);
 }
 
 /**
@@ -137,6 +142,11 @@ export async function admitInTransaction(
   for (const [i, input] of inputs.entries()) {
     const parts = partsOf[i]!;
     const now = input.now ?? new Date();
+    const key = await lockedSpendKey(trx, dialect, input, now);
+    if (key instanceof ApiError) {
+      outcomes.push({ outcome: 'spend_key_refused', error: key });
+      continue;
+    }
     const refused = parts.find((part) => {
       const available = availableOf(wallets.get(part.walletId)!);
       return available < part.amount || available <= 0n;
@@ -146,14 +156,8 @@ export async function admitInTransaction(
       continue;
     }
     const recordId = input.requestId;
-    if (input.billing.spendKey) {
-      const refusal = await reserveForRequest(trx, dialect, {
-        keyId: input.billing.spendKey.id,
-        keyHash: input.billing.spendKey.key_hash,
-        recordId,
-        amount: input.estimate.wallet + input.estimate.merchant,
-        now,
-      });
+    if (key) {
+      const refusal = await reserveForRequest(trx, key, { recordId, amount: input.estimate.wallet + input.estimate.merchant, now });
       if (refusal) {
         outcomes.push({ outcome: 'spend_key_refused', error: refusal });
         continue;
@@ -367,14 +371,12 @@ const spendOf = (outcome: ChargeOutcome): bigint =>
 export async function settleRequest(storage: Storage, input: SettleInput): Promise<ChargeOutcome> {
   const pending = await storage.db.selectFrom('requests').selectAll().where('id', '=', input.recordId).executeTakeFirst();
   if (!pending || pending.status !== 'pending') return { outcome: 'duplicate' };
-  const outcome = await chargeRequest(
+  // The reservation ends in the charge's transaction: a crash cannot leave one without the other.
+  return chargeRequest(
     storage,
     chargeInputOf(input, { ...pending, metadata: JSON.parse(pending.metadata) as Record<string, string> }),
+    input.billing.spendKey ? (trx, charged) => finishReservation(trx, storage.dialect, input.recordId, spendOf(charged)) : undefined,
   );
-  if (input.billing.spendKey && outcome.outcome !== 'duplicate') {
-    await settleReservation(storage, input.recordId, spendOf(outcome));
-  }
-  return outcome;
 }
 
 

@@ -41,9 +41,9 @@ const settingsFields = {
   request_shape: z.enum(['openai', 'anthropic']),
   allowed_models: allowList.nullable(),
   allowed_providers: allowList.nullable(),
-  spend_limit: z.object({ amount: positiveDecimal, cycle }).nullable(),
-  request_limit: z.object({ count: positiveInt(1_000_000_000_000), cycle }).nullable(),
-  rate_limit: z.object({ rpm: positiveInt(1_000_000), burst: positiveInt(1_000_000).nullish() }).nullable(),
+  spend_limit: z.strictObject({ amount: positiveDecimal, cycle }).nullable(),
+  request_limit: z.strictObject({ count: positiveInt(1_000_000_000_000), cycle }).nullable(),
+  rate_limit: z.strictObject({ rpm: positiveInt(1_000_000), burst: positiveInt(1_000_000).nullish() }).nullable(),
   expires_at: z.iso
     .datetime({ offset: true, error: 'must be an ISO 8601 date-time' })
     .refine((v) => Date.parse(v) > Date.now(), 'must be in the future')
@@ -56,7 +56,8 @@ const walletFields = {
   wallet_id: z.string().min(1).max(100).optional(),
 };
 
-const createBody = optionalBody(z.object({
+// Strict: a misspelt field (`spend_limits`) must not create a key without the limit it meant.
+const createBody = optionalBody(z.strictObject({
   ...settingsFields,
   name: settingsFields.name.default('Spend key'),
   status: settingsFields.status.optional(),
@@ -70,7 +71,7 @@ const createBody = optionalBody(z.object({
   ...walletFields,
 }));
 const updateBody = optionalBody(
-  z.object({
+  z.strictObject({
     name: settingsFields.name.optional(),
     status: settingsFields.status.optional(),
     request_shape: settingsFields.request_shape.optional(),

@@ -16,6 +16,7 @@ import {
   findActiveWalletKeyByHash,
   insertWalletKey,
   listWalletKeys,
+  markWalletKeyUsed,
   revokeWalletKey,
   rotateWalletKey,
   walletKeyIdExists,
@@ -48,6 +49,7 @@ export async function authenticateApiKey(storage: Storage, request: FastifyReque
   if (!request.routeOptions.config.walletKeyAllowed) {
     throw new ApiError('forbidden', "A wallet key may only manage its own wallet's spend keys.");
   }
+  await markWalletKeyUsed(storage, row.id);
   request.walletKeyScope = { walletId: row.wallet_id, connectionId: row.connection_id };
   return {
     merchantId: row.merchant_id,
@@ -68,7 +70,7 @@ const walletKeySchema = z.object({
 });
 const withKey = walletKeySchema.extend({ key: z.string().describe('The raw wallet key, shown only once') });
 const createBody = optionalBody(
-  z.object({
+  z.strictObject({
     name: z.string().trim().min(1).max(255).default('Wallet key'),
     customer_id: z.string().min(1).max(100).optional(),
     connection_id: z.string().min(1).max(100).optional(),

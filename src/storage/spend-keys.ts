@@ -1,7 +1,7 @@
 import { sql, type Kysely, type Transaction } from 'kysely';
 import { newId, newSecret, SECRET_PREFIX } from '../domain/ids.ts';
 import { hashSecret, secretHint } from '../domain/secrets.ts';
-import { bucketCapacity, cycleStart, type BucketSpec, type Cycle } from '../domain/spend-limits.ts';
+import { bucketCapacity, currentValue, cycleStart, type BucketSpec, type Cycle } from '../domain/spend-limits.ts';
 import type { Storage } from './db.ts';
 import type { Database, SpendKeysTable } from './schema.ts';
 import { nowIso } from './time.ts';
@@ -136,8 +136,9 @@ export async function spendKeyIdExists(storage: Storage, scope: SpendKeyScope, i
 }
 
 /**
- * Applies new settings. Changing a limit's cycle starts a fresh window for that counter (the old
- * cycle's count does not map onto the new one); changing the rate limit refills the bucket.
+ * Applies new settings. Counters keep counting whether or not a limit is set: when a limit's
+ * cycle changes (a limit added, removed or given another cycle) its counter moves to the new
+ * window carrying what it holds (see carriedCounter); changing the rate limit refills the bucket.
  */
 export async function updateSpendKey(
   { db, dialect }: Storage,
@@ -156,14 +157,14 @@ export async function updateSpendKey(
     const next = { ...row, ...changes };
     const now = new Date();
     if (next.spend_limit_cycle !== row.spend_limit_cycle) {
-      Object.assign(changes, { spend_cycle_start: cycleStart(next.spend_limit_cycle, now), current_spend: 0n, spend_event_cycle: null });
+      const start = cycleStart(next.spend_limit_cycle, now);
+      const spend = currentValue(BigInt(row.current_spend), row.spend_cycle_start, row.spend_limit_cycle, now);
+      Object.assign(changes, { spend_cycle_start: start, current_spend: carriedCounter(row, spend, start), spend_event_cycle: null });
     }
     if (next.request_limit_cycle !== row.request_limit_cycle) {
-      Object.assign(changes, {
-        request_cycle_start: cycleStart(next.request_limit_cycle, now),
-        current_requests: 0n,
-        request_event_cycle: null,
-      });
+      const start = cycleStart(next.request_limit_cycle, now);
+      const requests = currentValue(BigInt(row.current_requests), row.request_cycle_start, row.request_limit_cycle, now);
+      Object.assign(changes, { request_cycle_start: start, current_requests: carriedCounter(row, requests, start), request_event_cycle: null });
     }
     if (next.rate_rpm !== row.rate_rpm || next.rate_burst !== row.rate_burst) Object.assign(changes, fullBucket(next, now.getTime()));
     if (next.spend_limit_amount !== row.spend_limit_amount) changes.spend_event_cycle = null;
@@ -171,6 +172,18 @@ export async function updateSpendKey(
     if (Object.keys(changes).length > 0) await trx.updateTable('spend_keys').set(changes).where('id', '=', id).execute();
     return { ...row, ...changes };
   });
+}
+
+/**
+ * A counter's value in its new window: 0 when the key was not used since the new window began
+ * (exact), else what the counter holds. That is exact for a key created inside the new window.
+ * Otherwise there is no per-window history to recount from: moving to a narrower window (a total
+ * or monthly count to daily) keeps use from before the window began, so the new cap counts a
+ * little too much and never lets the key overspend; moving to a wider one (daily to monthly)
+ * keeps only what the narrower window counted.
+ */
+function carriedCounter(row: Pick<SpendKeyRow, 'last_used_at'>, value: bigint, newStart: string): bigint {
+  return row.last_used_at !== null && row.last_used_at >= newStart ? value : 0n;
 }
 
 export async function revokeSpendKey(storage: Storage, scope: SpendKeyScope, id: string): Promise<boolean> {

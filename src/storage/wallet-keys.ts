@@ -103,7 +103,7 @@ export async function rotateWalletKey(
   return { row, secret };
 }
 
-/** A live wallet key with what authentication needs of its merchant; marks it used. */
+/** A live wallet key with what authentication needs of its merchant. */
 export async function findActiveWalletKeyByHash(storage: Storage, keyHash: string) {
   const row = await storage.db
     .selectFrom('wallet_keys')
@@ -113,6 +113,10 @@ export async function findActiveWalletKeyByHash(storage: Storage, keyHash: strin
     .where('wallet_keys.key_hash', '=', keyHash)
     .where('wallet_keys.revoked_at', 'is', null)
     .executeTakeFirst();
-  if (row) await storage.db.updateTable('wallet_keys').set({ last_used_at: nowIso() }).where('id', '=', row.id).execute();
   return row;
+}
+
+/** Stamps last_used_at: called once a wallet key's call is allowed, not when it is refused. */
+export async function markWalletKeyUsed(storage: Storage, id: string): Promise<void> {
+  await storage.db.updateTable('wallet_keys').set({ last_used_at: nowIso() }).where('id', '=', id).execute();
 }

@@ -67,6 +67,8 @@ export type Behaviour = {
   hang?: boolean;
   /** cached_tokens / cache_read_input_tokens / cachedContentTokenCount to report. */
   cachedTokens?: number;
+  /** Output tokens to produce instead of the request's cap (a provider overshooting max_tokens). */
+  outputTokens?: number;
 };
 
 export type MockUpstream = {
@@ -216,7 +218,8 @@ function usageFor(body: Body, behaviour: Behaviour): Usage {
   const cap = [body.max_tokens, body.max_completion_tokens, body.max_output_tokens, generation.maxOutputTokens].find(
     (v): v is number => typeof v === 'number',
   );
-  return { input, output: cap ?? DEFAULT_OUTPUT_TOKENS, cached: Math.min(behaviour.cachedTokens ?? 0, input) };
+  const output = behaviour.outputTokens ?? cap ?? DEFAULT_OUTPUT_TOKENS;
+  return { input, output, cached: Math.min(behaviour.cachedTokens ?? 0, input) };
 }
 
 export function countWords(text: string): number {

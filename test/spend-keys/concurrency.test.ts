@@ -93,8 +93,57 @@ for (const [label, bucketEnv] of buckets) {
       expect(after.total_requests).toBe(admitted);
     });
 
-    it('rpm 60 with burst 5 hit by 50 parallel requests admits exactly 5', async () => {
+    it('a provider answering more than max_tokens is the only way past the limit, by at most its excess over the reservation', async () => {
+      const limit = parseMoney('10');
+      const key = await createKey({ spend_limit: { amount: '10', cycle: 'daily' } });
+      const startedAt = new Date().toISOString();
+      // Every answer is 50% longer than the request's cap allows.
+      upstream.setNext({ path: '/chat/completions', outputTokens: 150_000, times: Infinity });
+      try {
+        const results = await Promise.all(Array.from({ length: 100 }, (_, i) => chat(i, key.key, 100_000)));
+        const admitted = results.filter((r) => r.status === 200).length;
+        expect(results.filter((r) => r.status !== 200).every((r) => r.status === 402)).toBe(true);
+        expect(admitted).toBeGreaterThan(0);
+        expect(admitted).toBeLessThanOrEqual(10);
+        const spend = parseMoney((await settled(key.spend_key_id)).current_spend as string);
+
+        const records = await a.storage.db
+          .selectFrom('requests')
+          .select(['id', 'total_wallet_cost', 'total_merchant_cost'])
+          .where('created_at', '>=', startedAt)
+          .where('status', '=', 'completed')
+          .execute();
+        expect(records).toHaveLength(admitted);
+        let excess = 0n;
+        for (const record of records) {
+          const holds = await a.storage.db.selectFrom('holds').select('amount').where('reference', '=', record.id).execute();
+          const reserved = holds.reduce((sum, h) => sum + BigInt(h.amount), 0n);
+          const actual = BigInt(record.total_wallet_cost) + BigInt(record.total_merchant_cost);
+          if (actual > reserved) excess += actual - reserved;
+        }
+        // Decision 0006: current_spend <= limit + what admitted requests cost beyond their reservations.
+        expect(excess).toBeGreaterThan(0n);
+        expect(spend).toBeGreaterThan(limit);
+        expect(spend).toBeLessThanOrEqual(limit + excess);
+      } finally {
+        upstream.reset();
+      }
+    });
+
+    it('rpm 60 with burst 5 hit by 50 parallel requests admits exactly 5 (plus one per full second the burst took)', async () => {
       const key = await createKey({ rate_limit: { rpm: 60, burst: 5 } });
+      const started = performance.now();
+      const results = await Promise.all(Array.from({ length: 50 }, (_, i) => chat(i, key.key)));
+      // The bucket refills one token a second: a slow machine may see a sixth token mid-burst.
+      const refilled = Math.floor((performance.now() - started) / 1000);
+      const admitted = results.filter((r) => r.status === 200).length;
+      expect(admitted).toBeGreaterThanOrEqual(5);
+      expect(admitted).toBeLessThanOrEqual(5 + refilled);
+      expect(results.filter((r) => r.status === 429)).toHaveLength(50 - admitted);
+    });
+
+    it('rpm 1 with burst 5 hit by 50 parallel requests admits exactly 5 (no refill within the run)', async () => {
+      const key = await createKey({ rate_limit: { rpm: 1, burst: 5 } });
       const results = await Promise.all(Array.from({ length: 50 }, (_, i) => chat(i, key.key)));
       expect(results.filter((r) => r.status === 200)).toHaveLength(5);
       expect(results.filter((r) => r.status === 429)).toHaveLength(45);

@@ -169,6 +169,191 @@ describe.each(databasesUnderTest())('spend key enforcement on %s', (dialect) => 
     expect(parseMoney(after.current_spend as string)).toBeLessThanOrEqual(parseMoney('0.025'));
   });
 
+  const limitEvents = async (keyId: string) =>
+    (await t.storage.db.selectFrom('events').selectAll().where('type', '=', 'spend_key.limit_reached').execute())
+      .map((e) => JSON.parse(e.payload) as Json)
+      .filter((payload) => payload.spend_key_id === keyId);
+
+  it('emits spend_key.limit_reached once on the first spend-limit refusal, though the settled spend is below the limit', async () => {
+    const key = await createKey({ spend_limit: { amount: '0.025', cycle: 'daily' } });
+    expect((await chat(key.key, { max_tokens: 1000 })).status).toBe(200);
+    expect((await chat(key.key, { max_tokens: 1000 })).status).toBe(200);
+    await settled(key.spend_key_id, 2);
+    expect(await limitEvents(key.spend_key_id)).toHaveLength(0);
+    for (let i = 0; i < 2; i++) expect((await chat(key.key, { max_tokens: 1000 })).status).toBe(402);
+
+    const events = await limitEvents(key.spend_key_id);
+    expect(events).toHaveLength(1);
+    expect(events[0]).toMatchObject({ limit: 'spend', cycle: 'daily', spend_limit: '0.0250000000' });
+    expect(parseMoney(events[0]!.current_spend as string)).toBeLessThan(parseMoney('0.025'));
+  });
+
+  it('a limit added to a key that had none counts what the key already used in the cycle', async () => {
+    const key = await createKey();
+    expect((await chat(key.key)).status).toBe(200);
+    expect((await chat(key.key)).status).toBe(200);
+    const before = await settled(key.spend_key_id, 2);
+    expect(parseMoney(before.current_spend as string)).toBeGreaterThan(0n);
+
+    const patched = await t.app.inject({
+      method: 'PATCH',
+      url: `/v1/spend_keys/${key.spend_key_id}`,
+      headers: t.auth(),
+      payload: { spend_limit: { amount: '5', cycle: 'daily' }, request_limit: { count: 3, cycle: 'daily' } },
+    });
+    expect(patched.json()).toMatchObject({ current_spend: before.total_spend, current_requests: 2, total_requests: 2 });
+    expect((await chat(key.key)).status).toBe(200);
+    const refused = await chat(key.key);
+    expect(refused.status).toBe(429);
+    expect(await codeOf(refused)).toBe('request_limit_reached');
+  });
+
+  it('a limit added to a key not used since its cycle began starts from 0', async () => {
+    const key = await createKey();
+    expect((await chat(key.key)).status).toBe(200);
+    await settled(key.spend_key_id, 1);
+    const yesterday = new Date(Date.now() - 86_400_000).toISOString();
+    await t.storage.db.updateTable('spend_keys').set({ last_used_at: yesterday }).where('id', '=', key.spend_key_id).execute();
+    const patched = await t.app.inject({
+      method: 'PATCH',
+      url: `/v1/spend_keys/${key.spend_key_id}`,
+      headers: t.auth(),
+      payload: { spend_limit: { amount: '5', cycle: 'daily' }, request_limit: { count: 3, cycle: 'daily' } },
+    });
+    expect(patched.json()).toMatchObject({ current_spend: '0.0000000000', current_requests: 0, total_requests: 1 });
+  });
+
+  it('daily counters start again when the UTC day changes, and the limit counts only the new day', async () => {
+    const key = await createKey({ spend_limit: { amount: '5', cycle: 'daily' }, request_limit: { count: 1, cycle: 'daily' } });
+    expect((await chat(key.key)).status).toBe(200);
+    expect((await chat(key.key)).status).toBe(429);
+    const first = await settled(key.spend_key_id, 1);
+    expect(first).toMatchObject({ current_requests: 1 });
+    expect(await limitEvents(key.spend_key_id)).toHaveLength(1);
+
+    // As if the counters were last written yesterday (UTC).
+    const yesterday = new Date(Date.now() - 86_400_000);
+    const start = new Date(Date.UTC(yesterday.getUTCFullYear(), yesterday.getUTCMonth(), yesterday.getUTCDate())).toISOString();
+    await t.storage.db
+      .updateTable('spend_keys')
+      .set({ spend_cycle_start: start, request_cycle_start: start, request_event_cycle: start, spend_event_cycle: start })
+      .where('id', '=', key.spend_key_id)
+      .execute();
+    expect(await retrieve(key.spend_key_id)).toMatchObject({ current_spend: '0.0000000000', current_requests: 0, total_requests: 1, total_spend: first.total_spend });
+
+    expect((await chat(key.key)).status).toBe(200);
+    expect((await chat(key.key)).status).toBe(429);
+    const second = await settled(key.spend_key_id, 2);
+    expect(second).toMatchObject({ current_requests: 1, total_requests: 2 });
+    const secondCost = parseMoney(second.total_spend as string) - parseMoney(first.total_spend as string);
+    expect(parseMoney(second.current_spend as string)).toBe(secondCost);
+    // The new day's limit is reached anew: a second event, for the new cycle.
+    const events = await limitEvents(key.spend_key_id);
+    expect(events).toHaveLength(2);
+    expect(events.map((e) => e.cycle_start)).toContain(new Date(Date.UTC(new Date().getUTCFullYear(), new Date().getUTCMonth(), new Date().getUTCDate())).toISOString());
+  });
+
+  it("a spend-limited key's reservation covers a prompt with more tokens than the 4-characters-per-token estimate", async () => {
+    const key = await createKey({ spend_limit: { amount: '5', cycle: 'daily' } });
+    // The mock bills a token per word: 3000 one-letter words are 3000 tokens in 6000 characters.
+    const res = await chat(key.key, { max_tokens: 1, messages: [{ role: 'user', content: 'a '.repeat(3000) }] });
+    expect(res.status).toBe(200);
+    const recordId = res.headers.get('x-tollgate-request-id')!;
+    await settled(key.spend_key_id, 1);
+    const record = await t.storage.db.selectFrom('requests').selectAll().where('id', '=', recordId).executeTakeFirstOrThrow();
+    expect(Number(record.input_tokens)).toBe(3000);
+    const holds = await t.storage.db.selectFrom('holds').select('amount').where('reference', '=', recordId).execute();
+    const reserved = holds.reduce((sum, h) => sum + BigInt(h.amount), 0n);
+    expect(BigInt(record.total_wallet_cost) + BigInt(record.total_merchant_cost)).toBeLessThanOrEqual(reserved);
+  });
+
+  it('inline media does not count as prompt bytes in the reservation', async () => {
+    // 400 KB of base64 would hold about 1.0 as text tokens; the limit is a hundredth of that.
+    const key = await createKey({ spend_limit: { amount: '0.01', cycle: 'daily' } });
+    const image = `data:image/png;base64,${'A'.repeat(400_000)}`;
+    const res = await chat(key.key, {
+      max_tokens: 1,
+      messages: [{ role: 'user', content: [{ type: 'text', text: 'what is this' }, { type: 'image_url', image_url: { url: image } }] }],
+    });
+    expect(res.status).toBe(200);
+    await settled(key.spend_key_id, 1);
+  });
+
+  it('a reached total request limit answers 429 without Retry-After and tells clients not to retry', async () => {
+    const key = await createKey({ request_limit: { count: 1, cycle: 'total' } });
+    expect((await chat(key.key)).status).toBe(200);
+    const refused = await chat(key.key);
+    expect(refused.status).toBe(429);
+    expect(await codeOf(refused)).toBe('request_limit_reached');
+    expect(refused.headers.get('retry-after')).toBeNull();
+    expect(refused.headers.get('x-should-retry')).toBe('false');
+    // The official client stops at once instead of retrying a limit that never resets.
+    const openai = new OpenAI({ apiKey: key.key, baseURL: `${base}/v1`, maxRetries: 2 });
+    const before = upstream.requests.length;
+    await expect(openai.chat.completions.create({ model: 'gpt-4o', max_tokens: 2, messages: [{ role: 'user', content: 'x' }] })).rejects.toMatchObject({
+      status: 429,
+    });
+    expect(upstream.requests.length).toBe(before);
+    const after = await settled(key.spend_key_id, 1);
+    expect(after).toMatchObject({ current_requests: 1, total_requests: 1 });
+  });
+
+  it("refuses a key on the other shape's endpoint with 403 request_shape_mismatch, even for a model that endpoint cannot route", async () => {
+    const anthropicKey = await createKey({ request_shape: 'anthropic' });
+    const claudeOnChat = await chat(anthropicKey.key, { model: 'claude-sonnet-4-5' });
+    expect(claudeOnChat.status).toBe(403);
+    expect(await codeOf(claudeOnChat)).toBe('request_shape_mismatch');
+
+    const openaiKey = await createKey();
+    for (const model of ['claude-sonnet-4-5', 'gpt-4o']) {
+      const viaMessages = await fetch(`${base}/v1/messages`, {
+        method: 'POST',
+        headers: { 'x-api-key': openaiKey.key, 'content-type': 'application/json', 'anthropic-version': '2023-06-01' },
+        body: JSON.stringify({ model, max_tokens: 3, messages: [{ role: 'user', content: 'x' }] }),
+      });
+      expect(viaMessages.status).toBe(403);
+      expect(await codeOf(viaMessages)).toBe('request_shape_mismatch');
+    }
+  });
+
+  it('refuses a wallet key on the gateway: 403 forbidden when live, 401 when unknown or revoked', async () => {
+    const created = await t.app.inject({ method: 'POST', url: '/v1/wallet_keys', headers: t.auth(), payload: { name: 'owner' } });
+    const walletKey = created.json() as { key: string; wallet_key_id: string };
+    const forward = (key: string) =>
+      fetch(`${base}/v1/forward?u=${encodeURIComponent('https://api.openai.com/v1/chat/completions')}`, {
+        method: 'POST',
+        headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json' },
+        body: JSON.stringify({ model: 'gpt-4o', max_tokens: 2, messages: [{ role: 'user', content: 'x' }] }),
+      });
+    const before = upstream.requests.length;
+    for (const res of [await forward(walletKey.key), await chat(walletKey.key)]) {
+      expect(res.status).toBe(403);
+      expect(await codeOf(res)).toBe('forbidden');
+    }
+    const messages = await fetch(`${base}/v1/messages`, {
+      method: 'POST',
+      headers: { 'x-api-key': walletKey.key, 'content-type': 'application/json', 'anthropic-version': '2023-06-01' },
+      body: JSON.stringify({ model: 'claude-sonnet-4-5', max_tokens: 3, messages: [{ role: 'user', content: 'x' }] }),
+    });
+    expect(messages.status).toBe(403);
+    expect(upstream.requests.length).toBe(before);
+
+    const unknown = await chat('wk_live_unknownkey');
+    expect(unknown.status).toBe(401);
+    expect(await codeOf(unknown)).toBe('unauthorized');
+    await t.app.inject({ method: 'DELETE', url: `/v1/wallet_keys/${walletKey.wallet_key_id}`, headers: t.auth() });
+    expect((await forward(walletKey.key)).status).toBe(401);
+  });
+
+  it('refuses a spend key whose customer wallet is empty with 402 insufficient_balance, counting nothing', async () => {
+    const customer = (await t.app.inject({ method: 'POST', url: '/v1/customers', headers: t.auth(), payload: { name: 'Broke' } })).json() as Json;
+    const key = await createKey({ customer_id: customer.customer_id, request_limit: { count: 5, cycle: 'daily' } });
+    const refused = await chat(key.key);
+    expect(refused.status).toBe(402);
+    expect(await codeOf(refused)).toBe('insufficient_balance');
+    expect(await retrieve(key.spend_key_id)).toMatchObject({ current_requests: 0, total_requests: 0, last_used_at: null });
+  });
+
   it('enforces the rate limit as a token bucket with 429 and Retry-After', async () => {
     const key = await createKey({ rate_limit: { rpm: 60, burst: 2 } });
     const statuses = [];

@@ -145,9 +145,90 @@ describe.each(databasesUnderTest())('spend key management on %s', (dialect) => {
     expect(create.status).toBe(400);
     expect((create.body.error as Json).code).toBe('validation_error');
     expect((create.body.error as { issues: { path: string[] }[] }).issues.map((i) => i.path)).toContainEqual(path);
+    const ok = await call('POST', '/spend_keys', { name: 'ok', spend_limit: { amount: '3', cycle: 'daily' } });
+    for (const method of ['PUT', 'PATCH']) {
+      const update = await call(method, `/spend_keys/${ok.body.spend_key_id as string}`, body);
+      expect(update.status).toBe(400);
+      expect((update.body.error as { issues: { path: string[] }[] }).issues.map((i) => i.path)).toContainEqual(path);
+    }
+    // A refused update changes nothing.
+    expect((await call('GET', `/spend_keys/${ok.body.spend_key_id as string}`)).body).toMatchObject({
+      name: 'ok',
+      status: 'active',
+      spend_limit: { amount: '3.0000000000', cycle: 'daily' },
+    });
+  });
+
+  it.each([
+    ['a misspelt limit', { spend_limits: { amount: '1', cycle: 'daily' } }, ['spend_limits']],
+    ['an unknown setting', { colour: 'blue' }, ['colour']],
+    ['a misspelt nested field', { rate_limit: { rpm: 5, brust: 2 } }, ['rate_limit', 'brust']],
+  ])('refuses %s on spend-key create, PUT and PATCH with 400 at the field', async (_label, body, path) => {
+    const pathsOf = (error: unknown) => (error as { issues: { path: string[] }[] }).issues.map((i) => i.path);
+    const before = (await call('GET', '/spend_keys?limit=100')).body.data as Json[];
+    const create = await call('POST', '/spend_keys', { name: 'typo', ...body });
+    expect(create.status).toBe(400);
+    expect((create.body.error as Json).code).toBe('validation_error');
+    expect(pathsOf(create.body.error)).toEqual([path]);
+    expect((await call('GET', '/spend_keys?limit=100')).body.data).toHaveLength(before.length);
     const ok = await call('POST', '/spend_keys', { name: 'ok' });
-    const update = await call('PUT', `/spend_keys/${ok.body.spend_key_id as string}`, body);
-    expect(update.status).toBe(400);
+    for (const method of ['PUT', 'PATCH']) {
+      const update = await call(method, `/spend_keys/${ok.body.spend_key_id as string}`, body);
+      expect(update.status).toBe(400);
+      expect(pathsOf(update.body.error)).toEqual([path]);
+    }
+  });
+
+  it('refuses an unknown field on wallet-key create with 400', async () => {
+    const res = await call('POST', '/wallet_keys', { name: 'w', customer: 'con_x' });
+    expect(res.status).toBe(400);
+    expect((res.body.error as Json).issues).toEqual([{ path: ['customer'], message: 'is not a known field' }]);
+  });
+
+  it('creates a key on a customer wallet named by connection_id', async () => {
+    const m = await t.newMerchant();
+    const customer = await call('POST', '/customers', { name: 'Edsger' }, m.secretKey);
+    const customerId = customer.body.customer_id as string;
+    const wallet = await t.storage.db.selectFrom('connections').select('wallet_id').where('id', '=', customerId).executeTakeFirstOrThrow();
+    const res = await call('POST', '/spend_keys', { name: 'c', connection_id: customerId }, m.secretKey);
+    expect(res.status).toBe(201);
+    expect(res.body).toMatchObject({ customer_id: customerId, wallet_id: wallet.wallet_id });
+    const both = await call('POST', '/spend_keys', { name: 'c', connection_id: customerId, customer_id: customerId }, m.secretKey);
+    expect(both.status).toBe(201);
+    expect(both.body.wallet_id).toBe(wallet.wallet_id);
+  });
+
+  it('pages wallet keys with a cursor, newest first', async () => {
+    const m = await t.newMerchant();
+    const ids: string[] = [];
+    for (let i = 0; i < 3; i++) ids.push((await call('POST', '/wallet_keys', { name: `w${i}` }, m.secretKey)).body.wallet_key_id as string);
+    const page1 = await call('GET', '/wallet_keys?limit=2', undefined, m.secretKey);
+    expect((page1.body.data as Json[]).map((k) => k.wallet_key_id)).toEqual([ids[2], ids[1]]);
+    expect(page1.body).toMatchObject({ has_more: true, next_cursor: ids[1] });
+    const page2 = await call('GET', `/wallet_keys?limit=2&cursor=${ids[1]}`, undefined, m.secretKey);
+    expect((page2.body.data as Json[]).map((k) => k.wallet_key_id)).toEqual([ids[0]]);
+    expect(page2.body).toMatchObject({ has_more: false, next_cursor: null });
+    expect((await call('GET', '/wallet_keys?cursor=wk_unknown', undefined, m.secretKey)).status).toBe(400);
+    // Another merchant's cursor is no cursor here.
+    expect((await call('GET', `/wallet_keys?cursor=${ids[1]}`)).status).toBe(400);
+  });
+
+  it('refuses a wallet key on /v1/meters with 403 and leaves its last_used_at alone; an allowed call stamps it', async () => {
+    const m = await t.newMerchant();
+    const wk = await call('POST', '/wallet_keys', { name: 'w' }, m.secretKey);
+    const walletKey = wk.body.key as string;
+    const lastUsed = async () =>
+      (await t.storage.db.selectFrom('wallet_keys').select('last_used_at').where('id', '=', wk.body.wallet_key_id as string).executeTakeFirstOrThrow())
+        .last_used_at;
+    for (const path of ['/meters', '/meters?limit=1']) {
+      const refused = await call('GET', path, undefined, walletKey);
+      expect(refused.status).toBe(403);
+      expect((refused.body.error as Json).code).toBe('forbidden');
+    }
+    expect((await call('POST', '/meters', { name: 'm', rate_type: 'fixed', tier_type: 'tokens_1m', tiers: [] }, walletKey)).status).toBe(403);
+    expect(await lastUsed()).toBeNull();
+    expect((await call('GET', '/spend_keys', undefined, walletKey)).status).toBe(200);
+    expect(await lastUsed()).not.toBeNull();
   });
 
   it('manages wallet keys; a wallet key manages only its own wallet\'s spend keys', async () => {

@@ -1,0 +1,144 @@
+import type { KyselyPlugin, PluginTransformQueryArgs, PluginTransformResultArgs, QueryResult, RootOperationNode, UnknownRow } from 'kysely';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { parseMoney } from '../../src/domain/money.ts';
+import { sweepExpiredHolds } from '../../src/gateway/settle.ts';
+import { creditWallet } from '../../src/ledger/wallets.ts';
+import { startTestApp, type TestApp } from '../helpers/app.ts';
+import { databasesUnderTest } from '../helpers/databases.ts';
+import { startMockUpstream, type MockUpstream } from '../helpers/mock-upstream.ts';
+
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+/**
+ * A spend key's reservation ends exactly once with its request: at settlement (in the charge's
+ * transaction), at failure, or by the hold sweeper when the request never finished.
+ */
+describe.each(databasesUnderTest())('spend key reservations on %s', (dialect) => {
+  let upstream: MockUpstream;
+  let t: TestApp;
+  let base: string;
+
+  beforeAll(async () => {
+    upstream = await startMockUpstream();
+    t = await startTestApp(dialect, {
+      env: {
+        UPSTREAM_OVERRIDES: JSON.stringify({ 'api.openai.com': upstream.url }),
+        PROVIDER_KEYS: JSON.stringify({ openai: 'sk-openai-managed' }),
+        HOLD_TTL_MS: '1000',
+      },
+    });
+    base = await t.listen();
+    await creditWallet(t.storage, t.merchant.walletId, parseMoney('50'));
+  });
+  afterAll(async () => {
+    await t?.close();
+    await upstream?.close();
+  });
+
+  const createKey = async () => {
+    const res = await t.app.inject({ method: 'POST', url: '/v1/spend_keys', headers: t.auth(), payload: { name: 'r', spend_limit: { amount: '5', cycle: 'daily' } } });
+    return res.json() as { key: string; spend_key_id: string };
+  };
+  const chat = (key: string) =>
+    fetch(`${base}/v1/chat/completions`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json' },
+      body: JSON.stringify({ model: 'gpt-4o', max_tokens: 50, messages: [{ role: 'user', content: 'hello there' }] }),
+    });
+  const keyRow = (id: string) => t.storage.db.selectFrom('spend_keys').selectAll().where('id', '=', id).executeTakeFirstOrThrow();
+  const reservations = (id: string) => t.storage.db.selectFrom('spend_key_reservations').selectAll().where('spend_key_id', '=', id).execute();
+  async function until<T>(read: () => Promise<T | undefined>): Promise<T> {
+    for (let i = 0; i < 200; i++) {
+      const value = await read();
+      if (value !== undefined) return value;
+      await sleep(10);
+    }
+    throw new Error('never happened');
+  }
+
+  it('a request whose hold the sweeper expired has its reservation released, once, and its late answer counts nothing', async () => {
+    const key = await createKey();
+    upstream.setNext({ path: '/chat/completions', delayMs: 600 });
+    const answer = chat(key.key);
+    const reservation = await until(async () => (await reservations(key.spend_key_id))[0]);
+    expect(BigInt((await keyRow(key.spend_key_id)).reserved_spend)).toBe(BigInt(reservation.amount));
+
+    expect(await sweepExpiredHolds(t.storage, new Date(Date.now() + 60_000))).toBe(1);
+    expect(await reservations(key.spend_key_id)).toEqual([]);
+    const swept = await keyRow(key.spend_key_id);
+    expect(BigInt(swept.reserved_spend)).toBe(0n);
+    expect(BigInt(swept.current_spend)).toBe(0n);
+
+    expect((await answer).status).toBe(200);
+    await sleep(200);
+    const after = await keyRow(key.spend_key_id);
+    expect({ reserved: BigInt(after.reserved_spend), spend: BigInt(after.current_spend), requests: Number(after.total_requests) }).toEqual({
+      reserved: 0n,
+      spend: 0n,
+      requests: 1,
+    });
+  });
+
+  it('the sweeper ends a reservation left behind by a completed request, counting the cost its record shows', async () => {
+    const key = await createKey();
+    expect((await chat(key.key)).status).toBe(200);
+    await until(async () => ((await reservations(key.spend_key_id)).length === 0 ? true : undefined));
+    const settled = await keyRow(key.spend_key_id);
+    const cost = BigInt(settled.current_spend);
+    expect(cost).toBeGreaterThan(0n);
+    const record = await t.storage.db.selectFrom('requests').select(['id', 'status']).where('status', '=', 'completed').orderBy('created_at', 'desc').executeTakeFirstOrThrow();
+
+    // As a process stopping between the charge and the reservation would have left it.
+    const held = 12_345n;
+    await t.storage.db
+      .updateTable('spend_keys')
+      .set({ current_spend: 0n, total_spend: BigInt(settled.total_spend) - cost, reserved_spend: held })
+      .where('id', '=', key.spend_key_id)
+      .execute();
+    await t.storage.db.insertInto('spend_key_reservations').values({ request_pk: record.id, spend_key_id: key.spend_key_id, amount: held, created_at: new Date().toISOString() }).execute();
+
+    await sweepExpiredHolds(t.storage);
+    const repaired = await keyRow(key.spend_key_id);
+    expect(await reservations(key.spend_key_id)).toEqual([]);
+    expect({ reserved: BigInt(repaired.reserved_spend), spend: BigInt(repaired.current_spend), total: BigInt(repaired.total_spend) }).toEqual({
+      reserved: 0n,
+      spend: cost,
+      total: BigInt(settled.total_spend),
+    });
+    // Ending it again changes nothing.
+    await sweepExpiredHolds(t.storage);
+    expect(BigInt((await keyRow(key.spend_key_id)).current_spend)).toBe(cost);
+  });
+
+  it('settlement ends the reservation in the transaction that charges the request: a failure between them leaves neither', async () => {
+    const key = await createKey();
+    const original = t.storage.db;
+    // As if the process died just as the reservation was to end: that statement never runs.
+    t.storage.db = original.withPlugin(new FailingReservationEnd());
+    try {
+      expect((await chat(key.key)).status).toBe(200);
+      await sleep(300);
+      const [reservation] = await reservations(key.spend_key_id);
+      expect(reservation).toBeDefined();
+      const record = await t.storage.db.selectFrom('requests').select('status').where('id', '=', reservation!.request_pk).executeTakeFirstOrThrow();
+      // Never charged while still reserved: the charge rolled back with the reservation's end.
+      expect(record.status).toBe('pending');
+      expect(BigInt((await keyRow(key.spend_key_id)).current_spend)).toBe(0n);
+    } finally {
+      t.storage.db = original;
+    }
+  });
+});
+
+/** Fails every statement that deletes spend-key reservations. */
+class FailingReservationEnd implements KyselyPlugin {
+  transformQuery(args: PluginTransformQueryArgs): RootOperationNode {
+    if (args.node.kind === 'DeleteQueryNode' && JSON.stringify(args.node.from).includes('"spend_key_reservations"')) {
+      throw new Error('simulated crash before the reservation ends');
+    }
+    return args.node;
+  }
+  async transformResult(args: PluginTransformResultArgs): Promise<QueryResult<UnknownRow>> {
+    return args.result;
+  }
+}
