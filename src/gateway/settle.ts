@@ -84,13 +84,20 @@ function isEstimated(usage: UsageReport | StreamUsage | null): boolean {
 }
 
 function toUsage(report: UsageReport | null): Usage {
+  const inputTokens = report?.inputTokens ?? 0;
+  // Cache counts are parts of the input; a provider reporting more than the whole must not make
+  // the settlement throw (and so go uncharged): the parts are capped at the input total.
+  const cachedInputTokens = Math.min(report?.cachedInputTokens ?? 0, inputTokens);
+  const cacheWriteInputTokens = Math.min(report?.cacheWriteInputTokens ?? 0, inputTokens - cachedInputTokens);
   return {
-    inputTokens: report?.inputTokens ?? 0,
+    inputTokens,
     outputTokens: report?.outputTokens ?? 0,
     inputCharacters: report?.inputCharacters ?? 0,
     outputCharacters: report?.outputCharacters ?? 0,
     inputSeconds: toSeconds(report?.inputSeconds ?? 0),
     outputSeconds: toSeconds(report?.outputSeconds ?? 0),
+    cachedInputTokens,
+    cacheWriteInputTokens,
   };
 }
 

@@ -290,6 +290,8 @@ function pendingRecord(input: AdmitInput, id: string, at: string): RequestRow {
     metadata: JSON.stringify(input.record.metadata),
     input_tokens: 0n,
     output_tokens: 0n,
+    cached_input_tokens: 0n,
+    cache_write_input_tokens: 0n,
     input_characters: 0n,
     output_characters: 0n,
     input_seconds: '0',
@@ -414,7 +416,7 @@ async function settleInTransaction(trx: Transaction<Database>, dialect: Storage[
   for (const input of inputs) {
     const key = counterOf(input);
     const base = input.prices
-      ? baseCost(input.prices, { inputTokens: input.usage.inputTokens, outputTokens: input.usage.outputTokens })
+      ? baseCost(input.prices, input.usage)
       : { input: 0n, output: 0n, total: 0n };
     const price = priceRequest({
       meter: pricingFor(input.billing).pricing,
@@ -647,6 +649,8 @@ function completedRecord(input: SettleInput, pending: PendingFacts, priced: Pric
     metadata: JSON.stringify(pending.metadata),
     input_tokens: BigInt(input.usage.inputTokens),
     output_tokens: BigInt(input.usage.outputTokens),
+    cached_input_tokens: BigInt(input.usage.cachedInputTokens ?? 0),
+    cache_write_input_tokens: BigInt(input.usage.cacheWriteInputTokens ?? 0),
     input_characters: BigInt(input.usage.inputCharacters),
     output_characters: BigInt(input.usage.outputCharacters),
     input_seconds: input.usage.inputSeconds,

@@ -5,6 +5,7 @@ import * as m0001 from './migrations/0001_foundation.ts';
 import * as m0002 from './migrations/0002_billing.ts';
 import * as m0003 from './migrations/0003_request_metadata_order.ts';
 import * as m0004 from './migrations/0004_spend_keys.ts';
+import * as m0005 from './migrations/0005_request_cache_tokens.ts';
 
 /** The ordered, frozen list. New migrations are appended, never inserted or edited. */
 const MIGRATIONS: Record<string, Migration> = {
@@ -12,6 +13,7 @@ const MIGRATIONS: Record<string, Migration> = {
   '0002_billing': m0002,
   '0003_request_metadata_order': m0003,
   '0004_spend_keys': m0004,
+  '0005_request_cache_tokens': m0005,
 };
 
 const provider: MigrationProvider = { getMigrations: async () => MIGRATIONS };

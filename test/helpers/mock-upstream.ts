@@ -22,7 +22,8 @@ import { setTimeout as sleep } from 'node:timers/promises';
  * - output tokens = the request's output cap (`max_tokens`, `max_completion_tokens`,
  *   `max_output_tokens`, `generationConfig.maxOutputTokens`) or DEFAULT_OUTPUT_TOKENS;
  *   the text generated is that many words "tok", one stream chunk per word;
- * - cached input tokens = Behaviour.cachedTokens (default 0; capped at the input count).
+ * - cached input tokens = Behaviour.cachedTokens (default 0; capped at the input count);
+ *   Anthropic cache writes = Behaviour.cacheWriteTokens (default 0; capped at what is left).
  *
  * Every request is recorded (method, url, headers, raw body bytes) in `requests`, so tests can
  * check that bodies and unknown fields arrived byte for byte.
@@ -67,6 +68,8 @@ export type Behaviour = {
   hang?: boolean;
   /** cached_tokens / cache_read_input_tokens / cachedContentTokenCount to report. */
   cachedTokens?: number;
+  /** cache_creation_input_tokens to report (Anthropic only). */
+  cacheWriteTokens?: number;
 };
 
 export type MockUpstream = {
@@ -208,7 +211,7 @@ function route(req: RecordedRequest, behaviour: Behaviour, seq: number): Answer 
 // ---- Deterministic usage --------------------------------------------------------------------------
 
 type Body = Record<string, unknown>;
-type Usage = { input: number; output: number; cached: number };
+type Usage = { input: number; output: number; cached: number; cacheWrite: number };
 
 function usageFor(body: Body, behaviour: Behaviour): Usage {
   const input = countWords(promptText(body));
@@ -216,7 +219,9 @@ function usageFor(body: Body, behaviour: Behaviour): Usage {
   const cap = [body.max_tokens, body.max_completion_tokens, body.max_output_tokens, generation.maxOutputTokens].find(
     (v): v is number => typeof v === 'number',
   );
-  return { input, output: cap ?? DEFAULT_OUTPUT_TOKENS, cached: Math.min(behaviour.cachedTokens ?? 0, input) };
+  const cached = Math.min(behaviour.cachedTokens ?? 0, input);
+  const cacheWrite = Math.min(behaviour.cacheWriteTokens ?? 0, input - cached);
+  return { input, output: cap ?? DEFAULT_OUTPUT_TOKENS, cached, cacheWrite };
 }
 
 export function countWords(text: string): number {
@@ -351,8 +356,12 @@ function anthropicAnswer(body: Body, usage: Usage, seq: number): Answer {
   const id = `msg_mock${seq}`;
   const model = typeof body.model === 'string' ? body.model : 'claude-sonnet-4-5';
   const stopReason = typeof body.max_tokens === 'number' ? 'max_tokens' : 'end_turn';
-  // Anthropic's input_tokens excludes cache reads.
-  const inputUsage = { input_tokens: usage.input - usage.cached, cache_creation_input_tokens: 0, cache_read_input_tokens: usage.cached };
+  // Anthropic's input_tokens excludes cache reads and writes.
+  const inputUsage = {
+    input_tokens: usage.input - usage.cached - usage.cacheWrite,
+    cache_creation_input_tokens: usage.cacheWrite,
+    cache_read_input_tokens: usage.cached,
+  };
   if (body.stream !== true) {
     return json(200, {
       id,
