@@ -13,6 +13,7 @@ import { credentialCacheFor } from './credential-cache.ts';
 import { extractCredential, resolveCredential, type BillingContext } from './credentials.ts';
 import { checkSpendKeyRequest, closeSpendKeyGuard, takeRateToken } from './spend-key-guard.ts';
 import { estimateHold } from './estimate.ts';
+import { HoldKeeper } from './hold-keeper.ts';
 import { closeAfterResponse, createUpstreamAgent, relay, shutdownHeaders, upstreamRequestHeaders } from './relay.ts';
 import { Settlements } from './settle.ts';
 import { GatewayWriter } from './writer.ts';
@@ -24,6 +25,8 @@ export type Gateway = {
   settlements: Settlements;
   /** Group commit of admissions. */
   writer: GatewayWriter;
+  /** Keeps the holds of requests still relaying from expiring. */
+  holds: HoldKeeper;
   /** True once the app started closing (hijacked responses then close their connections). */
   closing: boolean;
   /** Base prices by provider and model (see pricesOf). */
@@ -46,6 +49,7 @@ export function createGateway(deps: AppDeps, app: App): Gateway {
     }),
     settlements: new Settlements(app.log, settlementWriter),
     writer,
+    holds: new HoldKeeper(deps.storage, deps.config.holdTtlMs, app.log),
     closing: false,
     prices: new Map(),
   };
@@ -54,6 +58,7 @@ export function createGateway(deps: AppDeps, app: App): Gateway {
   });
   app.addHook('onClose', async () => {
     await gateway.settlements.drain();
+    await gateway.holds.close();
     await settlementWriter.drain();
     await gateway.writer.drain();
     await gateway.agent.close();
@@ -241,6 +246,7 @@ async function planForward(
 
 async function forward(deps: AppDeps, gateway: Gateway, plan: ForwardPlan, res: ServerResponse): Promise<void> {
   const closing = () => gateway.closing;
+  gateway.holds.add(plan.holdIds);
   const outcome = await relay({
     agent: gateway.agent,
     upstreamUrl: plan.target.upstreamUrl,
@@ -253,7 +259,7 @@ async function forward(deps: AppDeps, gateway: Gateway, plan: ForwardPlan, res: 
     extraHeaders: { [REQUEST_ID_HEADER]: plan.requestId },
     res,
     closing,
-  });
+  }).finally(() => gateway.holds.delete(plan.holdIds));
   if (outcome.kind === 'failed') {
     const code: ErrorCode = outcome.reason === 'timeout' ? 'upstream_timeout' : 'upstream_unreachable';
     sendEnvelope(res, code, plan.requestId, closing);
