@@ -119,6 +119,15 @@ function pricesOf(gateway: Gateway, providerId: string, model: string, config: A
   return prices;
 }
 
+/** Providers served with another provider's managed key: Gemini's OpenAI-compatible path is Google's. */
+const KEY_SHARED_WITH: Readonly<Record<string, string>> = { 'google-openai': 'google' };
+
+/** The operator's key for a provider: its own, else the one it shares (GOOGLE_API_KEY serves both Gemini paths). */
+export function managedKeyFor(config: Pick<AppDeps['config'], 'providerKeys'>, providerId: string): string | undefined {
+  const shared = KEY_SHARED_WITH[providerId];
+  return config.providerKeys[providerId] ?? (shared === undefined ? undefined : config.providerKeys[shared]);
+}
+
 export type ForwardCall = { target: ResolvedTarget; billing: BillingContext; metadata: Metadata };
 
 /**
@@ -177,7 +186,7 @@ async function planForward(
     hideInjectedUsage = prepared.injectedUsage;
   }
 
-  const providerKey = billing.providerKey ?? config.providerKeys[target.provider.id];
+  const providerKey = billing.providerKey ?? managedKeyFor(config, target.provider.id);
   if (!providerKey) {
     throw new ApiError(
       'provider_key_missing',
