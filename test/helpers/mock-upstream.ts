@@ -13,6 +13,8 @@ import { setTimeout as sleep } from 'node:timers/promises';
  *   GET  …/models             OpenAI model list
  *   POST …/audio/speech       binary audio (bytes = input characters)
  *   POST …/messages           Anthropic Messages, JSON or SSE
+ *   POST …/text-to-speech/{voice}[/stream]   ElevenLabs audio (bytes = characters of `text`)
+ *   POST …/speech-to-text     ElevenLabs transcript of any upload; its last word ends at TRANSCRIPT_SECONDS
  *   POST …/models/{m}:generateContent, …:streamGenerateContent[?alt=sse]   Gemini
  *   any  …/echo               200 {method, path, query, headers, body} (for verb tests)
  *
@@ -30,6 +32,8 @@ import { setTimeout as sleep } from 'node:timers/promises';
  */
 
 export const DEFAULT_OUTPUT_TOKENS = 5;
+/** Where the last word of every ElevenLabs transcript ends, in seconds. */
+export const TRANSCRIPT_SECONDS = 90.25;
 
 export type RecordedRequest = {
   method: string;
@@ -193,6 +197,8 @@ function route(req: RecordedRequest, behaviour: Behaviour, seq: number): Answer 
   if (path.endsWith('/echo')) return json(200, echo(req));
   if (method === 'GET' && path.endsWith('/models')) return json(200, modelList());
   if (method !== 'POST') return errorAnswer(familyOf(path), 404, undefined);
+  // A multipart audio upload: never JSON.
+  if (path.endsWith('/speech-to-text')) return transcriptAnswer(seq);
   if (req.json === undefined && !path.endsWith('/audio/speech')) {
     return errorAnswer(familyOf(path), 400, undefined, 'The request body is not valid JSON.');
   }
@@ -204,6 +210,7 @@ function route(req: RecordedRequest, behaviour: Behaviour, seq: number): Answer 
   if (path.endsWith('/responses')) return responsesAnswer(body, usage, seq);
   if (path.endsWith('/embeddings')) return embeddingsAnswer(body, usage);
   if (path.endsWith('/audio/speech')) return speechAnswer(body);
+  if (/\/text-to-speech\/[^/]+(\/stream)?$/.test(path)) return speechAnswer({ input: body.text });
   if (path.endsWith('/messages')) return anthropicAnswer(body, usage, seq);
   return errorAnswer(familyOf(path), 404, undefined);
 }
@@ -348,6 +355,21 @@ function speechAnswer(body: Body): Answer {
   const input = typeof body.input === 'string' ? body.input : '';
   const audio = Buffer.from(Array.from({ length: [...input].length }, (_, i) => i % 256));
   return { status: 200, headers: { 'content-type': 'audio/mpeg' }, chunks: [audio] };
+}
+
+/** An ElevenLabs transcript, timed word by word (it documents no duration field). */
+function transcriptAnswer(seq: number): Answer {
+  return json(200, {
+    language_code: 'en',
+    language_probability: 0.99,
+    text: 'hello world',
+    words: [
+      { text: 'hello', start: 0.1, end: 0.5, type: 'word' },
+      { text: ' ', start: 0.5, end: 0.6, type: 'spacing' },
+      { text: 'world', start: 0.6, end: TRANSCRIPT_SECONDS, type: 'word' },
+    ],
+    transcription_id: `transcript-mock${seq}`,
+  });
 }
 
 // ---- Anthropic ------------------------------------------------------------------------------------
