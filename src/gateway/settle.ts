@@ -77,6 +77,7 @@ async function settleOnce(deps: AppDeps, writer: GatewayWriter, plan: ForwardPla
     serviceChargeRate: plan.billing.serviceChargeRate ?? deps.config.serviceChargeRate,
     responseId: usage?.responseId ?? plan.target.provider.responseId(responseBody),
     usageEstimated: estimated,
+    providerTimestamp: usage?.completedAt ?? null,
     record: { provider: plan.target.provider.id, endpoint: plan.endpoint, provider_key_type: plan.providerKeyType, metadata: plan.metadata },
   });
 }

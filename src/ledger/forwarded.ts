@@ -326,6 +326,8 @@ export type SettleInput = {
   serviceChargeRate: bigint;
   responseId: string | null;
   usageEstimated: boolean;
+  /** When the provider says it answered (ISO 8601); absent = the settlement's own time. */
+  providerTimestamp?: string | null;
   /**
    * What the pending record already says (known to the caller that admitted it). Without it the
    * pending record is read first.
@@ -355,7 +357,7 @@ function chargeInputOf(input: SettleInput, pending: PendingFacts): ChargeInput {
     serviceChargeRate: input.serviceChargeRate,
     metadata: pending.metadata,
     responseId: input.responseId,
-    providerTimestamp: new Date().toISOString(),
+    providerTimestamp: input.providerTimestamp ?? new Date().toISOString(),
     usageEstimated: input.usageEstimated,
     holdIds: input.holdIds,
     pendingRecordId: input.recordId,
@@ -645,7 +647,7 @@ function completedRecord(input: SettleInput, pending: PendingFacts, priced: Pric
     endpoint: pending.endpoint,
     provider_key_type: pending.provider_key_type,
     response_id: input.responseId,
-    provider_timestamp: at,
+    provider_timestamp: input.providerTimestamp ?? at,
     metadata: JSON.stringify(pending.metadata),
     input_tokens: BigInt(input.usage.inputTokens),
     output_tokens: BigInt(input.usage.outputTokens),
