@@ -42,16 +42,6 @@ describe.each(databasesUnderTest())('drop-in provider endpoints on %s', (dialect
     await upstream?.close();
   });
 
-  async function settledRecords(count: number) {
-    for (let i = 0; i < 100; i++) {
-      const list = await t.app.inject({ method: 'GET', url: `/v1/requests?limit=${count}`, headers: t.auth() });
-      const data = list.json().data as { status: string }[];
-      if (data.length >= count && data.every((r) => r.status !== 'pending')) return data;
-      await new Promise((r) => setTimeout(r, 20));
-    }
-    throw new Error('records never settled');
-  }
-
   async function settledRecord(requestId: string | null) {
     for (let i = 0; i < 100; i++) {
       const res = await t.app.inject({ method: 'GET', url: `/v1/requests/${requestId}`, headers: t.auth() });
