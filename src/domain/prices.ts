@@ -13,6 +13,7 @@ export interface PriceOverride {
   input: string;
   output: string;
   cachedInput?: string;
+  cacheWriteInput?: string;
 }
 
 /** Raw override map, keyed "provider/model" (model ids may themselves contain "/"). */
@@ -48,6 +49,9 @@ export function parsePriceOverrides(raw: PriceOverrides): PriceOverrideTable {
       output: overridePrice(key, 'output', override.output),
     };
     if (override.cachedInput !== undefined) prices.cachedInput = overridePrice(key, 'cachedInput', override.cachedInput);
+    if (override.cacheWriteInput !== undefined) {
+      prices.cacheWriteInput = overridePrice(key, 'cacheWriteInput', override.cacheWriteInput);
+    }
     table.set(priceKey(key.slice(0, slash), key.slice(slash + 1)), prices);
   }
   return table;
@@ -74,6 +78,9 @@ export function catalogPrices(provider: string, model: string, options: Omit<Pri
   const prices: BasePrices = { input: input ?? 0n, output: output ?? 0n };
   const cachedInput = catalogPrice(found.model_price.cache_read_mtok, inputTokens);
   if (cachedInput !== null) prices.cachedInput = cachedInput;
+  // The 5-minute write price: Anthropic reports 1-hour writes only inside a breakdown we do not read.
+  const cacheWriteInput = catalogPrice(found.model_price.cache_write_mtok, inputTokens);
+  if (cacheWriteInput !== null) prices.cacheWriteInput = cacheWriteInput;
   return prices;
 }
 

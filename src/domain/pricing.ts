@@ -43,20 +43,32 @@ export interface Usage {
   outputCharacters: number;
   inputSeconds: Seconds;
   outputSeconds: Seconds;
+  /** Part of `inputTokens` read from a prompt cache (absent = 0). */
+  cachedInputTokens?: number;
+  /** Part of `inputTokens` written to a prompt cache (absent = 0). */
+  cacheWriteInputTokens?: number;
 }
 
-/** Provider prices in units per 1M tokens. `cachedInput` prices cache-read input tokens. */
+/**
+ * Provider prices in units per 1M tokens. `cachedInput` prices cache-read input tokens and
+ * `cacheWriteInput` cache-write ones; absent = the plain input price.
+ */
 export interface BasePrices {
   input: bigint;
   output: bigint;
   cachedInput?: bigint;
+  cacheWriteInput?: bigint;
 }
 
-/** Token counts for base cost; `cachedInputTokens` is the part of `inputTokens` read from cache. */
+/**
+ * Token counts for base cost. `inputTokens` is ALL input; `cachedInputTokens` (read from cache)
+ * and `cacheWriteInputTokens` (written to it) are parts of it.
+ */
 export interface TokenUsage {
   inputTokens: number;
   outputTokens: number;
-  cachedInputTokens?: number;
+  cachedInputTokens?: number | undefined;
+  cacheWriteInputTokens?: number | undefined;
 }
 
 export interface BaseCost {
@@ -199,10 +211,16 @@ export function formatMicros(micros: bigint): Seconds {
 export function baseCost(prices: BasePrices, usage: TokenUsage): BaseCost {
   const inputTokens = count('inputTokens', usage.inputTokens);
   const cachedTokens = count('cachedInputTokens', usage.cachedInputTokens ?? 0);
+  const cacheWriteTokens = count('cacheWriteInputTokens', usage.cacheWriteInputTokens ?? 0);
   const outputTokens = count('outputTokens', usage.outputTokens);
-  if (cachedTokens > inputTokens) throw new RangeError('cachedInputTokens cannot exceed inputTokens');
-  const cachedPrice = prices.cachedInput ?? prices.input;
-  const inputValue = (inputTokens - cachedTokens) * prices.input + cachedTokens * cachedPrice;
+  if (cachedTokens + cacheWriteTokens > inputTokens) {
+    throw new RangeError('cachedInputTokens and cacheWriteInputTokens cannot exceed inputTokens');
+  }
+  const uncachedTokens = inputTokens - cachedTokens - cacheWriteTokens;
+  const inputValue =
+    uncachedTokens * prices.input +
+    cachedTokens * (prices.cachedInput ?? prices.input) +
+    cacheWriteTokens * (prices.cacheWriteInput ?? prices.input);
   const input = divRoundHalfUp(inputValue, TOKENS_PER_PRICE_UNIT);
   const output = divRoundHalfUp(outputTokens * prices.output, TOKENS_PER_PRICE_UNIT);
   return { input, output, total: input + output };
@@ -373,6 +391,8 @@ function assertPricingInput(input: PriceRequestInput): void {
 export function validateUsage(usage: Usage): void {
   count('inputTokens', usage.inputTokens);
   count('outputTokens', usage.outputTokens);
+  const cached = count('cachedInputTokens', usage.cachedInputTokens ?? 0) + count('cacheWriteInputTokens', usage.cacheWriteInputTokens ?? 0);
+  if (cached > BigInt(usage.inputTokens)) throw new RangeError('cached input tokens cannot exceed inputTokens');
   count('inputCharacters', usage.inputCharacters);
   count('outputCharacters', usage.outputCharacters);
   secondsToMicros(usage.inputSeconds);

@@ -123,12 +123,19 @@ export function routeModel(gateway: Pick<Gateway, 'registry'>, requested: string
   return { provider, model: explicit ? requested.slice(slash + 1) : requested };
 }
 
-/** Models of every provider with a managed key, from the price catalog, in OpenAI's list shape. */
+/**
+ * Models of every provider with a managed key, from the price catalog, in OpenAI's list shape.
+ * Gemini is listed under google-openai, the path the drop-in endpoints route it to (a google/…
+ * id would name the native Gemini API, which no drop-in endpoint speaks).
+ */
 function listModels(deps: AppDeps, gateway: Gateway) {
   const data: { id: string; object: 'model'; created: number; owned_by: string }[] = [];
+  const providers = new Set<ProviderModule>();
   for (const providerId of Object.keys(deps.config.providerKeys)) {
-    const provider = gateway.registry.getProvider(providerId);
-    if (!provider) continue;
+    const provider = gateway.registry.getProvider(providerId === 'google' ? 'google-openai' : providerId);
+    if (provider) providers.add(provider);
+  }
+  for (const provider of providers) {
     const catalog = findCatalogProvider({ providerId: provider.id === 'google-openai' ? 'google' : provider.id });
     for (const model of catalog?.models ?? []) {
       if (model.deprecated) continue;

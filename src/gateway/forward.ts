@@ -13,6 +13,7 @@ import { credentialCacheFor } from './credential-cache.ts';
 import { extractCredential, resolveCredential, type BillingContext } from './credentials.ts';
 import { checkSpendKeyRequest, closeSpendKeyGuard, takeRateToken } from './spend-key-guard.ts';
 import { estimateHold, inputTokenBound } from './estimate.ts';
+import { HoldKeeper } from './hold-keeper.ts';
 import { closeAfterResponse, createUpstreamAgent, relay, shutdownHeaders, upstreamRequestHeaders } from './relay.ts';
 import { Settlements } from './settle.ts';
 import { GatewayWriter } from './writer.ts';
@@ -24,6 +25,8 @@ export type Gateway = {
   settlements: Settlements;
   /** Group commit of admissions. */
   writer: GatewayWriter;
+  /** Keeps the holds of requests still relaying from expiring. */
+  holds: HoldKeeper;
   /** True once the app started closing (hijacked responses then close their connections). */
   closing: boolean;
   /** Base prices by provider and model (see pricesOf). */
@@ -46,6 +49,7 @@ export function createGateway(deps: AppDeps, app: App): Gateway {
     }),
     settlements: new Settlements(app.log, settlementWriter),
     writer,
+    holds: new HoldKeeper(deps.storage, deps.config.holdTtlMs, app.log),
     closing: false,
     prices: new Map(),
   };
@@ -54,6 +58,7 @@ export function createGateway(deps: AppDeps, app: App): Gateway {
   });
   app.addHook('onClose', async () => {
     await gateway.settlements.drain();
+    await gateway.holds.close();
     await settlementWriter.drain();
     await gateway.writer.drain();
     await gateway.agent.close();
@@ -114,6 +119,15 @@ function pricesOf(gateway: Gateway, providerId: string, model: string, config: A
   return prices;
 }
 
+/** Providers served with another provider's managed key: Gemini's OpenAI-compatible path is Google's. */
+const KEY_SHARED_WITH: Readonly<Record<string, string>> = { 'google-openai': 'google' };
+
+/** The operator's key for a provider: its own, else the one it shares (GOOGLE_API_KEY serves both Gemini paths). */
+export function managedKeyFor(config: Pick<AppDeps['config'], 'providerKeys'>, providerId: string): string | undefined {
+  const shared = KEY_SHARED_WITH[providerId];
+  return config.providerKeys[providerId] ?? (shared === undefined ? undefined : config.providerKeys[shared]);
+}
+
 export type ForwardCall = { target: ResolvedTarget; billing: BillingContext; metadata: Metadata };
 
 /**
@@ -172,7 +186,7 @@ async function planForward(
     hideInjectedUsage = prepared.injectedUsage;
   }
 
-  const providerKey = billing.providerKey ?? config.providerKeys[target.provider.id];
+  const providerKey = billing.providerKey ?? managedKeyFor(config, target.provider.id);
   if (!providerKey) {
     throw new ApiError(
       'provider_key_missing',
@@ -245,6 +259,7 @@ async function planForward(
 
 async function forward(deps: AppDeps, gateway: Gateway, plan: ForwardPlan, res: ServerResponse): Promise<void> {
   const closing = () => gateway.closing;
+  gateway.holds.add(plan.holdIds);
   const outcome = await relay({
     agent: gateway.agent,
     upstreamUrl: plan.target.upstreamUrl,
@@ -257,7 +272,7 @@ async function forward(deps: AppDeps, gateway: Gateway, plan: ForwardPlan, res: 
     extraHeaders: { [REQUEST_ID_HEADER]: plan.requestId },
     res,
     closing,
-  });
+  }).finally(() => gateway.holds.delete(plan.holdIds));
   if (outcome.kind === 'failed') {
     const code: ErrorCode = outcome.reason === 'timeout' ? 'upstream_timeout' : 'upstream_unreachable';
     sendEnvelope(res, code, plan.requestId, closing);

@@ -3,14 +3,56 @@ import { Agent, errors as undiciErrors, request as undiciRequest, type Dispatche
 import type { MeterContext, ProviderModule, StreamUsage, UsageReport } from '../providers/types.ts';
 import { createSseEventFilter } from './sse-filter.ts';
 
-/** One pooled, keep-alive client for every upstream; redirects are never followed (SSRF wall). */
-export function createUpstreamAgent(opts: { headersTimeoutMs: number; bodyTimeoutMs: number }): Agent {
-  return new Agent({
+/**
+ * One pooled, keep-alive client for every upstream; redirects are never followed (SSRF wall).
+ * A request that carries `requestSent` has it set once undici hands the request to a connected
+ * socket: from then on the provider may be working on it (see RelayOutcome `abandoned`).
+ */
+export function createUpstreamAgent(opts: { headersTimeoutMs: number; bodyTimeoutMs: number }): Dispatcher {
+  const agent = new Agent({
     keepAliveTimeout: 30_000,
     connections: 256,
     headersTimeout: opts.headersTimeoutMs,
     bodyTimeout: opts.bodyTimeoutMs,
   });
+  return agent.compose((dispatch) => (options, handler) => {
+    const sent = (options as { requestSent?: SentFlag }).requestSent;
+    return dispatch(options, sent ? new SentTrackingHandler(handler, sent) : handler);
+  });
+}
+
+type SentFlag = { value: boolean };
+
+/** Passes every event through; notes when the request starts on a connection and was not aborted. */
+class SentTrackingHandler implements Dispatcher.DispatchHandler {
+  readonly #inner: Dispatcher.DispatchHandler;
+  readonly #sent: SentFlag;
+
+  constructor(inner: Dispatcher.DispatchHandler, sent: SentFlag) {
+    this.#inner = inner;
+    this.#sent = sent;
+  }
+
+  onRequestStart(controller: Dispatcher.DispatchController, context: unknown): void {
+    this.#inner.onRequestStart?.(controller, context);
+    // The request handler aborts here when the client already left: then nothing is written.
+    if (!controller.aborted) this.#sent.value = true;
+  }
+  onRequestUpgrade(...args: Parameters<NonNullable<Dispatcher.DispatchHandler['onRequestUpgrade']>>): void {
+    this.#inner.onRequestUpgrade?.(...args);
+  }
+  onResponseStart(...args: Parameters<NonNullable<Dispatcher.DispatchHandler['onResponseStart']>>): void {
+    this.#inner.onResponseStart?.(...args);
+  }
+  onResponseData(...args: Parameters<NonNullable<Dispatcher.DispatchHandler['onResponseData']>>): void {
+    this.#inner.onResponseData?.(...args);
+  }
+  onResponseEnd(...args: Parameters<NonNullable<Dispatcher.DispatchHandler['onResponseEnd']>>): void {
+    this.#inner.onResponseEnd?.(...args);
+  }
+  onResponseError(...args: Parameters<NonNullable<Dispatcher.DispatchHandler['onResponseError']>>): void {
+    this.#inner.onResponseError?.(...args);
+  }
 }
 
 export type RelayRequest = {
@@ -31,7 +73,17 @@ export type RelayRequest = {
 };
 
 export type RelayOutcome =
-  | { kind: 'answered'; status: number; usage: UsageReport | StreamUsage | null; responseBody: unknown; clientAborted: boolean }
+  | {
+      kind: 'answered';
+      status: number;
+      usage: UsageReport | StreamUsage | null;
+      responseBody: unknown;
+      clientAborted: boolean;
+      /** A non-streaming body ended before its end (provider cut or client gone); its characters seen. */
+      cutBody: { characters: number } | null;
+    }
+  /** The client left before the provider answered; `requestSent`: the provider had the request. */
+  | { kind: 'abandoned'; requestSent: boolean }
   | { kind: 'failed'; reason: 'timeout' | 'unreachable' };
 
 /** Headers that describe one hop, never the message: not relayed in either direction. */
@@ -84,18 +136,26 @@ async function relayAndMeter(r: RelayRequest): Promise<RelayOutcome> {
   };
   r.res.on('close', onClientGone);
 
+  const requestSent: SentFlag = { value: false };
   let upstream: Dispatcher.ResponseData;
   try {
-    upstream = await undiciRequest(r.upstreamUrl, {
+    // requestSent is not undici's: it rides along in the options to createUpstreamAgent's interceptor.
+    const options = {
       dispatcher: r.agent,
       method: r.method as Dispatcher.HttpMethod,
       headers: r.headers,
       body: r.body,
       signal: abort.signal,
-    });
+      requestSent,
+    };
+    const answer = await Promise.race([undiciRequest(r.upstreamUrl, options), clientGone(abort.signal)]);
+    // undici applies an abort only once a connection is up: a client that left while the
+    // connection was still being made would otherwise wait for it (or its timeout).
+    if (answer === null) throw abort.signal.reason;
+    upstream = answer;
   } catch (e) {
     r.res.off('close', onClientGone);
-    if (abort.signal.aborted) return { kind: 'answered', status: 499, usage: null, responseBody: null, clientAborted: true };
+    if (abort.signal.aborted) return { kind: 'abandoned', requestSent: requestSent.value };
     return { kind: 'failed', reason: isTimeout(e) ? 'timeout' : 'unreachable' };
   }
 
@@ -118,6 +178,14 @@ async function relayAndMeter(r: RelayRequest): Promise<RelayOutcome> {
   } finally {
     r.res.off('close', onClientGone);
   }
+}
+
+/** Resolves with null when the client has gone; the request itself settles its own promise. */
+function clientGone(signal: AbortSignal): Promise<null> {
+  return new Promise((resolve) => {
+    if (signal.aborted) resolve(null);
+    else signal.addEventListener('abort', () => resolve(null), { once: true });
+  });
 }
 
 async function relayStream(r: RelayRequest, upstream: Dispatcher.ResponseData, abort: AbortController): Promise<RelayOutcome> {
@@ -143,7 +211,7 @@ async function relayStream(r: RelayRequest, upstream: Dispatcher.ResponseData, a
     cut = !clientAborted;
   }
   endResponse(r.res, cut);
-  return { kind: 'answered', status: upstream.statusCode, usage: meter.finish(), responseBody: null, clientAborted };
+  return { kind: 'answered', status: upstream.statusCode, usage: meter.finish(), responseBody: null, clientAborted, cutBody: null };
 }
 
 async function relayBody(
@@ -174,12 +242,13 @@ async function relayBody(
     cut = !clientAborted;
   }
   endResponse(r.res, cut, last);
-  if (!ok) return { kind: 'answered', status: upstream.statusCode, usage: null, responseBody: null, clientAborted };
-  const responseBody = isJson ? parseJson(Buffer.concat(kept)) : null;
+  if (!ok) return { kind: 'answered', status: upstream.statusCode, usage: null, responseBody: null, clientAborted, cutBody: null };
+  const cutBody = cut || clientAborted ? { characters: charactersOf(kept, received) } : null;
+  const responseBody = isJson && !cutBody ? parseJson(Buffer.concat(kept)) : null;
   const usage = isJson
     ? r.provider.usageFromJson(responseBody, r.meterContext)
     : r.provider.usageFromRequest(r.meterContext);
-  return { kind: 'answered', status: upstream.statusCode, usage, responseBody, clientAborted };
+  return { kind: 'answered', status: upstream.statusCode, usage, responseBody, clientAborted, cutBody };
 }
 
 /**
@@ -226,6 +295,11 @@ function responseHeaders(headers: Dispatcher.ResponseData['headers']): Record<st
     if (value !== undefined && !HOP_BY_HOP.has(name.toLowerCase())) out[name] = value;
   }
   return out;
+}
+
+/** Characters of the text kept (JSON), else the byte count: what an estimate can go on. */
+function charactersOf(kept: Buffer[], received: number): number {
+  return kept.length > 0 ? Buffer.concat(kept).toString('utf8').length : received;
 }
 
 function parseJson(bytes: Buffer): unknown {

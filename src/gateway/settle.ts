@@ -4,6 +4,7 @@ import type { AppDeps } from '../http/types.ts';
 import { FAIL_JOB, SETTLE_JOB } from '../ledger/forwarded.ts';
 import { expireHolds } from '../ledger/holds.ts';
 import type { Storage } from '../storage/db.ts';
+import { estimateInputTokensFromRequest, estimateOutputTokensFromResponse, estimateTokensFromCharacters, isUsageBilledRequest } from '../providers/estimate.ts';
 import type { StreamUsage, UsageReport } from '../providers/types.ts';
 import type { ForwardPlan } from './forward.ts';
 import type { RelayOutcome } from './relay.ts';
@@ -58,13 +59,14 @@ export class Settlements {
 
 /** Through the group-commit writer: settlements that finish together share one transaction. */
 async function settleOnce(deps: AppDeps, writer: GatewayWriter, plan: ForwardPlan, outcome: RelayOutcome): Promise<void> {
-  const succeeded = outcome.kind === 'answered' && outcome.status < 400;
-  if (!succeeded) {
+  const billed = billedUsage(plan, outcome);
+  if (!billed) {
     await writer.run(FAIL_JOB, { recordId: plan.recordId, holdIds: plan.holdIds });
     return;
   }
-  const usage = outcome.usage;
-  const model = plan.target.provider.modelFrom(plan.requestJson, plan.target.publicUrl, outcome.responseBody) ?? plan.model;
+  const { usage, estimated } = billed;
+  const responseBody = outcome.kind === 'answered' ? outcome.responseBody : null;
+  const model = plan.target.provider.modelFrom(plan.requestJson, plan.target.publicUrl, responseBody) ?? plan.model;
   await writer.run(SETTLE_JOB, {
     recordId: plan.recordId,
     holdIds: plan.holdIds,
@@ -74,8 +76,9 @@ async function settleOnce(deps: AppDeps, writer: GatewayWriter, plan: ForwardPla
     prices: plan.prices,
     baseCostCharged: plan.providerKeyType === 'managed' && plan.prices !== null,
     serviceChargeRate: plan.billing.serviceChargeRate ?? deps.config.serviceChargeRate,
-    responseId: usage?.responseId ?? plan.target.provider.responseId(outcome.responseBody),
-    usageEstimated: isEstimated(usage),
+    responseId: usage?.responseId ?? plan.target.provider.responseId(responseBody),
+    usageEstimated: estimated,
+    providerTimestamp: usage?.completedAt ?? null,
     record: { provider: plan.target.provider.id, endpoint: plan.endpoint, provider_key_type: plan.providerKeyType, metadata: plan.metadata },
   });
 }
@@ -84,14 +87,61 @@ function isEstimated(usage: UsageReport | StreamUsage | null): boolean {
   return usage !== null && 'estimated' in usage && usage.estimated;
 }
 
-function toUsage(report: UsageReport | null): Usage {
+type BilledUsage = { usage: UsageReport | null; estimated: boolean };
+
+/**
+ * What a forwarded request is charged for; null when it is charged nothing: the provider refused
+ * it, could not be reached, or never had it (the client left before it was sent). Whenever the
+ * provider may have done billable work without reporting its usage — the client left before the
+ * answer, the answer's body was cut, a generation answer carried no usage — the usage is
+ * estimated from what was seen (see providers/estimate.ts) and flagged: never free.
+ */
+function billedUsage(plan: ForwardPlan, outcome: RelayOutcome): BilledUsage | null {
+  if (outcome.kind === 'failed') return null;
+  if (outcome.kind === 'abandoned') {
+    // Nothing of the answer was seen: the prompt is billed, output the provider may have made is not known.
+    const usage = outcome.requestSent ? estimatedUsage(plan, 0) : null;
+    return usage ? { usage, estimated: true } : null;
+  }
+  if (outcome.status >= 400) return null;
+  if (outcome.usage) return { usage: outcome.usage, estimated: isEstimated(outcome.usage) };
+  const outputTokens = outcome.cutBody
+    ? estimateTokensFromCharacters(outcome.cutBody.characters)
+    : estimateOutputTokensFromResponse(outcome.responseBody);
+  const usage = estimatedUsage(plan, outputTokens);
+  return usage ? { usage, estimated: true } : { usage: null, estimated: false };
+}
+
+/** Usage known from the request (speech characters), else tokens estimated for a usage-billed endpoint. */
+function estimatedUsage(plan: ForwardPlan, outputTokens: number): UsageReport | null {
+  const fromRequest = plan.target.provider.usageFromRequest({ url: plan.target.publicUrl, requestBody: plan.requestJson });
+  if (fromRequest) return fromRequest;
+  if (!isUsageBilledRequest(plan.method, plan.target.publicUrl)) return null;
   return {
-    inputTokens: report?.inputTokens ?? 0,
+    inputTokens: estimateInputTokensFromRequest(plan.requestJson),
+    outputTokens,
+    inputCharacters: 0,
+    outputCharacters: 0,
+    inputSeconds: 0,
+    outputSeconds: 0,
+  };
+}
+
+function toUsage(report: UsageReport | null): Usage {
+  const inputTokens = report?.inputTokens ?? 0;
+  // Cache counts are parts of the input; a provider reporting more than the whole must not make
+  // the settlement throw (and so go uncharged): the parts are capped at the input total.
+  const cachedInputTokens = Math.min(report?.cachedInputTokens ?? 0, inputTokens);
+  const cacheWriteInputTokens = Math.min(report?.cacheWriteInputTokens ?? 0, inputTokens - cachedInputTokens);
+  return {
+    inputTokens,
     outputTokens: report?.outputTokens ?? 0,
     inputCharacters: report?.inputCharacters ?? 0,
     outputCharacters: report?.outputCharacters ?? 0,
     inputSeconds: toSeconds(report?.inputSeconds ?? 0),
     outputSeconds: toSeconds(report?.outputSeconds ?? 0),
+    cachedInputTokens,
+    cacheWriteInputTokens,
   };
 }
 

@@ -201,7 +201,7 @@ export function mayChargeMerchantWallet(input: ChargeInput): boolean {
 /** Prices the request at the given tier position; pure. */
 export function priceCharge(input: ChargeInput, accumulated: bigint): PricedRequest | 'amount_too_large' {
   const base = input.basePrices
-    ? baseCost(input.basePrices, { inputTokens: input.usage.inputTokens, outputTokens: input.usage.outputTokens })
+    ? baseCost(input.basePrices, input.usage)
     : { input: 0n, output: 0n, total: 0n };
   const priced = priceRequest({
     meter: pricingOf(input),
@@ -274,6 +274,8 @@ export function buildRequestRecord(input: ChargeInput, priced: PricedRequest, re
     metadata: JSON.stringify(input.metadata),
     input_tokens: BigInt(input.usage.inputTokens),
     output_tokens: BigInt(input.usage.outputTokens),
+    cached_input_tokens: BigInt(input.usage.cachedInputTokens ?? 0),
+    cache_write_input_tokens: BigInt(input.usage.cacheWriteInputTokens ?? 0),
     input_characters: BigInt(input.usage.inputCharacters),
     output_characters: BigInt(input.usage.outputCharacters),
     input_seconds: input.usage.inputSeconds,

@@ -294,6 +294,8 @@ function pendingRecord(input: AdmitInput, id: string, at: string): RequestRow {
     metadata: JSON.stringify(input.record.metadata),
     input_tokens: 0n,
     output_tokens: 0n,
+    cached_input_tokens: 0n,
+    cache_write_input_tokens: 0n,
     input_characters: 0n,
     output_characters: 0n,
     input_seconds: '0',
@@ -328,6 +330,8 @@ export type SettleInput = {
   serviceChargeRate: bigint;
   responseId: string | null;
   usageEstimated: boolean;
+  /** When the provider says it answered (ISO 8601); absent = the settlement's own time. */
+  providerTimestamp?: string | null;
   /**
    * What the pending record already says (known to the caller that admitted it). Without it the
    * pending record is read first.
@@ -357,7 +361,7 @@ function chargeInputOf(input: SettleInput, pending: PendingFacts): ChargeInput {
     serviceChargeRate: input.serviceChargeRate,
     metadata: pending.metadata,
     responseId: input.responseId,
-    providerTimestamp: new Date().toISOString(),
+    providerTimestamp: input.providerTimestamp ?? new Date().toISOString(),
     usageEstimated: input.usageEstimated,
     holdIds: input.holdIds,
     pendingRecordId: input.recordId,
@@ -418,7 +422,7 @@ async function settleInTransaction(trx: Transaction<Database>, dialect: Storage[
   for (const input of inputs) {
     const key = counterOf(input);
     const base = input.prices
-      ? baseCost(input.prices, { inputTokens: input.usage.inputTokens, outputTokens: input.usage.outputTokens })
+      ? baseCost(input.prices, input.usage)
       : { input: 0n, output: 0n, total: 0n };
     const price = priceRequest({
       meter: pricingFor(input.billing).pricing,
@@ -662,10 +666,12 @@ function completedRecord(input: SettleInput, pending: PendingFacts, priced: Pric
     endpoint: pending.endpoint,
     provider_key_type: pending.provider_key_type,
     response_id: input.responseId,
-    provider_timestamp: at,
+    provider_timestamp: input.providerTimestamp ?? at,
     metadata: JSON.stringify(pending.metadata),
     input_tokens: BigInt(input.usage.inputTokens),
     output_tokens: BigInt(input.usage.outputTokens),
+    cached_input_tokens: BigInt(input.usage.cachedInputTokens ?? 0),
+    cache_write_input_tokens: BigInt(input.usage.cacheWriteInputTokens ?? 0),
     input_characters: BigInt(input.usage.inputCharacters),
     output_characters: BigInt(input.usage.outputCharacters),
     input_seconds: input.usage.inputSeconds,

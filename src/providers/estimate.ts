@@ -48,6 +48,23 @@ export function estimateInputTokensFromRequest(requestBody: unknown): number {
   return estimateTokensFromCharacters(promptCharacters(requestBody, 0));
 }
 
+/** Estimated output tokens of a JSON response: its text, as for a request (ids, vectors left out). */
+export function estimateOutputTokensFromResponse(responseBody: unknown): number {
+  return estimateTokensFromCharacters(promptCharacters(responseBody, 0));
+}
+
+/**
+ * Endpoints every provider bills by usage (generation and embeddings, in the OpenAI, Anthropic and
+ * Gemini shapes): a successful answer to one of them is never free, even when it reports no usage.
+ * Listing, retrieval and token-counting endpoints are not among them.
+ */
+const USAGE_BILLED_PATH =
+  /(?:\/chat\/completions|\/completions|\/responses|\/embeddings|\/messages|:generateContent|:streamGenerateContent|:embedContent|:batchEmbedContents)$/;
+
+export function isUsageBilledRequest(method: string, url: URL): boolean {
+  return method === 'POST' && USAGE_BILLED_PATH.test(url.pathname);
+}
+
 function promptCharacters(value: unknown, depth: number): number {
   if (typeof value === 'string') return value.startsWith('data:') ? 0 : value.length;
   if (typeof value !== 'object' || value === null || depth >= MAX_DEPTH) return 0;

@@ -7,7 +7,13 @@ export type * from './types.ts';
 export { createOpenAICompatibleProvider, isInjectedUsageChunk, requestStreamUsage } from './openai-compatible.ts';
 export type { OpenAICompatibleOptions } from './openai-compatible.ts';
 export { CREDENTIAL_HEADERS } from './auth.ts';
-export { CHARACTERS_PER_TOKEN_ESTIMATE, estimateInputTokensFromRequest, estimateTokensFromCharacters } from './estimate.ts';
+export {
+  CHARACTERS_PER_TOKEN_ESTIMATE,
+  estimateInputTokensFromRequest,
+  estimateOutputTokensFromResponse,
+  estimateTokensFromCharacters,
+  isUsageBilledRequest,
+} from './estimate.ts';
 export { createSseReader } from './sse.ts';
 export { anthropic } from './anthropic.ts';
 export { google } from './google.ts';

@@ -2,7 +2,7 @@ import { applyKey } from './auth.ts';
 import { arrayAt, countAt, firstString, isObject, objectAt, parseJson, stringAt, type JsonObject } from './json.ts';
 import { routeFromBaseUrl } from './route.ts';
 import { createSseMeter } from './sse.ts';
-import { emptyUsage, reportFromTokens, withIdentity, type ReportedTokens, type UsageTally } from './usage.ts';
+import { emptyUsage, reportFromTokens, timestampFromUnixSeconds, withIdentity, type ReportedTokens, type UsageTally } from './usage.ts';
 import type { AuthStyle, MeterContext, PreparedStreamRequest, ProviderModule, SseEvent, UsageReport } from './types.ts';
 
 /**
@@ -60,7 +60,14 @@ function usageFromJson(body: unknown, ctx: MeterContext): UsageReport | null {
   if (!usage) return null;
   const report = reportFromUsageObject(usage);
   if (!report) return null;
+  const completedAt = timestampFromUnixSeconds(responseTime(body));
+  if (completedAt !== undefined) report.completedAt = completedAt;
   return withIdentity(report, modelFrom(ctx.requestBody, ctx.url, body), stringAt(body, 'id') ?? null);
+}
+
+/** Unix seconds: a Response's `completed_at` (else `created_at`), a completion's `created`. */
+function responseTime(body: unknown): number | undefined {
+  return countAt(body, 'completed_at') ?? countAt(body, 'created') ?? countAt(body, 'created_at');
 }
 
 /** Groq puts streaming usage under `x_groq.usage`; everyone else under `usage`. */
@@ -127,6 +134,7 @@ function meterTypedEvent(type: string, chunk: JsonObject, tally: UsageTally): vo
   const response = objectAt(chunk, 'response');
   tally.noteModel(stringAt(response, 'model'));
   tally.noteResponseId(stringAt(response, 'id'));
+  tally.noteCompletedAt(responseTime(response));
   const usage = objectAt(response, 'usage') ?? objectAt(chunk, 'usage');
   if (usage) tally.report(tokensFromUsageObject(usage));
   if (TERMINAL_EVENT_TYPES.has(type)) tally.markComplete();
@@ -136,6 +144,7 @@ function meterTypedEvent(type: string, chunk: JsonObject, tally: UsageTally): vo
 function meterChatChunk(chunk: JsonObject, tally: UsageTally): void {
   tally.noteModel(stringAt(chunk, 'model'));
   tally.noteResponseId(stringAt(chunk, 'id'));
+  tally.noteCompletedAt(countAt(chunk, 'created'));
   for (const choice of arrayAt(chunk, 'choices') ?? []) tally.addOutputText(choiceText(choice));
   // Text first, then usage: a chunk that carries both has its usage covering its own text.
   const usage = usageObjectOf(chunk);

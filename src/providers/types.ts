@@ -31,6 +31,8 @@ export type UsageReport = {
   outputSeconds: number;
   model?: string;
   responseId?: string;
+  /** When the provider says it answered (ISO 8601), for providers that report it. */
+  completedAt?: string;
 };
 
 /** What a stream meter reports when the stream is over (or was cut). */

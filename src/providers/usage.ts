@@ -41,6 +41,8 @@ export type UsageTally = {
   addOutputText(text: string): void;
   noteModel(model: string | undefined): void;
   noteResponseId(id: string | undefined): void;
+  /** The provider's own time for the response, Unix seconds; the latest one reported wins. */
+  noteCompletedAt(unixSeconds: number | undefined): void;
   markComplete(): void;
   result(): StreamUsage;
 };
@@ -51,6 +53,7 @@ export function createUsageTally(ctx: MeterContext): UsageTally {
   let complete = false;
   let model: string | undefined;
   let responseId: string | undefined;
+  let completedAt: string | undefined;
 
   return {
     report(tokens) {
@@ -68,11 +71,16 @@ export function createUsageTally(ctx: MeterContext): UsageTally {
     noteResponseId(value) {
       responseId ??= value || undefined;
     },
+    noteCompletedAt(value) {
+      completedAt = timestampFromUnixSeconds(value) ?? completedAt;
+    },
     markComplete() {
       complete = true;
     },
     result() {
-      return buildStreamUsage({ ctx, reported, charactersAfterLastOutputCount, complete, model, responseId });
+      const usage = buildStreamUsage({ ctx, reported, charactersAfterLastOutputCount, complete, model, responseId });
+      if (completedAt !== undefined) usage.completedAt = completedAt;
+      return usage;
     },
   };
 }
@@ -107,6 +115,18 @@ function buildStreamUsage(state: TallyState): StreamUsage {
   if (state.model !== undefined) usage.model = state.model;
   if (state.responseId !== undefined) usage.responseId = state.responseId;
   return usage;
+}
+
+/** The earliest and latest provider times believed: a clock far off is not written on a record. */
+const EARLIEST_PROVIDER_TIME_MS = Date.UTC(2015, 0, 1);
+const PROVIDER_CLOCK_SKEW_MS = 24 * 60 * 60 * 1000;
+
+/** A provider's Unix-seconds time as ISO 8601; undefined when absent or implausible. */
+export function timestampFromUnixSeconds(seconds: number | undefined, now = Date.now()): string | undefined {
+  if (seconds === undefined || !Number.isFinite(seconds)) return undefined;
+  const ms = Math.round(seconds * 1000);
+  if (ms < EARLIEST_PROVIDER_TIME_MS || ms > now + PROVIDER_CLOCK_SKEW_MS) return undefined;
+  return new Date(ms).toISOString();
 }
 
 /** Adds model and response id to a report, when known. */

@@ -6,6 +6,7 @@ import * as m0002 from './migrations/0002_billing.ts';
 import * as m0003 from './migrations/0003_request_metadata_order.ts';
 import * as m0004 from './migrations/0004_spend_keys.ts';
 import * as m0005 from './migrations/0005_ledger_constraints.ts';
+import * as m0006 from './migrations/0006_request_cache_tokens.ts';
 
 /** The ordered, frozen list. New migrations are appended, never inserted or edited. */
 const MIGRATIONS: Record<string, Migration> = {
@@ -14,6 +15,7 @@ const MIGRATIONS: Record<string, Migration> = {
   '0003_request_metadata_order': m0003,
   '0004_spend_keys': m0004,
   '0005_ledger_constraints': m0005,
+  '0006_request_cache_tokens': m0006,
 };
 
 const provider: MigrationProvider = { getMigrations: async () => MIGRATIONS };

@@ -128,6 +128,9 @@ export interface RequestsTable {
   metadata: string;
   input_tokens: bigint;
   output_tokens: bigint;
+  /** Parts of input_tokens read from / written to the provider's prompt cache. */
+  cached_input_tokens: bigint;
+  cache_write_input_tokens: bigint;
   input_characters: bigint;
   output_characters: bigint;
   /** Decimal seconds, at most 6 fractional digits. */

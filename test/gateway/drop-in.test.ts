@@ -7,7 +7,13 @@ import { startTestApp, type TestApp } from '../helpers/app.ts';
 import { databasesUnderTest } from '../helpers/databases.ts';
 import { startMockUpstream, type MockUpstream } from '../helpers/mock-upstream.ts';
 
-/** Official clients pointed at Tollgate's drop-in endpoints with a Tollgate key as their API key. */
+/**
+ * Official clients pointed at Tollgate's drop-in endpoints with a Tollgate key as their API key.
+ * Costs are hand-computed from the catalog's prices per 1M tokens (gpt-4o 2.5 in / 10 out,
+ * text-embedding-3-small 0.02 in, gemini-2.0-flash 0.1 in / 0.4 out) and the mock's counts (one
+ * input token per prompt word; output = the request's cap). The merchant's own key pays the base
+ * cost alone (no meter, no fee).
+ */
 describe.each(databasesUnderTest())('drop-in provider endpoints on %s', (dialect) => {
   let upstream: MockUpstream;
   let t: TestApp;
@@ -17,8 +23,15 @@ describe.each(databasesUnderTest())('drop-in provider endpoints on %s', (dialect
     upstream = await startMockUpstream();
     t = await startTestApp(dialect, {
       env: {
-        UPSTREAM_OVERRIDES: JSON.stringify({ 'api.openai.com': upstream.url, 'api.anthropic.com': upstream.url, 'api.mistral.ai': upstream.url }),
+        UPSTREAM_OVERRIDES: JSON.stringify({
+          'api.openai.com': upstream.url,
+          'api.anthropic.com': upstream.url,
+          'api.mistral.ai': upstream.url,
+          'generativelanguage.googleapis.com': upstream.url,
+        }),
         PROVIDER_KEYS: JSON.stringify({ openai: 'sk-openai-managed', anthropic: 'sk-ant-managed', mistral: 'mistral-managed' }),
+        // Only the native Gemini key: the OpenAI-compatible Gemini path must use it too.
+        GOOGLE_API_KEY: 'google-managed',
       },
     });
     base = await t.listen();
@@ -29,27 +42,123 @@ describe.each(databasesUnderTest())('drop-in provider endpoints on %s', (dialect
     await upstream?.close();
   });
 
-  async function settledRecords(count: number) {
+  async function settledRecord(requestId: string | null) {
     for (let i = 0; i < 100; i++) {
-      const list = await t.app.inject({ method: 'GET', url: `/v1/requests?limit=${count}`, headers: t.auth() });
-      const data = list.json().data as { status: string }[];
-      if (data.length >= count && data.every((r) => r.status !== 'pending')) return data;
+      const res = await t.app.inject({ method: 'GET', url: `/v1/requests/${requestId}`, headers: t.auth() });
+      if (res.statusCode === 200 && res.json().status !== 'pending') return res.json();
       await new Promise((r) => setTimeout(r, 20));
     }
-    throw new Error('records never settled');
+    throw new Error(`request ${requestId} never settled`);
   }
+  const merchantBalance = async () => (await findWallet(t.storage, t.merchant.walletId))!.balance;
 
-  it('serves chat completions to the openai client and bills the merchant', async () => {
+  it('serves chat completions to the openai client and bills the merchant the exact base cost', async () => {
     const openai = new OpenAI({ apiKey: t.merchant.secretKey, baseURL: `${base}/v1` });
-    const before = (await findWallet(t.storage, t.merchant.walletId))!.balance;
-    const completion = await openai.chat.completions.create({ model: 'gpt-4o', messages: [{ role: 'user', content: 'hello there' }], max_tokens: 4 });
+    const before = await merchantBalance();
+    const { data: completion, response } = await openai.chat.completions
+      .create({ model: 'gpt-4o', messages: [{ role: 'user', content: 'hello there' }], max_tokens: 4 })
+      .withResponse();
     expect(completion.usage?.completion_tokens).toBe(4);
     expect(upstream.requests.at(-1)!.headers.authorization).toBe('Bearer sk-openai-managed');
-    const [record] = await settledRecords(1);
+    const record = await settledRecord(response.headers.get('x-tollgate-request-id'));
     expect(record).toMatchObject({ status: 'completed', provider: 'openai', model: 'gpt-4o', provider_key_type: 'managed' });
-    const after = (await findWallet(t.storage, t.merchant.walletId))!.balance;
-    expect(before - after).toBe(parseMoney((record as unknown as { total_merchant_cost: string }).total_merchant_cost));
-    expect(before - after).toBeGreaterThan(0n);
+    // 2 input tokens × 2.5 + 4 output tokens × 10, per 1M: 0.000005 + 0.00004.
+    expect(record.model_usage).toMatchObject({ input_tokens: 2, output_tokens: 4, input_cost: '0.0000050000', output_cost: '0.0000400000' });
+    expect(record.total_merchant_cost).toBe('0.0000450000');
+    expect(before - (await merchantBalance())).toBe(parseMoney('0.000045'));
+  });
+
+  it('serves responses to the openai client with the exact cost', async () => {
+    const openai = new OpenAI({ apiKey: t.merchant.secretKey, baseURL: `${base}/v1` });
+    const before = await merchantBalance();
+    const { data, response } = await openai.responses.create({ model: 'gpt-4o', input: 'one two three', max_output_tokens: 5 }).withResponse();
+    expect(data.output_text).toBe('tok tok tok tok tok');
+    expect(upstream.requests.at(-1)!.path).toBe('/v1/responses');
+    const record = await settledRecord(response.headers.get('x-tollgate-request-id'));
+    expect(record).toMatchObject({ status: 'completed', provider: 'openai', endpoint: 'POST https://api.openai.com/v1/responses', response_id: data.id });
+    // 3 × 2.5 + 5 × 10, per 1M: 0.0000075 + 0.00005.
+    expect(record.model_usage).toMatchObject({ input_tokens: 3, output_tokens: 5, total_cost: '0.0000575000' });
+    expect(before - (await merchantBalance())).toBe(parseMoney('0.0000575'));
+  });
+
+  it('serves embeddings to the openai client with the exact cost', async () => {
+    const openai = new OpenAI({ apiKey: t.merchant.secretKey, baseURL: `${base}/v1` });
+    const before = await merchantBalance();
+    const { data, response } = await openai.embeddings
+      .create({ model: 'text-embedding-3-small', input: 'one two three four', encoding_format: 'float' })
+      .withResponse();
+    expect(data.data[0]!.embedding).toEqual([0.1, 0.2, 0.3]);
+    const record = await settledRecord(response.headers.get('x-tollgate-request-id'));
+    expect(record).toMatchObject({ status: 'completed', model: 'text-embedding-3-small', endpoint: 'POST https://api.openai.com/v1/embeddings' });
+    // 4 × 0.02 per 1M.
+    expect(record.model_usage).toMatchObject({ input_tokens: 4, output_tokens: 0, total_cost: '0.0000000800' });
+    expect(before - (await merchantBalance())).toBe(parseMoney('0.00000008'));
+  });
+
+  it('routes gemini-… models to the OpenAI-compatible Gemini path with the Google key, at the exact cost', async () => {
+    const openai = new OpenAI({ apiKey: t.merchant.secretKey, baseURL: `${base}/v1` });
+    const before = await merchantBalance();
+    const { data, response } = await openai.chat.completions
+      .create({ model: 'gemini-2.0-flash', messages: [{ role: 'user', content: 'one two three four' }], max_tokens: 6 })
+      .withResponse();
+    expect(data.usage).toMatchObject({ prompt_tokens: 4, completion_tokens: 6 });
+    const seen = upstream.requests.at(-1)!;
+    expect(seen.path).toBe('/v1beta/openai/chat/completions');
+    expect(seen.headers.authorization).toBe('Bearer google-managed');
+    const record = await settledRecord(response.headers.get('x-tollgate-request-id'));
+    expect(record).toMatchObject({ status: 'completed', provider: 'google-openai', model: 'gemini-2.0-flash' });
+    // 4 × 0.1 + 6 × 0.4, per 1M: 0.0000004 + 0.0000024.
+    expect(record.model_usage).toMatchObject({ input_cost: '0.0000004000', output_cost: '0.0000024000', total_cost: '0.0000028000' });
+    expect(before - (await merchantBalance())).toBe(parseMoney('0.0000028'));
+  });
+
+  it('forwards to generativelanguage.googleapis.com/v1beta/openai with the Google key, at the exact cost', async () => {
+    const before = await merchantBalance();
+    const target = 'https://generativelanguage.googleapis.com/v1beta/openai/chat/completions';
+    const res = await fetch(`${base}/v1/forward?u=${encodeURIComponent(target)}`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${t.merchant.secretKey}`, 'content-type': 'application/json' },
+      body: JSON.stringify({ model: 'gemini-2.0-flash', max_tokens: 6, messages: [{ role: 'user', content: 'one two three four' }] }),
+    });
+    expect(res.status).toBe(200);
+    await res.arrayBuffer();
+    expect(upstream.requests.at(-1)!.headers.authorization).toBe('Bearer google-managed');
+    const record = await settledRecord(res.headers.get('x-tollgate-request-id'));
+    expect(record).toMatchObject({ status: 'completed', provider: 'google-openai', endpoint: `POST ${target}`, cost: '0.0000028000' });
+    expect(before - (await merchantBalance())).toBe(parseMoney('0.0000028'));
+  });
+
+  it('lists Gemini models under ids the OpenAI-shaped endpoints route', async () => {
+    const openai = new OpenAI({ apiKey: t.merchant.secretKey, baseURL: `${base}/v1` });
+    const ids: string[] = [];
+    for await (const model of openai.models.list()) ids.push(model.id);
+    expect(ids).toContain('google-openai/gemini-2.0-flash');
+    expect(ids.some((id) => id.startsWith('google/'))).toBe(false);
+    const completion = await openai.chat.completions.create({ model: 'google-openai/gemini-2.0-flash', messages: [{ role: 'user', content: 'hi' }] });
+    expect(completion.choices[0]!.message.content).toBeTruthy();
+    expect((upstream.requests.at(-1)!.json as { model: string }).model).toBe('gemini-2.0-flash');
+  });
+
+  it("lists only the models a spend key's allow-lists admit", async () => {
+    const createKey = async (body: object) =>
+      (await t.app.inject({ method: 'POST', url: '/v1/spend_keys', headers: t.auth(), payload: { name: 'models', ...body } })).json() as { key: string };
+    const list = async (key: string) => {
+      const openai = new OpenAI({ apiKey: key, baseURL: `${base}/v1` });
+      const ids: string[] = [];
+      for await (const model of openai.models.list()) ids.push(model.id);
+      return ids;
+    };
+    // By provider: `google` admits Gemini's OpenAI-compatible path and nothing else.
+    const byProvider = await list((await createKey({ allowed_providers: ['google'] })).key);
+    expect(byProvider.length).toBeGreaterThan(0);
+    expect(byProvider.every((id) => id.startsWith('google-openai/'))).toBe(true);
+    expect(byProvider).toContain('google-openai/gemini-2.0-flash');
+    // By model, bare or provider/model.
+    const byModel = await list((await createKey({ allowed_models: ['gpt-4o', 'openai/gpt-4o-mini', 'gemini-2.0-flash'] })).key);
+    expect(byModel.sort()).toEqual(['google-openai/gemini-2.0-flash', 'gpt-4o', 'gpt-4o-mini']);
+    // Both lists at once: the model must pass both.
+    const both = await list((await createKey({ allowed_models: ['gpt-4o', 'gemini-2.0-flash'], allowed_providers: ['openai'] })).key);
+    expect(both).toEqual(['gpt-4o']);
   });
 
   it('streams through the openai client', async () => {

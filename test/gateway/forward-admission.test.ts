@@ -247,7 +247,50 @@ describe.each(databasesUnderTest())('forward gateway admission and holds on %s',
     expect((await verifyLedger(t.storage)).problems).toEqual([]);
   });
 
-  it('an expired hold is swept: released, the pending record marked error; the late answer charges nothing', async () => {
+  it('a request still relaying when its TTL passes keeps its hold alive and is charged when it ends', async () => {
+    const { merchant } = await freshPayers();
+    await creditWallet(t.storage, merchant.walletId, parseMoney('5'));
+    const before = await wallet(merchant.walletId);
+
+    // The provider takes 2.5 s to answer; the hold's TTL is 1 s (HOLD_TTL_MS).
+    upstream.setNext({ path: '/chat/completions', delayMs: 2500 });
+    const inFlight = post(merchant.secretKey, body).then(async (res) => ({ res, text: await res.text() }));
+    try {
+      let pending: { id: string; created_at: string } | undefined;
+      for (let i = 0; i < 100 && !pending; i++) {
+        pending = await t.storage.db
+          .selectFrom('requests')
+          .select(['id', 'created_at'])
+          .where('merchant_id', '=', merchant.merchantId)
+          .where('status', '=', 'pending')
+          .executeTakeFirst();
+        if (!pending) await sleep(10);
+      }
+      expect(pending).toBeDefined();
+
+      // Well past the TTL the hold admission placed, the sweeper finds nothing: the hold was renewed.
+      await sleep(1600);
+      expect(await sweepExpiredHolds(t.storage, new Date())).toBe(0);
+      const hold = await t.storage.db.selectFrom('holds').selectAll().where('reference', '=', pending!.id).executeTakeFirstOrThrow();
+      expect(hold.status).toBe('active');
+      expect(Date.parse(hold.expires_at)).toBeGreaterThan(Date.parse(pending!.created_at) + 1000);
+      expect((await record(pending!.id, merchant)).status).toBe('pending');
+
+      const { res } = await inFlight;
+      expect(res.status).toBe(200);
+      const rec = await settledFor(pending!.id, merchant);
+      expect(rec.status).toBe('completed');
+      expect(parseMoney(rec.total_request_cost)).toBeGreaterThan(0n);
+      const after = await wallet(merchant.walletId);
+      expect(after.balance).toBe(before.balance - parseMoney(rec.total_merchant_cost));
+      expect(after.held).toBe(0n);
+      expect((await verifyLedger(t.storage)).problems).toEqual([]);
+    } finally {
+      await inFlight.catch(() => undefined);
+    }
+  });
+
+  it('a hold left unrenewed past its TTL (its instance stalled or died) is swept: released, the record marked error; a late answer charges nothing', async () => {
     const { merchant } = await freshPayers();
     await creditWallet(t.storage, merchant.walletId, parseMoney('5'));
     const before = await wallet(merchant.walletId);
@@ -274,7 +317,7 @@ describe.each(databasesUnderTest())('forward gateway admission and holds on %s',
 
       // Not yet expired: nothing to sweep.
       expect(await sweepExpiredHolds(t.storage, new Date())).toBe(0);
-      // As if the sweeper ran after the TTL.
+      // As if the sweeper ran a whole TTL after the last renewal.
       expect(await sweepExpiredHolds(t.storage, new Date(Date.now() + 60_000))).toBe(1);
       expect((await t.storage.db.selectFrom('holds').select('status').where('id', '=', holds[0]!.id).executeTakeFirstOrThrow()).status).toBe(
         'expired',

@@ -140,4 +140,44 @@ describe.each(databasesUnderTest())('forward gateway basics on %s', (dialect) =>
     expect(record.model_usage.input_tokens).toBeGreaterThan(0);
     expect(parseMoney(record.fee.amount)).toBeGreaterThan(0n);
   });
+
+  describe("the record's timestamp", () => {
+    // The mock's OpenAI answers say created = 1_700_000_000 (Unix seconds).
+    const OPENAI_CREATED = new Date(1_700_000_000 * 1000).toISOString();
+
+    async function forwardAndSettle(target: string, body: object) {
+      const res = await fetch(`${base}/v1/forward?u=${encodeURIComponent(target)}`, {
+        method: 'POST',
+        headers: { authorization: `Bearer ${t.merchant.secretKey}`, 'content-type': 'application/json' },
+        body: JSON.stringify(body),
+      });
+      await res.arrayBuffer();
+      return settled(res.headers.get('x-tollgate-request-id')!);
+    }
+
+    it.each([
+      ['a chat completion', 'https://api.openai.com/v1/chat/completions', { model: 'gpt-4o', messages: [{ role: 'user', content: 'hi' }] }],
+      ['a streamed chat completion', 'https://api.openai.com/v1/chat/completions', { model: 'gpt-4o', stream: true, messages: [{ role: 'user', content: 'hi' }] }],
+      ['a response', 'https://api.openai.com/v1/responses', { model: 'gpt-4o', input: 'hi' }],
+      ['a streamed response', 'https://api.openai.com/v1/responses', { model: 'gpt-4o', stream: true, input: 'hi' }],
+    ])('is the time the provider reports for %s', async (_name, target, body) => {
+      const record = await forwardAndSettle(target, body);
+      expect(record.status).toBe('completed');
+      expect(record.timestamp).toBe(OPENAI_CREATED);
+      expect(record.created_at).not.toBe(OPENAI_CREATED);
+    });
+
+    it('is the settlement time for a provider that reports none (Anthropic)', async () => {
+      const before = Date.now();
+      const record = await forwardAndSettle('https://api.anthropic.com/v1/messages', {
+        model: 'claude-sonnet-4-5',
+        max_tokens: 3,
+        messages: [{ role: 'user', content: 'hi' }],
+      });
+      expect(record.status).toBe('completed');
+      expect(Date.parse(record.timestamp)).toBeGreaterThanOrEqual(Date.parse(record.created_at));
+      expect(Date.parse(record.timestamp)).toBeGreaterThanOrEqual(before - 1000);
+      expect(Date.parse(record.timestamp)).toBeLessThanOrEqual(Date.now());
+    });
+  });
 });

@@ -26,6 +26,11 @@ const RAW_JSON =
   '{"id":"chatcmpl-raw",\n\t"object" : "chat.completion",   "model":"mistral-small-latest","choices":[],' +
   '"usage":{"prompt_tokens":3,"completion_tokens":2,"total_tokens":5},"x_unknown":{"deep":[1,  2.50, "\u00e9\\u00e9", null]}}\r\n';
 const BIG_BODY = randomBytes(2 * 1024 * 1024 + 17);
+/** 40 characters of RAW_JSON: the part of a cut answer the gateway sees. */
+const CUT_JSON_SEEN = RAW_JSON.slice(0, 40);
+/** A chat completion without usage: its text is "chat.completion" and "hello world again" (32 characters). */
+const NO_USAGE_JSON =
+  '{"id":"chatcmpl-nousage","object":"chat.completion","model":"mistral-small-latest","choices":[{"index":0,"message":{"role":"assistant","content":"hello world again"}}]}';
 
 type RawProvider = {
   url: string;
@@ -53,6 +58,17 @@ async function startRawProvider(): Promise<RawProvider> {
     if (mode === 'raw-json') {
       res.writeHead(200, { 'content-type': 'application/json', 'x-provider-extra': 'kept' });
       res.end(RAW_JSON);
+      return;
+    }
+    if (mode === 'cut-json') {
+      // Declares the whole body, sends CUT_JSON_SEEN of it, then drops the connection.
+      res.writeHead(200, { 'content-type': 'application/json', 'content-length': String(RAW_JSON.length) });
+      res.write(CUT_JSON_SEEN, () => res.socket?.destroy());
+      return;
+    }
+    if (mode === 'no-usage') {
+      res.writeHead(200, { 'content-type': 'application/json' });
+      res.end(NO_USAGE_JSON);
       return;
     }
     if (mode === 'big') {
@@ -97,6 +113,28 @@ async function startRawProvider(): Promise<RawProvider> {
   };
 }
 
+/** A TCP server that accepts connections and never says a word: a TLS handshake with it never ends. */
+async function startSilentServer(): Promise<{ port: number; connections: () => number; close(): Promise<void> }> {
+  const sockets = new Set<import('node:net').Socket>();
+  let connections = 0;
+  const server = createNetServer((socket) => {
+    connections += 1;
+    sockets.add(socket);
+    socket.on('error', () => {});
+    socket.on('close', () => sockets.delete(socket));
+  });
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  return {
+    port: (server.address() as AddressInfo).port,
+    connections: () => connections,
+    close: () =>
+      new Promise<void>((resolve) => {
+        for (const socket of sockets) socket.destroy();
+        server.close(() => resolve());
+      }),
+  };
+}
+
 async function closedPort(): Promise<number> {
   const server = createNetServer();
   await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
@@ -124,6 +162,7 @@ async function readTimed(res: Response, start: number): Promise<{ text: string; 
 describe.each(databasesUnderTest())('forward gateway relay on %s', (dialect) => {
   let upstream: MockUpstream;
   let raw: RawProvider;
+  let silent: Awaited<ReturnType<typeof startSilentServer>>;
   let t: TestApp;
   let base: string;
   let customer: { customer_id: string; wallet: { wallet_id: string } };
@@ -136,8 +175,14 @@ describe.each(databasesUnderTest())('forward gateway relay on %s', (dialect) => 
   beforeAll(async () => {
     upstream = await startMockUpstream();
     raw = await startRawProvider();
-    const overrides = { 'api.openai.com': upstream.url, 'api.anthropic.com': upstream.url, 'api.mistral.ai': raw.url };
-    const keys = { openai: 'sk-managed-openai', anthropic: 'sk-managed-anthropic', mistral: 'managed-mistral', xai: 'managed-xai' };
+    silent = await startSilentServer();
+    const overrides = {
+      'api.openai.com': upstream.url,
+      'api.anthropic.com': upstream.url,
+      'api.mistral.ai': raw.url,
+      'api.groq.com': `https://127.0.0.1:${silent.port}`,
+    };
+    const keys = { openai: 'sk-managed-openai', anthropic: 'sk-managed-anthropic', mistral: 'managed-mistral', xai: 'managed-xai', groq: 'managed-groq' };
     t = await startTestApp(dialect, { env: { UPSTREAM_OVERRIDES: JSON.stringify(overrides), PROVIDER_KEYS: JSON.stringify(keys) } });
     base = await t.listen();
     const h = t.auth();
@@ -172,6 +217,7 @@ describe.each(databasesUnderTest())('forward gateway relay on %s', (dialect) => 
     await t?.close();
     await upstream?.close();
     await raw?.close();
+    await silent?.close();
   });
 
   async function settled(requestId: string, app: TestApp = t) {
@@ -366,6 +412,107 @@ describe.each(databasesUnderTest())('forward gateway relay on %s', (dialect) => 
       expect(record.model_usage.output_tokens).toBeLessThan(20);
       expect(parseMoney(record.total_request_cost)).toBeGreaterThan(0n);
       expect((await wallet(customer.wallet.wallet_id)).held).toBe(0n);
+    });
+  });
+
+  describe('never free: the provider may have worked without reporting usage', () => {
+    const recordIds = async () => new Set((await t.storage.db.selectFrom('requests').select('id').execute()).map((r) => r.id));
+    async function newRecordId(known: Set<string>): Promise<string> {
+      for (let i = 0; i < 100; i++) {
+        const fresh = [...(await recordIds())].filter((id) => !known.has(id));
+        if (fresh.length === 1) return fresh[0]!;
+        await sleep(20);
+      }
+      throw new Error('no new record');
+    }
+
+    it('a client that leaves before the provider answers is charged for the prompt the provider received, flagged', async () => {
+      upstream.setNext({ path: '/chat/completions', delayMs: 1500 });
+      const known = await recordIds();
+      const before = await wallet(customer.wallet.wallet_id);
+      const seen = upstream.requests.length;
+      const controller = new AbortController();
+      // 16 prompt characters → 4 estimated input tokens.
+      const body = JSON.stringify({ model: 'gpt-4o', max_tokens: 50, messages: [{ role: 'user', content: 'abcdefghijklmnop' }] });
+      const pending = post(OPENAI_CHAT, body, { authorization: `Bearer ${customerToken}` }, base, controller.signal).catch(() => null);
+      while (upstream.requests.length === seen) await sleep(10);
+      controller.abort();
+      expect(await pending).toBeNull();
+
+      const record = await settled(await newRecordId(known));
+      expect(record).toMatchObject({ status: 'completed', usage_estimated: true, model_usage: { input_tokens: 4, output_tokens: 0 } });
+      // gpt-4o input 2.5 per 1M: 4 × 2.5 / 1e6; the meter's fee: 4 × 100 / 1e6.
+      expect(record.model_usage.input_cost).toBe('0.0000100000');
+      expect(record.fee.amount).toBe('0.0004000000');
+      const after = await wallet(customer.wallet.wallet_id);
+      expect(before.balance - after.balance).toBe(parseMoney(record.total_wallet_cost));
+      expect(parseMoney(record.total_wallet_cost)).toBeGreaterThan(0n);
+      expect(after.held).toBe(0n);
+    });
+
+    it('a client that leaves before the request could reach the provider is charged nothing', async () => {
+      // api.groq.com is mapped to a TLS port that never answers the handshake: the request is never sent.
+      const known = await recordIds();
+      const before = await wallet(customer.wallet.wallet_id);
+      const controller = new AbortController();
+      const pending = post(
+        `u=${encodeURIComponent('https://api.groq.com/openai/v1/chat/completions')}`,
+        JSON.stringify({ model: 'llama-3.3-70b-versatile', max_tokens: 50, messages: [{ role: 'user', content: 'abcdefghijklmnop' }] }),
+        { authorization: `Bearer ${customerToken}` },
+        base,
+        controller.signal,
+      ).catch(() => null);
+      while (silent.connections() === 0) await sleep(10);
+      await sleep(50);
+      controller.abort();
+      expect(await pending).toBeNull();
+
+      const record = await settled(await newRecordId(known));
+      expect(record.status).toBe('error');
+      expect(parseMoney(record.total_request_cost)).toBe(0n);
+      const after = await wallet(customer.wallet.wallet_id);
+      expect(after.balance).toBe(before.balance);
+      expect(after.held).toBe(0n);
+    });
+
+    it('a non-streaming answer cut by the provider is settled from the prompt and the part seen, flagged', async () => {
+      const before = await wallet(customer.wallet.wallet_id);
+      const res = await post(MISTRAL_CHAT, JSON.stringify({ model: 'mistral-small-latest', messages: [{ role: 'user', content: 'abcdefgh' }] }), {
+        authorization: `Bearer ${customerToken}`,
+        'x-test-mode': 'cut-json',
+      });
+      expect(res.status).toBe(200);
+      await expect(res.text()).rejects.toThrow();
+      const record = await settled(res.headers.get('x-tollgate-request-id')!);
+      // 8 prompt characters → 2 input tokens; 40 characters seen → 10 output tokens.
+      expect(record).toMatchObject({ status: 'completed', usage_estimated: true, model_usage: { input_tokens: 2, output_tokens: 10 } });
+      expect(record.fee.amount).toBe('0.0012000000');
+      const after = await wallet(customer.wallet.wallet_id);
+      expect(before.balance - after.balance).toBe(parseMoney(record.total_wallet_cost));
+      expect(after.held).toBe(0n);
+    });
+
+    it('a generation answer without usage is settled from the prompt and its text, flagged', async () => {
+      const res = await post(MISTRAL_CHAT, JSON.stringify({ model: 'mistral-small-latest', messages: [{ role: 'user', content: 'abcdefgh' }] }), {
+        authorization: `Bearer ${customerToken}`,
+        'x-test-mode': 'no-usage',
+      });
+      expect(await res.text()).toBe(NO_USAGE_JSON);
+      const record = await settled(res.headers.get('x-tollgate-request-id')!);
+      // 2 input tokens; the answer's text is 32 characters → 8 output tokens; fee 10 × 100 / 1e6.
+      expect(record).toMatchObject({ status: 'completed', usage_estimated: true, model_usage: { input_tokens: 2, output_tokens: 8 } });
+      expect(record.fee.amount).toBe('0.0010000000');
+    });
+
+    it('an answer without usage from an endpoint not billed by usage (a model list) stays free and unflagged', async () => {
+      const res = await fetch(`${base}/v1/forward?u=${encodeURIComponent('https://api.mistral.ai/v1/models')}`, {
+        headers: { authorization: `Bearer ${customerToken}`, 'x-test-mode': 'no-usage' },
+      });
+      expect(res.status).toBe(200);
+      await res.text();
+      const record = await settled(res.headers.get('x-tollgate-request-id')!);
+      expect(record).toMatchObject({ status: 'completed', usage_estimated: false, model_usage: { input_tokens: 0, output_tokens: 0 } });
+      expect(parseMoney(record.total_request_cost)).toBe(0n);
     });
   });
 

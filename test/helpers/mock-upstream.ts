@@ -13,6 +13,8 @@ import { setTimeout as sleep } from 'node:timers/promises';
  *   GET  …/models             OpenAI model list
  *   POST …/audio/speech       binary audio (bytes = input characters)
  *   POST …/messages           Anthropic Messages, JSON or SSE
+ *   POST …/text-to-speech/{voice}[/stream]   ElevenLabs audio (bytes = characters of `text`)
+ *   POST …/speech-to-text     ElevenLabs transcript of any upload; its last word ends at TRANSCRIPT_SECONDS
  *   POST …/models/{m}:generateContent, …:streamGenerateContent[?alt=sse]   Gemini
  *   any  …/echo               200 {method, path, query, headers, body} (for verb tests)
  *
@@ -22,13 +24,16 @@ import { setTimeout as sleep } from 'node:timers/promises';
  * - output tokens = the request's output cap (`max_tokens`, `max_completion_tokens`,
  *   `max_output_tokens`, `generationConfig.maxOutputTokens`) or DEFAULT_OUTPUT_TOKENS;
  *   the text generated is that many words "tok", one stream chunk per word;
- * - cached input tokens = Behaviour.cachedTokens (default 0; capped at the input count).
+ * - cached input tokens = Behaviour.cachedTokens (default 0; capped at the input count);
+ *   Anthropic cache writes = Behaviour.cacheWriteTokens (default 0; capped at what is left).
  *
  * Every request is recorded (method, url, headers, raw body bytes) in `requests`, so tests can
  * check that bodies and unknown fields arrived byte for byte.
  */
 
 export const DEFAULT_OUTPUT_TOKENS = 5;
+/** Where the last word of every ElevenLabs transcript ends, in seconds. */
+export const TRANSCRIPT_SECONDS = 90.25;
 
 export type RecordedRequest = {
   method: string;
@@ -69,6 +74,8 @@ export type Behaviour = {
   cachedTokens?: number;
   /** Output tokens to produce instead of the request's cap (a provider overshooting max_tokens). */
   outputTokens?: number;
+  /** cache_creation_input_tokens to report (Anthropic only). */
+  cacheWriteTokens?: number;
 };
 
 export type MockUpstream = {
@@ -192,6 +199,8 @@ function route(req: RecordedRequest, behaviour: Behaviour, seq: number): Answer 
   if (path.endsWith('/echo')) return json(200, echo(req));
   if (method === 'GET' && path.endsWith('/models')) return json(200, modelList());
   if (method !== 'POST') return errorAnswer(familyOf(path), 404, undefined);
+  // A multipart audio upload: never JSON.
+  if (path.endsWith('/speech-to-text')) return transcriptAnswer(seq);
   if (req.json === undefined && !path.endsWith('/audio/speech')) {
     return errorAnswer(familyOf(path), 400, undefined, 'The request body is not valid JSON.');
   }
@@ -203,6 +212,7 @@ function route(req: RecordedRequest, behaviour: Behaviour, seq: number): Answer 
   if (path.endsWith('/responses')) return responsesAnswer(body, usage, seq);
   if (path.endsWith('/embeddings')) return embeddingsAnswer(body, usage);
   if (path.endsWith('/audio/speech')) return speechAnswer(body);
+  if (/\/text-to-speech\/[^/]+(\/stream)?$/.test(path)) return speechAnswer({ input: body.text });
   if (path.endsWith('/messages')) return anthropicAnswer(body, usage, seq);
   return errorAnswer(familyOf(path), 404, undefined);
 }
@@ -210,7 +220,7 @@ function route(req: RecordedRequest, behaviour: Behaviour, seq: number): Answer 
 // ---- Deterministic usage --------------------------------------------------------------------------
 
 type Body = Record<string, unknown>;
-type Usage = { input: number; output: number; cached: number };
+type Usage = { input: number; output: number; cached: number; cacheWrite: number };
 
 function usageFor(body: Body, behaviour: Behaviour): Usage {
   const input = countWords(promptText(body));
@@ -219,7 +229,9 @@ function usageFor(body: Body, behaviour: Behaviour): Usage {
     (v): v is number => typeof v === 'number',
   );
   const output = behaviour.outputTokens ?? cap ?? DEFAULT_OUTPUT_TOKENS;
-  return { input, output, cached: Math.min(behaviour.cachedTokens ?? 0, input) };
+  const cached = Math.min(behaviour.cachedTokens ?? 0, input);
+  const cacheWrite = Math.min(behaviour.cacheWriteTokens ?? 0, input - cached);
+  return { input, output, cached, cacheWrite };
 }
 
 export function countWords(text: string): number {
@@ -348,14 +360,33 @@ function speechAnswer(body: Body): Answer {
   return { status: 200, headers: { 'content-type': 'audio/mpeg' }, chunks: [audio] };
 }
 
+/** An ElevenLabs transcript, timed word by word (it documents no duration field). */
+function transcriptAnswer(seq: number): Answer {
+  return json(200, {
+    language_code: 'en',
+    language_probability: 0.99,
+    text: 'hello world',
+    words: [
+      { text: 'hello', start: 0.1, end: 0.5, type: 'word' },
+      { text: ' ', start: 0.5, end: 0.6, type: 'spacing' },
+      { text: 'world', start: 0.6, end: TRANSCRIPT_SECONDS, type: 'word' },
+    ],
+    transcription_id: `transcript-mock${seq}`,
+  });
+}
+
 // ---- Anthropic ------------------------------------------------------------------------------------
 
 function anthropicAnswer(body: Body, usage: Usage, seq: number): Answer {
   const id = `msg_mock${seq}`;
   const model = typeof body.model === 'string' ? body.model : 'claude-sonnet-4-5';
   const stopReason = typeof body.max_tokens === 'number' ? 'max_tokens' : 'end_turn';
-  // Anthropic's input_tokens excludes cache reads.
-  const inputUsage = { input_tokens: usage.input - usage.cached, cache_creation_input_tokens: 0, cache_read_input_tokens: usage.cached };
+  // Anthropic's input_tokens excludes cache reads and writes.
+  const inputUsage = {
+    input_tokens: usage.input - usage.cached - usage.cacheWrite,
+    cache_creation_input_tokens: usage.cacheWrite,
+    cache_read_input_tokens: usage.cached,
+  };
   if (body.stream !== true) {
     return json(200, {
       id,

@@ -15,6 +15,16 @@ describe('lookupBasePrices', () => {
     });
   });
 
+  it('takes the catalog cache-write price where the model has one', () => {
+    // claude-sonnet-4-0: input 3, cache write 3.75, cache read 0.3, output 15 per 1M tokens.
+    expect(lookupBasePrices('anthropic', 'claude-sonnet-4-0', { at })).toEqual({
+      input: parseMoney('3'),
+      output: parseMoney('15'),
+      cachedInput: parseMoney('0.3'),
+      cacheWriteInput: parseMoney('3.75'),
+    });
+  });
+
   it('matches provider and model case-insensitively, as the catalog does', () => {
     expect(lookupBasePrices('OpenAI', 'GPT-4o', { at })).toEqual(lookupBasePrices('openai', 'gpt-4o', { at }));
   });

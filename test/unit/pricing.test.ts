@@ -91,6 +91,20 @@ describe('baseCost', () => {
     expect(formatMoney(cost.input)).toBe('0.0025000000');
   });
 
+  it('prices cache-write input tokens at the cache-write price, beside cache reads', () => {
+    // claude-sonnet-4-like: input 3, cache read 0.30, cache write 3.75, output 15 per 1M.
+    // input = (500 × 3 + 400 × 0.30 + 100 × 3.75) / 1e6 = (1500 + 120 + 375) / 1e6 = 0.001995
+    const cost = baseCost(
+      { input: money('3'), output: money('15'), cachedInput: money('0.30'), cacheWriteInput: money('3.75') },
+      { inputTokens: 1000, cachedInputTokens: 400, cacheWriteInputTokens: 100, outputTokens: 10 },
+    );
+    expect(formatMoney(cost.input)).toBe('0.0019950000');
+    expect(formatMoney(cost.total)).toBe('0.0021450000');
+    // Without a cache-write price, writes pay the input price: (500 × 3 + 400 × 0.3 + 100 × 3) / 1e6.
+    const plain = baseCost({ input: money('3'), output: 0n, cachedInput: money('0.30') }, { inputTokens: 1000, cachedInputTokens: 400, cacheWriteInputTokens: 100, outputTokens: 0 });
+    expect(formatMoney(plain.input)).toBe('0.0019200000');
+  });
+
   it('rounds each component half-up, and the total is their exact sum', () => {
     // price 1 unit (0.0000000001) per 1M tokens:
     // input 500,000 tokens → 0.5 unit → rounds up to 1; output 499,999 → 0.499999 unit → 0.
@@ -102,6 +116,7 @@ describe('baseCost', () => {
 
   it('rejects impossible usage', () => {
     expect(() => baseCost({ input: 1n, output: 1n }, { inputTokens: 1, cachedInputTokens: 2, outputTokens: 0 })).toThrow(RangeError);
+    expect(() => baseCost({ input: 1n, output: 1n }, { inputTokens: 3, cachedInputTokens: 2, cacheWriteInputTokens: 2, outputTokens: 0 })).toThrow(RangeError);
     expect(() => baseCost({ input: 1n, output: 1n }, { inputTokens: -1, outputTokens: 0 })).toThrow(RangeError);
     expect(() => baseCost({ input: 1n, output: 1n }, { inputTokens: 1.5, outputTokens: 0 })).toThrow(RangeError);
   });

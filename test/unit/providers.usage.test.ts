@@ -1,6 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { findProvider, type MeterContext, type ProviderModule } from '../../src/providers/index.ts';
 import { modelFromPath } from '../../src/providers/google.ts';
+import { timestampFromUnixSeconds } from '../../src/providers/usage.ts';
 
 function providerFor(target: string): { provider: ProviderModule; url: URL } {
   const url = new URL(target);
@@ -243,5 +244,22 @@ describe('ElevenLabs usage', () => {
     expect(usage('https://api.elevenlabs.io/v1/speech-to-text', {}, { text: 'hi' })).toBeNull();
     expect(usage('https://api.elevenlabs.io/v1/speech-to-text/transcripts/tr_1', {}, { words: [{ end: 9 }] })).toBeNull();
     expect(usage('https://api.elevenlabs.io/v1/voices', undefined, { voices: [] })).toBeNull();
+  });
+});
+
+describe('provider times', () => {
+  const now = Date.UTC(2026, 0, 1);
+
+  it('reads Unix seconds as ISO 8601, to the millisecond', () => {
+    expect(timestampFromUnixSeconds(1_700_000_000, now)).toBe('2023-11-14T22:13:20.000Z');
+    expect(timestampFromUnixSeconds(1_700_000_000.25, now)).toBe('2023-11-14T22:13:20.250Z');
+  });
+
+  it('ignores absent and implausible times (milliseconds sent as seconds, before 2015, far ahead of our clock)', () => {
+    expect(timestampFromUnixSeconds(undefined, now)).toBeUndefined();
+    expect(timestampFromUnixSeconds(0, now)).toBeUndefined();
+    expect(timestampFromUnixSeconds(1_700_000_000_000, now)).toBeUndefined();
+    expect(timestampFromUnixSeconds(now / 1000 + 2 * 86_400, now)).toBeUndefined();
+    expect(timestampFromUnixSeconds(now / 1000 + 60, now)).toBe(new Date(now + 60_000).toISOString());
   });
 });
