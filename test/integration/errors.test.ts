@@ -252,9 +252,26 @@ describe.each(databasesUnderTest())('error envelope on %s', (dialect) => {
     expect(del.json()).toEqual({ success: true });
   });
 
-  // KNOWN BUG, left for the owner of src/app.ts: Fastify answers these two itself unless the
-  // `frameworkErrors` option routes FST_ERR_BAD_URL / FST_ERR_MAX_PARAM_LENGTH to the envelope.
-  // Flip to it() once that option is set.
+  it.each(['application/json; charset=utf-8', 'application/json;charset=UTF-8', 'Application/JSON; Charset=UTF-8', 'application/merge-patch+json; charset=utf-8'])(
+    'accepts the JSON content type %s on a POST with a body, an empty POST and a DELETE',
+    async (type) => {
+      const headers = { ...t.auth(), 'content-type': type };
+      const withBody = await t.app.inject({ method: 'POST', url: '/v1/customers', headers, payload: JSON.stringify({ metadata: { plan: 'pro' } }) });
+      expect(withBody.statusCode).toBe(201);
+      expect(withBody.json().metadata).toEqual({ plan: 'pro' });
+
+      const empty = await t.app.inject({ method: 'POST', url: '/v1/customers', headers, payload: '' });
+      expect(empty.statusCode).toBe(201);
+
+      const del = await t.app.inject({ method: 'DELETE', url: `/v1/customers/${empty.json().customer_id}`, headers, payload: '' });
+      expect(del.statusCode).toBe(200);
+      expect(del.json()).toEqual({ success: true });
+
+      const malformed = await t.app.inject({ method: 'POST', url: '/v1/customers', headers, payload: '{"metadata":' });
+      expectEnvelope(malformed, 'invalid_json');
+    },
+  );
+
   it('answers a malformed percent-escape in the path with the envelope', async () => {
     const res = await t.app.inject({ method: 'GET', url: '/v1/meters/%E0%A4%A', headers: t.auth() });
     expect(res.statusCode).toBe(404);
