@@ -34,6 +34,9 @@ export async function buildApp(deps: AppDeps): Promise<App> {
     logger: loggerOptions(deps.config.logLevel),
     bodyLimit: BODY_LIMIT,
     genReqId: (req) => headerValue(req.headers['x-request-id']) ?? randomUUID(),
+    // Fastify's own 503 while closing has its own body; closeConnectionsWhenShuttingDown answers
+    // with the envelope instead.
+    return503OnClosing: false,
     // The SDK's rewrite URLs carry `https://` inside the path; never merge slashes.
     routerOptions: { ignoreTrailingSlash: true, ignoreDuplicateSlashes: false, maxParamLength: 1000 },
     // Errors raised before routing (a malformed percent-escape) get the envelope too.
@@ -129,12 +132,17 @@ async function authenticateAndLimit(deps: AppDeps, request: FastifyRequest, repl
 
 /**
  * During shutdown, answers in flight are sent with `Connection: close`: otherwise a keep-alive
- * client would hold the server open until its socket times out.
+ * client would hold the server open until its socket times out. A request that arrives meanwhile
+ * (the port accepts until the preClose hooks are done) is refused with 503 in the envelope, so the
+ * client retries it elsewhere instead of starting work this process may not finish.
  */
 function closeConnectionsWhenShuttingDown(app: App): void {
   let closing = false;
   app.addHook('preClose', async () => {
     closing = true;
+  });
+  app.addHook('onRequest', async () => {
+    if (closing) throw new ApiError('service_unavailable', 'The server is shutting down; retry the request.');
   });
   app.addHook('onSend', async (_request, reply, payload) => {
     if (closing) reply.header('connection', 'close');

@@ -1,14 +1,17 @@
 import { mkdtempSync } from 'node:fs';
-import { connect } from 'node:net';
+import { connect, type AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { buildApp } from '../../src/app.ts';
 import { loadConfig } from '../../src/config.ts';
+import { MemoryRateLimiter } from '../../src/http/rate-limit.ts';
 import { startServer } from '../../src/main.ts';
 import { openStorage } from '../../src/storage/db.ts';
 import { createMerchant } from '../../src/storage/merchants.ts';
+import { migrateToLatest } from '../../src/storage/migrate.ts';
 import { startTestApp, type TestApp } from '../helpers/app.ts';
-import { databasesUnderTest } from '../helpers/databases.ts';
+import { databasesUnderTest, freshDatabase } from '../helpers/databases.ts';
 
 describe.each(databasesUnderTest())('operational endpoints on %s', (dialect) => {
   let t: TestApp;
@@ -164,10 +167,6 @@ describe('graceful shutdown of startServer', () => {
     expect(stopped).toBe(true);
   });
 
-  // KNOWN BUG, left for the owner of src/main.ts / src/app.ts: a request that began before stop()
-  // is answered without `Connection: close`, and Node reaps idle sockets only once, when close()
-  // starts. The keep-alive socket then holds stop() open until the client leaves or Fastify's
-  // 72 s keepAliveTimeout fires. Flip to it() once shutdown closes connections that turn idle.
   it('resolves stop() promptly after the in-flight response even if the client keeps the connection', async () => {
     const { server, secretKey, port } = await serverWithMerchant();
     const slow = await beginSlowPost(port, secretKey, JSON.stringify({ reference_id: 'kept-alive' }));
@@ -185,6 +184,42 @@ describe('graceful shutdown of startServer', () => {
     } finally {
       slow.socket.destroy();
       await stopping;
+    }
+  });
+});
+
+describe.each(databasesUnderTest())('requests arriving during shutdown on %s', (dialect) => {
+  it('are answered 503 service_unavailable in the envelope with Connection: close', async () => {
+    const database = await freshDatabase(dialect);
+    const storage = openStorage(database.url);
+    await migrateToLatest(storage);
+    const { secretKey } = await createMerchant(storage, { name: 'Closing' });
+    const config = loadConfig({ LOG_LEVEL: 'silent', DATABASE_URL: database.url });
+    const app = await buildApp({ config, storage, rateLimiter: new MemoryRateLimiter() });
+    // Holds shutdown open while the port still accepts, as a slow drain would.
+    let releaseShutdown = () => {};
+    const shutdownHeld = new Promise<void>((resolve) => (releaseShutdown = resolve));
+    app.addHook('preClose', () => shutdownHeld);
+    await app.listen({ port: 0, host: '127.0.0.1' });
+    const base = `http://127.0.0.1:${(app.server.address() as AddressInfo).port}`;
+    const closing = app.close();
+    try {
+      for (const [method, path] of [['GET', '/healthz'], ['GET', '/v1/meters'], ['POST', '/v1/customers']] as const) {
+        const res = await fetch(`${base}${path}`, {
+          method,
+          headers: { authorization: `Bearer ${secretKey}`, 'content-type': 'application/json' },
+          ...(method === 'POST' ? { body: '{}' } : {}),
+        });
+        expect(res.status).toBe(503);
+        expect(res.headers.get('connection')).toBe('close');
+        expect(await res.json()).toEqual({ error: { message: expect.any(String), code: 'service_unavailable', status: 503 } });
+      }
+      // Nothing was created by the refused POST.
+      expect(await storage.db.selectFrom('connections').select('id').execute()).toEqual([]);
+    } finally {
+      releaseShutdown();
+      await closing;
+      await storage.close();
     }
   });
 });
