@@ -19,8 +19,10 @@ export async function startServer(
 ): Promise<RunningServer> {
   const storage = openStorage(config.databaseUrl);
   await migrateToLatest(storage);
-  const { limiter, redis } = makeRateLimiter(config);
+  let reportOutage = (_err: unknown) => {};
+  const { limiter, redis } = makeRateLimiter(config, (err) => reportOutage(err));
   const app = await buildApp({ config, storage, rateLimiter: limiter });
+  reportOutage = (err) => app.log.warn({ err }, 'Redis is unreachable: rate limits are counted per instance until it is back');
   const url = await app.listen({ port: config.port, host: config.host });
   const sweeper = startSweeper(storage, app, opts.sweepIntervalMs ?? SWEEP_INTERVAL_MS);
   app.log.info({ database: storage.describe, redis: Boolean(redis) }, `Tollgate listening on ${url}`);
@@ -50,10 +52,16 @@ function startSweeper(storage: Storage, app: App, intervalMs: number): NodeJS.Ti
   return timer;
 }
 
-function makeRateLimiter(config: Config): { limiter: RateLimiter; redis: Redis | null } {
+function makeRateLimiter(
+  config: Config,
+  onOutage: (err: unknown) => void,
+): { limiter: RateLimiter; redis: Redis | null } {
   if (!config.redisUrl) return { limiter: new MemoryRateLimiter(), redis: null };
-  const redis = new Redis(config.redisUrl, { maxRetriesPerRequest: 2, enableOfflineQueue: true });
-  return { limiter: new RedisRateLimiter(redis), redis };
+  // A command to a Redis that stopped answering fails fast, so the limiter can count locally.
+  const redis = new Redis(config.redisUrl, { maxRetriesPerRequest: 2, enableOfflineQueue: true, commandTimeout: 1_000 });
+  // Connection errors are reported through onOutage; without a listener ioredis logs each retry.
+  redis.on('error', () => {});
+  return { limiter: new RedisRateLimiter(redis, { onOutage }), redis };
 }
 
 async function shutdown(app: App, storage: Storage, limiter: RateLimiter, redis: Redis | null): Promise<void> {
@@ -61,7 +69,9 @@ async function shutdown(app: App, storage: Storage, limiter: RateLimiter, redis:
   await app.close();
   await limiter.close();
   await storage.close();
-  if (redis) await redis.quit();
+  // QUIT would wait in the offline queue for a Redis that is not there.
+  if (redis?.status === 'ready') await redis.quit();
+  else redis?.disconnect();
 }
 
 /** Stops gracefully on SIGINT/SIGTERM; a second signal forces the exit. */
