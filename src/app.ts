@@ -8,6 +8,7 @@ import { installErrorHandling } from './http/error-handler.ts';
 import { beginIdempotentRequest, finishIdempotentRequest } from './http/idempotency.ts';
 import { installJsonBodyParser } from './http/json-body.ts';
 import { loggerOptions } from './http/logging.ts';
+import { rejectNulCharacters } from './http/nul-characters.ts';
 import { installMetrics } from './http/metrics.ts';
 import type { App, AppDeps } from './http/types.ts';
 import { registerDropInRoutes } from './gateway/drop-in.ts';
@@ -86,6 +87,7 @@ export async function buildApp(deps: AppDeps): Promise<App> {
     async (v1) => {
       const api = v1.withTypeProvider<ZodTypeProvider>();
       api.addHook('onRequest', (request, reply) => authenticateAndLimit(deps, request, reply));
+      rejectNulCharacters(api);
       api.addHook('preHandler', async (request, reply) => {
         if (request.method !== 'POST' || !request.principal) return;
         const outcome = await beginIdempotentRequest(deps.storage, request, reply, request.principal.keyId);

@@ -145,6 +145,24 @@ const cases: Case[] = [
     status: 401,
     code: 'unauthorized',
   },
+  ...(
+    [
+      ['in a body field', 'POST', '/v1/meters', { ...validMeter, name: 'Chat\u0000tokens' }, ['name']],
+      ['in a nested body field', 'POST', '/v1/customers', { metadata: { plan: 'p\u0000' } }, ['metadata', 'plan']],
+      ['in a body key', 'POST', '/v1/customers', { metadata: { 'pl\u0000an': 'pro' } }, ['metadata', 'pl\u0000an']],
+      ['in a query parameter', 'GET', '/v1/customers?reference_id=a%00b', undefined, ['reference_id']],
+      ['in a path id', 'GET', '/v1/meters/met_%00', undefined, ['id']],
+      ['in a secret key name', 'POST', '/v1/secret_keys', { name: '\u0000' }, ['name']],
+    ] as const
+  ).map(
+    ([where, method, url, payload, path]): Case => ({
+      name: `a NUL character ${where}`,
+      request: (t) => ({ method, url, headers: json(t), ...(payload ? { payload } : {}) }),
+      status: 400,
+      code: 'validation_error',
+      issuePaths: [[...path]],
+    }),
+  ),
   {
     name: 'an Idempotency-Key over 255 characters',
     request: (t) => ({
