@@ -32,7 +32,7 @@ const RATE_WINDOW_MS = 60_000;
 /** The only wiring point: every route, hook and plugin is attached here. */
 export async function buildApp(deps: AppDeps): Promise<App> {
   const app = Fastify({
-    logger: loggerOptions(deps.config.logLevel),
+    logger: loggerOptions(deps.config.logLevel, deps.logStream),
     bodyLimit: BODY_LIMIT,
     genReqId: (req) => headerValue(req.headers['x-request-id']) ?? randomUUID(),
     // Fastify's own 503 while closing has its own body; closeConnectionsWhenShuttingDown answers
