@@ -87,8 +87,14 @@ const cases: Case[] = [
   {
     name: 'an unrouted method on a known path',
     request: (t) => ({ method: 'PUT', url: '/v1/meters', headers: json(t), payload: {} }),
-    status: 404,
-    code: 'route_not_found',
+    status: 405,
+    code: 'method_not_allowed',
+  },
+  {
+    name: 'an unrouted method on a known path with an id',
+    request: (t) => ({ method: 'POST', url: '/v1/customers/con_01ARZ3NDEKTSV4RRFFQ69G5FAV', headers: json(t), payload: {} }),
+    status: 405,
+    code: 'method_not_allowed',
   },
   ...(
     [
@@ -268,6 +274,25 @@ describe.each(databasesUnderTest())('error envelope on %s', (dialect) => {
     });
     expect(del.statusCode).toBe(200);
     expect(del.json()).toEqual({ success: true });
+  });
+
+  it('names the methods a known path accepts in the Allow header of a 405', async () => {
+    const cases: [string, string, string][] = [
+      ['PUT', '/v1/meters', 'GET, HEAD, POST'],
+      ['POST', '/v1/meters/met_01ARZ3NDEKTSV4RRFFQ69G5FAV/', 'DELETE, GET, HEAD, PATCH'],
+      ['DELETE', '/v1/secret_keys', 'GET, HEAD, POST'],
+      ['POST', '/healthz', 'GET, HEAD'],
+    ];
+    for (const [method, url, allow] of cases) {
+      const res = await t.app.inject({ method: method as 'PUT', url, headers: json(t), payload: '{}' });
+      expect(res.statusCode, `${method} ${url}`).toBe(405);
+      expect(res.headers.allow).toBe(allow);
+      expectEnvelope(res, 'method_not_allowed');
+    }
+    // A path no route has stays a 404 whatever the method.
+    const unknown = await t.app.inject({ method: 'PUT', url: '/v1/meterz', headers: t.auth() });
+    expect(unknown.statusCode).toBe(404);
+    expectEnvelope(unknown, 'route_not_found');
   });
 
   it.each(['application/json; charset=utf-8', 'application/json;charset=UTF-8', 'Application/JSON; Charset=UTF-8', 'application/merge-patch+json; charset=utf-8'])(
