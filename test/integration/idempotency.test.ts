@@ -2,6 +2,8 @@ import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { hashSecret } from '../../src/domain/secrets.ts';
 import { loadConfig } from '../../src/config.ts';
+import { parseMoney } from '../../src/domain/money.ts';
+import { creditWallet } from '../../src/ledger/wallets.ts';
 import { IDEMPOTENCY_LEASE_MS, IDEMPOTENCY_TTL_MS } from '../../src/http/idempotency.ts';
 import { startServer } from '../../src/main.ts';
 import {
@@ -393,6 +395,41 @@ describe.each(databasesUnderTest())('Idempotency-Key on %s', (dialect) => {
     } finally {
       await server.stop();
     }
+  });
+
+  it('covers POST /v1/requests: a replay is Idempotent-Replayed and charges once; another body under the key is 422', async () => {
+    const mm = await t.newMerchant();
+    const h = t.auth(mm.secretKey);
+    const customer = (await t.app.inject({ method: 'POST', url: '/v1/customers', headers: h, payload: {} })).json();
+    await creditWallet(t.storage, customer.wallet.wallet_id, parseMoney('1'));
+    const meter = (
+      await t.app.inject({
+        method: 'POST',
+        url: '/v1/meters',
+        headers: h,
+        payload: { name: 'Per request', rate_type: 'fixed', tier_type: 'requests', tiers: [{ start: 0, rate: '0.25' }] },
+      })
+    ).json();
+    const body = { request_id: 'idem-req-1', customer_id: customer.customer_id, meter_slug: meter.meter_slug };
+    const key = freshKey();
+
+    const first = await post(t, '/v1/requests', { secret: mm.secretKey, key, body });
+    expect(first.statusCode).toBe(201);
+    expect(first.headers['idempotent-replayed']).toBeUndefined();
+    const again = await post(t, '/v1/requests', { secret: mm.secretKey, key, body });
+    expect(again.statusCode).toBe(201);
+    expect(again.headers['idempotent-replayed']).toBe('true');
+    expect(again.body).toBe(first.body);
+
+    const other = await post(t, '/v1/requests', { secret: mm.secretKey, key, body: { ...body, request_id: 'idem-req-2' } });
+    expect(other.statusCode).toBe(422);
+    expect(other.json().error.code).toBe('idempotency_key_reused');
+
+    // One charge of 0.25, and one recorded request.
+    const after = await t.app.inject({ method: 'GET', url: `/v1/customers/${customer.customer_id}`, headers: h });
+    expect(after.json().wallet.balance).toBe('0.7500000000');
+    const list = await t.app.inject({ method: 'GET', url: '/v1/requests', headers: h });
+    expect(list.json().data.map((r: { request_id: string }) => r.request_id)).toEqual(['idem-req-1']);
   });
 
   it('rejects an Idempotency-Key longer than 255 characters with 400, creating nothing', async () => {
