@@ -10,6 +10,7 @@ import { installJsonBodyParser } from './http/json-body.ts';
 import { loggerOptions } from './http/logging.ts';
 import { rejectNulCharacters } from './http/nul-characters.ts';
 import { installMetrics } from './http/metrics.ts';
+import { documentSharedBehaviour } from './http/schemas.ts';
 import type { App, AppDeps } from './http/types.ts';
 import { registerDropInRoutes } from './gateway/drop-in.ts';
 import { createGateway, registerForwardRoutes } from './gateway/forward.ts';
@@ -70,6 +71,8 @@ export async function buildApp(deps: AppDeps): Promise<App> {
       security: [{ secretKey: [] }],
     },
     transform: jsonSchemaTransform,
+    transformObject: (documents) =>
+      'openapiObject' in documents ? documentSharedBehaviour(documents.openapiObject) : documents.swaggerObject,
   });
 
   registerHealthRoutes(app, deps);

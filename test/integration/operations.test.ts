@@ -80,6 +80,26 @@ describe.each(databasesUnderTest())('operational endpoints on %s', (dialect) => 
     }
     expect(doc.paths['/v1/models'].get).toBeDefined();
     expect(doc.paths['/v1/spend_keys/{id}/rotate'].post).toBeDefined();
+    // What the shared hooks do is documented on every standard operation.
+    const createMeter = doc.paths['/v1/meters'].post;
+    expect(createMeter.parameters).toContainEqual(
+      expect.objectContaining({ name: 'Idempotency-Key', in: 'header', required: false, schema: expect.objectContaining({ maxLength: 255 }) }),
+    );
+    for (const status of ['409', '413', '415', '422']) expect(createMeter.responses[status], status).toBeDefined();
+    expect(createMeter.responses['422'].content['application/json'].schema.properties.error).toBeDefined();
+    expect(Object.keys(createMeter.responses['201'].headers)).toEqual(
+      expect.arrayContaining(['Idempotent-Replayed', 'X-RateLimit-Limit', 'X-RateLimit-Remaining', 'X-RateLimit-Reset']),
+    );
+    expect(Object.keys(createMeter.responses['429'].headers)).toContain('Retry-After');
+    const patchMeter = doc.paths['/v1/meters/{id}'].patch;
+    expect(patchMeter.responses['415']).toBeDefined();
+    expect(patchMeter.parameters.map((p: { name: string }) => p.name)).not.toContain('Idempotency-Key');
+    const listMeters = doc.paths['/v1/meters'].get;
+    expect(listMeters.responses['415']).toBeUndefined();
+    expect(Object.keys(listMeters.responses['200'].headers)).toContain('X-RateLimit-Remaining');
+    expect(doc.paths['/v1/secret_keys/{id}'].delete.responses['409'].description).toContain('last_secret_key');
+    // Public operations have no API key, so no rate limit.
+    expect(doc.paths['/healthz'].get.responses['200'].headers).toBeUndefined();
     // Internal endpoints stay out of the public document.
     expect(Object.keys(doc.paths)).not.toContain('/metrics');
     expect(Object.keys(doc.paths)).not.toContain('/v1/openapi.json');
