@@ -8,7 +8,9 @@ import { installErrorHandling } from './http/error-handler.ts';
 import { beginIdempotentRequest, finishIdempotentRequest } from './http/idempotency.ts';
 import { installJsonBodyParser } from './http/json-body.ts';
 import { loggerOptions } from './http/logging.ts';
+import { rejectNulCharacters } from './http/nul-characters.ts';
 import { installMetrics } from './http/metrics.ts';
+import { documentSharedBehaviour } from './http/schemas.ts';
 import type { App, AppDeps } from './http/types.ts';
 import { registerDropInRoutes } from './gateway/drop-in.ts';
 import { createGateway, registerForwardRoutes } from './gateway/forward.ts';
@@ -31,9 +33,12 @@ const RATE_WINDOW_MS = 60_000;
 /** The only wiring point: every route, hook and plugin is attached here. */
 export async function buildApp(deps: AppDeps): Promise<App> {
   const app = Fastify({
-    logger: loggerOptions(deps.config.logLevel),
+    logger: loggerOptions(deps.config.logLevel, deps.logStream),
     bodyLimit: BODY_LIMIT,
     genReqId: (req) => headerValue(req.headers['x-request-id']) ?? randomUUID(),
+    // Fastify's own 503 while closing has its own body; closeConnectionsWhenShuttingDown answers
+    // with the envelope instead.
+    return503OnClosing: false,
     // The SDK's rewrite URLs carry `https://` inside the path; never merge slashes.
     routerOptions: { ignoreTrailingSlash: true, ignoreDuplicateSlashes: false, maxParamLength: 1000 },
     // Errors raised before routing (a malformed percent-escape) get the envelope too.
@@ -66,6 +71,8 @@ export async function buildApp(deps: AppDeps): Promise<App> {
       security: [{ secretKey: [] }],
     },
     transform: jsonSchemaTransform,
+    transformObject: (documents) =>
+      'openapiObject' in documents ? documentSharedBehaviour(documents.openapiObject) : documents.swaggerObject,
   });
 
   registerHealthRoutes(app, deps);
@@ -83,6 +90,7 @@ export async function buildApp(deps: AppDeps): Promise<App> {
     async (v1) => {
       const api = v1.withTypeProvider<ZodTypeProvider>();
       api.addHook('onRequest', (request, reply) => authenticateAndLimit(deps, request, reply));
+      rejectNulCharacters(api);
       api.addHook('preHandler', async (request, reply) => {
         if (request.method !== 'POST' || !request.principal) return;
         const outcome = await beginIdempotentRequest(deps.storage, request, reply, request.principal.keyId);
@@ -129,12 +137,17 @@ async function authenticateAndLimit(deps: AppDeps, request: FastifyRequest, repl
 
 /**
  * During shutdown, answers in flight are sent with `Connection: close`: otherwise a keep-alive
- * client would hold the server open until its socket times out.
+ * client would hold the server open until its socket times out. A request that arrives meanwhile
+ * (the port accepts until the preClose hooks are done) is refused with 503 in the envelope, so the
+ * client retries it elsewhere instead of starting work this process may not finish.
  */
 function closeConnectionsWhenShuttingDown(app: App): void {
   let closing = false;
   app.addHook('preClose', async () => {
     closing = true;
+  });
+  app.addHook('onRequest', async () => {
+    if (closing) throw new ApiError('service_unavailable', 'The server is shutting down; retry the request.');
   });
   app.addHook('onSend', async (_request, reply, payload) => {
     if (closing) reply.header('connection', 'close');

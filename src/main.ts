@@ -5,18 +5,26 @@ import type { Config } from './config.ts';
 import { MemoryRateLimiter, RedisRateLimiter, type RateLimiter } from './http/rate-limit.ts';
 import type { App } from './http/types.ts';
 import { openStorage, type Storage } from './storage/db.ts';
+import { purgeExpiredIdempotencyKeys } from './storage/idempotency.ts';
 import { migrateToLatest } from './storage/migrate.ts';
 
 export type RunningServer = { app: App; url: string; stop(): Promise<void> };
 
+const SWEEP_INTERVAL_MS = 30_000;
+
 /** config -> storage -> migrations -> buildApp() -> listen. */
-export async function startServer(config: Config): Promise<RunningServer> {
+export async function startServer(
+  config: Config,
+  opts: { sweepIntervalMs?: number } = {},
+): Promise<RunningServer> {
   const storage = openStorage(config.databaseUrl);
   await migrateToLatest(storage);
-  const { limiter, redis } = makeRateLimiter(config);
+  let reportOutage = (_err: unknown) => {};
+  const { limiter, redis } = makeRateLimiter(config, (err) => reportOutage(err));
   const app = await buildApp({ config, storage, rateLimiter: limiter });
+  reportOutage = (err) => app.log.warn({ err }, 'Redis is unreachable: rate limits are counted per instance until it is back');
   const url = await app.listen({ port: config.port, host: config.host });
-  const sweeper = startHoldSweeper(storage, app);
+  const sweeper = startSweeper(storage, app, opts.sweepIntervalMs ?? SWEEP_INTERVAL_MS);
   app.log.info({ database: storage.describe, redis: Boolean(redis) }, `Tollgate listening on ${url}`);
   return {
     app,
@@ -28,21 +36,32 @@ export async function startServer(config: Config): Promise<RunningServer> {
   };
 }
 
-const HOLD_SWEEP_INTERVAL_MS = 30_000;
-
-/** Releases holds whose settlement never came (a crash, a stuck upstream) and marks their records `error`. */
-function startHoldSweeper(storage: Storage, app: App): NodeJS.Timeout {
+/**
+ * Periodic clean-up of what a crash or time leaves behind: holds whose settlement never came (their
+ * records marked `error`), and idempotency keys past their 24 h or their lease, which would
+ * otherwise only go when the same key came back.
+ */
+function startSweeper(storage: Storage, app: App, intervalMs: number): NodeJS.Timeout {
   const timer = setInterval(() => {
     sweepExpiredHolds(storage).catch((err: unknown) => app.log.error({ err }, 'hold sweep failed'));
-  }, HOLD_SWEEP_INTERVAL_MS);
+    purgeExpiredIdempotencyKeys(storage.db, new Date().toISOString()).catch((err: unknown) =>
+      app.log.error({ err }, 'idempotency key purge failed'),
+    );
+  }, intervalMs);
   timer.unref();
   return timer;
 }
 
-function makeRateLimiter(config: Config): { limiter: RateLimiter; redis: Redis | null } {
+function makeRateLimiter(
+  config: Config,
+  onOutage: (err: unknown) => void,
+): { limiter: RateLimiter; redis: Redis | null } {
   if (!config.redisUrl) return { limiter: new MemoryRateLimiter(), redis: null };
-  const redis = new Redis(config.redisUrl, { maxRetriesPerRequest: 2, enableOfflineQueue: true });
-  return { limiter: new RedisRateLimiter(redis), redis };
+  // A command to a Redis that stopped answering fails fast, so the limiter can count locally.
+  const redis = new Redis(config.redisUrl, { maxRetriesPerRequest: 2, enableOfflineQueue: true, commandTimeout: 1_000 });
+  // Connection errors are reported through onOutage; without a listener ioredis logs each retry.
+  redis.on('error', () => {});
+  return { limiter: new RedisRateLimiter(redis, { onOutage }), redis };
 }
 
 async function shutdown(app: App, storage: Storage, limiter: RateLimiter, redis: Redis | null): Promise<void> {
@@ -50,7 +69,9 @@ async function shutdown(app: App, storage: Storage, limiter: RateLimiter, redis:
   await app.close();
   await limiter.close();
   await storage.close();
-  if (redis) await redis.quit();
+  // QUIT would wait in the offline queue for a Redis that is not there.
+  if (redis?.status === 'ready') await redis.quit();
+  else redis?.disconnect();
 }
 
 /** Stops gracefully on SIGINT/SIGTERM; a second signal forces the exit. */

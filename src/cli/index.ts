@@ -5,6 +5,7 @@ import { BUCKET_ORDER, type Bucket } from '../ledger/accounts.ts';
 import { creditWallet } from '../ledger/wallets.ts';
 import { startServer, stopOnSignals } from '../main.ts';
 import { openStorage, type Storage } from '../storage/db.ts';
+import { isUniqueViolation } from '../storage/errors.ts';
 import { createMerchant, setServiceChargeRate } from '../storage/merchants.ts';
 import { verifyLedger } from '../ledger/verify.ts';
 import { migrateToLatest } from '../storage/migrate.ts';
@@ -43,9 +44,14 @@ admin
   .option('--password <password>', 'login password for the dashboard')
   .option('--json', 'print {merchant_id, secret_key, wallet_id} as JSON')
   .action(async (opts: { name: string; email?: string; password?: string; json?: boolean }) => {
+    if ((opts.email === undefined) !== (opts.password === undefined)) fail('Give --email and --password together, or neither.');
     await withStorage(async (storage) => {
       await migrateToLatest(storage);
-      const { merchant, secretKey } = await createMerchant(storage, opts);
+      const { merchant, secretKey } = await createMerchant(storage, opts).catch((e: unknown) => {
+        // The only unique value a new merchant brings is its e-mail.
+        if (isUniqueViolation(e)) fail(`A merchant with the email ${opts.email} already exists.`);
+        throw e;
+      });
       const out = { merchant_id: merchant.id, secret_key: secretKey, wallet_id: merchant.wallet_id };
       if (opts.json) console.log(JSON.stringify(out));
       else {

@@ -1,4 +1,4 @@
-import { formatMoney, MoneyFormatError, parseMoney } from './money.ts';
+import { formatMoney, MAX_AMOUNT_UNITS, MoneyFormatError, parseMoney } from './money.ts';
 
 export const RATE_TYPES = ['fixed', 'percentage'] as const;
 export const TIER_TYPES = ['tokens_1m', 'characters_1m', 'minutes', 'requests'] as const;
@@ -49,7 +49,10 @@ function parseStart(value: string | number): number | null {
 function parseRate(value: string): bigint | string {
   try {
     const units = parseMoney(value);
-    return units < 0n ? 'rate must not be negative' : units;
+    if (units < 0n) return 'rate must not be negative';
+    // A larger rate could never be charged: every priced amount is bounded by the same maximum.
+    if (units > MAX_AMOUNT_UNITS) return `rate must be at most ${formatMoney(MAX_AMOUNT_UNITS)}`;
+    return units;
   } catch (e) {
     if (e instanceof MoneyFormatError) return `rate must be a decimal string with at most 10 fractional digits`;
     throw e;

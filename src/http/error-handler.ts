@@ -14,9 +14,51 @@ export function installErrorHandling(app: FastifyInstance): void {
     return reply.status(apiError.status).send(apiError.toEnvelope());
   });
 
+  const routes = collectRoutes(app);
   app.setNotFoundHandler((request, reply) => {
-    return reply.status(404).send(envelope('route_not_found', `No endpoint ${request.method} ${request.url.split('?')[0]}.`));
+    const path = request.url.split('?')[0] ?? '';
+    const allowed = routes.methodsFor(path);
+    if (allowed.length > 0) {
+      return reply
+        .status(405)
+        .header('allow', allowed.join(', '))
+        .send(envelope('method_not_allowed', `${request.method} is not allowed on ${path}; use ${allowed.join(', ')}.`));
+    }
+    return reply.status(404).send(envelope('route_not_found', `No endpoint ${request.method} ${path}.`));
   });
+}
+
+/**
+ * The methods of every registered path, to tell "no such endpoint" (404) from "this endpoint,
+ * another method" (405 with Allow). Only consulted when routing found nothing.
+ */
+function collectRoutes(app: FastifyInstance): { methodsFor(path: string): string[] } {
+  const routes: { pattern: RegExp; methods: string[] }[] = [];
+  app.addHook('onRoute', (route) => {
+    const methods = Array.isArray(route.method) ? route.method : [route.method];
+    routes.push({ pattern: patternOf(route.url ?? route.path), methods });
+  });
+  return {
+    methodsFor: (path) => {
+      const trimmed = path.length > 1 ? path.replace(/\/$/, '') : path;
+      const methods = new Set(routes.filter((r) => r.pattern.test(trimmed)).flatMap((r) => r.methods));
+      return [...methods].sort();
+    },
+  };
+}
+
+/** `/v1/meters/:id` → a pattern matching one path segment per parameter; `*` matches the rest. */
+function patternOf(url: string): RegExp {
+  const trimmed = url.length > 1 ? url.replace(/\/$/, '') : url;
+  const source = trimmed
+    .split('/')
+    .map((segment) => {
+      if (segment === '*') return '.*';
+      if (segment.startsWith(':')) return '[^/]+';
+      return segment.replace(/[.*+?^${}()|[\]\\]/g, '\\$&');
+    })
+    .join('/');
+  return new RegExp(`^${source}$`);
 }
 
 function toApiError(err: unknown): ApiError {

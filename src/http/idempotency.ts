@@ -6,15 +6,22 @@ import {
   completeIdempotencyKey,
   findIdempotencyKey,
   releaseIdempotencyKey,
+  type IdempotencyClaim,
 } from '../storage/idempotency.ts';
 import { ApiError } from './errors.ts';
 
 export const IDEMPOTENCY_TTL_MS = 24 * 60 * 60 * 1000;
+/**
+ * How long a claim may stay in flight before a retry may take the key over. A standard endpoint
+ * answers within seconds (SQLite waits at most 10 s for its lock), so a claim this old was left by
+ * a process that died mid-request.
+ */
+export const IDEMPOTENCY_LEASE_MS = 60_000;
 const HEADER = 'idempotency-key';
 
 declare module 'fastify' {
   interface FastifyRequest {
-    idempotencyClaim?: { scope: string; key: string };
+    idempotencyClaim?: IdempotencyClaim;
   }
 }
 
@@ -34,21 +41,22 @@ export async function beginIdempotentRequest(
   if (key === null) return 'proceed';
   const requestHash = fingerprint(request);
   const now = new Date();
+  const claim: IdempotencyClaim = { scope, key, created_at: now.toISOString() };
   const claimed = await claimIdempotencyKey(storage.db, {
-    scope,
-    key,
+    ...claim,
     request_hash: requestHash,
-    created_at: now.toISOString(),
-    expires_at: new Date(now.getTime() + IDEMPOTENCY_TTL_MS).toISOString(),
+    expires_at: new Date(now.getTime() + IDEMPOTENCY_LEASE_MS).toISOString(),
   });
   if (claimed) {
-    request.idempotencyClaim = { scope, key };
+    request.idempotencyClaim = claim;
     return 'proceed';
   }
   const existing = await findIdempotencyKey(storage.db, scope, key);
-  if (!existing) throw new ApiError('idempotency_key_in_use', 'This Idempotency-Key was just released; retry.');
+  if (!existing) throw inUse(1, 'This Idempotency-Key was just released; retry.');
   if (existing.request_hash !== requestHash) throw new ApiError('idempotency_key_reused');
-  if (existing.state !== 'done' || existing.response_status === null) throw new ApiError('idempotency_key_in_use');
+  if (existing.state !== 'done' || existing.response_status === null) {
+    throw inUse(Math.ceil((Date.parse(existing.expires_at) - Date.now()) / 1000));
+  }
   // SQLite runs with safe integers, so the stored status may arrive as a bigint.
   await reply
     .status(Number(existing.response_status))
@@ -56,6 +64,14 @@ export async function beginIdempotentRequest(
     .type('application/json; charset=utf-8')
     .send(existing.response_body ?? '');
   return 'replayed';
+}
+
+/** 409 with the seconds until the running claim's lease ends, when a retry may take the key over. */
+function inUse(retryAfterSeconds: number, message?: string): ApiError {
+  return new ApiError('idempotency_key_in_use', message, {
+    // Claims of another instance may be a clock skew younger than ours: never beyond one lease.
+    headers: { 'retry-after': String(Math.min(IDEMPOTENCY_LEASE_MS / 1000, Math.max(1, retryAfterSeconds))) },
+  });
 }
 
 /** In onSend: store what the claimed request answered; a server error frees the key for a retry. */
@@ -69,10 +85,12 @@ export async function finishIdempotentRequest(
   if (!claim) return;
   request.idempotencyClaim = undefined;
   if (statusCode >= 500 || typeof payload !== 'string') {
-    await releaseIdempotencyKey(storage.db, claim.scope, claim.key);
+    await releaseIdempotencyKey(storage.db, claim);
     return;
   }
-  await completeIdempotencyKey(storage.db, claim.scope, claim.key, statusCode, payload);
+  const expiresAt = new Date(Date.parse(claim.created_at) + IDEMPOTENCY_TTL_MS).toISOString();
+  const stored = await completeIdempotencyKey(storage.db, claim, { status: statusCode, body: payload, expiresAt });
+  if (!stored) request.log.warn({ idempotencyKey: claim.key }, 'idempotency claim outlived its lease and was taken over; response not stored');
 }
 
 function readKey(request: FastifyRequest): string | null {

@@ -17,8 +17,10 @@ export function installJsonBodyParser(app: FastifyInstance, bodyLimit: number): 
   // Fastify's built-in text/plain parser would hand the schema a string (a 400 that hides the real
   // problem); every body here is JSON, so anything else is 415 unsupported_media_type.
   app.removeContentTypeParser('text/plain');
+  // Fastify tests the pattern against the normalised header (lower-case media type, then
+  // `; name="value"` parameters), so the media type must end at `;` as well as at the end.
   app.addContentTypeParser(
-    /^application\/([\w.+-]*\+)?json$/,
+    /^application\/([\w.+-]*\+)?json(;|$)/,
     { parseAs: 'string', bodyLimit },
     (request, body, done) => {
       const text = String(body);

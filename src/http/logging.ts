@@ -1,4 +1,5 @@
 import type { FastifyServerOptions } from 'fastify';
+import { stdSerializers, type DestinationStream } from 'pino';
 
 /** Header and field names whose values never reach a log line: credentials and personal data. */
 export const REDACTED_PATHS = [
@@ -28,10 +29,38 @@ export function redactUrl(url: string): string {
   return `${url.slice(0, q)}?${params.toString()}`;
 }
 
-export function loggerOptions(level: string): FastifyServerOptions['logger'] {
+/**
+ * Database error fields that quote the data: PostgreSQL's `detail` ("Failing row contains (…)",
+ * "Key (email)=(…)"), `where` and `internalQuery`, and the bound `parameters` some drivers attach.
+ */
+const ERROR_FIELDS_WITH_VALUES = ['detail', 'where', 'internalQuery', 'parameters', 'query', 'values'];
+
+/** pino's error serializer without the fields that carry column values, nested errors included. */
+export function serializeError(err: Error): ReturnType<typeof stdSerializers.err> {
+  const serialized = stdSerializers.err(err);
+  scrubErrorValues(serialized, Object.getPrototypeOf(serialized));
+  return serialized;
+}
+
+/**
+ * Only objects the serializer made (same prototype) are edited: other nested values are the
+ * original error's own objects, which logging must not change.
+ */
+function scrubErrorValues(serialized: unknown, serializedProto: unknown): void {
+  if (typeof serialized !== 'object' || serialized === null) return;
+  if (Object.getPrototypeOf(serialized) !== serializedProto) return;
+  const record = serialized as Record<string, unknown>;
+  for (const field of ERROR_FIELDS_WITH_VALUES) delete record[field];
+  for (const nested of Object.values(record)) {
+    for (const item of Array.isArray(nested) ? nested : [nested]) scrubErrorValues(item, serializedProto);
+  }
+}
+
+export function loggerOptions(level: string, stream?: DestinationStream): FastifyServerOptions['logger'] {
   if (level === 'silent') return false;
   return {
     level,
+    ...(stream ? { stream } : {}),
     redact: { paths: REDACTED_PATHS, censor: '[Redacted]' },
     serializers: {
       req: (req: { method: string; url: string; id: string }) => ({
@@ -39,6 +68,7 @@ export function loggerOptions(level: string): FastifyServerOptions['logger'] {
         method: req.method,
         url: redactUrl(req.url),
       }),
+      err: serializeError,
     },
   };
 }

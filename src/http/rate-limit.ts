@@ -14,6 +14,8 @@ export type RateDecision = {
  */
 export interface RateLimiter {
   hit(key: string, limit: number, windowMs: number): Promise<RateDecision>;
+  /** Whether the shared store (if any) answers right now; always true in process. */
+  reachable(): Promise<boolean>;
   close(): Promise<void>;
 }
 
@@ -44,24 +46,76 @@ export class MemoryRateLimiter implements RateLimiter {
     for (const [k, v] of this.#counts) if (v.start < currentStart) this.#counts.delete(k);
   }
 
+  async reachable(): Promise<boolean> {
+    return true;
+  }
+
   async close(): Promise<void> {}
 }
 
+const PING_TIMEOUT_MS = 1_000;
+
+/**
+ * Counts in Redis. While Redis is unreachable or failing, each instance counts on its own (a key
+ * may then get the limit once per instance) rather than refusing every request: Redis holds only
+ * these windows, and usage recording and billing must not stop for them. `onOutage` is told once
+ * per outage.
+ */
 export class RedisRateLimiter implements RateLimiter {
   readonly #redis: Redis;
   readonly #prefix: string;
+  readonly #onOutage: (err: unknown) => void;
+  readonly #local = new MemoryRateLimiter();
+  #inOutage = false;
 
-  constructor(redis: Redis, prefix = 'tollgate:rl:') {
+  constructor(redis: Redis, opts: { prefix?: string; onOutage?: (err: unknown) => void } = {}) {
     this.#redis = redis;
-    this.#prefix = prefix;
+    this.#prefix = opts.prefix ?? 'tollgate:rl:';
+    this.#onOutage = opts.onOutage ?? (() => {});
   }
 
   async hit(key: string, limit: number, windowMs: number): Promise<RateDecision> {
+    // Known to be down and not back yet: answer at once from the local count instead of queueing
+    // behind reconnects. (Before the first connection, commands wait in ioredis' offline queue.)
+    if (this.#inOutage && this.#redis.status !== 'ready') {
+      return this.#countLocally(key, limit, windowMs, new Error(`Redis connection is ${this.#redis.status}`));
+    }
     const { start, resetAt } = windowOf(Date.now(), windowMs);
-    const redisKey = `${this.#prefix}${key}:${start}`;
+    try {
+      const count = await this.#increment(`${this.#prefix}${key}:${start}`, windowMs);
+      this.#inOutage = false;
+      return decide(count, limit, resetAt);
+    } catch (err) {
+      return this.#countLocally(key, limit, windowMs, err);
+    }
+  }
+
+  async #increment(redisKey: string, windowMs: number): Promise<number> {
     const results = await this.#redis.multi().incr(redisKey).pexpire(redisKey, windowMs * 2).exec();
-    const count = Number(results?.[0]?.[1] ?? 0);
-    return decide(count, limit, resetAt);
+    const [err, count] = results?.[0] ?? [new Error('Redis returned no result for INCR'), null];
+    if (err) throw err;
+    return Number(count);
+  }
+
+  #countLocally(key: string, limit: number, windowMs: number, err: unknown): Promise<RateDecision> {
+    if (!this.#inOutage) {
+      this.#inOutage = true;
+      this.#onOutage(err);
+    }
+    return this.#local.hit(key, limit, windowMs);
+  }
+
+  async reachable(): Promise<boolean> {
+    if (this.#inOutage && this.#redis.status !== 'ready') return false;
+    let timer: NodeJS.Timeout | undefined;
+    const timeout = new Promise<false>((resolve) => (timer = setTimeout(() => resolve(false), PING_TIMEOUT_MS)));
+    try {
+      return await Promise.race([this.#redis.ping().then(() => true), timeout]);
+    } catch {
+      return false;
+    } finally {
+      clearTimeout(timer);
+    }
   }
 
   async close(): Promise<void> {}

@@ -1,5 +1,6 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { FastifyBaseLogger, FastifyInstance, RawServerDefault } from 'fastify';
+import type { DestinationStream } from 'pino';
 import type { ZodTypeProvider } from 'fastify-type-provider-zod';
 import type { Config } from '../config.ts';
 import type { Storage } from '../storage/db.ts';
@@ -12,6 +13,8 @@ export type AppDeps = {
   config: Config;
   storage: Storage;
   rateLimiter: RateLimiter;
+  /** Where logs go instead of stdout (tests read them back). */
+  logStream?: DestinationStream;
 };
 
 declare module 'fastify' {

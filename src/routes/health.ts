@@ -4,7 +4,11 @@ import { ApiError } from '../http/errors.ts';
 import type { App, AppDeps } from '../http/types.ts';
 
 const healthResponse = z.object({ status: z.literal('ok') });
-const readyResponse = z.object({ status: z.literal('ready'), database: z.enum(['sqlite', 'postgres']) });
+const readyResponse = z.object({
+  status: z.enum(['ready', 'degraded']),
+  database: z.enum(['sqlite', 'postgres']),
+  redis: z.enum(['ready', 'unreachable']).optional(),
+});
 
 export function registerHealthRoutes(app: App, deps: AppDeps): void {
   // Liveness: the process answers. It must not depend on the database.
@@ -14,7 +18,9 @@ export function registerHealthRoutes(app: App, deps: AppDeps): void {
     async () => ({ status: 'ok' as const }),
   );
 
-  // Readiness: the database answers a query.
+  // Readiness: the database answers a query (else 503). With REDIS_URL, Redis is checked too, but
+  // its loss only degrades the instance (rate limits counted locally): every instance shares that
+  // Redis, and failing readiness would take all of them out of service at once.
   app.get(
     '/readyz',
     { config: { public: true }, schema: { tags: ['operations'], security: [], response: { 200: readyResponse } } },
@@ -24,7 +30,10 @@ export function registerHealthRoutes(app: App, deps: AppDeps): void {
       } catch {
         throw new ApiError('service_unavailable', 'The database is not reachable.');
       }
-      return { status: 'ready' as const, database: deps.storage.dialect };
+      const database = deps.storage.dialect;
+      if (!deps.config.redisUrl) return { status: 'ready' as const, database };
+      const redis = (await deps.rateLimiter.reachable()) ? ('ready' as const) : ('unreachable' as const);
+      return { status: redis === 'ready' ? ('ready' as const) : ('degraded' as const), database, redis };
     },
   );
 }

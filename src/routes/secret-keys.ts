@@ -2,7 +2,7 @@ import { z } from 'zod';
 import { principalOf } from '../http/auth.ts';
 import { ApiError, notFound } from '../http/errors.ts';
 import { assertCursor, pageQuery, pageResponse, toPage } from '../http/pagination.ts';
-import { deletedResponse, idParams, optionalBody, standardErrors } from '../http/schemas.ts';
+import { deletedResponse, errorResponse, idParams, optionalBody, standardErrors } from '../http/schemas.ts';
 import type { App, AppDeps } from '../http/types.ts';
 import {
   insertSecretKey,
@@ -51,7 +51,13 @@ export function registerSecretKeyRoutes(app: App, { storage }: AppDeps): void {
 
   app.delete(
     '/secret_keys/:id',
-    { schema: { tags, params: idParams, response: { 200: deletedResponse, ...standardErrors } } },
+    {
+      schema: {
+        tags,
+        params: idParams,
+        response: { 200: deletedResponse, ...standardErrors, 409: errorResponse('`last_secret_key`: the last key cannot be deleted') },
+      },
+    },
     async (request) => {
       const { merchantId } = principalOf(request);
       const outcome = await revokeSecretKey(storage, merchantId, request.params.id);

@@ -1,4 +1,5 @@
 import type { AddressInfo } from 'node:net';
+import type { DestinationStream } from 'pino';
 import { buildApp } from '../../src/app.ts';
 import { loadConfig, type Config } from '../../src/config.ts';
 import { MemoryRateLimiter, type RateLimiter } from '../../src/http/rate-limit.ts';
@@ -26,13 +27,24 @@ export type TestApp = {
 
 export async function startTestApp(
   dialect: TestDatabase['dialect'],
-  opts: { env?: Record<string, string>; rateLimiter?: RateLimiter; database?: TestDatabase } = {},
+  opts: {
+    env?: Record<string, string>;
+    rateLimiter?: RateLimiter;
+    database?: TestDatabase;
+    /** Receives the app's log lines (set LOG_LEVEL in env, else nothing is logged). */
+    logStream?: DestinationStream;
+  } = {},
 ): Promise<TestApp> {
   const database = opts.database ?? (await freshDatabase(dialect));
   const config = loadConfig({ LOG_LEVEL: 'silent', DATABASE_URL: database.url, ...opts.env });
   const storage = openStorage(database.url, { poolSize: 10 });
   await migrateToLatest(storage);
-  const app = await buildApp({ config, storage, rateLimiter: opts.rateLimiter ?? new MemoryRateLimiter() });
+  const app = await buildApp({
+    config,
+    storage,
+    rateLimiter: opts.rateLimiter ?? new MemoryRateLimiter(),
+    ...(opts.logStream ? { logStream: opts.logStream } : {}),
+  });
   await app.ready();
 
   const newMerchant = async (name = 'Test merchant'): Promise<Merchant> => {

@@ -1,7 +1,8 @@
 import { describe, expect, it } from 'vitest';
 import { parseMoney } from '../../src/domain/money.ts';
-import { findWallet } from '../../src/ledger/wallets.ts';
+import { creditWallet, findWallet } from '../../src/ledger/wallets.ts';
 import { openStorage } from '../../src/storage/db.ts';
+import { startTestApp } from '../helpers/app.ts';
 import { tollgate } from '../helpers/cli.ts';
 import { databasesUnderTest, freshDatabase } from '../helpers/databases.ts';
 
@@ -19,6 +20,22 @@ describe('tollgate CLI', () => {
     const { code, stderr } = await tollgate(['serve'], { PORT: 'eighty' });
     expect(code).not.toBe(0);
     expect(stderr).toContain('PORT');
+  });
+
+  it('refuses half a login, both --rate and --default, and an unknown merchant, with a message each', async () => {
+    const { url } = await freshDatabase('sqlite');
+    const env = { DATABASE_URL: url };
+    const [halfLogin, both, unknown] = await Promise.all([
+      tollgate(['admin', 'create-merchant', '--name', 'No password', '--email', 'x@acme.example'], env),
+      tollgate(['admin', 'set-service-charge', '--merchant', 'mer_x', '--rate', '1', '--default'], env),
+      tollgate(['admin', 'set-service-charge', '--merchant', 'mer_nope', '--rate', '1'], env),
+    ]);
+    expect(halfLogin.code).not.toBe(0);
+    expect(halfLogin.stderr.trim()).toBe('Give --email and --password together, or neither.');
+    expect(both.code).not.toBe(0);
+    expect(both.stderr.trim()).toBe('Give exactly one of --rate or --default.');
+    expect(unknown.code).not.toBe(0);
+    expect(unknown.stderr.trim()).toBe('No merchant with id mer_nope.');
   });
 
   describe.each(databasesUnderTest())('on %s', (dialect) => {
@@ -56,6 +73,76 @@ describe('tollgate CLI', () => {
       const unknown = await tollgate(['admin', 'credit-wallet', '--wallet', 'wal_nope', '--amount', '1'], env);
       expect(unknown.code).not.toBe(0);
       expect(unknown.stderr).toContain('wal_nope');
+    });
+
+    it('creates a merchant with a dashboard login, and refuses a second one with the same email clearly', async () => {
+      const { url } = await freshDatabase(dialect);
+      const env = { DATABASE_URL: url };
+      const login = ['--email', 'ops@acme.example', '--password', 'correct horse battery'];
+      const created = await tollgate(['admin', 'create-merchant', '--name', 'Acme', ...login, '--json'], env);
+      expect(created.code, created.stderr).toBe(0);
+      const { merchant_id } = JSON.parse(created.stdout) as { merchant_id: string };
+
+      const duplicate = await tollgate(['admin', 'create-merchant', '--name', 'Acme again', ...login, '--json'], env);
+      expect(duplicate.code).not.toBe(0);
+      expect(duplicate.stdout).toBe('');
+      expect(duplicate.stderr.trim()).toBe('A merchant with the email ops@acme.example already exists.');
+
+
+      const storage = openStorage(url);
+      try {
+        const rows = await storage.db.selectFrom('merchants').select(['id', 'email', 'password_hash']).execute();
+        expect(rows).toHaveLength(1);
+        expect(rows[0]).toMatchObject({ id: merchant_id, email: 'ops@acme.example' });
+        // Stored as a salted hash, never as given.
+        expect(rows[0]!.password_hash).toMatch(/^scrypt\$/);
+        expect(rows[0]!.password_hash).not.toContain('correct horse');
+      } finally {
+        await storage.close();
+      }
+    });
+
+    it("sets a merchant's service charge, and --default returns it to SERVICE_CHARGE_RATE, as POST /v1/requests then charges", async () => {
+      const database = await freshDatabase(dialect);
+      const env = { DATABASE_URL: database.url };
+      const { merchant_id, secret_key } = JSON.parse(
+        (await tollgate(['admin', 'create-merchant', '--name', 'Acme', '--json'], env)).stdout,
+      ) as { merchant_id: string; secret_key: string };
+      const set = await tollgate(['admin', 'set-service-charge', '--merchant', merchant_id, '--rate', '10'], env);
+      expect(set.code, set.stderr).toBe(0);
+      expect(set.stdout).toContain('10.0000000000 %');
+
+      const t = await startTestApp(dialect, { database, env: { SERVICE_CHARGE_RATE: '2' } });
+      try {
+        const h = t.auth(secret_key);
+        const customer = (await t.app.inject({ method: 'POST', url: '/v1/customers', headers: h, payload: {} })).json();
+        await creditWallet(t.storage, customer.wallet.wallet_id, parseMoney('10'));
+        const meter = (
+          await t.app.inject({
+            method: 'POST',
+            url: '/v1/meters',
+            headers: h,
+            payload: { name: 'Per request', rate_type: 'fixed', tier_type: 'requests', tiers: [{ start: 0, rate: '0.25' }] },
+          })
+        ).json();
+        const record = async (request_id: string) => {
+          const res = await t.app.inject({
+            method: 'POST',
+            url: '/v1/requests',
+            headers: h,
+            payload: { request_id, customer_id: customer.customer_id, meter_slug: meter.meter_slug },
+          });
+          expect(res.statusCode).toBe(201);
+          return res.json().service_charge.amount as string;
+        };
+        expect(await record('with-override')).toBe('0.0250000000');
+
+        const reset = await tollgate(['admin', 'set-service-charge', '--merchant', merchant_id, '--default'], env);
+        expect(reset.code, reset.stderr).toBe(0);
+        expect(await record('operator-default')).toBe('0.0050000000');
+      } finally {
+        await t.close();
+      }
     });
 
     it('migrates safely when several processes start at once', async () => {

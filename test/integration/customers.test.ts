@@ -163,6 +163,20 @@ describe.each(databasesUnderTest())('customers on %s', (dialect) => {
     expect(bodiless.json()).toEqual(c);
   });
 
+  it('refuses malformed JSON on PATCH with invalid_json, leaving the customer unchanged', async () => {
+    const c = await createOk({ name: 'Grace Hopper' });
+    const res = await t.app.inject({
+      method: 'PATCH',
+      url: `/v1/customers/${c.customer_id}`,
+      headers: { ...t.auth(), 'content-type': 'application/json' },
+      payload: '{"name": "Someone Else"',
+    });
+    expect(res.statusCode).toBe(400);
+    expect(res.json<ErrorBody>()).toEqual({ error: { message: expect.any(String), code: 'invalid_json', status: 400 } });
+    const after = (await get(`/v1/customers/${c.customer_id}`)).json<Customer>();
+    expect(after).toEqual(c);
+  });
+
   it('rejects an invalid email with a validation error on ["email"]', async () => {
     const res = await create({ email: 'not-an-email' });
     expect(res.statusCode).toBe(400);
@@ -179,6 +193,7 @@ describe.each(databasesUnderTest())('customers on %s', (dialect) => {
       ['more than 100 pairs', tooMany, ['metadata']],
       ['a key with a dash', { 'bad-key': 'v' }, ['metadata', 'bad-key']],
       ['a 256-character value', { long: 'x'.repeat(256) }, ['metadata', 'long']],
+      ['a 256-character key', { ['k'.repeat(256)]: 'v' }, ['metadata', 'k'.repeat(256)]],
       ['a non-string value', { count: 3 }, ['metadata', 'count']],
       ['an empty value', { empty: '' }, ['metadata', 'empty']],
       ['a non-object', 'plan=pro', ['metadata']],
@@ -323,8 +338,16 @@ describe.each(databasesUnderTest())('customers on %s', (dialect) => {
       }
     });
 
-    it('rejects an unknown cursor with 400 invalid_cursor', async () => {
-      const res = await get('/v1/customers?cursor=con_01ARZ3NDEKTSV4RRFFQ69G5FAV');
+    it.each(['/v1/customers', '/v1/connections'])('rejects an unknown cursor on %s with 400 invalid_cursor', async (base) => {
+      const res = await get(`${base}?cursor=con_01ARZ3NDEKTSV4RRFFQ69G5FAV`);
+      expect(res.statusCode).toBe(400);
+      expect(res.json<ErrorBody>().error).toMatchObject({ code: 'invalid_cursor', status: 400 });
+    });
+
+    it("rejects another merchant's customer as a cursor on /v1/connections", async () => {
+      const other = await t.newMerchant();
+      const theirs = await createOk({}, other.secretKey);
+      const res = await get(`/v1/connections?cursor=${theirs.customer_id}`);
       expect(res.statusCode).toBe(400);
       expect(res.json<ErrorBody>().error).toMatchObject({ code: 'invalid_cursor', status: 400 });
     });

@@ -1,6 +1,17 @@
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import pg from 'pg';
+import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { hashSecret } from '../../src/domain/secrets.ts';
-import { claimIdempotencyKey, findIdempotencyKey, releaseIdempotencyKey } from '../../src/storage/idempotency.ts';
+import { loadConfig } from '../../src/config.ts';
+import { parseMoney } from '../../src/domain/money.ts';
+import { creditWallet } from '../../src/ledger/wallets.ts';
+import { IDEMPOTENCY_LEASE_MS, IDEMPOTENCY_TTL_MS } from '../../src/http/idempotency.ts';
+import { startServer } from '../../src/main.ts';
+import {
+  claimIdempotencyKey,
+  completeIdempotencyKey,
+  findIdempotencyKey,
+  releaseIdempotencyKey,
+} from '../../src/storage/idempotency.ts';
 import { startTestApp, type Merchant, type TestApp } from '../helpers/app.ts';
 import { databasesUnderTest } from '../helpers/databases.ts';
 
@@ -58,6 +69,15 @@ describe.each(databasesUnderTest())('Idempotency-Key on %s', (dialect) => {
     const res = await app.app.inject({ method: 'GET', url: `${r.url}?limit=100`, headers: app.auth(secret) });
     expect(res.statusCode).toBe(200);
     return (res.json() as { data: Record<string, unknown>[] }).data.map(r.idOf);
+  }
+
+  /** The stored fingerprint of this resource's body, learnt from a finished request with a throw-away key. */
+  async function fingerprintOf(secret: string, r: Resource): Promise<string> {
+    const probeKey = freshKey();
+    expect((await post(t, r.url, { secret, key: probeKey, body: r.body })).statusCode).toBe(201);
+    const probe = await findIdempotencyKey(t.storage.db, await keyIdOf(secret), probeKey);
+    await t.storage.db.deleteFrom('idempotency_keys').where('key', '=', probeKey).execute();
+    return probe!.request_hash;
   }
 
   async function keyIdOf(secret: string): Promise<string> {
@@ -168,16 +188,52 @@ describe.each(databasesUnderTest())('Idempotency-Key on %s', (dialect) => {
       expect(busy.json()).toEqual({
         error: { message: expect.any(String), code: 'idempotency_key_in_use', status: 409 },
       });
+      // Retry-After: the seconds left on the claim's lease.
+      expect(Number(busy.headers['retry-after'])).toBeGreaterThanOrEqual(58);
+      expect(Number(busy.headers['retry-after'])).toBeLessThanOrEqual(60);
       // A different body under a running key is still a reuse, not a wait.
       const reused = await post(t, r.url, { secret: mm.secretKey, key, body: { ...r.body, name: 'Other' } });
       expect(reused.statusCode).toBe(422);
       expect(await listIds(t, r, mm.secretKey)).toHaveLength(1);
 
-      await releaseIdempotencyKey(t.storage.db, scope, key);
+      await releaseIdempotencyKey(t.storage.db, { scope, key, created_at: now.toISOString() });
       const retried = await post(t, r.url, { secret: mm.secretKey, key, body: r.body });
       expect(retried.statusCode).toBe(201);
       expect(retried.headers['idempotent-replayed']).toBeUndefined();
       expect(await listIds(t, r, mm.secretKey)).toHaveLength(2);
+    });
+
+    it('lets a retry take over a claim whose lease ran out (a crashed request) and replays the retry from then on', async () => {
+      const mm = await t.newMerchant();
+      const scope = await keyIdOf(mm.secretKey);
+      const hash = await fingerprintOf(mm.secretKey, r);
+      const key = freshKey();
+      const crashedAt = Date.now() - IDEMPOTENCY_LEASE_MS - 1_000;
+      await t.storage.db
+        .insertInto('idempotency_keys')
+        .values({
+          scope,
+          key,
+          request_hash: hash,
+          state: 'in_flight',
+          response_status: null,
+          response_body: null,
+          created_at: new Date(crashedAt).toISOString(),
+          expires_at: new Date(crashedAt + IDEMPOTENCY_LEASE_MS).toISOString(),
+        })
+        .execute();
+
+      const retried = await post(t, r.url, { secret: mm.secretKey, key, body: r.body });
+      expect(retried.statusCode).toBe(201);
+      expect(retried.headers['idempotent-replayed']).toBeUndefined();
+      const replay = await post(t, r.url, { secret: mm.secretKey, key, body: r.body });
+      expect(replay.headers['idempotent-replayed']).toBe('true');
+      expect(replay.body).toBe(retried.body);
+      // Replays last 24 h from the retry's claim, not the lease.
+      const row = await findIdempotencyKey(t.storage.db, scope, key);
+      expect(Date.parse(row!.expires_at) - Date.parse(row!.created_at)).toBe(IDEMPOTENCY_TTL_MS);
+      // The probe that learnt the fingerprint, and the retry.
+      expect(await listIds(t, r, mm.secretKey)).toEqual([r.idOf(retried.json()), expect.anything()]);
     });
 
     it('lets concurrent requests with one key create exactly one resource', async () => {
@@ -193,6 +249,9 @@ describe.each(databasesUnderTest())('Idempotency-Key on %s', (dialect) => {
         else {
           expect(x.statusCode).toBe(409);
           expect(x.json().error.code).toBe('idempotency_key_in_use');
+          // The running claim holds the key for its lease, not for the 24 h of replays.
+          expect(Number(x.headers['retry-after'])).toBeGreaterThanOrEqual(1);
+          expect(Number(x.headers['retry-after'])).toBeLessThanOrEqual(IDEMPOTENCY_LEASE_MS / 1000);
         }
       }
       expect(await listIds(t, r, mm.secretKey)).toEqual([r.idOf(originals[0]!.json())]);
@@ -226,6 +285,151 @@ describe.each(databasesUnderTest())('Idempotency-Key on %s', (dialect) => {
       expect(replay.headers['idempotent-replayed']).toBe('true');
       expect(replay.body).toBe(res.body);
     });
+  });
+
+  it('does not let a request whose claim was taken over store or free the new claim when it finishes late', async () => {
+    const mm = await t.newMerchant();
+    const scope = await keyIdOf(mm.secretKey);
+    const body = resources[1]![1].body;
+    const key = freshKey();
+    const abandoned = { scope, key, created_at: new Date(Date.now() - IDEMPOTENCY_LEASE_MS - 1_000).toISOString() };
+    expect(
+      await claimIdempotencyKey(t.storage.db, {
+        ...abandoned,
+        request_hash: await fingerprintOf(mm.secretKey, resources[1]![1]),
+        expires_at: new Date(Date.parse(abandoned.created_at) + IDEMPOTENCY_LEASE_MS).toISOString(),
+      }),
+    ).toBe(true);
+    const retried = await post(t, '/v1/customers', { secret: mm.secretKey, key, body });
+    expect(retried.statusCode).toBe(201);
+
+    const late = { status: 201, body: '{"late":true}', expiresAt: new Date(Date.now() + IDEMPOTENCY_TTL_MS).toISOString() };
+    expect(await completeIdempotencyKey(t.storage.db, abandoned, late)).toBe(false);
+    await releaseIdempotencyKey(t.storage.db, abandoned);
+    const replay = await post(t, '/v1/customers', { secret: mm.secretKey, key, body });
+    expect(replay.headers['idempotent-replayed']).toBe('true');
+    expect(replay.body).toBe(retried.body);
+  });
+
+  it.runIf(dialect === 'postgres')(
+    'holds a running claim for its lease only: a retry after the lease takes over, and the late original stores nothing',
+    async () => {
+      const mm = await t.newMerchant();
+      const key = freshKey();
+      const body = resources[1]![1].body;
+      // Customers cannot be written while this lock is held: the first request claims its key, then waits.
+      const locker = new pg.Client({ connectionString: t.database.url });
+      await locker.connect();
+      await locker.query('begin');
+      await locker.query('lock table connections in exclusive mode');
+      let unlocked = false;
+      const unlock = async () => {
+        if (unlocked) return;
+        unlocked = true;
+        await locker.query('rollback');
+        await locker.end();
+      };
+      try {
+        const original = post(t, '/v1/customers', { secret: mm.secretKey, key, body });
+        const scope = await keyIdOf(mm.secretKey);
+        const claimOf = () => findIdempotencyKey(t.storage.db, scope, key);
+        await expect.poll(async () => (await claimOf())?.state, { timeout: 5_000 }).toBe('in_flight');
+        const originalClaim = (await claimOf())!.created_at;
+
+        const busy = await post(t, '/v1/customers', { secret: mm.secretKey, key, body });
+        expect(busy.statusCode).toBe(409);
+        expect(Number(busy.headers['retry-after'])).toBeLessThanOrEqual(IDEMPOTENCY_LEASE_MS / 1000);
+
+        // As if the original's process had hung past its lease: the retry takes the key over.
+        vi.useFakeTimers({ toFake: ['Date'], now: Date.now() + IDEMPOTENCY_LEASE_MS + 1_000 });
+        const retry = post(t, '/v1/customers', { secret: mm.secretKey, key, body });
+        await expect.poll(async () => (await claimOf())?.created_at, { timeout: 5_000 }).not.toBe(originalClaim);
+        await unlock();
+        const [first, second] = await Promise.all([original, retry]);
+        expect(first.statusCode).toBe(201);
+        expect(second.statusCode).toBe(201);
+        expect(second.headers['idempotent-replayed']).toBeUndefined();
+
+        const replay = await post(t, '/v1/customers', { secret: mm.secretKey, key, body });
+        expect(replay.headers['idempotent-replayed']).toBe('true');
+        expect(replay.body).toBe(second.body);
+      } finally {
+        vi.useRealTimers();
+        await unlock();
+      }
+    },
+  );
+
+  it('is purged by the server\'s periodic sweep once past its 24 h or its lease, keeping live keys', async () => {
+    const server = await startServer(loadConfig({ PORT: '0', LOG_LEVEL: 'silent', DATABASE_URL: t.database.url }), {
+      sweepIntervalMs: 50,
+    });
+    try {
+      const past = (ms: number) => new Date(Date.now() - ms).toISOString();
+      const future = (ms: number) => new Date(Date.now() + ms).toISOString();
+      const row = (key: string, state: 'in_flight' | 'done', createdAt: string, expiresAt: string) => ({
+        scope: 'sweep-scope',
+        key,
+        request_hash: 'h',
+        state,
+        response_status: state === 'done' ? 201 : null,
+        response_body: state === 'done' ? '{}' : null,
+        created_at: createdAt,
+        expires_at: expiresAt,
+      });
+      const day = IDEMPOTENCY_TTL_MS;
+      await t.storage.db
+        .insertInto('idempotency_keys')
+        .values([
+          row('old-response', 'done', past(2 * day), past(day)),
+          row('abandoned-claim', 'in_flight', past(2 * IDEMPOTENCY_LEASE_MS), past(IDEMPOTENCY_LEASE_MS)),
+          row('live-response', 'done', past(1_000), future(day)),
+          row('running-claim', 'in_flight', past(1_000), future(IDEMPOTENCY_LEASE_MS)),
+        ])
+        .execute();
+      const remaining = async () =>
+        (await t.storage.db.selectFrom('idempotency_keys').select('key').where('scope', '=', 'sweep-scope').orderBy('key').execute()).map(
+          (x) => x.key,
+        );
+      await expect.poll(remaining, { timeout: 5_000, interval: 50 }).toEqual(['live-response', 'running-claim']);
+    } finally {
+      await server.stop();
+    }
+  });
+
+  it('covers POST /v1/requests: a replay is Idempotent-Replayed and charges once; another body under the key is 422', async () => {
+    const mm = await t.newMerchant();
+    const h = t.auth(mm.secretKey);
+    const customer = (await t.app.inject({ method: 'POST', url: '/v1/customers', headers: h, payload: {} })).json();
+    await creditWallet(t.storage, customer.wallet.wallet_id, parseMoney('1'));
+    const meter = (
+      await t.app.inject({
+        method: 'POST',
+        url: '/v1/meters',
+        headers: h,
+        payload: { name: 'Per request', rate_type: 'fixed', tier_type: 'requests', tiers: [{ start: 0, rate: '0.25' }] },
+      })
+    ).json();
+    const body = { request_id: 'idem-req-1', customer_id: customer.customer_id, meter_slug: meter.meter_slug };
+    const key = freshKey();
+
+    const first = await post(t, '/v1/requests', { secret: mm.secretKey, key, body });
+    expect(first.statusCode).toBe(201);
+    expect(first.headers['idempotent-replayed']).toBeUndefined();
+    const again = await post(t, '/v1/requests', { secret: mm.secretKey, key, body });
+    expect(again.statusCode).toBe(201);
+    expect(again.headers['idempotent-replayed']).toBe('true');
+    expect(again.body).toBe(first.body);
+
+    const other = await post(t, '/v1/requests', { secret: mm.secretKey, key, body: { ...body, request_id: 'idem-req-2' } });
+    expect(other.statusCode).toBe(422);
+    expect(other.json().error.code).toBe('idempotency_key_reused');
+
+    // One charge of 0.25, and one recorded request.
+    const after = await t.app.inject({ method: 'GET', url: `/v1/customers/${customer.customer_id}`, headers: h });
+    expect(after.json().wallet.balance).toBe('0.7500000000');
+    const list = await t.app.inject({ method: 'GET', url: '/v1/requests', headers: h });
+    expect(list.json().data.map((r: { request_id: string }) => r.request_id)).toEqual(['idem-req-1']);
   });
 
   it('rejects an Idempotency-Key longer than 255 characters with 400, creating nothing', async () => {

@@ -89,6 +89,9 @@ describe.each(databasesUnderTest())('meters on %s', (dialect) => {
     ['unknown tier_type', { tier_type: 'tokens_1k' }, ['tier_type']],
     ['no tiers', { tiers: [] }, ['tiers']],
     ['name of wrong type', { name: 42 }, ['name']],
+    ['40-digit rate', { tiers: [{ start: '0', rate: '1'.repeat(40) }] }, ['tiers', '0', 'rate']],
+    ['rate one unit above the money maximum', { tiers: [{ start: '0', rate: '100000000.0000000001' }] }, ['tiers', '0', 'rate']],
+    ['second tier rate above the maximum', { tiers: [{ start: '0', rate: '1' }, { start: '10', rate: '999999999' }] }, ['tiers', '1', 'rate']],
   ])('rejects %s with a validation error naming the field', async (_label, change, path) => {
     const res = await post({ ...tieredMeter, ...change });
     expect(res.statusCode).toBe(400);
@@ -96,6 +99,58 @@ describe.each(databasesUnderTest())('meters on %s', (dialect) => {
     expect(error.code).toBe('validation_error');
     expect(error.status).toBe(400);
     expect(error.issues.map((i: { path: string[] }) => i.path)).toContainEqual(path);
+  });
+
+  it('accepts a rate of exactly the money maximum, and refuses a larger one on PATCH, keeping the tiers', async () => {
+    const created = await post({ ...tieredMeter, tiers: [{ start: 0, rate: '100000000' }] });
+    expect(created.statusCode).toBe(201);
+    expect(created.json().tiers[0].rate).toBe('100000000.0000000000');
+    const url = `/v1/meters/${created.json().meter_id}`;
+
+    const patched = await t.app.inject({
+      method: 'PATCH',
+      url,
+      headers: t.auth(),
+      payload: { tiers: [{ start: 0, rate: '1' }, { start: 5, rate: '1'.repeat(40) }] },
+    });
+    expect(patched.statusCode).toBe(400);
+    const { error } = patched.json();
+    expect(error.code).toBe('validation_error');
+    expect(error.issues).toContainEqual({ path: ['tiers', '1', 'rate'], message: 'rate must be at most 100000000.0000000000' });
+    const unchanged = await t.app.inject({ method: 'GET', url, headers: t.auth() });
+    expect(unchanged.json().tiers).toEqual(created.json().tiers);
+  });
+
+  it.each([
+    ['limit 0', '?limit=0', 'validation_error', ['limit']],
+    ['limit 101', '?limit=101', 'validation_error', ['limit']],
+    ['an unknown cursor', '?cursor=met_01ARZ3NDEKTSV4RRFFQ69G5FAV', 'invalid_cursor', null],
+    ["another merchant's meter as cursor", 'OTHER', 'invalid_cursor', null],
+  ] as const)('refuses a list with %s', async (_label, query, code, path) => {
+    let qs: string = query;
+    if (query === 'OTHER') {
+      const other = await t.newMerchant();
+      qs = `?cursor=${(await post(tieredMeter, other.secretKey)).json().meter_id}`;
+    }
+    const res = await t.app.inject({ method: 'GET', url: `/v1/meters${qs}`, headers: t.auth() });
+    expect(res.statusCode).toBe(400);
+    const { error } = res.json();
+    expect(error.code).toBe(code);
+    if (path) expect(error.issues.map((i: { path: string[] }) => i.path)).toContainEqual(path);
+  });
+
+  it('refuses malformed JSON on PATCH with invalid_json, leaving the meter unchanged', async () => {
+    const created = (await post(tieredMeter)).json();
+    const url = `/v1/meters/${created.meter_id}`;
+    const res = await t.app.inject({
+      method: 'PATCH',
+      url,
+      headers: { ...t.auth(), 'content-type': 'application/json' },
+      payload: '{"name": "Renamed",',
+    });
+    expect(res.statusCode).toBe(400);
+    expect(res.json()).toEqual({ error: { message: expect.any(String), code: 'invalid_json', status: 400 } });
+    expect((await t.app.inject({ method: 'GET', url, headers: t.auth() })).json().name).toBe(created.name);
   });
 
   it('keeps meters private to their merchant', async () => {

@@ -1,10 +1,14 @@
 import { Redis } from 'ioredis';
 import { ulid } from 'ulid';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { loadConfig } from '../../src/config.ts';
 import { MemoryRateLimiter, RedisRateLimiter, type RateLimiter } from '../../src/http/rate-limit.ts';
+import { startServer, type RunningServer } from '../../src/main.ts';
+import { openStorage } from '../../src/storage/db.ts';
+import { createMerchant } from '../../src/storage/merchants.ts';
 import { insertSecretKey } from '../../src/storage/secret-keys.ts';
 import { startTestApp, type TestApp } from '../helpers/app.ts';
-import { databasesUnderTest } from '../helpers/databases.ts';
+import { databasesUnderTest, freshDatabase } from '../helpers/databases.ts';
 
 const LIMIT = 5;
 const env = { RATE_LIMIT_PER_MINUTE: String(LIMIT) };
@@ -38,7 +42,7 @@ function redisLimiters(url: string): LimiterFactory {
     make: () => {
       const redis = new Redis(url, { maxRetriesPerRequest: 2 });
       clients.push(redis);
-      return new RedisRateLimiter(redis, prefix);
+      return new RedisRateLimiter(redis, { prefix });
     },
     closeAll: async () => {
       await Promise.all(clients.map((c) => c.quit()));
@@ -164,3 +168,94 @@ for (const [label, factory, skip] of suites) {
     }
   });
 }
+
+describe.each(databasesUnderTest())('rate limits while Redis is unreachable, on %s', (dialect) => {
+  let server: RunningServer;
+  let secretKey: string;
+  beforeAll(async () => {
+    const database = await freshDatabase(dialect);
+    // Nothing listens on port 1: every connection attempt is refused.
+    server = await startServer(
+      loadConfig({ PORT: '0', LOG_LEVEL: 'silent', DATABASE_URL: database.url, REDIS_URL: 'redis://127.0.0.1:1', ...env }),
+    );
+    const side = openStorage(database.url);
+    ({ secretKey } = await createMerchant(side, { name: 'No Redis' }));
+    await side.close();
+  });
+  afterAll(async () => server?.stop());
+
+  const call = (path: string, init: RequestInit = {}) =>
+    fetch(`${server.url}${path}`, {
+      ...init,
+      headers: { authorization: `Bearer ${secretKey}`, 'content-type': 'application/json' },
+    });
+
+  it('keeps answering standard endpoints, counting the limit in this instance, never a 500', async () => {
+    await awayFromWindowEdge();
+    const created = await call('/v1/customers', { method: 'POST', body: JSON.stringify({ reference_id: 'still-billed' }) });
+    expect(created.status).toBe(201);
+    expect(created.headers.get('x-ratelimit-remaining')).toBe(String(LIMIT - 1));
+    for (let i = 2; i <= LIMIT; i++) {
+      const res = await call('/v1/meters');
+      expect(res.status).toBe(200);
+      expect(res.headers.get('x-ratelimit-remaining')).toBe(String(LIMIT - i));
+    }
+    const over = await call('/v1/meters');
+    expect(over.status).toBe(429);
+    expect((await over.json()).error.code).toBe('rate_limited');
+  });
+
+  it('reports Redis as unreachable in /readyz, degraded but still 200 while the database answers', async () => {
+    const res = await fetch(`${server.url}/readyz`);
+    expect(res.status).toBe(200);
+    expect(await res.json()).toEqual({ status: 'degraded', database: dialect, redis: 'unreachable' });
+  });
+});
+
+describe.skipIf(!REDIS_URL)('Redis limiter when Redis fails a command', () => {
+  const prefix = `tollgate:test:${ulid()}:`;
+  let redis: Redis;
+  beforeAll(() => {
+    redis = new Redis(REDIS_URL ?? '', { maxRetriesPerRequest: 2 });
+  });
+  afterAll(async () => redis?.quit());
+
+  it('counts locally and reports the outage once, then counts in Redis again when it answers', async () => {
+    await awayFromWindowEdge();
+    const outages: unknown[] = [];
+    const limiter = new RedisRateLimiter(redis, { prefix, onOutage: (err) => outages.push(err) });
+    const windowStart = Math.floor(Date.now() / 60_000) * 60_000;
+    const redisKey = `${prefix}key-a:${windowStart}`;
+    // A key of the wrong type makes INCR fail while the connection is fine.
+    await redis.hset(redisKey, 'not', 'a counter');
+
+    expect((await limiter.hit('key-a', LIMIT, 60_000)).remaining).toBe(LIMIT - 1);
+    expect((await limiter.hit('key-a', LIMIT, 60_000)).remaining).toBe(LIMIT - 2);
+    expect(outages).toHaveLength(1);
+    expect(String(outages[0])).toMatch(/WRONGTYPE/);
+
+    await redis.del(redisKey);
+    expect((await limiter.hit('key-a', LIMIT, 60_000)).remaining).toBe(LIMIT - 1);
+    expect(await redis.get(redisKey)).toBe('1');
+    expect(await limiter.reachable()).toBe(true);
+
+    // A new outage is reported again.
+    await redis.del(redisKey);
+    await redis.hset(redisKey, 'not', 'a counter again');
+    await limiter.hit('key-a', LIMIT, 60_000);
+    expect(outages).toHaveLength(2);
+    await redis.del(redisKey);
+  });
+
+  it('reports Redis as ready in /readyz when REDIS_URL answers', async () => {
+    const database = await freshDatabase('sqlite');
+    const server = await startServer(loadConfig({ PORT: '0', LOG_LEVEL: 'silent', DATABASE_URL: database.url, REDIS_URL: REDIS_URL ?? '' }));
+    try {
+      const res = await fetch(`${server.url}/readyz`);
+      expect(res.status).toBe(200);
+      expect(await res.json()).toEqual({ status: 'ready', database: 'sqlite', redis: 'ready' });
+    } finally {
+      await server.stop();
+    }
+  });
+});

@@ -136,6 +136,19 @@ describe.each(databasesUnderTest())('secret keys on %s', (dialect) => {
     );
   });
 
+  it('refuses malformed JSON on create with invalid_json, creating no key', async () => {
+    const m = await t.newMerchant();
+    const res = await t.app.inject({
+      method: 'POST',
+      url: '/v1/secret_keys',
+      headers: { ...t.auth(m.secretKey), 'content-type': 'application/json' },
+      payload: '{"name": "Half',
+    });
+    expect(res.statusCode).toBe(400);
+    expect(res.json()).toEqual({ error: { message: expect.any(String), code: 'invalid_json', status: 400 } });
+    expect((await list(m.secretKey)).json().data).toHaveLength(1);
+  });
+
   it('answers 404 for an unknown key id', async () => {
     const res = await remove(t.merchant.secretKey, 'sk_01ARZ3NDEKTSV4RRFFQ69G5FAV');
     expect(res.statusCode).toBe(404);
