@@ -4,7 +4,7 @@ import type { PricedRequest } from '../domain/pricing.ts';
 import { writeBatch, type BatchRows } from '../storage/batch-write.ts';
 import type { Storage } from '../storage/db.ts';
 import type { MeterRow } from '../storage/meters.ts';
-import { metadataRows, rollupAdditions, type RequestRow } from '../storage/requests.ts';
+import { metadataRollupAdditions, metadataRows, rollupAdditions, type RequestRow } from '../storage/requests.ts';
 import type { Database } from '../storage/schema.ts';
 import { eventRows, type NewEvent } from '../webhooks/outbox.ts';
 import {
@@ -285,6 +285,7 @@ function batchRows(charged: Charged[], wallets: Map<string, WalletRow>, counters
     requests: records,
     metadata: metadataRows(records),
     rollups: rollupAdditions(records),
+    metadataRollups: metadataRollupAdditions(records),
     wallets: [...debited].sort((a, b) => (a.id < b.id ? -1 : 1)),
     counters: [...counters]
       .sort((a, b) => (counterId(a) < counterId(b) ? -1 : 1))

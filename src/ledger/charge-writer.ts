@@ -12,11 +12,12 @@ type Batch = { batch: Waiting[]; copies: Map<Waiting, Waiting[]> };
 
 /**
  * A batch takes every request waiting, up to a budget of statement parameters: a request writes
- * about a hundred, plus five per metadata pair. The budget stays below SQLite's 32,766 parameters
- * per statement and PostgreSQL's 65,535.
+ * about a hundred, plus nineteen per metadata pair (five for its metadata row, fourteen for its
+ * metadata rollup row). The budget stays below SQLite's 32,766 parameters per statement and
+ * PostgreSQL's 65,535.
  */
 const MAX_BATCH_PARAMETERS = 30_000;
-const parametersOf = (input: ChargeInput) => 100 + 5 * Object.keys(input.metadata).length;
+const parametersOf = (input: ChargeInput) => 100 + 19 * Object.keys(input.metadata).length;
 
 /**
  * Group commit for POST /requests. Charges that arrive while a batch is being written wait and

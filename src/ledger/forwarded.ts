@@ -12,9 +12,16 @@ import { finishReservation, lockSpendKeyForAdmission, reserveForRequest, type Sp
 import { ApiError } from '../http/errors.ts';
 import type { Storage } from '../storage/db.ts';
 import type { MeterRow } from '../storage/meters.ts';
-import { bucketStart } from '../storage/requests.ts';
-import type { Database, UsageRollupsTable } from '../storage/schema.ts';
-import { failPendingRecord, insertRequestRecord, type RequestRow } from '../storage/requests.ts';
+import type { Database } from '../storage/schema.ts';
+import {
+  failPendingRecord,
+  insertRequestRecord,
+  metadataRollupAdditions,
+  metadataRollupUpsert,
+  rollupAdditions,
+  rollupUpsert,
+  type RequestRow,
+} from '../storage/requests.ts';
 import { merchantRevenueAccount, providerCostsAccount, serviceChargesAccount, BUCKET_ORDER, walletAccount } from './accounts.ts';
 import { chargeRequest, MERCHANT_ONLY_PRICING, meterPricing, monthStart, type ChargeInput, type ChargeOutcome } from './charge.ts';
 import { UnbalancedTransactionError, type Leg } from './postings.ts';
@@ -703,41 +710,22 @@ function completedRecord(input: SettleInput, pending: PendingFacts, priced: Pric
   };
 }
 
-/** Adds completed records to their 15-minute usage rollups, summed per rollup row first, in key order. */
+/**
+ * A PostgreSQL statement takes at most 65,535 parameters and the batch's writes go as one; a
+ * metadata rollup row takes 14. Records carrying so many pairs that their rollup rows would pass
+ * this budget (64 settlements of ~45 pairs each) are settled alone instead, where they fit.
+ */
+const METADATA_ROLLUP_PARAMETER_BUDGET = 40_000;
+
+/** Adds completed records to both usage rollups, summed per rollup row first, in key order. */
 function rollupWrites(trx: Transaction<Database>, records: RequestRow[]): Write[] {
-  const sums = new Map<string, UsageRollupsTable>();
-  for (const row of records) {
-    const key = { merchant_id: row.merchant_id, bucket_start: bucketStart(row.created_at), connection_id: row.connection_id ?? '', meter_id: row.meter_id ?? '' };
-    const id = `${key.merchant_id}\n${key.bucket_start}\n${key.connection_id}\n${key.meter_id}`;
-    const sum = sums.get(id) ?? { ...key, requests: 0n, tokens: 0n, usage_cost: 0n, fee: 0n, service_charge: 0n, request_cost: 0n, wallet_cost: 0n, merchant_cost: 0n };
-    sum.requests += 1n;
-    sum.tokens += row.input_tokens + row.output_tokens;
-    sum.usage_cost += row.input_cost + row.output_cost;
-    sum.fee += row.fee_amount;
-    sum.service_charge += row.service_charge_amount;
-    sum.request_cost += row.total_request_cost;
-    sum.wallet_cost += row.total_wallet_cost;
-    sum.merchant_cost += row.total_merchant_cost;
-    sums.set(id, sum);
-  }
-  const rows = [...sums.entries()].sort(([a], [b]) => (a < b ? -1 : 1)).map(([, sum]) => sum);
-  if (rows.length === 0) return [];
-  const query = trx
-    .insertInto('usage_rollups')
-    .values(rows)
-    .onConflict((oc) =>
-      oc.columns(['merchant_id', 'bucket_start', 'connection_id', 'meter_id']).doUpdateSet((eb) => ({
-        requests: eb('usage_rollups.requests', '+', eb.ref('excluded.requests')),
-        tokens: eb('usage_rollups.tokens', '+', eb.ref('excluded.tokens')),
-        usage_cost: eb('usage_rollups.usage_cost', '+', eb.ref('excluded.usage_cost')),
-        fee: eb('usage_rollups.fee', '+', eb.ref('excluded.fee')),
-        service_charge: eb('usage_rollups.service_charge', '+', eb.ref('excluded.service_charge')),
-        request_cost: eb('usage_rollups.request_cost', '+', eb.ref('excluded.request_cost')),
-        wallet_cost: eb('usage_rollups.wallet_cost', '+', eb.ref('excluded.wallet_cost')),
-        merchant_cost: eb('usage_rollups.merchant_cost', '+', eb.ref('excluded.merchant_cost')),
-      })),
-    );
-  return [{ query }];
+  const rollups = rollupAdditions(records);
+  const metadataRollups = metadataRollupAdditions(records);
+  if (metadataRollups.length * 14 > METADATA_ROLLUP_PARAMETER_BUDGET) throw new RunAlone();
+  const writes: Write[] = [];
+  if (rollups.length > 0) writes.push({ query: rollupUpsert(trx, rollups) });
+  if (metadataRollups.length > 0) writes.push({ query: metadataRollupUpsert(trx, metadataRollups) });
+  return writes;
 }
 
 /** The upstream failed (or the hold expired): release the holds, record `error`, charge nothing. */

@@ -1,6 +1,14 @@
 import { CompiledQuery, type Transaction } from 'kysely';
 import type { Storage } from './db.ts';
-import { insertMetadataRows, ROLLUP_SUMS, upsertRollups, type RequestRow } from './requests.ts';
+import {
+  insertMetadataRows,
+  METADATA_ROLLUP_KEY,
+  ROLLUP_KEY,
+  ROLLUP_SUMS,
+  upsertMetadataRollups,
+  upsertRollups,
+  type RequestRow,
+} from './requests.ts';
 import type {
   Database,
   EventsTable,
@@ -8,6 +16,7 @@ import type {
   LedgerTransactionsTable,
   MeterUsageCountersTable,
   RequestMetadataTable,
+  UsageRollupsByMetadataTable,
   UsageRollupsTable,
   WalletsTable,
 } from './schema.ts';
@@ -17,6 +26,7 @@ export type BatchRows = {
   requests: RequestRow[];
   metadata: RequestMetadataTable[];
   rollups: UsageRollupsTable[];
+  metadataRollups: UsageRollupsByMetadataTable[];
   wallets: Pick<WalletsTable, 'id' | 'balance' | 'cycle_credit' | 'bundle_credit'>[];
   counters: MeterUsageCountersTable[];
   transactions: LedgerTransactionsTable[];
@@ -54,6 +64,7 @@ async function writeTableByTable(trx: Transaction<Database>, dialect: Storage['d
   if (inserted.length !== rows.requests.length) return new Set(inserted.map((r) => r.id));
   await insertMetadataRows(trx, rows.metadata);
   await upsertRollups(trx, rows.rollups);
+  await upsertMetadataRollups(trx, rows.metadataRollups);
   if (rows.wallets.length > 0) {
     const p = new Placeholders(dialect);
     await trx.executeQuery(CompiledQuery.raw(updateWalletsSql(p, rows.wallets), p.values));
@@ -87,11 +98,9 @@ async function writeInOneStatement(trx: Transaction<Database>, rows: BatchRows):
         `from (values ${valuesSql(p, rows.metadata, columns)}) as v(${columns.join(', ')}) where v.request_pk in (select id from inserted))`,
     );
   }
-  if (rows.rollups.length > 0) {
-    const sums = ROLLUP_SUMS.map((c) => `${c} = usage_rollups.${c} + excluded.${c}`).join(', ');
-    parts.push(
-      `rollups as (${insertSql(p, 'usage_rollups', rows.rollups)} on conflict (merchant_id, bucket_start, connection_id, meter_id) do update set ${sums})`,
-    );
+  if (rows.rollups.length > 0) parts.push(`rollups as (${addToRollupsSql(p, 'usage_rollups', ROLLUP_KEY, rows.rollups)})`);
+  if (rows.metadataRollups.length > 0) {
+    parts.push(`metadata_rollups as (${addToRollupsSql(p, 'usage_rollups_by_metadata', METADATA_ROLLUP_KEY, rows.metadataRollups)})`);
   }
   if (rows.wallets.length > 0) parts.push(`wallets_written as (${updateWalletsSql(p, rows.wallets, false)})`);
   if (rows.counters.length > 0) {
@@ -118,6 +127,12 @@ function updateWalletsSql(p: Placeholders, wallets: BatchRows['wallets'], withCt
   return withCte
     ? `with v (id, balance, cycle_credit, bundle_credit) as (values ${values}) update wallets set ${set} from v where wallets.id = v.id`
     : `update wallets set ${set} from (values ${values}) as v (id, balance, cycle_credit, bundle_credit) where wallets.id = v.id`;
+}
+
+/** Inserts rollup rows, adding their sums to the rows already under the same key. */
+function addToRollupsSql<T extends object>(p: Placeholders, table: string, key: readonly string[], rows: T[]): string {
+  const sums = ROLLUP_SUMS.map((c) => `${c} = ${table}.${c} + excluded.${c}`).join(', ');
+  return `${insertSql(p, table, rows)} on conflict (${key.join(', ')}) do update set ${sums}`;
 }
 
 /** `insert into <table> (<columns of the first row>) values …`; every row has the same columns. */

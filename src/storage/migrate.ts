@@ -7,6 +7,7 @@ import * as m0003 from './migrations/0003_request_metadata_order.ts';
 import * as m0004 from './migrations/0004_spend_keys.ts';
 import * as m0005 from './migrations/0005_ledger_constraints.ts';
 import * as m0006 from './migrations/0006_request_cache_tokens.ts';
+import * as m0007 from './migrations/0007_usage_rollups_by_metadata.ts';
 
 /** The ordered, frozen list. New migrations are appended, never inserted or edited. */
 const MIGRATIONS: Record<string, Migration> = {
@@ -16,6 +17,7 @@ const MIGRATIONS: Record<string, Migration> = {
   '0004_spend_keys': m0004,
   '0005_ledger_constraints': m0005,
   '0006_request_cache_tokens': m0006,
+  '0007_usage_rollups_by_metadata': m0007,
 };
 
 const provider: MigrationProvider = { getMigrations: async () => MIGRATIONS };

@@ -1,5 +1,5 @@
 import type { Transaction } from 'kysely';
-import type { Database, RequestMetadataTable, RequestsTable, UsageRollupsTable } from './schema.ts';
+import type { Database, RequestMetadataTable, RequestsTable, UsageRollupsByMetadataTable, UsageRollupsTable } from './schema.ts';
 
 export type RequestRow = RequestsTable;
 
@@ -13,7 +13,7 @@ export function bucketStart(iso: string): string {
 
 /**
  * Writes a request record with its metadata rows and (unless it is pending) adds it to the usage
- * rollup, in the caller's transaction. A second record with the same (merchant, request_id) fails on the unique index.
+ * rollups, in the caller's transaction. A second record with the same (merchant, request_id) fails on the unique index.
  */
 export async function insertRequestRecord(trx: Transaction<Database>, row: RequestRow): Promise<RequestRow> {
   await trx.insertInto('requests').values(row).execute();
@@ -45,9 +45,9 @@ export function metadataRows(records: RequestRow[]): RequestMetadataTable[] {
 
 /**
  * Completes a record written as `pending` at admission with its settled usage and costs, and only
- * then adds it to the usage rollup (pending records are not usage yet). The record keeps its
- * admission time as created_at and rolls up under it, where the metadata-filtered usage (which
- * reads the records) counts it too.
+ * then adds it to the usage rollups (pending records are not usage yet). The record keeps its
+ * admission time as created_at and rolls up under it, where a metadata-filtered usage report that
+ * reads the records (two or more pairs) counts it too.
  */
 export async function completePendingRecord(trx: Transaction<Database>, row: RequestRow): Promise<RequestRow> {
   const { id, merchant_id: _m, request_id: _r, created_at: _c, metadata: _md, ...settled } = row;
@@ -76,8 +76,10 @@ export async function failPendingRecord(trx: Transaction<Database>, id: string, 
   return stored !== undefined;
 }
 
+/** Adds records to both usage rollups: per (connection, meter), and per metadata pair as well. */
 async function addToRollups(trx: Transaction<Database>, rows: RequestRow[]): Promise<void> {
   await upsertRollups(trx, rollupAdditions(rows));
+  await upsertMetadataRollups(trx, metadataRollupAdditions(rows));
 }
 
 /**
@@ -86,33 +88,78 @@ async function addToRollups(trx: Transaction<Database>, rows: RequestRow[]): Pro
  */
 export function rollupAdditions(rows: RequestRow[]): UsageRollupsTable[] {
   const byKey = new Map<string, UsageRollupsTable>();
-  // A batch's records share their creation time: its bucket is worked out once.
-  const buckets = new Map<string, string>();
+  const bucketOf = bucketCache();
   for (const row of rows) {
-    let bucket = buckets.get(row.created_at);
-    if (bucket === undefined) {
-      bucket = bucketStart(row.created_at);
-      buckets.set(row.created_at, bucket);
-    }
     const key = {
       merchant_id: row.merchant_id,
-      bucket_start: bucket,
+      bucket_start: bucketOf(row.created_at),
       connection_id: row.connection_id ?? '',
       meter_id: row.meter_id ?? '',
     };
     const id = `${key.merchant_id}\n${key.bucket_start}\n${key.connection_id}\n${key.meter_id}`;
     const sum = byKey.get(id) ?? { ...key, ...ZERO_ROLLUP };
-    sum.requests += 1n;
-    sum.tokens += row.input_tokens + row.output_tokens;
-    sum.usage_cost += row.input_cost + row.output_cost;
-    sum.fee += row.fee_amount;
-    sum.service_charge += row.service_charge_amount;
-    sum.request_cost += row.total_request_cost;
-    sum.wallet_cost += row.total_wallet_cost;
-    sum.merchant_cost += row.total_merchant_cost;
+    addRecordTo(sum, row);
     byKey.set(id, sum);
   }
-  return [...byKey.entries()].sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0)).map(([, v]) => v);
+  return inIdOrder(byKey);
+}
+
+/**
+ * What records add to their metadata-pair rollups: one row per (merchant, key, value, bucket,
+ * customer, meter) for every pair a record carries, summed in memory, in key order.
+ */
+export function metadataRollupAdditions(rows: RequestRow[]): UsageRollupsByMetadataTable[] {
+  const byKey = new Map<string, UsageRollupsByMetadataTable>();
+  const bucketOf = bucketCache();
+  for (const row of rows) {
+    const pairs = Object.entries(JSON.parse(row.metadata) as Record<string, string>);
+    if (pairs.length === 0) continue;
+    const bucket = bucketOf(row.created_at);
+    for (const [key, value] of pairs) {
+      const keyColumns = {
+        merchant_id: row.merchant_id,
+        key,
+        value,
+        bucket_start: bucket,
+        connection_id: row.connection_id ?? '',
+        meter_id: row.meter_id ?? '',
+      };
+      // JSON, not a separator: keys and values are caller text and must not run into each other.
+      const id = JSON.stringify(Object.values(keyColumns));
+      const sum = byKey.get(id) ?? { ...keyColumns, ...ZERO_ROLLUP };
+      addRecordTo(sum, row);
+      byKey.set(id, sum);
+    }
+  }
+  return inIdOrder(byKey);
+}
+
+/** Bucket starts by creation time: a batch's records mostly share theirs, so each is worked out once. */
+function bucketCache(): (createdAt: string) => string {
+  const buckets = new Map<string, string>();
+  return (createdAt) => {
+    let bucket = buckets.get(createdAt);
+    if (bucket === undefined) {
+      bucket = bucketStart(createdAt);
+      buckets.set(createdAt, bucket);
+    }
+    return bucket;
+  };
+}
+
+function addRecordTo(sum: Record<RollupSum, bigint>, row: RequestRow): void {
+  sum.requests += 1n;
+  sum.tokens += row.input_tokens + row.output_tokens;
+  sum.usage_cost += row.input_cost + row.output_cost;
+  sum.fee += row.fee_amount;
+  sum.service_charge += row.service_charge_amount;
+  sum.request_cost += row.total_request_cost;
+  sum.wallet_cost += row.total_wallet_cost;
+  sum.merchant_cost += row.total_merchant_cost;
+}
+
+function inIdOrder<T>(byId: Map<string, T>): T[] {
+  return [...byId.entries()].sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0)).map(([, v]) => v);
 }
 
 /** The rollup columns that accumulate; everything else in a rollup row is its key. */
@@ -126,21 +173,47 @@ export const ROLLUP_SUMS = [
   'wallet_cost',
   'merchant_cost',
 ] as const;
+type RollupSum = (typeof ROLLUP_SUMS)[number];
 
-export async function upsertRollups(trx: Transaction<Database>, additions: UsageRollupsTable[]): Promise<void> {
-  if (additions.length === 0) return;
-  await trx
+/** The primary keys the rollup upserts conflict on (both engines, and the PostgreSQL batch statement). */
+export const ROLLUP_KEY = ['merchant_id', 'bucket_start', 'connection_id', 'meter_id'] as const;
+export const METADATA_ROLLUP_KEY = ['merchant_id', 'key', 'value', 'bucket_start', 'connection_id', 'meter_id'] as const;
+
+/** The upsert adding `additions` to usage_rollups, not yet run (the gateway batches it with other writes). */
+export function rollupUpsert(trx: Transaction<Database>, additions: UsageRollupsTable[]) {
+  return trx
     .insertInto('usage_rollups')
     .values(additions)
     .onConflict((oc) =>
       oc
-        .columns(['merchant_id', 'bucket_start', 'connection_id', 'meter_id'])
+        .columns([...ROLLUP_KEY])
         .doUpdateSet((eb) => Object.fromEntries(ROLLUP_SUMS.map((c) => [c, eb(`usage_rollups.${c}`, '+', eb.ref(`excluded.${c}`))]))),
-    )
-    .execute();
+    );
 }
 
-const ZERO_ROLLUP = {
+/** The upsert adding `additions` to usage_rollups_by_metadata, not yet run. */
+export function metadataRollupUpsert(trx: Transaction<Database>, additions: UsageRollupsByMetadataTable[]) {
+  return trx
+    .insertInto('usage_rollups_by_metadata')
+    .values(additions)
+    .onConflict((oc) =>
+      oc
+        .columns([...METADATA_ROLLUP_KEY])
+        .doUpdateSet((eb) =>
+          Object.fromEntries(ROLLUP_SUMS.map((c) => [c, eb(`usage_rollups_by_metadata.${c}`, '+', eb.ref(`excluded.${c}`))])),
+        ),
+    );
+}
+
+export async function upsertRollups(trx: Transaction<Database>, additions: UsageRollupsTable[]): Promise<void> {
+  if (additions.length > 0) await rollupUpsert(trx, additions).execute();
+}
+
+export async function upsertMetadataRollups(trx: Transaction<Database>, additions: UsageRollupsByMetadataTable[]): Promise<void> {
+  if (additions.length > 0) await metadataRollupUpsert(trx, additions).execute();
+}
+
+const ZERO_ROLLUP: Record<RollupSum, bigint> = {
   requests: 0n,
   tokens: 0n,
   usage_cost: 0n,

@@ -180,6 +180,15 @@ export interface UsageRollupsTable {
   merchant_cost: bigint;
 }
 
+/**
+ * The same 15-minute sums as usage_rollups, once per metadata pair a record carries: GET /usage
+ * filtered by one pair reads these instead of the records.
+ */
+export interface UsageRollupsByMetadataTable extends UsageRollupsTable {
+  key: string;
+  value: string;
+}
+
 export interface MeterUsageCountersTable {
   meter_id: string;
   connection_id: string;
@@ -265,6 +274,7 @@ export interface Database {
   requests: RequestsTable;
   request_metadata: RequestMetadataTable;
   usage_rollups: UsageRollupsTable;
+  usage_rollups_by_metadata: UsageRollupsByMetadataTable;
   meter_usage_counters: MeterUsageCountersTable;
   events: EventsTable;
   spend_keys: SpendKeysTable;

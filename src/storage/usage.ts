@@ -5,7 +5,7 @@
  */
 import { sql, type Kysely } from 'kysely';
 import { dayIndexOf, type UsageRange } from '../domain/usage-window.ts';
-import { requestConditions, type RequestFilters } from './request-queries.ts';
+import { requestConditions, type MetadataPair, type RequestFilters } from './request-queries.ts';
 import type { Database } from './schema.ts';
 import type { Storage } from './db.ts';
 
@@ -47,11 +47,15 @@ export async function usageByDay(
   range: UsageRange,
   filters: RequestFilters,
 ): Promise<UsageSums[]> {
-  const buckets =
-    filters.metadata.length === 0
-      ? await bucketsFromRollups(storage.db, merchantId, range, filters)
-      : await bucketsFromRecords(storage.db, merchantId, range, filters);
-  return foldIntoDays(range, buckets);
+  return foldIntoDays(range, await bucketsFor(storage.db, merchantId, range, filters));
+}
+
+/** No metadata pair or one: rollups; two or more: the records (rollups per pair combination would multiply). */
+function bucketsFor(db: Kysely<Database>, merchantId: string, range: UsageRange, filters: RequestFilters): Promise<BucketRow[]> {
+  const [first, ...rest] = filters.metadata;
+  if (!first) return bucketsFromRollups(db, merchantId, range, filters);
+  if (rest.length === 0) return bucketsFromMetadataRollups(db, merchantId, range, filters, first);
+  return bucketsFromRecords(db, merchantId, range, filters);
 }
 
 export function foldIntoDays(range: UsageRange, buckets: readonly BucketRow[]): UsageSums[] {
@@ -88,6 +92,31 @@ async function bucketsFromRollups(
     .execute() as Promise<BucketRow[]>;
 }
 
+/** The same for one metadata pair, from its own rollups (primary key leads with merchant, key, value, bucket). */
+async function bucketsFromMetadataRollups(
+  db: Kysely<Database>,
+  merchantId: string,
+  range: UsageRange,
+  filters: RequestFilters,
+  [key, value]: MetadataPair,
+): Promise<BucketRow[]> {
+  return db
+    .selectFrom('usage_rollups_by_metadata')
+    .select((eb) => [
+      'bucket_start as bucket',
+      ...USAGE_FIELDS.map((f) => eb.fn.sum<string | number | bigint | null>(f).as(f)),
+    ])
+    .where('merchant_id', '=', merchantId)
+    .where('key', '=', key)
+    .where('value', '=', value)
+    .where('bucket_start', '>=', isoOf(range.startMs))
+    .where('bucket_start', '<', isoOf(range.endMs))
+    .$if(filters.connectionId !== undefined, (q) => q.where('connection_id', '=', filters.connectionId!))
+    .$if(filters.meterId !== undefined, (q) => q.where('meter_id', '=', filters.meterId!))
+    .groupBy('bucket_start')
+    .execute() as Promise<BucketRow[]>;
+}
+
 /**
  * The 15-minute bucket of `requests.created_at` as rollup text ("…T10:15:00.000Z"). Timestamps
  * are ISO text, so the bucket is cut out of the string; literals only (no parameters), so the
@@ -112,7 +141,7 @@ const RECORD_SUMS = [
 ];
 
 /**
- * Metadata is not in the rollups, so a metadata filter reads the records. The first pair drives
+ * Two or more metadata pairs are not in the rollups, so they read the records. The first pair drives
  * the query through `request_metadata` (index on merchant, key, value, created_at: only matching
  * rows in the range are touched); the other pairs are EXISTS checks on each record.
  */
