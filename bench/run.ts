@@ -211,10 +211,12 @@ async function seedRequests(storage: Storage, merchantId: string, connectionId: 
     insert into request_metadata (request_pk, merchant_id, key, value, created_at)
     select id, merchant_id, 'tier', case when metadata like '%gold%' then 'gold' else 'free' end, created_at
     from requests where merchant_id = ${merchantId} and id like 'req_seed%'`.execute(storage.db);
-  const bucket =
+  const bucketOf = (createdAt: string) =>
     storage.dialect === 'postgres'
-      ? sql.raw(`to_char(to_timestamp(floor(extract(epoch from created_at::timestamptz) / 900) * 900) at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"')`)
-      : sql.raw(`strftime('%Y-%m-%dT%H:%M:%fZ', (cast(strftime('%s', created_at) as integer) / 900) * 900, 'unixepoch')`);
+      ? sql.raw(`to_char(to_timestamp(floor(extract(epoch from ${createdAt}::timestamptz) / 900) * 900) at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"')`)
+      : sql.raw(`strftime('%Y-%m-%dT%H:%M:%fZ', (cast(strftime('%s', ${createdAt}) as integer) / 900) * 900, 'unixepoch')`);
+  const bucket = bucketOf('created_at');
+  const bucketOfRecord = bucketOf('r.created_at');
   await sql`
     insert into usage_rollups (merchant_id, bucket_start, connection_id, meter_id, requests, tokens, usage_cost, fee,
       service_charge, request_cost, wallet_cost, merchant_cost)
@@ -224,6 +226,17 @@ async function seedRequests(storage: Storage, merchantId: string, connectionId: 
     from requests where merchant_id = ${merchantId} and id like 'req_seed%'
     group by merchant_id, ${bucket}, connection_id, meter_id
     on conflict (merchant_id, bucket_start, connection_id, meter_id) do nothing`.execute(storage.db);
+  // The per-pair rollups every writer keeps too: GET /usage with one metadata pair reads them.
+  await sql`
+    insert into usage_rollups_by_metadata (merchant_id, key, value, bucket_start, connection_id, meter_id, requests, tokens,
+      usage_cost, fee, service_charge, request_cost, wallet_cost, merchant_cost)
+    select r.merchant_id, m.key, m.value, ${bucketOfRecord}, r.connection_id, r.meter_id, count(*), sum(r.input_tokens + r.output_tokens),
+      sum(r.input_cost + r.output_cost), sum(r.fee_amount), sum(r.service_charge_amount), sum(r.total_request_cost),
+      sum(r.total_wallet_cost), sum(r.total_merchant_cost)
+    from requests r join request_metadata m on m.request_pk = r.id
+    where r.merchant_id = ${merchantId} and r.id like 'req_seed%'
+    group by r.merchant_id, m.key, m.value, ${bucketOfRecord}, r.connection_id, r.meter_id
+    on conflict (merchant_id, key, value, bucket_start, connection_id, meter_id) do nothing`.execute(storage.db);
   if (storage.dialect === 'postgres') await sql`analyze`.execute(storage.db);
   else await sql`analyze`.execute(storage.db);
 }
