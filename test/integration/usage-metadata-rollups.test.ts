@@ -5,6 +5,7 @@ import { parseMoney } from '../../src/domain/money.ts';
 import { resolveForwardCredential } from '../../src/gateway/credentials.ts';
 import { chargeBatch } from '../../src/ledger/charge-batch.ts';
 import type { ChargeInput } from '../../src/ledger/charge.ts';
+import { GatewayWriter, RunAlone } from '../../src/gateway/writer.ts';
 import { admitRequest, failRequest, SETTLE_JOB, settleRequest, type SettleInput } from '../../src/ledger/forwarded.ts';
 import { creditWallet } from '../../src/ledger/wallets.ts';
 import { findConnection } from '../../src/storage/connections.ts';
@@ -40,6 +41,42 @@ describe.each(databasesUnderTest())('usage rollups per metadata pair on %s', (di
 
   /** Pairs shared between records, records with several pairs, and records with none. */
   const METADATA: Record<string, string>[] = [{ team: 'a', env: 'prod' }, { team: 'b' }, {}, { team: 'a' }, { env: 'prod', note: 'a\nvalue' }];
+
+  /** A merchant billed through the gateway: admits pending records and builds their settlements. */
+  async function forwardingMerchant(name: string, metadataOf: (i: number) => Record<string, string>) {
+    const merchant = await t.newMerchant(name);
+    merchants.push(merchant.merchantId);
+    await creditWallet(t.storage, merchant.walletId, parseMoney('50'));
+    const billing = await resolveForwardCredential(t.storage, merchant.secretKey);
+    const record = (i: number) => ({ provider: 'openai', endpoint: 'POST x', provider_key_type: 'managed' as const, metadata: metadataOf(i) });
+    const admit = async (i: number, at: string) => {
+      const admitted = await admitRequest(t.storage, {
+        requestId: newId('request'),
+        billing,
+        walletId: merchant.walletId,
+        estimate: { wallet: parseMoney('0.01'), merchant: 0n },
+        ttlMs: 100 * 365 * 86_400_000,
+        record: { ...record(i), model: 'gpt-4o' },
+        now: new Date(at),
+      });
+      if (admitted.outcome !== 'admitted') throw new Error(admitted.outcome);
+      return { ...admitted, i };
+    };
+    const settlement = (a: Awaited<ReturnType<typeof admit>>): SettleInput => ({
+      recordId: a.recordId,
+      holdIds: a.holdIds,
+      billing,
+      usage: tokens(500 + a.i, 200 + a.i),
+      model: 'gpt-4o',
+      prices: { input: parseMoney('2.5'), output: parseMoney('10') },
+      baseCostCharged: true,
+      serviceChargeRate: 0n,
+      responseId: null,
+      usageEstimated: false,
+      record: record(a.i),
+    });
+    return { merchantId: merchant.merchantId, admit, settlement };
+  }
 
   it('POST /requests batches (group commit and concurrent HTTP) add to the metadata rollups what a recount gives', async () => {
     const m = await t.newMerchant('Batches');
@@ -104,36 +141,7 @@ describe.each(databasesUnderTest())('usage rollups per metadata pair on %s', (di
   });
 
   it('gateway settlements (alone, in a writer batch, failed) add to the metadata rollups what a recount gives; pending ones add nothing', async () => {
-    const merchant = await t.newMerchant('Forwarded');
-    merchants.push(merchant.merchantId);
-    await creditWallet(t.storage, merchant.walletId, parseMoney('50'));
-    const billing = await resolveForwardCredential(t.storage, merchant.secretKey);
-    const admit = async (i: number, at: string) => {
-      const admitted = await admitRequest(t.storage, {
-        requestId: newId('request'),
-        billing,
-        walletId: merchant.walletId,
-        estimate: { wallet: parseMoney('0.01'), merchant: 0n },
-        ttlMs: 100 * 365 * 86_400_000,
-        record: { provider: 'openai', model: 'gpt-4o', endpoint: 'POST x', provider_key_type: 'managed', metadata: METADATA[i % METADATA.length]! },
-        now: new Date(at),
-      });
-      if (admitted.outcome !== 'admitted') throw new Error(admitted.outcome);
-      return { ...admitted, i };
-    };
-    const settlement = (a: Awaited<ReturnType<typeof admit>>): SettleInput => ({
-      recordId: a.recordId,
-      holdIds: a.holdIds,
-      billing,
-      usage: tokens(500 + a.i, 200 + a.i),
-      model: 'gpt-4o',
-      prices: { input: parseMoney('2.5'), output: parseMoney('10') },
-      baseCostCharged: true,
-      serviceChargeRate: 0n,
-      responseId: null,
-      usageEstimated: false,
-      record: { provider: 'openai', endpoint: 'POST x', provider_key_type: 'managed', metadata: METADATA[a.i % METADATA.length]! },
-    });
+    const { merchantId, admit, settlement } = await forwardingMerchant('Forwarded', (i) => METADATA[i % METADATA.length]!);
     const admitted = [];
     for (let i = 0; i < 12; i++) admitted.push(await admit(i, `2026-04-01T00:${String(10 + i).padStart(2, '0')}:00.000Z`));
     const [alone, failed, , pending] = admitted;
@@ -144,14 +152,33 @@ describe.each(databasesUnderTest())('usage rollups per metadata pair on %s', (di
     expect(outcomes.map((o) => o.outcome)).toEqual(batched.map(() => 'recorded'));
     await failRequest(t.storage, { recordId: failed!.recordId, holdIds: failed!.holdIds });
 
-    const stored = await storedMetadataRollups(t.storage.db, [merchant.merchantId]);
-    expect(stored).toEqual(await recountMetadataRollups(t.storage.db, [merchant.merchantId]));
+    const stored = await storedMetadataRollups(t.storage.db, [merchantId]);
+    expect(stored).toEqual(await recountMetadataRollups(t.storage.db, [merchantId]));
     // Admitted 00:10 to 00:14, in the 00:00 bucket: the settled, failed and batched records count
     // once per pair; the pending one (team=a) not at all, as it is not usage until it settles.
     const pairsOf = (i: number) => BigInt(Object.keys(METADATA[i % METADATA.length]!).length);
     expect(pairsOf(pending!.i)).toBeGreaterThan(0n);
     const inFirstBucket = stored.filter((r) => r.bucket_start === '2026-04-01T00:00:00.000Z');
     expect(inFirstBucket.reduce((n, r) => n + BigInt(r.requests), 0n)).toBe(pairsOf(0) + pairsOf(1) + pairsOf(2) + pairsOf(4));
+  });
+
+  it('a settlement batch whose metadata rollups would pass the statement parameter limit settles alone, each record rolled up', async () => {
+    // 64 settlements (the writer's largest batch) of 80 pairs of their own: 5,120 rollup rows, 71,680 parameters.
+    const eightyPairs = (i: number) => Object.fromEntries(Array.from({ length: 80 }, (_, k) => [`k${k}`, `v${i}`]));
+    const { merchantId, admit, settlement } = await forwardingMerchant('Many pairs', eightyPairs);
+    const admitted: Awaited<ReturnType<typeof admit>>[] = [];
+    for (let i = 0; i < 64; i++) admitted.push(await admit(i, `2026-04-02T10:${String(i % 60).padStart(2, '0')}:00.000Z`));
+
+    const batch = t.storage.db.transaction().execute((trx) => SETTLE_JOB.inTransaction(trx, t.storage.dialect, admitted.map(settlement)));
+    await expect(batch).rejects.toBeInstanceOf(RunAlone);
+    const writer = new GatewayWriter(t.storage);
+    const outcomes = await Promise.all(admitted.map((a) => writer.run(SETTLE_JOB, settlement(a))));
+    await writer.drain();
+
+    expect(outcomes.map((o) => o.outcome)).toEqual(admitted.map(() => 'recorded'));
+    const stored = await storedMetadataRollups(t.storage.db, [merchantId]);
+    expect(stored.reduce((n, r) => n + BigInt(r.requests), 0n)).toBe(64n * 80n);
+    expect(stored).toEqual(await recountMetadataRollups(t.storage.db, [merchantId]));
   });
 
   it('the migration backfills, from the stored records, exactly the rows the writers maintained', async () => {
