@@ -173,15 +173,6 @@ describe.each(databasesUnderTest())('official SDKs through the forward gateway o
     return { customer: c!.balance, merchant: m!.balance };
   }
 
-  async function settled(requestId: string): Promise<RecordJson> {
-    for (let delay = 5; delay < 5_000; delay *= 2) {
-      const res = await t.app.inject({ method: 'GET', url: `/v1/requests/${requestId}`, headers: t.auth() });
-      if (res.statusCode === 200 && (res.json() as RecordJson).status !== 'pending') return res.json();
-      await new Promise((r) => setTimeout(r, delay));
-    }
-    throw new Error(`request ${requestId} never settled`);
-  }
-
   /** For gateway(), which returns only the JSON: the newest record (each test's request is the newest). */
   async function newestRecordId(): Promise<string> {
     const res = await t.app.inject({ method: 'GET', url: '/v1/requests?limit=1', headers: t.auth() });
@@ -207,7 +198,7 @@ describe.each(databasesUnderTest())('official SDKs through the forward gateway o
 
   /** The record and both wallets show exactly the cost the billing mode implies. */
   async function expectBilled(requestId: string, before: { customer: bigint; merchant: bigint }, e: Expectation): Promise<RecordJson> {
-    const record = await settled(requestId);
+    const record: RecordJson = await t.settledRecord(requestId);
     const prices = PRICES[e.model];
     const inputCost = per1M(e.inputTokens, prices.input);
     const outputCost = per1M(e.outputTokens, prices.output);
@@ -671,7 +662,7 @@ describe.each(databasesUnderTest())('official SDKs through the forward gateway o
       const apiError = error as InstanceType<typeof Anthropic.RateLimitError>;
       expect(apiError.error).toEqual({ type: 'error', error: { type: 'rate_limit_error', message: 'Mock upstream error 429.' } });
       expect(apiError.headers.get('retry-after')).toBe('1');
-      const record = await settled(apiError.headers.get('x-tollgate-request-id')!);
+      const record: RecordJson = await t.settledRecord(apiError.headers.get('x-tollgate-request-id')!);
       expect(record).toMatchObject({ status: 'error', total_request_cost: '0.0000000000', fee: { amount: '0.0000000000' } });
       const after = await balances();
       expect(after).toEqual(before);

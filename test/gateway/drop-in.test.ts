@@ -42,14 +42,6 @@ describe.each(databasesUnderTest())('drop-in provider endpoints on %s', (dialect
     await upstream?.close();
   });
 
-  async function settledRecord(requestId: string | null) {
-    for (let i = 0; i < 100; i++) {
-      const res = await t.app.inject({ method: 'GET', url: `/v1/requests/${requestId}`, headers: t.auth() });
-      if (res.statusCode === 200 && res.json().status !== 'pending') return res.json();
-      await new Promise((r) => setTimeout(r, 20));
-    }
-    throw new Error(`request ${requestId} never settled`);
-  }
   const merchantBalance = async () => (await findWallet(t.storage, t.merchant.walletId))!.balance;
 
   it('serves chat completions to the openai client and bills the merchant the exact base cost', async () => {
@@ -60,7 +52,7 @@ describe.each(databasesUnderTest())('drop-in provider endpoints on %s', (dialect
       .withResponse();
     expect(completion.usage?.completion_tokens).toBe(4);
     expect(upstream.requests.at(-1)!.headers.authorization).toBe('Bearer sk-openai-managed');
-    const record = await settledRecord(response.headers.get('x-tollgate-request-id'));
+    const record = await t.settledRecord(response.headers.get('x-tollgate-request-id'));
     expect(record).toMatchObject({ status: 'completed', provider: 'openai', model: 'gpt-4o', provider_key_type: 'managed' });
     // 2 input tokens × 2.5 + 4 output tokens × 10, per 1M: 0.000005 + 0.00004.
     expect(record.model_usage).toMatchObject({ input_tokens: 2, output_tokens: 4, input_cost: '0.0000050000', output_cost: '0.0000400000' });
@@ -74,7 +66,7 @@ describe.each(databasesUnderTest())('drop-in provider endpoints on %s', (dialect
     const { data, response } = await openai.responses.create({ model: 'gpt-4o', input: 'one two three', max_output_tokens: 5 }).withResponse();
     expect(data.output_text).toBe('tok tok tok tok tok');
     expect(upstream.requests.at(-1)!.path).toBe('/v1/responses');
-    const record = await settledRecord(response.headers.get('x-tollgate-request-id'));
+    const record = await t.settledRecord(response.headers.get('x-tollgate-request-id'));
     expect(record).toMatchObject({ status: 'completed', provider: 'openai', endpoint: 'POST https://api.openai.com/v1/responses', response_id: data.id });
     // 3 × 2.5 + 5 × 10, per 1M: 0.0000075 + 0.00005.
     expect(record.model_usage).toMatchObject({ input_tokens: 3, output_tokens: 5, total_cost: '0.0000575000' });
@@ -88,7 +80,7 @@ describe.each(databasesUnderTest())('drop-in provider endpoints on %s', (dialect
       .create({ model: 'text-embedding-3-small', input: 'one two three four', encoding_format: 'float' })
       .withResponse();
     expect(data.data[0]!.embedding).toEqual([0.1, 0.2, 0.3]);
-    const record = await settledRecord(response.headers.get('x-tollgate-request-id'));
+    const record = await t.settledRecord(response.headers.get('x-tollgate-request-id'));
     expect(record).toMatchObject({ status: 'completed', model: 'text-embedding-3-small', endpoint: 'POST https://api.openai.com/v1/embeddings' });
     // 4 × 0.02 per 1M.
     expect(record.model_usage).toMatchObject({ input_tokens: 4, output_tokens: 0, total_cost: '0.0000000800' });
@@ -105,7 +97,7 @@ describe.each(databasesUnderTest())('drop-in provider endpoints on %s', (dialect
     const seen = upstream.requests.at(-1)!;
     expect(seen.path).toBe('/v1beta/openai/chat/completions');
     expect(seen.headers.authorization).toBe('Bearer google-managed');
-    const record = await settledRecord(response.headers.get('x-tollgate-request-id'));
+    const record = await t.settledRecord(response.headers.get('x-tollgate-request-id'));
     expect(record).toMatchObject({ status: 'completed', provider: 'google-openai', model: 'gemini-2.0-flash' });
     // 4 × 0.1 + 6 × 0.4, per 1M: 0.0000004 + 0.0000024.
     expect(record.model_usage).toMatchObject({ input_cost: '0.0000004000', output_cost: '0.0000024000', total_cost: '0.0000028000' });
@@ -123,7 +115,7 @@ describe.each(databasesUnderTest())('drop-in provider endpoints on %s', (dialect
     expect(res.status).toBe(200);
     await res.arrayBuffer();
     expect(upstream.requests.at(-1)!.headers.authorization).toBe('Bearer google-managed');
-    const record = await settledRecord(res.headers.get('x-tollgate-request-id'));
+    const record = await t.settledRecord(res.headers.get('x-tollgate-request-id'));
     expect(record).toMatchObject({ status: 'completed', provider: 'google-openai', endpoint: `POST ${target}`, cost: '0.0000028000' });
     expect(before - (await merchantBalance())).toBe(parseMoney('0.0000028'));
   });

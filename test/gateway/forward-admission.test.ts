@@ -58,14 +58,6 @@ describe.each(databasesUnderTest())('forward gateway admission and holds on %s',
   async function record(requestId: string, merchant: Merchant) {
     return (await t.app.inject({ method: 'GET', url: `/v1/requests/${requestId}`, headers: t.auth(merchant.secretKey) })).json();
   }
-  async function settledFor(requestId: string, merchant: Merchant) {
-    for (let i = 0; i < 250; i++) {
-      const r = await record(requestId, merchant);
-      if (r.status && r.status !== 'pending') return r;
-      await sleep(20);
-    }
-    throw new Error(`request ${requestId} never settled`);
-  }
   const wallet = async (id: string) => (await findWallet(t.storage, id))!;
   const noActiveHolds = async (walletId: string) =>
     (await t.storage.db.selectFrom('holds').select('id').where('wallet_id', '=', walletId).where('status', '=', 'active').execute()).length === 0;
@@ -156,7 +148,7 @@ describe.each(databasesUnderTest())('forward gateway admission and holds on %s',
       let actualTotal = 0n;
       let excess = 0n;
       for (const r of admitted) {
-        const rec = await settledFor(r.id!, payers.merchant);
+        const rec = await t.settledRecord(r.id!, t.auth(payers.merchant.secretKey));
         expect(rec.status).toBe('completed');
         const actual = parseMoney(rec.total_wallet_cost) + (payer === 'merchant' ? parseMoney(rec.total_merchant_cost) : 0n);
         expect(actual).toBeGreaterThan(0n);
@@ -210,7 +202,7 @@ describe.each(databasesUnderTest())('forward gateway admission and holds on %s',
     const ok = await post(merchant.secretKey, small);
     expect(ok.status).toBe(200);
     await ok.arrayBuffer();
-    await settledFor(ok.headers.get('x-tollgate-request-id')!, merchant);
+    await t.settledRecord(ok.headers.get('x-tollgate-request-id')!, t.auth(merchant.secretKey));
   });
 
   it('an admitted request that costs more than its hold ends below zero by exactly the excess; then 402 until credited', async () => {
@@ -223,7 +215,7 @@ describe.each(databasesUnderTest())('forward gateway admission and holds on %s',
     const res = await post(merchant.secretKey, costly);
     expect(res.status).toBe(200);
     await res.arrayBuffer();
-    const rec = await settledFor(res.headers.get('x-tollgate-request-id')!, merchant);
+    const rec = await t.settledRecord(res.headers.get('x-tollgate-request-id')!, t.auth(merchant.secretKey));
     const actual = parseMoney(rec.total_merchant_cost) + parseMoney(rec.total_wallet_cost);
     expect(actual).toBeGreaterThan(hold);
     const after = await wallet(merchant.walletId);
@@ -243,7 +235,7 @@ describe.each(databasesUnderTest())('forward gateway admission and holds on %s',
     const ok = await post(merchant.secretKey, small);
     expect(ok.status).toBe(200);
     await ok.arrayBuffer();
-    await settledFor(ok.headers.get('x-tollgate-request-id')!, merchant);
+    await t.settledRecord(ok.headers.get('x-tollgate-request-id')!, t.auth(merchant.secretKey));
     expect((await verifyLedger(t.storage)).problems).toEqual([]);
   });
 
@@ -278,7 +270,7 @@ describe.each(databasesUnderTest())('forward gateway admission and holds on %s',
 
       const { res } = await inFlight;
       expect(res.status).toBe(200);
-      const rec = await settledFor(pending!.id, merchant);
+      const rec = await t.settledRecord(pending!.id, t.auth(merchant.secretKey));
       expect(rec.status).toBe('completed');
       expect(parseMoney(rec.total_request_cost)).toBeGreaterThan(0n);
       const after = await wallet(merchant.walletId);
@@ -373,7 +365,7 @@ describe.each(databasesUnderTest())('forward gateway admission and holds on %s',
       expect(res.status).toBe(200);
       await res.arrayBuffer();
       const recordId = res.headers.get('x-tollgate-request-id')!;
-      const first = await settledFor(recordId, merchant);
+      const first = await t.settledRecord(recordId, t.auth(merchant.secretKey));
       expect(first.status).toBe('completed');
       const balance = (await wallet(customerWalletId)).balance;
       const holdIds = (await t.storage.db.selectFrom('holds').select('id').where('reference', '=', recordId).execute()).map((h) => h.id);
@@ -431,7 +423,7 @@ describe.each(databasesUnderTest())('forward gateway admission and holds on %s',
       expect(res.status).toBe(500);
       await res.arrayBuffer();
       const recordId = res.headers.get('x-tollgate-request-id')!;
-      expect((await settledFor(recordId, merchant)).status).toBe('error');
+      expect((await t.settledRecord(recordId, t.auth(merchant.secretKey))).status).toBe('error');
       const before = await wallet(merchant.walletId);
       const holdIds = (await t.storage.db.selectFrom('holds').select('id').where('reference', '=', recordId).execute()).map((h) => h.id);
       expect((await settleRequest(t.storage, await settleInput(merchant.secretKey, recordId, holdIds))).outcome).toBe('duplicate');

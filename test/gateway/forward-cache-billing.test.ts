@@ -1,4 +1,3 @@
-import { setTimeout as sleep } from 'node:timers/promises';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { parseMoney } from '../../src/domain/money.ts';
 import { verifyLedger } from '../../src/ledger/verify.ts';
@@ -43,15 +42,6 @@ describe.each(databasesUnderTest())('prompt-cache billing on %s', (dialect) => {
     await upstream?.close();
   });
 
-  async function settled(requestId: string) {
-    for (let i = 0; i < 250; i++) {
-      const res = await t.app.inject({ method: 'GET', url: `/v1/requests/${requestId}`, headers: t.auth() });
-      if (res.statusCode === 200 && res.json().status !== 'pending') return res.json();
-      await sleep(20);
-    }
-    throw new Error(`request ${requestId} never settled`);
-  }
-
   async function forward(target: string, body: unknown) {
     const before = (await findWallet(t.storage, t.merchant.walletId))!.balance;
     const res = await fetch(`${base}/v1/forward?u=${encodeURIComponent(target)}`, {
@@ -61,7 +51,7 @@ describe.each(databasesUnderTest())('prompt-cache billing on %s', (dialect) => {
     });
     expect(res.status).toBe(200);
     await res.arrayBuffer();
-    const record = await settled(res.headers.get('x-tollgate-request-id')!);
+    const record = await t.settledRecord(res.headers.get('x-tollgate-request-id')!);
     const after = (await findWallet(t.storage, t.merchant.walletId))!;
     return { record, charged: before - after.balance, held: after.held };
   }
@@ -175,7 +165,7 @@ describe.each(databasesUnderTest())('prompt-cache billing on %s', (dialect) => {
       body: JSON.stringify({ model: 'gpt-4o-mini', max_tokens: 10, messages: [{ role: 'user', content: PROMPT }] }),
     });
     await res.arrayBuffer();
-    const record = await settled(res.headers.get('x-tollgate-request-id')!);
+    const record = await t.settledRecord(res.headers.get('x-tollgate-request-id')!);
     // (1000 + 10) tokens × 100 per 1M = 0.101
     expect(record.fee.amount).toBe('0.1010000000');
     expect(record.fee.breakdown[0].tokens).toBe(1010);

@@ -81,15 +81,6 @@ describe.each(databasesUnderTest())('forward gateway credentials on %s', (dialec
     await upstream?.close();
   });
 
-  async function settled(requestId: string) {
-    for (let i = 0; i < 150; i++) {
-      const res = await t.app.inject({ method: 'GET', url: `/v1/requests/${requestId}`, headers: t.auth() });
-      if (res.statusCode === 200 && res.json().status !== 'pending') return res.json();
-      await new Promise((r) => setTimeout(r, 20));
-    }
-    throw new Error(`request ${requestId} never settled`);
-  }
-
   const balance = async (walletId: string) => (await findWallet(t.storage, walletId))!;
 
   function post(query: string, headers: Record<string, string>, body = chatBody): Promise<Response> {
@@ -136,7 +127,7 @@ describe.each(databasesUnderTest())('forward gateway credentials on %s', (dialec
         expect(seen.headers.authorization).toBe(`Bearer ${MANAGED.openai}`);
         for (const name of CREDENTIAL_HEADER_NAMES.filter((n) => n !== 'authorization')) expect(seen.headers[name]).toBeUndefined();
         expectNoLeak(seen, credential, t.merchant.secretKey);
-        const record = await settled(res.headers.get('x-tollgate-request-id')!);
+        const record = await t.settledRecord(res.headers.get('x-tollgate-request-id')!);
         expect(record).toMatchObject({ status: 'completed', provider: 'openai', provider_key_type: 'managed', customer_id: expectedCustomer() });
       },
     );
@@ -160,7 +151,7 @@ describe.each(databasesUnderTest())('forward gateway credentials on %s', (dialec
       expect(seen.headers['x-goog-api-key']).toBe(MANAGED.google);
       expect(seen.headers.authorization).toBeUndefined();
       expectNoLeak(seen, credential, t.merchant.secretKey);
-      const record = await settled(res.headers.get('x-tollgate-request-id')!);
+      const record = await t.settledRecord(res.headers.get('x-tollgate-request-id')!);
       expect(record).toMatchObject({ status: 'completed', provider: 'google', customer_id: expectedCustomer() });
       expect(record.endpoint).not.toContain('key=');
     });
@@ -185,7 +176,7 @@ describe.each(databasesUnderTest())('forward gateway credentials on %s', (dialec
     expect(res.status).toBe(200);
     await res.arrayBuffer();
     expectNoLeak(onlyNewRequest(before), token, t.merchant.secretKey);
-    expect((await settled(res.headers.get('x-tollgate-request-id')!)).customer_id).toBe(customer.customer_id);
+    expect((await t.settledRecord(res.headers.get('x-tollgate-request-id')!)).customer_id).toBe(customer.customer_id);
   });
 
   describe('token shapes', () => {
@@ -196,7 +187,7 @@ describe.each(databasesUnderTest())('forward gateway credentials on %s', (dialec
       await res.arrayBuffer();
       const seen = onlyNewRequest(before);
       expectNoLeak(seen, token, t.merchant.secretKey);
-      return { seen, record: await settled(res.headers.get('x-tollgate-request-id')!) };
+      return { seen, record: await t.settledRecord(res.headers.get('x-tollgate-request-id')!) };
     }
 
     it('older connection_secret + product_secret: the customer pays per the meter', async () => {
@@ -296,7 +287,7 @@ describe.each(databasesUnderTest())('forward gateway credentials on %s', (dialec
       expect(seen.headers['xi-api-key']).toBe('users-own-eleven-key');
       expect(seen.headers.authorization).toBeUndefined();
       expectNoLeak(seen, token, t.merchant.secretKey);
-      expect((await settled(res.headers.get('x-tollgate-request-id')!)).provider_key_type).toBe('unmanaged');
+      expect((await t.settledRecord(res.headers.get('x-tollgate-request-id')!)).provider_key_type).toBe('unmanaged');
     });
 
     it('provider_key together with a customer and meter: the fee is charged, the base cost is not', async () => {

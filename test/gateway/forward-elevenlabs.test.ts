@@ -1,4 +1,3 @@
-import { setTimeout as sleep } from 'node:timers/promises';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { parseMoney } from '../../src/domain/money.ts';
 import { verifyLedger } from '../../src/ledger/verify.ts';
@@ -50,14 +49,6 @@ describe.each(databasesUnderTest())('ElevenLabs billing on %s', (dialect) => {
     ).toString('base64');
   }
 
-  async function settled(requestId: string | null) {
-    for (let i = 0; i < 250; i++) {
-      const res = await t.app.inject({ method: 'GET', url: `/v1/requests/${requestId}`, headers: t.auth() });
-      if (res.statusCode === 200 && res.json().status !== 'pending') return res.json();
-      await sleep(20);
-    }
-    throw new Error(`request ${requestId} never settled`);
-  }
   const balance = async () => (await findWallet(t.storage, customer.wallet.wallet_id))!.balance;
 
   it('text-to-speech bills the characters of its text (code points) on a characters_1m meter', async () => {
@@ -75,7 +66,7 @@ describe.each(databasesUnderTest())('ElevenLabs billing on %s', (dialect) => {
     expect((await res.arrayBuffer()).byteLength).toBe(15);
     expect(upstream.requests.at(-1)!.headers['xi-api-key']).toBe('xi-managed');
 
-    const record = await settled(res.headers.get('x-tollgate-request-id'));
+    const record = await t.settledRecord(res.headers.get('x-tollgate-request-id'));
     expect(record).toMatchObject({
       status: 'completed',
       provider: 'elevenlabs',
@@ -108,7 +99,7 @@ describe.each(databasesUnderTest())('ElevenLabs billing on %s', (dialect) => {
     const transcript = (await res.json()) as { transcription_id: string };
     expect(upstream.requests.at(-1)!.headers['content-type']).toMatch(/^multipart\/form-data; boundary=/);
 
-    const record = await settled(res.headers.get('x-tollgate-request-id'));
+    const record = await t.settledRecord(res.headers.get('x-tollgate-request-id'));
     expect(TRANSCRIPT_SECONDS).toBe(90.25);
     expect(record).toMatchObject({
       status: 'completed',

@@ -38,15 +38,6 @@ describe.each(databasesUnderTest())('forward gateway SSRF wall and targets on %s
     await upstream?.close();
   });
 
-  async function settled(requestId: string) {
-    for (let i = 0; i < 150; i++) {
-      const res = await t.app.inject({ method: 'GET', url: `/v1/requests/${requestId}`, headers: t.auth() });
-      if (res.statusCode === 200 && res.json().status !== 'pending') return res.json();
-      await new Promise((r) => setTimeout(r, 20));
-    }
-    throw new Error(`request ${requestId} never settled`);
-  }
-
   const auth = () => ({ authorization: `Bearer ${t.merchant.secretKey}` });
   const chat = JSON.stringify({ model: 'gpt-4o-mini', messages: [{ role: 'user', content: 'hi' }], max_tokens: 2 });
 
@@ -147,7 +138,7 @@ describe.each(databasesUnderTest())('forward gateway SSRF wall and targets on %s
       expect(res.headers.get('x-tollgate-request-id')).toMatch(/^req_/);
       await res.arrayBuffer();
       // Give a follow-up (there must be none) time to happen.
-      const record = await settled(res.headers.get('x-tollgate-request-id')!);
+      const record = await t.settledRecord(res.headers.get('x-tollgate-request-id')!);
       await new Promise((r) => setTimeout(r, 50));
       expect(upstream.requests.length).toBe(before + 1);
       expect(upstream.requests.at(-1)!.path).toBe('/v1/chat/completions');
@@ -194,7 +185,7 @@ describe.each(databasesUnderTest())('forward gateway SSRF wall and targets on %s
       expect(res.status).toBe(200);
       await res.arrayBuffer();
       expect(upstream.requests.at(-1)!.url).toBe('/v1/echo?a=1');
-      expect((await settled(res.headers.get('x-tollgate-request-id')!)).metadata).toEqual({ team: 'ssrf' });
+      expect((await t.settledRecord(res.headers.get('x-tollgate-request-id')!)).metadata).toEqual({ team: 'ssrf' });
     });
 
     it('client parameters beside an encoded u join the target query; ours do not', async () => {
@@ -227,7 +218,7 @@ describe.each(databasesUnderTest())('forward gateway SSRF wall and targets on %s
       expect(echo).toMatchObject({ method, path: '/v1/echo', query: { x: '1' }, body: '' });
       expect(upstream.requests.length).toBe(before + 1);
       expect(upstream.requests.at(-1)!.headers.authorization).toBe('Bearer sk-managed-openai');
-      const record = await settled(res.headers.get('x-tollgate-request-id')!);
+      const record = await t.settledRecord(res.headers.get('x-tollgate-request-id')!);
       expect(record).toMatchObject({ status: 'completed', endpoint: `${method} https://api.openai.com/v1/echo?x=1` });
     });
 
@@ -242,7 +233,7 @@ describe.each(databasesUnderTest())('forward gateway SSRF wall and targets on %s
       const echo = (await res.json()) as Echo;
       expect(echo).toMatchObject({ method, path: '/v1/echo', body });
       expect(upstream.requests.at(-1)!.body.toString()).toBe(body);
-      expect((await settled(res.headers.get('x-tollgate-request-id')!)).status).toBe('completed');
+      expect((await t.settledRecord(res.headers.get('x-tollgate-request-id')!)).status).toBe('completed');
     });
 
     it('OPTIONS and TRACE are not forwarded', async () => {
