@@ -9,9 +9,10 @@ import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { formatMoney, parseMoney } from '../../src/domain/money.ts';
 import { verifyLedger } from '../../src/ledger/verify.ts';
 import { creditWallet, findWallet } from '../../src/ledger/wallets.ts';
-import { startTestApp, type TestApp } from '../helpers/app.ts';
+import type { TestApp } from '../helpers/app.ts';
 import { databasesUnderTest } from '../helpers/databases.ts';
-import { startMockUpstream, type MockUpstream, type RecordedRequest } from '../helpers/mock-upstream.ts';
+import { startGatewayOnMock } from '../helpers/gateway.ts';
+import type { MockUpstream, RecordedRequest } from '../helpers/mock-upstream.ts';
 
 /**
  * The official provider clients (openai 6, @anthropic-ai/sdk 1, @google/genai 1) and the published
@@ -132,24 +133,18 @@ describe.each(databasesUnderTest())('official SDKs through the forward gateway o
   let customer: { customer_id: string; walletId: string };
 
   beforeAll(async () => {
-    upstream = await startMockUpstream();
     const dir = mkdtempSync(join(tmpdir(), 'tollgate-prices-'));
     const pricesFile = join(dir, 'prices.json');
     writeFileSync(pricesFile, JSON.stringify(PRICES));
-    t = await startTestApp(dialect, {
+    ({ upstream, t, base } = await startGatewayOnMock(dialect, {
+      providerHosts: ['api.openai.com', 'api.anthropic.com', 'generativelanguage.googleapis.com'],
+      providerKeys: { openai: 'sk-managed-openai', anthropic: 'sk-ant-managed', google: 'goog-managed' },
       env: {
-        UPSTREAM_OVERRIDES: JSON.stringify({
-          'api.openai.com': upstream.url,
-          'api.anthropic.com': upstream.url,
-          'generativelanguage.googleapis.com': upstream.url,
-        }),
-        PROVIDER_KEYS: JSON.stringify({ openai: 'sk-managed-openai', anthropic: 'sk-ant-managed', google: 'goog-managed' }),
         PRICE_OVERRIDES_FILE: pricesFile,
         // Polling records and the Lava client's own calls share the secret key's rate limit.
         RATE_LIMIT_PER_MINUTE: '100000',
       },
-    });
-    base = await t.listen();
+    }));
     lava = new Lava(t.merchant.secretKey, { baseUrl: `${base}/v1/` });
     meter = await lava.meters.create({ name: 'Tokens', rate_type: 'fixed', tier_type: 'tokens_1m', tiers: [{ start: '0', rate: FEE_RATE }] });
     await creditWallet(t.storage, t.merchant.walletId, parseMoney('10'));

@@ -3,9 +3,10 @@ import OpenAI from 'openai';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { parseMoney } from '../../src/domain/money.ts';
 import { creditWallet, findWallet } from '../../src/ledger/wallets.ts';
-import { startTestApp, type TestApp } from '../helpers/app.ts';
+import type { TestApp } from '../helpers/app.ts';
 import { databasesUnderTest } from '../helpers/databases.ts';
-import { startMockUpstream, type MockUpstream } from '../helpers/mock-upstream.ts';
+import { startGatewayOnMock } from '../helpers/gateway.ts';
+import type { MockUpstream } from '../helpers/mock-upstream.ts';
 
 /**
  * Official clients pointed at Tollgate's drop-in endpoints with a Tollgate key as their API key.
@@ -20,21 +21,14 @@ describe.each(databasesUnderTest())('drop-in provider endpoints on %s', (dialect
   let base: string;
 
   beforeAll(async () => {
-    upstream = await startMockUpstream();
-    t = await startTestApp(dialect, {
+    ({ upstream, t, base } = await startGatewayOnMock(dialect, {
+      providerHosts: ['api.openai.com', 'api.anthropic.com', 'api.mistral.ai', 'generativelanguage.googleapis.com'],
+      providerKeys: { openai: 'sk-openai-managed', anthropic: 'sk-ant-managed', mistral: 'mistral-managed' },
       env: {
-        UPSTREAM_OVERRIDES: JSON.stringify({
-          'api.openai.com': upstream.url,
-          'api.anthropic.com': upstream.url,
-          'api.mistral.ai': upstream.url,
-          'generativelanguage.googleapis.com': upstream.url,
-        }),
-        PROVIDER_KEYS: JSON.stringify({ openai: 'sk-openai-managed', anthropic: 'sk-ant-managed', mistral: 'mistral-managed' }),
         // Only the native Gemini key: the OpenAI-compatible Gemini path must use it too.
         GOOGLE_API_KEY: 'google-managed',
       },
-    });
-    base = await t.listen();
+    }));
     await creditWallet(t.storage, t.merchant.walletId, parseMoney('5'));
   });
   afterAll(async () => {

@@ -9,9 +9,10 @@ import { sweepExpiredHolds } from '../../src/gateway/settle.ts';
 import { admitRequest, failRequest, pricingFor, settleRequest, type SettleInput } from '../../src/ledger/forwarded.ts';
 import { verifyLedger } from '../../src/ledger/verify.ts';
 import { creditWallet, findWallet } from '../../src/ledger/wallets.ts';
-import { startTestApp, type Merchant, type TestApp } from '../helpers/app.ts';
+import type { Merchant, TestApp } from '../helpers/app.ts';
 import { databasesUnderTest } from '../helpers/databases.ts';
-import { startMockUpstream, type MockUpstream } from '../helpers/mock-upstream.ts';
+import { startGatewayOnMock } from '../helpers/gateway.ts';
+import type { MockUpstream } from '../helpers/mock-upstream.ts';
 
 /**
  * Admission and holds over real HTTP (DESIGN §7): a request is admitted only when the paying
@@ -39,15 +40,13 @@ describe.each(databasesUnderTest())('forward gateway admission and holds on %s',
   let base: string;
 
   beforeAll(async () => {
-    upstream = await startMockUpstream();
-    t = await startTestApp(dialect, {
+    ({ upstream, t, base } = await startGatewayOnMock(dialect, {
+      providerHosts: ['api.openai.com'],
+      providerKeys: { openai: 'sk-managed-openai' },
       env: {
-        UPSTREAM_OVERRIDES: JSON.stringify({ 'api.openai.com': upstream.url }),
-        PROVIDER_KEYS: JSON.stringify({ openai: 'sk-managed-openai' }),
         HOLD_TTL_MS: '1000',
       },
-    });
-    base = await t.listen();
+    }));
   });
   afterEach(() => upstream.reset());
   afterAll(async () => {

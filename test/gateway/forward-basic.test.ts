@@ -3,9 +3,10 @@ import { Lava } from '@lavapayments/nodejs';
 import { parseMoney } from '../../src/domain/money.ts';
 import { creditWallet, findWallet } from '../../src/ledger/wallets.ts';
 import { verifyLedger } from '../../src/ledger/verify.ts';
-import { startTestApp, type TestApp } from '../helpers/app.ts';
+import type { TestApp } from '../helpers/app.ts';
 import { databasesUnderTest } from '../helpers/databases.ts';
-import { startMockUpstream, type MockUpstream } from '../helpers/mock-upstream.ts';
+import { startGatewayOnMock } from '../helpers/gateway.ts';
+import type { MockUpstream } from '../helpers/mock-upstream.ts';
 
 describe.each(databasesUnderTest())('forward gateway basics on %s', (dialect) => {
   let upstream: MockUpstream;
@@ -16,14 +17,10 @@ describe.each(databasesUnderTest())('forward gateway basics on %s', (dialect) =>
   let meter: { meter_slug: string };
 
   beforeAll(async () => {
-    upstream = await startMockUpstream();
-    t = await startTestApp(dialect, {
-      env: {
-        UPSTREAM_OVERRIDES: JSON.stringify({ 'api.openai.com': upstream.url, 'api.anthropic.com': upstream.url }),
-        PROVIDER_KEYS: JSON.stringify({ openai: 'sk-managed-openai', anthropic: 'sk-managed-anthropic' }),
-      },
-    });
-    base = await t.listen();
+    ({ upstream, t, base } = await startGatewayOnMock(dialect, {
+      providerHosts: ['api.openai.com', 'api.anthropic.com'],
+      providerKeys: { openai: 'sk-managed-openai', anthropic: 'sk-managed-anthropic' },
+    }));
     lava = new Lava(t.merchant.secretKey, { baseUrl: `${base}/v1/` });
     const h = t.auth();
     customer = (await t.app.inject({ method: 'POST', url: '/v1/customers', headers: h, payload: {} })).json();

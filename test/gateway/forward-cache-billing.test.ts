@@ -2,9 +2,10 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { parseMoney } from '../../src/domain/money.ts';
 import { verifyLedger } from '../../src/ledger/verify.ts';
 import { creditWallet, findWallet } from '../../src/ledger/wallets.ts';
-import { startTestApp, type TestApp } from '../helpers/app.ts';
+import type { TestApp } from '../helpers/app.ts';
 import { databasesUnderTest } from '../helpers/databases.ts';
-import { startMockUpstream, type MockUpstream } from '../helpers/mock-upstream.ts';
+import { startGatewayOnMock } from '../helpers/gateway.ts';
+import type { MockUpstream } from '../helpers/mock-upstream.ts';
 
 /**
  * Prompt-cache tokens are billed at the provider's cache prices, for each provider family's own
@@ -23,18 +24,10 @@ describe.each(databasesUnderTest())('prompt-cache billing on %s', (dialect) => {
   let base: string;
 
   beforeAll(async () => {
-    upstream = await startMockUpstream();
-    t = await startTestApp(dialect, {
-      env: {
-        UPSTREAM_OVERRIDES: JSON.stringify({
-          'api.openai.com': upstream.url,
-          'api.anthropic.com': upstream.url,
-          'generativelanguage.googleapis.com': upstream.url,
-        }),
-        PROVIDER_KEYS: JSON.stringify({ openai: 'sk-o', anthropic: 'sk-a', google: 'g-key' }),
-      },
-    });
-    base = await t.listen();
+    ({ upstream, t, base } = await startGatewayOnMock(dialect, {
+      providerHosts: ['api.openai.com', 'api.anthropic.com', 'generativelanguage.googleapis.com'],
+      providerKeys: { openai: 'sk-o', anthropic: 'sk-a', google: 'g-key' },
+    }));
     await creditWallet(t.storage, t.merchant.walletId, parseMoney('10'));
   });
   afterAll(async () => {

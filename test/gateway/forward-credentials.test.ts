@@ -2,9 +2,10 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { parseMoney } from '../../src/domain/money.ts';
 import { verifyLedger } from '../../src/ledger/verify.ts';
 import { creditWallet, findWallet } from '../../src/ledger/wallets.ts';
-import { startTestApp, type TestApp } from '../helpers/app.ts';
+import type { TestApp } from '../helpers/app.ts';
 import { databasesUnderTest } from '../helpers/databases.ts';
-import { startMockUpstream, type MockUpstream, type RecordedRequest } from '../helpers/mock-upstream.ts';
+import { startGatewayOnMock } from '../helpers/gateway.ts';
+import type { MockUpstream, RecordedRequest } from '../helpers/mock-upstream.ts';
 
 /**
  * Forward-gateway credentials over real HTTP: every placement (Authorization Bearer, x-api-key,
@@ -46,21 +47,10 @@ describe.each(databasesUnderTest())('forward gateway credentials on %s', (dialec
   let strangerCustomer: { customer_id: string };
 
   beforeAll(async () => {
-    upstream = await startMockUpstream();
-    t = await startTestApp(dialect, {
-      env: {
-        UPSTREAM_OVERRIDES: JSON.stringify({
-          'api.openai.com': upstream.url,
-          'api.anthropic.com': upstream.url,
-          'generativelanguage.googleapis.com': upstream.url,
-          'api.elevenlabs.io': upstream.url,
-          'api.mistral.ai': upstream.url,
-          'api.x.ai': upstream.url,
-        }),
-        PROVIDER_KEYS: JSON.stringify(MANAGED),
-      },
-    });
-    base = await t.listen();
+    ({ upstream, t, base } = await startGatewayOnMock(dialect, {
+      providerHosts: ['api.openai.com', 'api.anthropic.com', 'generativelanguage.googleapis.com', 'api.elevenlabs.io', 'api.mistral.ai', 'api.x.ai'],
+      providerKeys: MANAGED,
+    }));
     const h = t.auth();
     customer = (await t.app.inject({ method: 'POST', url: '/v1/customers', headers: h, payload: {} })).json();
     meter = (

@@ -2,9 +2,10 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { parseMoney } from '../../src/domain/money.ts';
 import { verifyLedger } from '../../src/ledger/verify.ts';
 import { creditWallet, findWallet } from '../../src/ledger/wallets.ts';
-import { startTestApp, type TestApp } from '../helpers/app.ts';
+import type { TestApp } from '../helpers/app.ts';
 import { databasesUnderTest } from '../helpers/databases.ts';
-import { startMockUpstream, TRANSCRIPT_SECONDS, type MockUpstream } from '../helpers/mock-upstream.ts';
+import { startGatewayOnMock } from '../helpers/gateway.ts';
+import { TRANSCRIPT_SECONDS, type MockUpstream } from '../helpers/mock-upstream.ts';
 
 /**
  * ElevenLabs through /v1/forward with its own credential header (xi-api-key): text-to-speech is
@@ -19,14 +20,10 @@ describe.each(databasesUnderTest())('ElevenLabs billing on %s', (dialect) => {
   let customer: { customer_id: string; wallet: { wallet_id: string } };
 
   beforeAll(async () => {
-    upstream = await startMockUpstream();
-    t = await startTestApp(dialect, {
-      env: {
-        UPSTREAM_OVERRIDES: JSON.stringify({ 'api.elevenlabs.io': upstream.url }),
-        PROVIDER_KEYS: JSON.stringify({ elevenlabs: 'xi-managed' }),
-      },
-    });
-    base = await t.listen();
+    ({ upstream, t, base } = await startGatewayOnMock(dialect, {
+      providerHosts: ['api.elevenlabs.io'],
+      providerKeys: { elevenlabs: 'xi-managed' },
+    }));
     customer = (await t.app.inject({ method: 'POST', url: '/v1/customers', headers: t.auth(), payload: {} })).json();
     await creditWallet(t.storage, customer.wallet.wallet_id, parseMoney('5'));
   });

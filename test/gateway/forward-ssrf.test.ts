@@ -1,9 +1,10 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { parseMoney } from '../../src/domain/money.ts';
 import { creditWallet } from '../../src/ledger/wallets.ts';
-import { startTestApp, type TestApp } from '../helpers/app.ts';
+import type { TestApp } from '../helpers/app.ts';
 import { databasesUnderTest } from '../helpers/databases.ts';
-import { startMockUpstream, type MockUpstream } from '../helpers/mock-upstream.ts';
+import { startGatewayOnMock } from '../helpers/gateway.ts';
+import type { MockUpstream } from '../helpers/mock-upstream.ts';
 
 /**
  * The SSRF wall of /v1/forward over real HTTP: only registry hosts (mapped to the mock by
@@ -22,15 +23,11 @@ describe.each(databasesUnderTest())('forward gateway SSRF wall and targets on %s
   let port: string;
 
   beforeAll(async () => {
-    upstream = await startMockUpstream();
+    ({ upstream, t, base } = await startGatewayOnMock(dialect, {
+      providerHosts: ['api.openai.com', 'api.anthropic.com'],
+      providerKeys: { openai: 'sk-managed-openai', anthropic: 'sk-managed-anthropic' },
+    }));
     port = new URL(upstream.url).port;
-    t = await startTestApp(dialect, {
-      env: {
-        UPSTREAM_OVERRIDES: JSON.stringify({ 'api.openai.com': upstream.url, 'api.anthropic.com': upstream.url }),
-        PROVIDER_KEYS: JSON.stringify({ openai: 'sk-managed-openai', anthropic: 'sk-managed-anthropic' }),
-      },
-    });
-    base = await t.listen();
     await creditWallet(t.storage, t.merchant.walletId, parseMoney('10'));
   });
   afterAll(async () => {
