@@ -9,9 +9,10 @@ import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { formatMoney, parseMoney } from '../../src/domain/money.ts';
 import { verifyLedger } from '../../src/ledger/verify.ts';
 import { creditWallet, findWallet } from '../../src/ledger/wallets.ts';
-import { startTestApp, type TestApp } from '../helpers/app.ts';
+import type { TestApp } from '../helpers/app.ts';
 import { databasesUnderTest } from '../helpers/databases.ts';
-import { startMockUpstream, type MockUpstream, type RecordedRequest } from '../helpers/mock-upstream.ts';
+import { startGatewayOnMock } from '../helpers/gateway.ts';
+import type { MockUpstream, RecordedRequest } from '../helpers/mock-upstream.ts';
 
 /**
  * The official provider clients (openai 6, @anthropic-ai/sdk 1, @google/genai 1) and the published
@@ -132,24 +133,18 @@ describe.each(databasesUnderTest())('official SDKs through the forward gateway o
   let customer: { customer_id: string; walletId: string };
 
   beforeAll(async () => {
-    upstream = await startMockUpstream();
     const dir = mkdtempSync(join(tmpdir(), 'tollgate-prices-'));
     const pricesFile = join(dir, 'prices.json');
     writeFileSync(pricesFile, JSON.stringify(PRICES));
-    t = await startTestApp(dialect, {
+    ({ upstream, t, base } = await startGatewayOnMock(dialect, {
+      providerHosts: ['api.openai.com', 'api.anthropic.com', 'generativelanguage.googleapis.com'],
+      providerKeys: { openai: 'sk-managed-openai', anthropic: 'sk-ant-managed', google: 'goog-managed' },
       env: {
-        UPSTREAM_OVERRIDES: JSON.stringify({
-          'api.openai.com': upstream.url,
-          'api.anthropic.com': upstream.url,
-          'generativelanguage.googleapis.com': upstream.url,
-        }),
-        PROVIDER_KEYS: JSON.stringify({ openai: 'sk-managed-openai', anthropic: 'sk-ant-managed', google: 'goog-managed' }),
         PRICE_OVERRIDES_FILE: pricesFile,
         // Polling records and the Lava client's own calls share the secret key's rate limit.
         RATE_LIMIT_PER_MINUTE: '100000',
       },
-    });
-    base = await t.listen();
+    }));
     lava = new Lava(t.merchant.secretKey, { baseUrl: `${base}/v1/` });
     meter = await lava.meters.create({ name: 'Tokens', rate_type: 'fixed', tier_type: 'tokens_1m', tiers: [{ start: '0', rate: FEE_RATE }] });
     await creditWallet(t.storage, t.merchant.walletId, parseMoney('10'));
@@ -171,15 +166,6 @@ describe.each(databasesUnderTest())('official SDKs through the forward gateway o
   async function balances() {
     const [c, m] = await Promise.all([findWallet(t.storage, customer.walletId), findWallet(t.storage, t.merchant.walletId)]);
     return { customer: c!.balance, merchant: m!.balance };
-  }
-
-  async function settled(requestId: string): Promise<RecordJson> {
-    for (let delay = 5; delay < 5_000; delay *= 2) {
-      const res = await t.app.inject({ method: 'GET', url: `/v1/requests/${requestId}`, headers: t.auth() });
-      if (res.statusCode === 200 && (res.json() as RecordJson).status !== 'pending') return res.json();
-      await new Promise((r) => setTimeout(r, delay));
-    }
-    throw new Error(`request ${requestId} never settled`);
   }
 
   /** For gateway(), which returns only the JSON: the newest record (each test's request is the newest). */
@@ -207,7 +193,7 @@ describe.each(databasesUnderTest())('official SDKs through the forward gateway o
 
   /** The record and both wallets show exactly the cost the billing mode implies. */
   async function expectBilled(requestId: string, before: { customer: bigint; merchant: bigint }, e: Expectation): Promise<RecordJson> {
-    const record = await settled(requestId);
+    const record: RecordJson = await t.settledRecord(requestId);
     const prices = PRICES[e.model];
     const inputCost = per1M(e.inputTokens, prices.input);
     const outputCost = per1M(e.outputTokens, prices.output);
@@ -671,7 +657,7 @@ describe.each(databasesUnderTest())('official SDKs through the forward gateway o
       const apiError = error as InstanceType<typeof Anthropic.RateLimitError>;
       expect(apiError.error).toEqual({ type: 'error', error: { type: 'rate_limit_error', message: 'Mock upstream error 429.' } });
       expect(apiError.headers.get('retry-after')).toBe('1');
-      const record = await settled(apiError.headers.get('x-tollgate-request-id')!);
+      const record: RecordJson = await t.settledRecord(apiError.headers.get('x-tollgate-request-id')!);
       expect(record).toMatchObject({ status: 'error', total_request_cost: '0.0000000000', fee: { amount: '0.0000000000' } });
       const after = await balances();
       expect(after).toEqual(before);

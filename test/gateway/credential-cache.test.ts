@@ -3,9 +3,10 @@ import { parseMoney } from '../../src/domain/money.ts';
 import { CredentialCache, credentialCacheFor } from '../../src/gateway/credential-cache.ts';
 import type { BillingContext } from '../../src/gateway/credentials.ts';
 import { creditWallet } from '../../src/ledger/wallets.ts';
-import { startTestApp, type TestApp } from '../helpers/app.ts';
+import type { TestApp } from '../helpers/app.ts';
 import { databasesUnderTest } from '../helpers/databases.ts';
-import { startMockUpstream, type MockUpstream } from '../helpers/mock-upstream.ts';
+import { startGatewayOnMock } from '../helpers/gateway.ts';
+import type { MockUpstream } from '../helpers/mock-upstream.ts';
 
 /**
  * The gateway caches resolved credentials; a revocation, deletion or pause made through this
@@ -55,14 +56,10 @@ describe.each(databasesUnderTest())('credential cache invalidation on %s', (dial
   let base: string;
 
   beforeAll(async () => {
-    upstream = await startMockUpstream();
-    t = await startTestApp(dialect, {
-      env: {
-        UPSTREAM_OVERRIDES: JSON.stringify({ 'api.openai.com': upstream.url }),
-        PROVIDER_KEYS: JSON.stringify({ openai: 'sk-managed' }),
-      },
-    });
-    base = await t.listen();
+    ({ upstream, t, base } = await startGatewayOnMock(dialect, {
+      providerHosts: ['api.openai.com'],
+      providerKeys: { openai: 'sk-managed' },
+    }));
     await creditWallet(t.storage, t.merchant.walletId, parseMoney('50'));
   });
   afterAll(async () => {

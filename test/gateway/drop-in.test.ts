@@ -3,9 +3,10 @@ import OpenAI from 'openai';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { parseMoney } from '../../src/domain/money.ts';
 import { creditWallet, findWallet } from '../../src/ledger/wallets.ts';
-import { startTestApp, type TestApp } from '../helpers/app.ts';
+import type { TestApp } from '../helpers/app.ts';
 import { databasesUnderTest } from '../helpers/databases.ts';
-import { startMockUpstream, type MockUpstream } from '../helpers/mock-upstream.ts';
+import { startGatewayOnMock } from '../helpers/gateway.ts';
+import type { MockUpstream } from '../helpers/mock-upstream.ts';
 
 /**
  * Official clients pointed at Tollgate's drop-in endpoints with a Tollgate key as their API key.
@@ -20,21 +21,14 @@ describe.each(databasesUnderTest())('drop-in provider endpoints on %s', (dialect
   let base: string;
 
   beforeAll(async () => {
-    upstream = await startMockUpstream();
-    t = await startTestApp(dialect, {
+    ({ upstream, t, base } = await startGatewayOnMock(dialect, {
+      providerHosts: ['api.openai.com', 'api.anthropic.com', 'api.mistral.ai', 'generativelanguage.googleapis.com'],
+      providerKeys: { openai: 'sk-openai-managed', anthropic: 'sk-ant-managed', mistral: 'mistral-managed' },
       env: {
-        UPSTREAM_OVERRIDES: JSON.stringify({
-          'api.openai.com': upstream.url,
-          'api.anthropic.com': upstream.url,
-          'api.mistral.ai': upstream.url,
-          'generativelanguage.googleapis.com': upstream.url,
-        }),
-        PROVIDER_KEYS: JSON.stringify({ openai: 'sk-openai-managed', anthropic: 'sk-ant-managed', mistral: 'mistral-managed' }),
         // Only the native Gemini key: the OpenAI-compatible Gemini path must use it too.
         GOOGLE_API_KEY: 'google-managed',
       },
-    });
-    base = await t.listen();
+    }));
     await creditWallet(t.storage, t.merchant.walletId, parseMoney('5'));
   });
   afterAll(async () => {
@@ -42,14 +36,6 @@ describe.each(databasesUnderTest())('drop-in provider endpoints on %s', (dialect
     await upstream?.close();
   });
 
-  async function settledRecord(requestId: string | null) {
-    for (let i = 0; i < 100; i++) {
-      const res = await t.app.inject({ method: 'GET', url: `/v1/requests/${requestId}`, headers: t.auth() });
-      if (res.statusCode === 200 && res.json().status !== 'pending') return res.json();
-      await new Promise((r) => setTimeout(r, 20));
-    }
-    throw new Error(`request ${requestId} never settled`);
-  }
   const merchantBalance = async () => (await findWallet(t.storage, t.merchant.walletId))!.balance;
 
   it('serves chat completions to the openai client and bills the merchant the exact base cost', async () => {
@@ -60,7 +46,7 @@ describe.each(databasesUnderTest())('drop-in provider endpoints on %s', (dialect
       .withResponse();
     expect(completion.usage?.completion_tokens).toBe(4);
     expect(upstream.requests.at(-1)!.headers.authorization).toBe('Bearer sk-openai-managed');
-    const record = await settledRecord(response.headers.get('x-tollgate-request-id'));
+    const record = await t.settledRecord(response.headers.get('x-tollgate-request-id'));
     expect(record).toMatchObject({ status: 'completed', provider: 'openai', model: 'gpt-4o', provider_key_type: 'managed' });
     // 2 input tokens × 2.5 + 4 output tokens × 10, per 1M: 0.000005 + 0.00004.
     expect(record.model_usage).toMatchObject({ input_tokens: 2, output_tokens: 4, input_cost: '0.0000050000', output_cost: '0.0000400000' });
@@ -74,7 +60,7 @@ describe.each(databasesUnderTest())('drop-in provider endpoints on %s', (dialect
     const { data, response } = await openai.responses.create({ model: 'gpt-4o', input: 'one two three', max_output_tokens: 5 }).withResponse();
     expect(data.output_text).toBe('tok tok tok tok tok');
     expect(upstream.requests.at(-1)!.path).toBe('/v1/responses');
-    const record = await settledRecord(response.headers.get('x-tollgate-request-id'));
+    const record = await t.settledRecord(response.headers.get('x-tollgate-request-id'));
     expect(record).toMatchObject({ status: 'completed', provider: 'openai', endpoint: 'POST https://api.openai.com/v1/responses', response_id: data.id });
     // 3 × 2.5 + 5 × 10, per 1M: 0.0000075 + 0.00005.
     expect(record.model_usage).toMatchObject({ input_tokens: 3, output_tokens: 5, total_cost: '0.0000575000' });
@@ -88,7 +74,7 @@ describe.each(databasesUnderTest())('drop-in provider endpoints on %s', (dialect
       .create({ model: 'text-embedding-3-small', input: 'one two three four', encoding_format: 'float' })
       .withResponse();
     expect(data.data[0]!.embedding).toEqual([0.1, 0.2, 0.3]);
-    const record = await settledRecord(response.headers.get('x-tollgate-request-id'));
+    const record = await t.settledRecord(response.headers.get('x-tollgate-request-id'));
     expect(record).toMatchObject({ status: 'completed', model: 'text-embedding-3-small', endpoint: 'POST https://api.openai.com/v1/embeddings' });
     // 4 × 0.02 per 1M.
     expect(record.model_usage).toMatchObject({ input_tokens: 4, output_tokens: 0, total_cost: '0.0000000800' });
@@ -105,7 +91,7 @@ describe.each(databasesUnderTest())('drop-in provider endpoints on %s', (dialect
     const seen = upstream.requests.at(-1)!;
     expect(seen.path).toBe('/v1beta/openai/chat/completions');
     expect(seen.headers.authorization).toBe('Bearer google-managed');
-    const record = await settledRecord(response.headers.get('x-tollgate-request-id'));
+    const record = await t.settledRecord(response.headers.get('x-tollgate-request-id'));
     expect(record).toMatchObject({ status: 'completed', provider: 'google-openai', model: 'gemini-2.0-flash' });
     // 4 × 0.1 + 6 × 0.4, per 1M: 0.0000004 + 0.0000024.
     expect(record.model_usage).toMatchObject({ input_cost: '0.0000004000', output_cost: '0.0000024000', total_cost: '0.0000028000' });
@@ -123,7 +109,7 @@ describe.each(databasesUnderTest())('drop-in provider endpoints on %s', (dialect
     expect(res.status).toBe(200);
     await res.arrayBuffer();
     expect(upstream.requests.at(-1)!.headers.authorization).toBe('Bearer google-managed');
-    const record = await settledRecord(res.headers.get('x-tollgate-request-id'));
+    const record = await t.settledRecord(res.headers.get('x-tollgate-request-id'));
     expect(record).toMatchObject({ status: 'completed', provider: 'google-openai', endpoint: `POST ${target}`, cost: '0.0000028000' });
     expect(before - (await merchantBalance())).toBe(parseMoney('0.0000028'));
   });

@@ -9,9 +9,10 @@ import { sweepExpiredHolds } from '../../src/gateway/settle.ts';
 import { admitRequest, failRequest, pricingFor, settleRequest, type SettleInput } from '../../src/ledger/forwarded.ts';
 import { verifyLedger } from '../../src/ledger/verify.ts';
 import { creditWallet, findWallet } from '../../src/ledger/wallets.ts';
-import { startTestApp, type Merchant, type TestApp } from '../helpers/app.ts';
+import type { Merchant, TestApp } from '../helpers/app.ts';
 import { databasesUnderTest } from '../helpers/databases.ts';
-import { startMockUpstream, type MockUpstream } from '../helpers/mock-upstream.ts';
+import { startGatewayOnMock } from '../helpers/gateway.ts';
+import type { MockUpstream } from '../helpers/mock-upstream.ts';
 
 /**
  * Admission and holds over real HTTP (DESIGN §7): a request is admitted only when the paying
@@ -39,15 +40,13 @@ describe.each(databasesUnderTest())('forward gateway admission and holds on %s',
   let base: string;
 
   beforeAll(async () => {
-    upstream = await startMockUpstream();
-    t = await startTestApp(dialect, {
+    ({ upstream, t, base } = await startGatewayOnMock(dialect, {
+      providerHosts: ['api.openai.com'],
+      providerKeys: { openai: 'sk-managed-openai' },
       env: {
-        UPSTREAM_OVERRIDES: JSON.stringify({ 'api.openai.com': upstream.url }),
-        PROVIDER_KEYS: JSON.stringify({ openai: 'sk-managed-openai' }),
         HOLD_TTL_MS: '1000',
       },
-    });
-    base = await t.listen();
+    }));
   });
   afterEach(() => upstream.reset());
   afterAll(async () => {
@@ -57,14 +56,6 @@ describe.each(databasesUnderTest())('forward gateway admission and holds on %s',
 
   async function record(requestId: string, merchant: Merchant) {
     return (await t.app.inject({ method: 'GET', url: `/v1/requests/${requestId}`, headers: t.auth(merchant.secretKey) })).json();
-  }
-  async function settledFor(requestId: string, merchant: Merchant) {
-    for (let i = 0; i < 250; i++) {
-      const r = await record(requestId, merchant);
-      if (r.status && r.status !== 'pending') return r;
-      await sleep(20);
-    }
-    throw new Error(`request ${requestId} never settled`);
   }
   const wallet = async (id: string) => (await findWallet(t.storage, id))!;
   const noActiveHolds = async (walletId: string) =>
@@ -156,7 +147,7 @@ describe.each(databasesUnderTest())('forward gateway admission and holds on %s',
       let actualTotal = 0n;
       let excess = 0n;
       for (const r of admitted) {
-        const rec = await settledFor(r.id!, payers.merchant);
+        const rec = await t.settledRecord(r.id!, t.auth(payers.merchant.secretKey));
         expect(rec.status).toBe('completed');
         const actual = parseMoney(rec.total_wallet_cost) + (payer === 'merchant' ? parseMoney(rec.total_merchant_cost) : 0n);
         expect(actual).toBeGreaterThan(0n);
@@ -210,7 +201,7 @@ describe.each(databasesUnderTest())('forward gateway admission and holds on %s',
     const ok = await post(merchant.secretKey, small);
     expect(ok.status).toBe(200);
     await ok.arrayBuffer();
-    await settledFor(ok.headers.get('x-tollgate-request-id')!, merchant);
+    await t.settledRecord(ok.headers.get('x-tollgate-request-id')!, t.auth(merchant.secretKey));
   });
 
   it('an admitted request that costs more than its hold ends below zero by exactly the excess; then 402 until credited', async () => {
@@ -223,7 +214,7 @@ describe.each(databasesUnderTest())('forward gateway admission and holds on %s',
     const res = await post(merchant.secretKey, costly);
     expect(res.status).toBe(200);
     await res.arrayBuffer();
-    const rec = await settledFor(res.headers.get('x-tollgate-request-id')!, merchant);
+    const rec = await t.settledRecord(res.headers.get('x-tollgate-request-id')!, t.auth(merchant.secretKey));
     const actual = parseMoney(rec.total_merchant_cost) + parseMoney(rec.total_wallet_cost);
     expect(actual).toBeGreaterThan(hold);
     const after = await wallet(merchant.walletId);
@@ -243,7 +234,7 @@ describe.each(databasesUnderTest())('forward gateway admission and holds on %s',
     const ok = await post(merchant.secretKey, small);
     expect(ok.status).toBe(200);
     await ok.arrayBuffer();
-    await settledFor(ok.headers.get('x-tollgate-request-id')!, merchant);
+    await t.settledRecord(ok.headers.get('x-tollgate-request-id')!, t.auth(merchant.secretKey));
     expect((await verifyLedger(t.storage)).problems).toEqual([]);
   });
 
@@ -278,7 +269,7 @@ describe.each(databasesUnderTest())('forward gateway admission and holds on %s',
 
       const { res } = await inFlight;
       expect(res.status).toBe(200);
-      const rec = await settledFor(pending!.id, merchant);
+      const rec = await t.settledRecord(pending!.id, t.auth(merchant.secretKey));
       expect(rec.status).toBe('completed');
       expect(parseMoney(rec.total_request_cost)).toBeGreaterThan(0n);
       const after = await wallet(merchant.walletId);
@@ -373,7 +364,7 @@ describe.each(databasesUnderTest())('forward gateway admission and holds on %s',
       expect(res.status).toBe(200);
       await res.arrayBuffer();
       const recordId = res.headers.get('x-tollgate-request-id')!;
-      const first = await settledFor(recordId, merchant);
+      const first = await t.settledRecord(recordId, t.auth(merchant.secretKey));
       expect(first.status).toBe('completed');
       const balance = (await wallet(customerWalletId)).balance;
       const holdIds = (await t.storage.db.selectFrom('holds').select('id').where('reference', '=', recordId).execute()).map((h) => h.id);
@@ -431,7 +422,7 @@ describe.each(databasesUnderTest())('forward gateway admission and holds on %s',
       expect(res.status).toBe(500);
       await res.arrayBuffer();
       const recordId = res.headers.get('x-tollgate-request-id')!;
-      expect((await settledFor(recordId, merchant)).status).toBe('error');
+      expect((await t.settledRecord(recordId, t.auth(merchant.secretKey))).status).toBe('error');
       const before = await wallet(merchant.walletId);
       const holdIds = (await t.storage.db.selectFrom('holds').select('id').where('reference', '=', recordId).execute()).map((h) => h.id);
       expect((await settleRequest(t.storage, await settleInput(merchant.secretKey, recordId, holdIds))).outcome).toBe('duplicate');

@@ -3,9 +3,10 @@ import { Lava } from '@lavapayments/nodejs';
 import { parseMoney } from '../../src/domain/money.ts';
 import { creditWallet, findWallet } from '../../src/ledger/wallets.ts';
 import { verifyLedger } from '../../src/ledger/verify.ts';
-import { startTestApp, type TestApp } from '../helpers/app.ts';
+import type { TestApp } from '../helpers/app.ts';
 import { databasesUnderTest } from '../helpers/databases.ts';
-import { startMockUpstream, type MockUpstream } from '../helpers/mock-upstream.ts';
+import { startGatewayOnMock } from '../helpers/gateway.ts';
+import type { MockUpstream } from '../helpers/mock-upstream.ts';
 
 describe.each(databasesUnderTest())('forward gateway basics on %s', (dialect) => {
   let upstream: MockUpstream;
@@ -16,14 +17,10 @@ describe.each(databasesUnderTest())('forward gateway basics on %s', (dialect) =>
   let meter: { meter_slug: string };
 
   beforeAll(async () => {
-    upstream = await startMockUpstream();
-    t = await startTestApp(dialect, {
-      env: {
-        UPSTREAM_OVERRIDES: JSON.stringify({ 'api.openai.com': upstream.url, 'api.anthropic.com': upstream.url }),
-        PROVIDER_KEYS: JSON.stringify({ openai: 'sk-managed-openai', anthropic: 'sk-managed-anthropic' }),
-      },
-    });
-    base = await t.listen();
+    ({ upstream, t, base } = await startGatewayOnMock(dialect, {
+      providerHosts: ['api.openai.com', 'api.anthropic.com'],
+      providerKeys: { openai: 'sk-managed-openai', anthropic: 'sk-managed-anthropic' },
+    }));
     lava = new Lava(t.merchant.secretKey, { baseUrl: `${base}/v1/` });
     const h = t.auth();
     customer = (await t.app.inject({ method: 'POST', url: '/v1/customers', headers: h, payload: {} })).json();
@@ -43,15 +40,6 @@ describe.each(databasesUnderTest())('forward gateway basics on %s', (dialect) =>
     await upstream?.close();
   });
 
-  async function settled(requestId: string) {
-    for (let i = 0; i < 100; i++) {
-      const res = await t.app.inject({ method: 'GET', url: `/v1/requests/${requestId}`, headers: t.auth() });
-      if (res.statusCode === 200 && res.json().status !== 'pending') return res.json();
-      await new Promise((r) => setTimeout(r, 20));
-    }
-    throw new Error(`request ${requestId} never settled`);
-  }
-
   it('forwards a chat completion for a customer, relays the exact body and charges the meter fee', async () => {
     const token = lava.generateForwardToken({ customer_id: customer.customer_id, meter_slug: meter.meter_slug });
     const body = JSON.stringify({ model: 'gpt-4o', messages: [{ role: 'user', content: 'one two three four' }], max_tokens: 7, extra_field: { kept: true } });
@@ -69,7 +57,7 @@ describe.each(databasesUnderTest())('forward gateway basics on %s', (dialect) =>
     expect(seen.body.toString()).toBe(body);
     expect(seen.headers.authorization).toBe('Bearer sk-managed-openai');
 
-    const record = await settled(requestId);
+    const record = await t.settledRecord(requestId);
     const tokens = json.usage.prompt_tokens + json.usage.completion_tokens;
     expect(record).toMatchObject({
       status: 'completed',
@@ -110,7 +98,7 @@ describe.each(databasesUnderTest())('forward gateway basics on %s', (dialect) =>
       body: JSON.stringify({ model: 'gpt-4o', messages: [{ role: 'user', content: 'hi' }] }),
     });
     expect(res.status).toBe(500);
-    const record = await settled(res.headers.get('x-tollgate-request-id')!);
+    const record = await t.settledRecord(res.headers.get('x-tollgate-request-id')!);
     expect(record.status).toBe('error');
     expect(record.total_request_cost).toBe('0.0000000000');
     const after = (await findWallet(t.storage, t.merchant.walletId))!;
@@ -134,7 +122,7 @@ describe.each(databasesUnderTest())('forward gateway basics on %s', (dialect) =>
       .map((e) => JSON.parse(e.slice(6)) as { usage?: unknown; choices: unknown[] });
     expect(events.length).toBe(5); // role, three words, finish — and no usage-only chunk
     expect(events.filter((e) => e.usage)).toEqual([]);
-    const record = await settled(res.headers.get('x-tollgate-request-id')!);
+    const record = await t.settledRecord(res.headers.get('x-tollgate-request-id')!);
     expect(record.status).toBe('completed');
     expect(record.model_usage.output_tokens).toBe(3);
     expect(record.model_usage.input_tokens).toBeGreaterThan(0);
@@ -152,7 +140,7 @@ describe.each(databasesUnderTest())('forward gateway basics on %s', (dialect) =>
         body: JSON.stringify(body),
       });
       await res.arrayBuffer();
-      return settled(res.headers.get('x-tollgate-request-id')!);
+      return t.settledRecord(res.headers.get('x-tollgate-request-id')!);
     }
 
     it.each([

@@ -1,11 +1,11 @@
-import { setTimeout as sleep } from 'node:timers/promises';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { parseMoney } from '../../src/domain/money.ts';
 import { verifyLedger } from '../../src/ledger/verify.ts';
 import { creditWallet, findWallet } from '../../src/ledger/wallets.ts';
-import { startTestApp, type TestApp } from '../helpers/app.ts';
+import type { TestApp } from '../helpers/app.ts';
 import { databasesUnderTest } from '../helpers/databases.ts';
-import { startMockUpstream, type MockUpstream } from '../helpers/mock-upstream.ts';
+import { startGatewayOnMock } from '../helpers/gateway.ts';
+import type { MockUpstream } from '../helpers/mock-upstream.ts';
 
 /**
  * Prompt-cache tokens are billed at the provider's cache prices, for each provider family's own
@@ -24,33 +24,16 @@ describe.each(databasesUnderTest())('prompt-cache billing on %s', (dialect) => {
   let base: string;
 
   beforeAll(async () => {
-    upstream = await startMockUpstream();
-    t = await startTestApp(dialect, {
-      env: {
-        UPSTREAM_OVERRIDES: JSON.stringify({
-          'api.openai.com': upstream.url,
-          'api.anthropic.com': upstream.url,
-          'generativelanguage.googleapis.com': upstream.url,
-        }),
-        PROVIDER_KEYS: JSON.stringify({ openai: 'sk-o', anthropic: 'sk-a', google: 'g-key' }),
-      },
-    });
-    base = await t.listen();
+    ({ upstream, t, base } = await startGatewayOnMock(dialect, {
+      providerHosts: ['api.openai.com', 'api.anthropic.com', 'generativelanguage.googleapis.com'],
+      providerKeys: { openai: 'sk-o', anthropic: 'sk-a', google: 'g-key' },
+    }));
     await creditWallet(t.storage, t.merchant.walletId, parseMoney('10'));
   });
   afterAll(async () => {
     await t?.close();
     await upstream?.close();
   });
-
-  async function settled(requestId: string) {
-    for (let i = 0; i < 250; i++) {
-      const res = await t.app.inject({ method: 'GET', url: `/v1/requests/${requestId}`, headers: t.auth() });
-      if (res.statusCode === 200 && res.json().status !== 'pending') return res.json();
-      await sleep(20);
-    }
-    throw new Error(`request ${requestId} never settled`);
-  }
 
   async function forward(target: string, body: unknown) {
     const before = (await findWallet(t.storage, t.merchant.walletId))!.balance;
@@ -61,7 +44,7 @@ describe.each(databasesUnderTest())('prompt-cache billing on %s', (dialect) => {
     });
     expect(res.status).toBe(200);
     await res.arrayBuffer();
-    const record = await settled(res.headers.get('x-tollgate-request-id')!);
+    const record = await t.settledRecord(res.headers.get('x-tollgate-request-id')!);
     const after = (await findWallet(t.storage, t.merchant.walletId))!;
     return { record, charged: before - after.balance, held: after.held };
   }
@@ -175,7 +158,7 @@ describe.each(databasesUnderTest())('prompt-cache billing on %s', (dialect) => {
       body: JSON.stringify({ model: 'gpt-4o-mini', max_tokens: 10, messages: [{ role: 'user', content: PROMPT }] }),
     });
     await res.arrayBuffer();
-    const record = await settled(res.headers.get('x-tollgate-request-id')!);
+    const record = await t.settledRecord(res.headers.get('x-tollgate-request-id')!);
     // (1000 + 10) tokens × 100 per 1M = 0.101
     expect(record.fee.amount).toBe('0.1010000000');
     expect(record.fee.breakdown[0].tokens).toBe(1010);

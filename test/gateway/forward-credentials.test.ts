@@ -2,9 +2,10 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { parseMoney } from '../../src/domain/money.ts';
 import { verifyLedger } from '../../src/ledger/verify.ts';
 import { creditWallet, findWallet } from '../../src/ledger/wallets.ts';
-import { startTestApp, type TestApp } from '../helpers/app.ts';
+import type { TestApp } from '../helpers/app.ts';
 import { databasesUnderTest } from '../helpers/databases.ts';
-import { startMockUpstream, type MockUpstream, type RecordedRequest } from '../helpers/mock-upstream.ts';
+import { startGatewayOnMock } from '../helpers/gateway.ts';
+import type { MockUpstream, RecordedRequest } from '../helpers/mock-upstream.ts';
 
 /**
  * Forward-gateway credentials over real HTTP: every placement (Authorization Bearer, x-api-key,
@@ -46,21 +47,10 @@ describe.each(databasesUnderTest())('forward gateway credentials on %s', (dialec
   let strangerCustomer: { customer_id: string };
 
   beforeAll(async () => {
-    upstream = await startMockUpstream();
-    t = await startTestApp(dialect, {
-      env: {
-        UPSTREAM_OVERRIDES: JSON.stringify({
-          'api.openai.com': upstream.url,
-          'api.anthropic.com': upstream.url,
-          'generativelanguage.googleapis.com': upstream.url,
-          'api.elevenlabs.io': upstream.url,
-          'api.mistral.ai': upstream.url,
-          'api.x.ai': upstream.url,
-        }),
-        PROVIDER_KEYS: JSON.stringify(MANAGED),
-      },
-    });
-    base = await t.listen();
+    ({ upstream, t, base } = await startGatewayOnMock(dialect, {
+      providerHosts: ['api.openai.com', 'api.anthropic.com', 'generativelanguage.googleapis.com', 'api.elevenlabs.io', 'api.mistral.ai', 'api.x.ai'],
+      providerKeys: MANAGED,
+    }));
     const h = t.auth();
     customer = (await t.app.inject({ method: 'POST', url: '/v1/customers', headers: h, payload: {} })).json();
     meter = (
@@ -80,15 +70,6 @@ describe.each(databasesUnderTest())('forward gateway credentials on %s', (dialec
     await t?.close();
     await upstream?.close();
   });
-
-  async function settled(requestId: string) {
-    for (let i = 0; i < 150; i++) {
-      const res = await t.app.inject({ method: 'GET', url: `/v1/requests/${requestId}`, headers: t.auth() });
-      if (res.statusCode === 200 && res.json().status !== 'pending') return res.json();
-      await new Promise((r) => setTimeout(r, 20));
-    }
-    throw new Error(`request ${requestId} never settled`);
-  }
 
   const balance = async (walletId: string) => (await findWallet(t.storage, walletId))!;
 
@@ -136,7 +117,7 @@ describe.each(databasesUnderTest())('forward gateway credentials on %s', (dialec
         expect(seen.headers.authorization).toBe(`Bearer ${MANAGED.openai}`);
         for (const name of CREDENTIAL_HEADER_NAMES.filter((n) => n !== 'authorization')) expect(seen.headers[name]).toBeUndefined();
         expectNoLeak(seen, credential, t.merchant.secretKey);
-        const record = await settled(res.headers.get('x-tollgate-request-id')!);
+        const record = await t.settledRecord(res.headers.get('x-tollgate-request-id')!);
         expect(record).toMatchObject({ status: 'completed', provider: 'openai', provider_key_type: 'managed', customer_id: expectedCustomer() });
       },
     );
@@ -160,7 +141,7 @@ describe.each(databasesUnderTest())('forward gateway credentials on %s', (dialec
       expect(seen.headers['x-goog-api-key']).toBe(MANAGED.google);
       expect(seen.headers.authorization).toBeUndefined();
       expectNoLeak(seen, credential, t.merchant.secretKey);
-      const record = await settled(res.headers.get('x-tollgate-request-id')!);
+      const record = await t.settledRecord(res.headers.get('x-tollgate-request-id')!);
       expect(record).toMatchObject({ status: 'completed', provider: 'google', customer_id: expectedCustomer() });
       expect(record.endpoint).not.toContain('key=');
     });
@@ -185,7 +166,7 @@ describe.each(databasesUnderTest())('forward gateway credentials on %s', (dialec
     expect(res.status).toBe(200);
     await res.arrayBuffer();
     expectNoLeak(onlyNewRequest(before), token, t.merchant.secretKey);
-    expect((await settled(res.headers.get('x-tollgate-request-id')!)).customer_id).toBe(customer.customer_id);
+    expect((await t.settledRecord(res.headers.get('x-tollgate-request-id')!)).customer_id).toBe(customer.customer_id);
   });
 
   describe('token shapes', () => {
@@ -196,7 +177,7 @@ describe.each(databasesUnderTest())('forward gateway credentials on %s', (dialec
       await res.arrayBuffer();
       const seen = onlyNewRequest(before);
       expectNoLeak(seen, token, t.merchant.secretKey);
-      return { seen, record: await settled(res.headers.get('x-tollgate-request-id')!) };
+      return { seen, record: await t.settledRecord(res.headers.get('x-tollgate-request-id')!) };
     }
 
     it('older connection_secret + product_secret: the customer pays per the meter', async () => {
@@ -296,7 +277,7 @@ describe.each(databasesUnderTest())('forward gateway credentials on %s', (dialec
       expect(seen.headers['xi-api-key']).toBe('users-own-eleven-key');
       expect(seen.headers.authorization).toBeUndefined();
       expectNoLeak(seen, token, t.merchant.secretKey);
-      expect((await settled(res.headers.get('x-tollgate-request-id')!)).provider_key_type).toBe('unmanaged');
+      expect((await t.settledRecord(res.headers.get('x-tollgate-request-id')!)).provider_key_type).toBe('unmanaged');
     });
 
     it('provider_key together with a customer and meter: the fee is charged, the base cost is not', async () => {

@@ -1,11 +1,11 @@
-import { setTimeout as sleep } from 'node:timers/promises';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { parseMoney } from '../../src/domain/money.ts';
 import { verifyLedger } from '../../src/ledger/verify.ts';
 import { creditWallet, findWallet } from '../../src/ledger/wallets.ts';
-import { startTestApp, type TestApp } from '../helpers/app.ts';
+import type { TestApp } from '../helpers/app.ts';
 import { databasesUnderTest } from '../helpers/databases.ts';
-import { startMockUpstream, TRANSCRIPT_SECONDS, type MockUpstream } from '../helpers/mock-upstream.ts';
+import { startGatewayOnMock } from '../helpers/gateway.ts';
+import { TRANSCRIPT_SECONDS, type MockUpstream } from '../helpers/mock-upstream.ts';
 
 /**
  * ElevenLabs through /v1/forward with its own credential header (xi-api-key): text-to-speech is
@@ -20,14 +20,10 @@ describe.each(databasesUnderTest())('ElevenLabs billing on %s', (dialect) => {
   let customer: { customer_id: string; wallet: { wallet_id: string } };
 
   beforeAll(async () => {
-    upstream = await startMockUpstream();
-    t = await startTestApp(dialect, {
-      env: {
-        UPSTREAM_OVERRIDES: JSON.stringify({ 'api.elevenlabs.io': upstream.url }),
-        PROVIDER_KEYS: JSON.stringify({ elevenlabs: 'xi-managed' }),
-      },
-    });
-    base = await t.listen();
+    ({ upstream, t, base } = await startGatewayOnMock(dialect, {
+      providerHosts: ['api.elevenlabs.io'],
+      providerKeys: { elevenlabs: 'xi-managed' },
+    }));
     customer = (await t.app.inject({ method: 'POST', url: '/v1/customers', headers: t.auth(), payload: {} })).json();
     await creditWallet(t.storage, customer.wallet.wallet_id, parseMoney('5'));
   });
@@ -50,14 +46,6 @@ describe.each(databasesUnderTest())('ElevenLabs billing on %s', (dialect) => {
     ).toString('base64');
   }
 
-  async function settled(requestId: string | null) {
-    for (let i = 0; i < 250; i++) {
-      const res = await t.app.inject({ method: 'GET', url: `/v1/requests/${requestId}`, headers: t.auth() });
-      if (res.statusCode === 200 && res.json().status !== 'pending') return res.json();
-      await sleep(20);
-    }
-    throw new Error(`request ${requestId} never settled`);
-  }
   const balance = async () => (await findWallet(t.storage, customer.wallet.wallet_id))!.balance;
 
   it('text-to-speech bills the characters of its text (code points) on a characters_1m meter', async () => {
@@ -75,7 +63,7 @@ describe.each(databasesUnderTest())('ElevenLabs billing on %s', (dialect) => {
     expect((await res.arrayBuffer()).byteLength).toBe(15);
     expect(upstream.requests.at(-1)!.headers['xi-api-key']).toBe('xi-managed');
 
-    const record = await settled(res.headers.get('x-tollgate-request-id'));
+    const record = await t.settledRecord(res.headers.get('x-tollgate-request-id'));
     expect(record).toMatchObject({
       status: 'completed',
       provider: 'elevenlabs',
@@ -108,7 +96,7 @@ describe.each(databasesUnderTest())('ElevenLabs billing on %s', (dialect) => {
     const transcript = (await res.json()) as { transcription_id: string };
     expect(upstream.requests.at(-1)!.headers['content-type']).toMatch(/^multipart\/form-data; boundary=/);
 
-    const record = await settled(res.headers.get('x-tollgate-request-id'));
+    const record = await t.settledRecord(res.headers.get('x-tollgate-request-id'));
     expect(TRANSCRIPT_SECONDS).toBe(90.25);
     expect(record).toMatchObject({
       status: 'completed',

@@ -220,14 +220,6 @@ describe.each(databasesUnderTest())('forward gateway relay on %s', (dialect) => 
     await silent?.close();
   });
 
-  async function settled(requestId: string, app: TestApp = t) {
-    for (let i = 0; i < 250; i++) {
-      const res = await app.app.inject({ method: 'GET', url: `/v1/requests/${requestId}`, headers: app.auth() });
-      if (res.statusCode === 200 && res.json().status !== 'pending') return res.json();
-      await sleep(20);
-    }
-    throw new Error(`request ${requestId} never settled`);
-  }
   const wallet = async (id: string, app: TestApp = t) => (await findWallet(app.storage, id))!;
   const merchantAuth = () => ({ authorization: `Bearer ${t.merchant.secretKey}` });
   const OPENAI_CHAT = `u=${encodeURIComponent('https://api.openai.com/v1/chat/completions')}`;
@@ -257,7 +249,7 @@ describe.each(databasesUnderTest())('forward gateway relay on %s', (dialect) => 
       expect(seen.headers['content-length']).toBe(String(Buffer.byteLength(body)));
       expect(seen.headers['content-type']).toBe('application/json');
       expect(seen.headers['x-custom-client-header']).toBe('passes');
-      expect((await settled(res.headers.get('x-tollgate-request-id')!)).status).toBe('completed');
+      expect((await t.settledRecord(res.headers.get('x-tollgate-request-id')!)).status).toBe('completed');
     });
 
     it('sends a binary request body exactly', async () => {
@@ -293,7 +285,7 @@ describe.each(databasesUnderTest())('forward gateway relay on %s', (dialect) => 
       expect(res.headers.get('x-provider-extra')).toBe('kept');
       expect(res.headers.get('content-type')).toBe('application/json');
       expect(Buffer.from(await res.arrayBuffer()).equals(Buffer.from(RAW_JSON))).toBe(true);
-      const record = await settled(res.headers.get('x-tollgate-request-id')!);
+      const record = await t.settledRecord(res.headers.get('x-tollgate-request-id')!);
       expect(record).toMatchObject({ status: 'completed', usage_estimated: false, model_usage: { input_tokens: 3, output_tokens: 2 } });
     });
 
@@ -346,7 +338,7 @@ describe.each(databasesUnderTest())('forward gateway relay on %s', (dialect) => 
       expect(reads.length).toBeGreaterThanOrEqual(5);
       const spread = reads.at(-1)!.at - reads[0]!.at;
       expect(spread).toBeGreaterThan(delay * 5);
-      const record = await settled(res.headers.get('x-tollgate-request-id')!);
+      const record = await t.settledRecord(res.headers.get('x-tollgate-request-id')!);
       expect(record).toMatchObject({ status: 'completed', usage_estimated: false, model_usage: { output_tokens: 8 } });
     });
 
@@ -380,7 +372,7 @@ describe.each(databasesUnderTest())('forward gateway relay on %s', (dialect) => 
       expect(stream.closedAt! - abortedAt).toBeLessThan(1000);
       expect(stream.written).toBeLessThan(200);
 
-      const record = await settled(requestId);
+      const record = await t.settledRecord(requestId);
       expect(record.status).toBe('completed');
       expect(record.usage_estimated).toBe(true);
       expect(record.model_usage.output_tokens).toBeGreaterThan(0);
@@ -405,7 +397,7 @@ describe.each(databasesUnderTest())('forward gateway relay on %s', (dialect) => 
         (error: unknown) => ({ t: '', error }),
       );
       expect(text.error).not.toBeNull();
-      const record = await settled(res.headers.get('x-tollgate-request-id')!);
+      const record = await t.settledRecord(res.headers.get('x-tollgate-request-id')!);
       expect(record.status).toBe('completed');
       expect(record.usage_estimated).toBe(true);
       expect(record.model_usage.output_tokens).toBeGreaterThan(0);
@@ -439,7 +431,7 @@ describe.each(databasesUnderTest())('forward gateway relay on %s', (dialect) => 
       controller.abort();
       expect(await pending).toBeNull();
 
-      const record = await settled(await newRecordId(known));
+      const record = await t.settledRecord(await newRecordId(known));
       expect(record).toMatchObject({ status: 'completed', usage_estimated: true, model_usage: { input_tokens: 4, output_tokens: 0 } });
       // gpt-4o input 2.5 per 1M: 4 × 2.5 / 1e6; the meter's fee: 4 × 100 / 1e6.
       expect(record.model_usage.input_cost).toBe('0.0000100000');
@@ -467,7 +459,7 @@ describe.each(databasesUnderTest())('forward gateway relay on %s', (dialect) => 
       controller.abort();
       expect(await pending).toBeNull();
 
-      const record = await settled(await newRecordId(known));
+      const record = await t.settledRecord(await newRecordId(known));
       expect(record.status).toBe('error');
       expect(parseMoney(record.total_request_cost)).toBe(0n);
       const after = await wallet(customer.wallet.wallet_id);
@@ -483,7 +475,7 @@ describe.each(databasesUnderTest())('forward gateway relay on %s', (dialect) => 
       });
       expect(res.status).toBe(200);
       await expect(res.text()).rejects.toThrow();
-      const record = await settled(res.headers.get('x-tollgate-request-id')!);
+      const record = await t.settledRecord(res.headers.get('x-tollgate-request-id')!);
       // 8 prompt characters → 2 input tokens; 40 characters seen → 10 output tokens.
       expect(record).toMatchObject({ status: 'completed', usage_estimated: true, model_usage: { input_tokens: 2, output_tokens: 10 } });
       expect(record.fee.amount).toBe('0.0012000000');
@@ -498,7 +490,7 @@ describe.each(databasesUnderTest())('forward gateway relay on %s', (dialect) => 
         'x-test-mode': 'no-usage',
       });
       expect(await res.text()).toBe(NO_USAGE_JSON);
-      const record = await settled(res.headers.get('x-tollgate-request-id')!);
+      const record = await t.settledRecord(res.headers.get('x-tollgate-request-id')!);
       // 2 input tokens; the answer's text is 32 characters → 8 output tokens; fee 10 × 100 / 1e6.
       expect(record).toMatchObject({ status: 'completed', usage_estimated: true, model_usage: { input_tokens: 2, output_tokens: 8 } });
       expect(record.fee.amount).toBe('0.0010000000');
@@ -510,7 +502,7 @@ describe.each(databasesUnderTest())('forward gateway relay on %s', (dialect) => 
       });
       expect(res.status).toBe(200);
       await res.text();
-      const record = await settled(res.headers.get('x-tollgate-request-id')!);
+      const record = await t.settledRecord(res.headers.get('x-tollgate-request-id')!);
       expect(record).toMatchObject({ status: 'completed', usage_estimated: false, model_usage: { input_tokens: 0, output_tokens: 0 } });
       expect(parseMoney(record.total_request_cost)).toBe(0n);
     });
@@ -538,7 +530,7 @@ describe.each(databasesUnderTest())('forward gateway relay on %s', (dialect) => 
       if (status === 429) expect(res.headers.get('retry-after')).toBe('1');
       const requestId = res.headers.get('x-tollgate-request-id');
       expect(requestId).toMatch(/^req_/);
-      const record = await settled(requestId!);
+      const record = await t.settledRecord(requestId!);
       expect(record.status).toBe('error');
       expect(parseMoney(record.total_request_cost)).toBe(0n);
       const customerAfter = await wallet(customer.wallet.wallet_id);
@@ -557,7 +549,7 @@ describe.each(databasesUnderTest())('forward gateway relay on %s', (dialect) => 
       );
       expect(res.status).toBe(400);
       expect(await res.json()).toEqual({ type: 'error', error: { type: 'invalid_request_error', message: 'Mock upstream error 400.' } });
-      expect((await settled(res.headers.get('x-tollgate-request-id')!)).status).toBe('error');
+      expect((await t.settledRecord(res.headers.get('x-tollgate-request-id')!)).status).toBe('error');
     });
   });
 
@@ -576,7 +568,7 @@ describe.each(databasesUnderTest())('forward gateway relay on %s', (dialect) => 
       expect(elapsed).toBeLessThan(10_000);
       const requestId = res.headers.get('x-tollgate-request-id');
       expect(requestId).toMatch(/^req_/);
-      const record = await settled(requestId!, tt);
+      const record = await tt.settledRecord(requestId!);
       expect(record.status).toBe('error');
       const after = await wallet(tt.merchant.walletId, tt);
       expect(after.balance).toBe(before.balance);
@@ -593,7 +585,7 @@ describe.each(databasesUnderTest())('forward gateway relay on %s', (dialect) => 
       );
       expect(res.status).toBe(502);
       expect(((await res.json()) as Envelope).error.code).toBe('upstream_unreachable');
-      const record = await settled(res.headers.get('x-tollgate-request-id')!, tt);
+      const record = await tt.settledRecord(res.headers.get('x-tollgate-request-id')!);
       expect(record.status).toBe('error');
       const after = await wallet(tt.merchant.walletId, tt);
       expect(after.balance).toBe(before.balance);
@@ -617,7 +609,7 @@ describe.each(databasesUnderTest())('forward gateway relay on %s', (dialect) => 
       expect(outcome).toBe('cut');
       const ids = (await tt.storage.db.selectFrom('requests').select('id').execute()).map((r) => r.id).filter((id) => !known.has(id));
       expect(ids.length).toBe(1);
-      const record = await settled(ids[0]!, tt);
+      const record = await tt.settledRecord(ids[0]!);
       expect(record.status).toBe('completed');
       expect(record.usage_estimated).toBe(true);
       expect(parseMoney(record.total_request_cost)).toBeGreaterThan(0n);
@@ -635,7 +627,7 @@ describe.each(databasesUnderTest())('forward gateway relay on %s', (dialect) => 
         expect(res.status).toBe(200);
         await res.arrayBuffer();
         expect(upstream.requests.at(-1)!.url).toBe('/v1/chat/completions');
-        expect((await settled(res.headers.get('x-tollgate-request-id')!)).metadata).toEqual({ team: 'search', user_id: 'u_42' });
+        expect((await t.settledRecord(res.headers.get('x-tollgate-request-id')!)).metadata).toEqual({ team: 'search', user_id: 'u_42' });
       }
     });
 
@@ -644,13 +636,13 @@ describe.each(databasesUnderTest())('forward gateway relay on %s', (dialect) => 
       expect(res.status).toBe(200);
       await res.arrayBuffer();
       expect(upstream.requests.at(-1)!.headers['x-service-metadata']).toBeUndefined();
-      expect((await settled(res.headers.get('x-tollgate-request-id')!)).metadata).toEqual({ feature: 'chat_v2' });
+      expect((await t.settledRecord(res.headers.get('x-tollgate-request-id')!)).metadata).toEqual({ feature: 'chat_v2' });
     });
 
     it('the query parameter wins over the header', async () => {
       const res = await post(`${OPENAI_CHAT}&metadata=${encodeURIComponent('{"from":"query"}')}`, chat, { 'x-service-metadata': '{"from":"header"}' });
       await res.arrayBuffer();
-      expect((await settled(res.headers.get('x-tollgate-request-id')!)).metadata).toEqual({ from: 'query' });
+      expect((await t.settledRecord(res.headers.get('x-tollgate-request-id')!)).metadata).toEqual({ from: 'query' });
     });
 
     it.each([
@@ -678,14 +670,14 @@ describe.each(databasesUnderTest())('forward gateway relay on %s', (dialect) => 
       await ok.arrayBuffer();
       expect(ok.status).toBe(200);
       const okId = ok.headers.get('x-tollgate-request-id')!;
-      expect((await settled(okId)).request_id).toBe(okId);
+      expect((await t.settledRecord(okId)).request_id).toBe(okId);
 
       upstream.setNext({ status: 429 });
       const limited = await post(OPENAI_CHAT, chat);
       await limited.arrayBuffer();
       expect(limited.status).toBe(429);
       const limitedId = limited.headers.get('x-tollgate-request-id')!;
-      expect((await settled(limitedId)).status).toBe('error');
+      expect((await t.settledRecord(limitedId)).status).toBe('error');
 
       const broke = await t.newMerchant('Broke');
       const before = upstream.requests.length;

@@ -1,9 +1,10 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { parseMoney } from '../../src/domain/money.ts';
 import { creditWallet } from '../../src/ledger/wallets.ts';
-import { startTestApp, type TestApp } from '../helpers/app.ts';
+import type { TestApp } from '../helpers/app.ts';
 import { databasesUnderTest } from '../helpers/databases.ts';
-import { startMockUpstream, type MockUpstream } from '../helpers/mock-upstream.ts';
+import { startGatewayOnMock } from '../helpers/gateway.ts';
+import type { MockUpstream } from '../helpers/mock-upstream.ts';
 
 /**
  * The SSRF wall of /v1/forward over real HTTP: only registry hosts (mapped to the mock by
@@ -22,30 +23,17 @@ describe.each(databasesUnderTest())('forward gateway SSRF wall and targets on %s
   let port: string;
 
   beforeAll(async () => {
-    upstream = await startMockUpstream();
+    ({ upstream, t, base } = await startGatewayOnMock(dialect, {
+      providerHosts: ['api.openai.com', 'api.anthropic.com'],
+      providerKeys: { openai: 'sk-managed-openai', anthropic: 'sk-managed-anthropic' },
+    }));
     port = new URL(upstream.url).port;
-    t = await startTestApp(dialect, {
-      env: {
-        UPSTREAM_OVERRIDES: JSON.stringify({ 'api.openai.com': upstream.url, 'api.anthropic.com': upstream.url }),
-        PROVIDER_KEYS: JSON.stringify({ openai: 'sk-managed-openai', anthropic: 'sk-managed-anthropic' }),
-      },
-    });
-    base = await t.listen();
     await creditWallet(t.storage, t.merchant.walletId, parseMoney('10'));
   });
   afterAll(async () => {
     await t?.close();
     await upstream?.close();
   });
-
-  async function settled(requestId: string) {
-    for (let i = 0; i < 150; i++) {
-      const res = await t.app.inject({ method: 'GET', url: `/v1/requests/${requestId}`, headers: t.auth() });
-      if (res.statusCode === 200 && res.json().status !== 'pending') return res.json();
-      await new Promise((r) => setTimeout(r, 20));
-    }
-    throw new Error(`request ${requestId} never settled`);
-  }
 
   const auth = () => ({ authorization: `Bearer ${t.merchant.secretKey}` });
   const chat = JSON.stringify({ model: 'gpt-4o-mini', messages: [{ role: 'user', content: 'hi' }], max_tokens: 2 });
@@ -147,7 +135,7 @@ describe.each(databasesUnderTest())('forward gateway SSRF wall and targets on %s
       expect(res.headers.get('x-tollgate-request-id')).toMatch(/^req_/);
       await res.arrayBuffer();
       // Give a follow-up (there must be none) time to happen.
-      const record = await settled(res.headers.get('x-tollgate-request-id')!);
+      const record = await t.settledRecord(res.headers.get('x-tollgate-request-id')!);
       await new Promise((r) => setTimeout(r, 50));
       expect(upstream.requests.length).toBe(before + 1);
       expect(upstream.requests.at(-1)!.path).toBe('/v1/chat/completions');
@@ -194,7 +182,7 @@ describe.each(databasesUnderTest())('forward gateway SSRF wall and targets on %s
       expect(res.status).toBe(200);
       await res.arrayBuffer();
       expect(upstream.requests.at(-1)!.url).toBe('/v1/echo?a=1');
-      expect((await settled(res.headers.get('x-tollgate-request-id')!)).metadata).toEqual({ team: 'ssrf' });
+      expect((await t.settledRecord(res.headers.get('x-tollgate-request-id')!)).metadata).toEqual({ team: 'ssrf' });
     });
 
     it('client parameters beside an encoded u join the target query; ours do not', async () => {
@@ -227,7 +215,7 @@ describe.each(databasesUnderTest())('forward gateway SSRF wall and targets on %s
       expect(echo).toMatchObject({ method, path: '/v1/echo', query: { x: '1' }, body: '' });
       expect(upstream.requests.length).toBe(before + 1);
       expect(upstream.requests.at(-1)!.headers.authorization).toBe('Bearer sk-managed-openai');
-      const record = await settled(res.headers.get('x-tollgate-request-id')!);
+      const record = await t.settledRecord(res.headers.get('x-tollgate-request-id')!);
       expect(record).toMatchObject({ status: 'completed', endpoint: `${method} https://api.openai.com/v1/echo?x=1` });
     });
 
@@ -242,7 +230,7 @@ describe.each(databasesUnderTest())('forward gateway SSRF wall and targets on %s
       const echo = (await res.json()) as Echo;
       expect(echo).toMatchObject({ method, path: '/v1/echo', body });
       expect(upstream.requests.at(-1)!.body.toString()).toBe(body);
-      expect((await settled(res.headers.get('x-tollgate-request-id')!)).status).toBe('completed');
+      expect((await t.settledRecord(res.headers.get('x-tollgate-request-id')!)).status).toBe('completed');
     });
 
     it('OPTIONS and TRACE are not forwarded', async () => {

@@ -1,4 +1,5 @@
 import type { AddressInfo } from 'node:net';
+import { setTimeout as sleep } from 'node:timers/promises';
 import type { DestinationStream } from 'pino';
 import { buildApp } from '../../src/app.ts';
 import { loadConfig, type Config } from '../../src/config.ts';
@@ -11,6 +12,10 @@ import { freshDatabase, type TestDatabase } from './databases.ts';
 
 export type Merchant = { merchantId: string; secretKey: string; walletId: string };
 
+/** Settlement runs after the answer is sent, so a test waits this long for a record to leave `pending`. */
+const SETTLE_WAIT_MS = 5_000;
+const SETTLE_POLL_MS = 20;
+
 export type TestApp = {
   app: App;
   storage: Storage;
@@ -22,6 +27,13 @@ export type TestApp = {
   /** Starts listening on a loopback port and returns the base URL, e.g. http://127.0.0.1:PORT */
   listen(): Promise<string>;
   auth(key?: string): { authorization: string };
+  /**
+   * Polls GET /v1/requests/{id} (as this app's merchant unless `headers` says otherwise) until the
+   * record is no longer pending, and returns its JSON; throws naming the request id after the deadline.
+   */
+  // Records are asserted field by field, so they stay as loosely typed as inject's own json().
+  // eslint-disable-next-line @typescript-eslint/no-explicit-any
+  settledRecord(requestId: string | null, headers?: { authorization: string }): Promise<any>;
   close(): Promise<void>;
 };
 
@@ -52,6 +64,21 @@ export async function startTestApp(
     return { merchantId: merchant.id, secretKey, walletId: merchant.wallet_id };
   };
   const merchant = await newMerchant('Acme');
+  const auth = (key = merchant.secretKey) => ({ authorization: `Bearer ${key}` });
+
+  const settledRecord = async (requestId: string | null, headers = auth()) => {
+    const deadline = Date.now() + SETTLE_WAIT_MS;
+    for (;;) {
+      const res = await app.inject({ method: 'GET', url: `/v1/requests/${requestId}`, headers });
+      const record = res.statusCode === 200 ? res.json() : undefined;
+      if (record && record.status !== 'pending') return record;
+      if (Date.now() >= deadline) {
+        const lastAnswer = record ? 'still pending' : `HTTP ${res.statusCode}`;
+        throw new Error(`request ${requestId} did not settle within ${SETTLE_WAIT_MS} ms (last answer: ${lastAnswer})`);
+      }
+      await sleep(SETTLE_POLL_MS);
+    }
+  };
 
   return {
     app,
@@ -65,7 +92,8 @@ export async function startTestApp(
       const { port } = app.server.address() as AddressInfo;
       return `http://127.0.0.1:${port}`;
     },
-    auth: (key = merchant.secretKey) => ({ authorization: `Bearer ${key}` }),
+    auth,
+    settledRecord,
     close: async () => {
       await app.close();
       await storage.close();

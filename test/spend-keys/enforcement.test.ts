@@ -3,9 +3,10 @@ import OpenAI from 'openai';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { parseMoney } from '../../src/domain/money.ts';
 import { creditWallet } from '../../src/ledger/wallets.ts';
-import { startTestApp, type TestApp } from '../helpers/app.ts';
+import type { TestApp } from '../helpers/app.ts';
 import { databasesUnderTest } from '../helpers/databases.ts';
-import { startMockUpstream, type MockUpstream } from '../helpers/mock-upstream.ts';
+import { startGatewayOnMock } from '../helpers/gateway.ts';
+import type { MockUpstream } from '../helpers/mock-upstream.ts';
 
 type Json = Record<string, unknown>;
 
@@ -16,14 +17,10 @@ describe.each(databasesUnderTest())('spend key enforcement on %s', (dialect) => 
   let base: string;
 
   beforeAll(async () => {
-    upstream = await startMockUpstream();
-    t = await startTestApp(dialect, {
-      env: {
-        UPSTREAM_OVERRIDES: JSON.stringify({ 'api.openai.com': upstream.url, 'api.anthropic.com': upstream.url, 'api.mistral.ai': upstream.url }),
-        PROVIDER_KEYS: JSON.stringify({ openai: 'sk-openai-managed', anthropic: 'sk-ant-managed', mistral: 'mistral-managed' }),
-      },
-    });
-    base = await t.listen();
+    ({ upstream, t, base } = await startGatewayOnMock(dialect, {
+      providerHosts: ['api.openai.com', 'api.anthropic.com', 'api.mistral.ai'],
+      providerKeys: { openai: 'sk-openai-managed', anthropic: 'sk-ant-managed', mistral: 'mistral-managed' },
+    }));
     await creditWallet(t.storage, t.merchant.walletId, parseMoney('50'));
   });
   afterAll(async () => {

@@ -1,0 +1,33 @@
+import { startTestApp, type TestApp } from './app.ts';
+import type { TestDatabase } from './databases.ts';
+import { startMockUpstream, type MockUpstream } from './mock-upstream.ts';
+
+export type MockGateway = { upstream: MockUpstream; t: TestApp; base: string };
+
+/**
+ * A listening test app whose `providerHosts` all lead to one fresh mock upstream, with
+ * `providerKeys` as its managed keys (PROVIDER_KEYS). `env` adds any other setting. The caller
+ * closes both the app and the upstream.
+ */
+export async function startGatewayOnMock(
+  dialect: TestDatabase['dialect'],
+  opts: { providerHosts: string[]; providerKeys: Record<string, string>; env?: Record<string, string> },
+): Promise<MockGateway> {
+  const upstream = await startMockUpstream();
+  let t: TestApp | undefined;
+  try {
+    t = await startTestApp(dialect, {
+      env: {
+        UPSTREAM_OVERRIDES: JSON.stringify(Object.fromEntries(opts.providerHosts.map((host) => [host, upstream.url]))),
+        PROVIDER_KEYS: JSON.stringify(opts.providerKeys),
+        ...opts.env,
+      },
+    });
+    return { upstream, t, base: await t.listen() };
+  } catch (error) {
+    // The caller never sees what was started here, so it cannot close it.
+    await t?.close();
+    await upstream.close();
+    throw error;
+  }
+}
