@@ -133,7 +133,7 @@ function redisFor(config: Config): Redis | null {
   if (!config.redisUrl) return null;
   let client = redisClients.get(config);
   if (!client) {
-    client = new Redis(config.redisUrl, { maxRetriesPerRequest: 2, lazyConnect: false });
+    client = new Redis(config.redisUrl, { maxRetriesPerRequest: 2, lazyConnect: false, commandTimeout: 1_000 });
     client.defineCommand('tollgateTakeToken', { numberOfKeys: 1, lua: TAKE_TOKEN_LUA });
     redisClients.set(config, client);
   }
@@ -155,22 +155,35 @@ export async function takeRateToken(storage: Storage, config: Config, key: Spend
   const spec = bucketSpecOf(key);
   if (!spec) return;
   const redis = redisFor(config);
-  let level: number | null;
-  if (redis) {
-    // The settings are part of the name: changing the rate limit starts a fresh, full bucket.
-    const name = `tollgate:spk:${key.id}:${spec.rpm}:${spec.burst}`;
-    const [allowed, units] = await (redis as unknown as TakeTokenCommand).tollgateTakeToken(
-      name,
-      spec.burst * UNITS_PER_TOKEN,
-      spec.rpm,
-      UNITS_PER_TOKEN,
-    );
-    level = allowed === 1 ? null : Number(units);
-  } else {
+  let level = redis ? await takeTokenInRedis(redis, key.id, spec) : undefined;
+  if (level === undefined) {
     const outcome = await takeTokenInDatabase(storage.db, key.id, spec, Date.now());
     level = outcome.taken ? null : outcome.level;
   }
   if (level !== null) throw rateLimited(spec, level);
+}
+
+/** Redis outages already seen, per client: while one lasts, buckets are taken in the database at once. */
+const redisOutages = new WeakSet<Redis>();
+
+/**
+ * The token bucket in Redis: `null` when a token was taken, else the bucket's level. `undefined`
+ * when Redis cannot answer: the caller then uses the database bucket, which every instance
+ * shares too, so a key's rate limit keeps holding exactly (over a separate bucket, which may
+ * allow one extra burst when Redis goes away or comes back) instead of every request failing.
+ */
+async function takeTokenInRedis(redis: Redis, keyId: string, spec: BucketSpec): Promise<number | null | undefined> {
+  if (redisOutages.has(redis) && redis.status !== 'ready') return undefined;
+  // The settings are part of the name: changing the rate limit starts a fresh, full bucket.
+  const name = `tollgate:spk:${keyId}:${spec.rpm}:${spec.burst}`;
+  try {
+    const [allowed, units] = await (redis as unknown as TakeTokenCommand).tollgateTakeToken(name, spec.burst * UNITS_PER_TOKEN, spec.rpm, UNITS_PER_TOKEN);
+    redisOutages.delete(redis);
+    return allowed === 1 ? null : Number(units);
+  } catch {
+    redisOutages.add(redis);
+    return undefined;
+  }
 }
 
 function rateLimited(spec: BucketSpec, level: number): ApiError {

@@ -392,3 +392,43 @@ describe.each(databasesUnderTest())('spend key enforcement on %s', (dialect) => 
     expect(parseMoney(after.total_spend as string)).toBeGreaterThan(0n);
   });
 });
+
+/** The spend-key token buckets live in Redis when REDIS_URL is set; Redis going away must not fail requests. */
+describe.each(databasesUnderTest())('spend key rate limits while Redis is unreachable on %s', (dialect) => {
+  let upstream: MockUpstream;
+  let t: TestApp;
+  let base: string;
+
+  beforeAll(async () => {
+    ({ upstream, t, base } = await startGatewayOnMock(dialect, {
+      providerHosts: ['api.openai.com'],
+      providerKeys: { openai: 'sk-openai-managed' },
+      env: { REDIS_URL: 'redis://127.0.0.1:1' },
+    }));
+    await creditWallet(t.storage, t.merchant.walletId, parseMoney('5'));
+  });
+  afterAll(async () => {
+    await t?.close();
+    await upstream?.close();
+  });
+
+  it('takes tokens from the database bucket instead: the limit still holds and nothing is a 500', async () => {
+    const created = await t.app.inject({ method: 'POST', url: '/v1/spend_keys', headers: t.auth(), payload: { name: 'k', rate_limit: { rpm: 1, burst: 3 } } });
+    const { key, spend_key_id: id } = created.json() as { key: string; spend_key_id: string };
+    const statuses: number[] = [];
+    for (let i = 0; i < 5; i++) {
+      const res = await fetch(`${base}/v1/chat/completions`, {
+        method: 'POST',
+        headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json' },
+        body: JSON.stringify({ model: 'gpt-4o', max_tokens: 2, messages: [{ role: 'user', content: 'hi' }] }),
+      });
+      statuses.push(res.status);
+      if (res.status === 429) expect(((await res.json()) as { error: { code: string } }).error.code).toBe('spend_key_rate_limited');
+      else await res.arrayBuffer();
+    }
+    expect(statuses).toEqual([200, 200, 200, 429, 429]);
+    // The database bucket was drawn down (the Redis path never touches these columns): under one token left.
+    const row = await t.storage.db.selectFrom('spend_keys').select('bucket_units').where('id', '=', id).executeTakeFirstOrThrow();
+    expect(Number(row.bucket_units)).toBeLessThan(60_000);
+  });
+});
