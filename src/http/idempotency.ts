@@ -105,12 +105,17 @@ function readKey(request: FastifyRequest): string | null {
   return value;
 }
 
+/** Headers that carry part of a request's content (metadata on POST /requests), not transport. */
+const CONTENT_HEADERS = ['x-service-metadata'] as const;
+
+/**
+ * What makes two requests "the same": method, path with its query string (POST /requests takes
+ * metadata there too), content headers and the body.
+ */
 function fingerprint(request: FastifyRequest): string {
-  const path = request.url.split('?')[0] ?? '';
-  return createHash('sha256')
-    .update(`${request.method} ${path}\n`)
-    .update(normalizedBody(request.rawBody))
-    .digest('hex');
+  const hash = createHash('sha256').update(`${request.method} ${request.url}\n`);
+  for (const name of CONTENT_HEADERS) hash.update(`${name}: ${String(request.headers[name] ?? '')}\n`);
+  return hash.update(normalizedBody(request.rawBody)).digest('hex');
 }
 
 /** Same JSON with other whitespace is the same body. */

@@ -432,6 +432,40 @@ describe.each(databasesUnderTest())('Idempotency-Key on %s', (dialect) => {
     expect(list.json().data.map((r: { request_id: string }) => r.request_id)).toEqual(['idem-req-1']);
   });
 
+  it('counts metadata sent in the query or the x-service-metadata header as part of the request: other metadata under the key is 422', async () => {
+    const mm = await t.newMerchant();
+    const h = t.auth(mm.secretKey);
+    const customer = (await t.app.inject({ method: 'POST', url: '/v1/customers', headers: h, payload: {} })).json();
+    await creditWallet(t.storage, customer.wallet.wallet_id, parseMoney('1'));
+    const meter = (
+      await t.app.inject({
+        method: 'POST',
+        url: '/v1/meters',
+        headers: h,
+        payload: { name: 'Per request', rate_type: 'fixed', tier_type: 'requests', tiers: [{ start: 0, rate: '0.25' }] },
+      })
+    ).json();
+    const payload = JSON.stringify({ request_id: 'idem-meta-1', customer_id: customer.customer_id, meter_slug: meter.meter_slug });
+    const key = freshKey();
+    const send = (url: string, extra: Record<string, string> = {}) =>
+      t.app.inject({ method: 'POST', url, headers: { ...h, 'content-type': 'application/json', 'idempotency-key': key, ...extra }, payload });
+
+    const first = await send('/v1/requests', { 'x-service-metadata': JSON.stringify({ team: 'a' }) });
+    expect(first.statusCode).toBe(201);
+    const replay = await send('/v1/requests', { 'x-service-metadata': JSON.stringify({ team: 'a' }) });
+    expect(replay.headers['idempotent-replayed']).toBe('true');
+
+    const otherHeader = await send('/v1/requests', { 'x-service-metadata': JSON.stringify({ team: 'b' }) });
+    expect(otherHeader.statusCode).toBe(422);
+    expect(otherHeader.json().error.code).toBe('idempotency_key_reused');
+    const otherQuery = await send(`/v1/requests?metadata=${encodeURIComponent(JSON.stringify({ team: 'a' }))}`, {
+      'x-service-metadata': JSON.stringify({ team: 'a' }),
+    });
+    expect(otherQuery.statusCode).toBe(422);
+    const record = (await t.app.inject({ method: 'GET', url: '/v1/requests/idem-meta-1', headers: h })).json();
+    expect(record.metadata).toEqual({ team: 'a' });
+  });
+
   it('rejects an Idempotency-Key longer than 255 characters with 400, creating nothing', async () => {
     const mm = await t.newMerchant();
     const ok = await post(t, '/v1/customers', { secret: mm.secretKey, key: 'k'.repeat(255), body: {} });
