@@ -54,7 +54,7 @@ export async function usageByDay(
 function bucketsFor(db: Kysely<Database>, merchantId: string, range: UsageRange, filters: RequestFilters): Promise<BucketRow[]> {
   const [first, ...rest] = filters.metadata;
   if (!first) return bucketsFromRollups(db, merchantId, range, filters);
-  if (rest.length === 0) return bucketsFromMetadataRollups(db, merchantId, range, filters, first);
+  if (rest.length === 0) return bucketsFromRollups(db, merchantId, range, filters, first);
   return bucketsFromRecords(db, merchantId, range, filters);
 }
 
@@ -70,45 +70,27 @@ export function foldIntoDays(range: UsageRange, buckets: readonly BucketRow[]): 
 
 const isoOf = (ms: number) => new Date(ms).toISOString();
 
-/** The rollups already hold 15-minute sums per (connection, meter); only the filters remain. */
+/**
+ * The rollups already hold 15-minute sums per (connection, meter) — and, in
+ * `usage_rollups_by_metadata`, per metadata pair too (its primary key leads with merchant, key,
+ * value, bucket); only the filters remain.
+ */
 async function bucketsFromRollups(
   db: Kysely<Database>,
   merchantId: string,
   range: UsageRange,
   filters: RequestFilters,
+  pair?: MetadataPair,
 ): Promise<BucketRow[]> {
   return db
-    .selectFrom('usage_rollups')
+    .selectFrom(pair ? 'usage_rollups_by_metadata' : 'usage_rollups')
     .select((eb) => [
       'bucket_start as bucket',
       ...USAGE_FIELDS.map((f) => eb.fn.sum<string | number | bigint | null>(f).as(f)),
     ])
     .where('merchant_id', '=', merchantId)
-    .where('bucket_start', '>=', isoOf(range.startMs))
-    .where('bucket_start', '<', isoOf(range.endMs))
-    .$if(filters.connectionId !== undefined, (q) => q.where('connection_id', '=', filters.connectionId!))
-    .$if(filters.meterId !== undefined, (q) => q.where('meter_id', '=', filters.meterId!))
-    .groupBy('bucket_start')
-    .execute() as Promise<BucketRow[]>;
-}
-
-/** The same for one metadata pair, from its own rollups (primary key leads with merchant, key, value, bucket). */
-async function bucketsFromMetadataRollups(
-  db: Kysely<Database>,
-  merchantId: string,
-  range: UsageRange,
-  filters: RequestFilters,
-  [key, value]: MetadataPair,
-): Promise<BucketRow[]> {
-  return db
-    .selectFrom('usage_rollups_by_metadata')
-    .select((eb) => [
-      'bucket_start as bucket',
-      ...USAGE_FIELDS.map((f) => eb.fn.sum<string | number | bigint | null>(f).as(f)),
-    ])
-    .where('merchant_id', '=', merchantId)
-    .where('key', '=', key)
-    .where('value', '=', value)
+    // Only the per-pair table has these columns, and only it is read when there is a pair.
+    .$if(pair !== undefined, (q) => q.where(sql.ref('key'), '=', pair![0]).where(sql.ref('value'), '=', pair![1]))
     .where('bucket_start', '>=', isoOf(range.startMs))
     .where('bucket_start', '<', isoOf(range.endMs))
     .$if(filters.connectionId !== undefined, (q) => q.where('connection_id', '=', filters.connectionId!))
