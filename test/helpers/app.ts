@@ -3,8 +3,10 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import type { DestinationStream } from 'pino';
 import { buildApp } from '../../src/app.ts';
 import { loadConfig, type Config } from '../../src/config.ts';
+import { parseMoney } from '../../src/domain/money.ts';
 import { MemoryRateLimiter, type RateLimiter } from '../../src/http/rate-limit.ts';
 import type { App } from '../../src/http/types.ts';
+import { creditWallet } from '../../src/ledger/wallets.ts';
 import { openStorage, type Storage } from '../../src/storage/db.ts';
 import { createMerchant } from '../../src/storage/merchants.ts';
 import { migrateToLatest } from '../../src/storage/migrate.ts';
@@ -34,6 +36,11 @@ export type TestApp = {
   // Records are asserted field by field, so they stay as loosely typed as inject's own json().
   // eslint-disable-next-line @typescript-eslint/no-explicit-any
   settledRecord(requestId: string | null, headers?: { authorization: string }): Promise<any>;
+  /**
+   * For recording requests as `secretKey`'s merchant: a new customer whose wallet holds `credit`,
+   * and a meter charging a fixed 0.25 per request (no base cost, no service charge by default).
+   */
+  perRequestBilling(secretKey: string, credit: string): Promise<{ customerId: string; meterSlug: string }>;
   close(): Promise<void>;
 };
 
@@ -80,6 +87,21 @@ export async function startTestApp(
     }
   };
 
+  const perRequestBilling = async (secretKey: string, credit: string) => {
+    const headers = auth(secretKey);
+    const customer = (await app.inject({ method: 'POST', url: '/v1/customers', headers, payload: {} })).json();
+    await creditWallet(storage, customer.wallet.wallet_id, parseMoney(credit));
+    const meter = (
+      await app.inject({
+        method: 'POST',
+        url: '/v1/meters',
+        headers,
+        payload: { name: 'Per request', rate_type: 'fixed', tier_type: 'requests', tiers: [{ start: 0, rate: '0.25' }] },
+      })
+    ).json();
+    return { customerId: customer.customer_id as string, meterSlug: meter.meter_slug as string };
+  };
+
   return {
     app,
     storage,
@@ -94,6 +116,7 @@ export async function startTestApp(
     },
     auth,
     settledRecord,
+    perRequestBilling,
     close: async () => {
       await app.close();
       await storage.close();

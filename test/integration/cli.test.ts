@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { parseMoney } from '../../src/domain/money.ts';
-import { creditWallet, findWallet } from '../../src/ledger/wallets.ts';
+import { findWallet } from '../../src/ledger/wallets.ts';
 import { openStorage } from '../../src/storage/db.ts';
 import { startTestApp } from '../helpers/app.ts';
 import { tollgate } from '../helpers/cli.ts';
@@ -115,22 +115,13 @@ describe('tollgate CLI', () => {
       const t = await startTestApp(dialect, { database, env: { SERVICE_CHARGE_RATE: '2' } });
       try {
         const h = t.auth(secret_key);
-        const customer = (await t.app.inject({ method: 'POST', url: '/v1/customers', headers: h, payload: {} })).json();
-        await creditWallet(t.storage, customer.wallet.wallet_id, parseMoney('10'));
-        const meter = (
-          await t.app.inject({
-            method: 'POST',
-            url: '/v1/meters',
-            headers: h,
-            payload: { name: 'Per request', rate_type: 'fixed', tier_type: 'requests', tiers: [{ start: 0, rate: '0.25' }] },
-          })
-        ).json();
+        const { customerId, meterSlug } = await t.perRequestBilling(secret_key, '10');
         const record = async (request_id: string) => {
           const res = await t.app.inject({
             method: 'POST',
             url: '/v1/requests',
             headers: h,
-            payload: { request_id, customer_id: customer.customer_id, meter_slug: meter.meter_slug },
+            payload: { request_id, customer_id: customerId, meter_slug: meterSlug },
           });
           expect(res.statusCode).toBe(201);
           return res.json().service_charge.amount as string;

@@ -2,8 +2,6 @@ import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { hashSecret } from '../../src/domain/secrets.ts';
 import { loadConfig } from '../../src/config.ts';
-import { parseMoney } from '../../src/domain/money.ts';
-import { creditWallet } from '../../src/ledger/wallets.ts';
 import { IDEMPOTENCY_LEASE_MS, IDEMPOTENCY_TTL_MS } from '../../src/http/idempotency.ts';
 import { startServer } from '../../src/main.ts';
 import {
@@ -400,17 +398,8 @@ describe.each(databasesUnderTest())('Idempotency-Key on %s', (dialect) => {
   it('covers POST /v1/requests: a replay is Idempotent-Replayed and charges once; another body under the key is 422', async () => {
     const mm = await t.newMerchant();
     const h = t.auth(mm.secretKey);
-    const customer = (await t.app.inject({ method: 'POST', url: '/v1/customers', headers: h, payload: {} })).json();
-    await creditWallet(t.storage, customer.wallet.wallet_id, parseMoney('1'));
-    const meter = (
-      await t.app.inject({
-        method: 'POST',
-        url: '/v1/meters',
-        headers: h,
-        payload: { name: 'Per request', rate_type: 'fixed', tier_type: 'requests', tiers: [{ start: 0, rate: '0.25' }] },
-      })
-    ).json();
-    const body = { request_id: 'idem-req-1', customer_id: customer.customer_id, meter_slug: meter.meter_slug };
+    const { customerId, meterSlug } = await t.perRequestBilling(mm.secretKey, '1');
+    const body = { request_id: 'idem-req-1', customer_id: customerId, meter_slug: meterSlug };
     const key = freshKey();
 
     const first = await post(t, '/v1/requests', { secret: mm.secretKey, key, body });
@@ -426,7 +415,7 @@ describe.each(databasesUnderTest())('Idempotency-Key on %s', (dialect) => {
     expect(other.json().error.code).toBe('idempotency_key_reused');
 
     // One charge of 0.25, and one recorded request.
-    const after = await t.app.inject({ method: 'GET', url: `/v1/customers/${customer.customer_id}`, headers: h });
+    const after = await t.app.inject({ method: 'GET', url: `/v1/customers/${customerId}`, headers: h });
     expect(after.json().wallet.balance).toBe('0.7500000000');
     const list = await t.app.inject({ method: 'GET', url: '/v1/requests', headers: h });
     expect(list.json().data.map((r: { request_id: string }) => r.request_id)).toEqual(['idem-req-1']);
@@ -435,17 +424,8 @@ describe.each(databasesUnderTest())('Idempotency-Key on %s', (dialect) => {
   it('counts metadata sent in the query or the x-service-metadata header as part of the request: other metadata under the key is 422', async () => {
     const mm = await t.newMerchant();
     const h = t.auth(mm.secretKey);
-    const customer = (await t.app.inject({ method: 'POST', url: '/v1/customers', headers: h, payload: {} })).json();
-    await creditWallet(t.storage, customer.wallet.wallet_id, parseMoney('1'));
-    const meter = (
-      await t.app.inject({
-        method: 'POST',
-        url: '/v1/meters',
-        headers: h,
-        payload: { name: 'Per request', rate_type: 'fixed', tier_type: 'requests', tiers: [{ start: 0, rate: '0.25' }] },
-      })
-    ).json();
-    const payload = JSON.stringify({ request_id: 'idem-meta-1', customer_id: customer.customer_id, meter_slug: meter.meter_slug });
+    const { customerId, meterSlug } = await t.perRequestBilling(mm.secretKey, '1');
+    const payload = JSON.stringify({ request_id: 'idem-meta-1', customer_id: customerId, meter_slug: meterSlug });
     const key = freshKey();
     const send = (url: string, extra: Record<string, string> = {}) =>
       t.app.inject({ method: 'POST', url, headers: { ...h, 'content-type': 'application/json', 'idempotency-key': key, ...extra }, payload });
