@@ -137,20 +137,11 @@ describe.each(databasesUnderTest())('prompt-cache billing on %s', (dialect) => {
   });
 
   it('a token meter counts cached input tokens as input tokens', async () => {
-    const h = t.auth();
-    const customer = (await t.app.inject({ method: 'POST', url: '/v1/customers', headers: h, payload: {} })).json();
-    const meter = (
-      await t.app.inject({
-        method: 'POST',
-        url: '/v1/meters',
-        headers: h,
-        payload: { name: 'Cache meter', rate_type: 'fixed', tier_type: 'tokens_1m', tiers: [{ start: '0', rate: '100' }] },
-      })
-    ).json();
-    await creditWallet(t.storage, customer.wallet.wallet_id, parseMoney('5'));
-    const token = Buffer.from(
-      JSON.stringify({ secret_key: t.merchant.secretKey, customer_id: customer.customer_id, meter_slug: meter.meter_slug }),
-    ).toString('base64');
+    const { customerId, meterSlug } = await t.customerWithMeter({
+      credit: '5',
+      meter: { name: 'Cache meter', rate_type: 'fixed', tier_type: 'tokens_1m', tiers: [{ start: '0', rate: '100' }] },
+    });
+    const token = Buffer.from(JSON.stringify({ secret_key: t.merchant.secretKey, customer_id: customerId, meter_slug: meterSlug })).toString('base64');
     upstream.setNext({ path: '/chat/completions', cachedTokens: 400 });
     const res = await fetch(`${base}/v1/forward?u=${encodeURIComponent('https://api.openai.com/v1/chat/completions')}`, {
       method: 'POST',

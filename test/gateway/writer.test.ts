@@ -10,6 +10,7 @@ import { verifyLedger } from '../../src/ledger/verify.ts';
 import { creditWallet, findWallet } from '../../src/ledger/wallets.ts';
 import { startTestApp, type TestApp } from '../helpers/app.ts';
 import { databasesUnderTest } from '../helpers/databases.ts';
+import { settlementOf, tokenUsage } from '../helpers/settle.ts';
 
 /** The gateway's group-commit writer: batching, isolation of a failing member, and real settlements. */
 
@@ -76,19 +77,14 @@ describe.each(databasesUnderTest())('gateway writer on %s', (dialect) => {
     });
     expect((await findWallet(t.storage, merchant.walletId))!.held).toBe(parseMoney('0.03'));
 
-    const input = (a: (typeof ids)[number]): SettleInput => ({
-      recordId: a.recordId,
-      holdIds: a.holdIds,
-      billing,
-      usage: { inputTokens: 100, outputTokens: 50, inputCharacters: 0, outputCharacters: 0, inputSeconds: '0', outputSeconds: '0' },
-      model: 'gpt-4o',
-      prices: lookupBasePrices('openai', 'gpt-4o', { overrides: t.config.priceOverrides }),
-      baseCostCharged: true,
-      serviceChargeRate: 0n,
-      responseId: null,
-      usageEstimated: false,
-      record,
-    });
+    const input = (a: (typeof ids)[number]): SettleInput =>
+      settlementOf(a, {
+        billing,
+        usage: tokenUsage(100, 50),
+        prices: lookupBasePrices('openai', 'gpt-4o', { overrides: t.config.priceOverrides }),
+        baseCostCharged: true,
+        record,
+      });
     expect((await writer.run(SETTLE_JOB, input(ids[0]!))).outcome).toBe('recorded');
     const before = (await findWallet(t.storage, merchant.walletId))!;
 
@@ -138,19 +134,7 @@ describe.each(databasesUnderTest())('gateway writer on %s', (dialect) => {
     const outcomes = await Promise.all(
       admitted.map((a) => {
         if (a.outcome !== 'admitted') throw new Error(a.outcome);
-        return writer.run(SETTLE_JOB, {
-          recordId: a.recordId,
-          holdIds: a.holdIds,
-          billing,
-          usage: { inputTokens: 100, outputTokens: 50, inputCharacters: 0, outputCharacters: 0, inputSeconds: '0', outputSeconds: '0' },
-          model: 'gpt-4o',
-          prices: null,
-          baseCostCharged: false,
-          serviceChargeRate: 0n,
-          responseId: null,
-          usageEstimated: false,
-          record,
-        });
+        return writer.run(SETTLE_JOB, settlementOf(a, { billing, usage: tokenUsage(100, 50), record }));
       }),
     );
     // 150 tokens each: positions 0, 150 at 100 per 1M; then 300 at 50 per 1M.
@@ -190,19 +174,14 @@ describe.each(databasesUnderTest())('gateway writer on %s', (dialect) => {
       if (admitted.outcome !== 'admitted') throw new Error(admitted.outcome);
       return admitted;
     };
-    const settlement = (a: Awaited<ReturnType<typeof admit>>): SettleInput => ({
-      recordId: a.recordId,
-      holdIds: a.holdIds,
-      billing,
-      usage: { inputTokens: 1000, outputTokens: 500, inputCharacters: 0, outputCharacters: 0, inputSeconds: '0', outputSeconds: '0' },
-      model: 'gpt-4o',
-      prices: lookupBasePrices('openai', 'gpt-4o', { overrides: t.config.priceOverrides }),
-      baseCostCharged: true,
-      serviceChargeRate: 0n,
-      responseId: null,
-      usageEstimated: false,
-      record,
-    });
+    const settlement = (a: Awaited<ReturnType<typeof admit>>): SettleInput =>
+      settlementOf(a, {
+        billing,
+        usage: tokenUsage(1000, 500),
+        prices: lookupBasePrices('openai', 'gpt-4o', { overrides: t.config.priceOverrides }),
+        baseCostCharged: true,
+        record,
+      });
     // One settles alone, two in one batch, one fails: all admitted in the last second of 31 March.
     const alone = await admit('2026-03-31T23:59:59.000Z');
     const batched = [await admit('2026-03-31T23:59:59.500Z'), await admit('2026-03-31T23:59:59.900Z')];

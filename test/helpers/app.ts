@@ -18,6 +18,10 @@ export type Merchant = { merchantId: string; secretKey: string; walletId: string
 const SETTLE_WAIT_MS = 5_000;
 const SETTLE_POLL_MS = 20;
 
+export type CustomerWithMeter = { customerId: string; walletId: string; meterId: string; meterSlug: string };
+
+const PER_REQUEST_METER = { name: 'Per request', rate_type: 'fixed', tier_type: 'requests', tiers: [{ start: 0, rate: '0.25' }] };
+
 export type TestApp = {
   app: App;
   storage: Storage;
@@ -37,10 +41,10 @@ export type TestApp = {
   // eslint-disable-next-line @typescript-eslint/no-explicit-any
   settledRecord(requestId: string | null, headers?: { authorization: string }): Promise<any>;
   /**
-   * For recording requests as `secretKey`'s merchant: a new customer whose wallet holds `credit`,
-   * and a meter charging a fixed 0.25 per request (no base cost, no service charge by default).
+   * For charging a customer as a merchant (this app's unless `secretKey` says otherwise): a new
+   * customer whose wallet holds `credit`, and a new meter — by default a fixed 0.25 per request.
    */
-  perRequestBilling(secretKey: string, credit: string): Promise<{ customerId: string; meterSlug: string }>;
+  customerWithMeter(opts: { credit: string; meter?: Record<string, unknown>; secretKey?: string }): Promise<CustomerWithMeter>;
   close(): Promise<void>;
 };
 
@@ -87,19 +91,12 @@ export async function startTestApp(
     }
   };
 
-  const perRequestBilling = async (secretKey: string, credit: string) => {
-    const headers = auth(secretKey);
+  const customerWithMeter = async (opts: { credit: string; meter?: Record<string, unknown>; secretKey?: string }) => {
+    const headers = auth(opts.secretKey);
     const customer = (await app.inject({ method: 'POST', url: '/v1/customers', headers, payload: {} })).json();
-    await creditWallet(storage, customer.wallet.wallet_id, parseMoney(credit));
-    const meter = (
-      await app.inject({
-        method: 'POST',
-        url: '/v1/meters',
-        headers,
-        payload: { name: 'Per request', rate_type: 'fixed', tier_type: 'requests', tiers: [{ start: 0, rate: '0.25' }] },
-      })
-    ).json();
-    return { customerId: customer.customer_id as string, meterSlug: meter.meter_slug as string };
+    await creditWallet(storage, customer.wallet.wallet_id, parseMoney(opts.credit));
+    const meter = (await app.inject({ method: 'POST', url: '/v1/meters', headers, payload: opts.meter ?? PER_REQUEST_METER })).json();
+    return { customerId: customer.customer_id, walletId: customer.wallet.wallet_id, meterId: meter.meter_id, meterSlug: meter.meter_slug } as CustomerWithMeter;
   };
 
   return {
@@ -116,7 +113,7 @@ export async function startTestApp(
     },
     auth,
     settledRecord,
-    perRequestBilling,
+    customerWithMeter,
     close: async () => {
       await app.close();
       await storage.close();

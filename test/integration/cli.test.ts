@@ -115,7 +115,7 @@ describe('tollgate CLI', () => {
       const t = await startTestApp(dialect, { database, env: { SERVICE_CHARGE_RATE: '2' } });
       try {
         const h = t.auth(secret_key);
-        const { customerId, meterSlug } = await t.perRequestBilling(secret_key, '10');
+        const { customerId, meterSlug } = await t.customerWithMeter({ secretKey: secret_key, credit: '10' });
         const record = async (request_id: string) => {
           const res = await t.app.inject({
             method: 'POST',

@@ -398,7 +398,7 @@ describe.each(databasesUnderTest())('Idempotency-Key on %s', (dialect) => {
   it('covers POST /v1/requests: a replay is Idempotent-Replayed and charges once; another body under the key is 422', async () => {
     const mm = await t.newMerchant();
     const h = t.auth(mm.secretKey);
-    const { customerId, meterSlug } = await t.perRequestBilling(mm.secretKey, '1');
+    const { customerId, meterSlug } = await t.customerWithMeter({ secretKey: mm.secretKey, credit: '1' });
     const body = { request_id: 'idem-req-1', customer_id: customerId, meter_slug: meterSlug };
     const key = freshKey();
 
@@ -424,7 +424,7 @@ describe.each(databasesUnderTest())('Idempotency-Key on %s', (dialect) => {
   it('counts metadata sent in the query or the x-service-metadata header as part of the request: other metadata under the key is 422', async () => {
     const mm = await t.newMerchant();
     const h = t.auth(mm.secretKey);
-    const { customerId, meterSlug } = await t.perRequestBilling(mm.secretKey, '1');
+    const { customerId, meterSlug } = await t.customerWithMeter({ secretKey: mm.secretKey, credit: '1' });
     const payload = JSON.stringify({ request_id: 'idem-meta-1', customer_id: customerId, meter_slug: meterSlug });
     const key = freshKey();
     const send = (url: string, extra: Record<string, string> = {}) =>

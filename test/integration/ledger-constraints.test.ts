@@ -23,21 +23,15 @@ describe.each(databasesUnderTest())('ledger constraints on %s', (dialect) => {
     await creditWallet(t.storage, walletId, parseMoney('5'));
     transactionId = (await t.storage.db.selectFrom('ledger_transactions').select('id').executeTakeFirstOrThrow()).id;
     const h = t.auth();
-    const customer = (await t.app.inject({ method: 'POST', url: '/v1/customers', headers: h, payload: {} })).json();
-    const meter = (
-      await t.app.inject({
-        method: 'POST',
-        url: '/v1/meters',
-        headers: h,
-        payload: { name: 'Calls', rate_type: 'fixed', tier_type: 'requests', tiers: [{ start: '0', rate: '0.1' }] },
-      })
-    ).json();
-    await creditWallet(t.storage, customer.wallet.wallet_id, parseMoney('1'));
+    const { customerId, meterSlug } = await t.customerWithMeter({
+      credit: '1',
+      meter: { name: 'Calls', rate_type: 'fixed', tier_type: 'requests', tiers: [{ start: '0', rate: '0.1' }] },
+    });
     const recorded = await t.app.inject({
       method: 'POST',
       url: '/v1/requests',
       headers: h,
-      payload: { request_id: 'constrained', customer_id: customer.customer_id, meter_slug: meter.meter_slug },
+      payload: { request_id: 'constrained', customer_id: customerId, meter_slug: meterSlug },
     });
     expect(recorded.statusCode).toBe(201);
     recordId = (await t.storage.db.selectFrom('requests').select('id').where('request_id', '=', 'constrained').executeTakeFirstOrThrow()).id;

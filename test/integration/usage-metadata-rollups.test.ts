@@ -15,6 +15,7 @@ import { up as createMetadataRollups } from '../../src/storage/migrations/0007_u
 import { startTestApp, type TestApp } from '../helpers/app.ts';
 import { databasesUnderTest } from '../helpers/databases.ts';
 import { recountMetadataRollups, storedMetadataRollups } from '../helpers/usage-rollups.ts';
+import { settlementOf, tokenUsage } from '../helpers/settle.ts';
 
 /**
  * GET /usage with one metadata pair reads usage_rollups_by_metadata, so every path that records
@@ -29,15 +30,6 @@ describe.each(databasesUnderTest())('usage rollups per metadata pair on %s', (di
     t = await startTestApp(dialect);
   });
   afterAll(async () => t?.close());
-
-  const tokens = (input: number, output: number) => ({
-    inputTokens: input,
-    outputTokens: output,
-    inputCharacters: 0,
-    outputCharacters: 0,
-    inputSeconds: '0',
-    outputSeconds: '0',
-  });
 
   /** Pairs shared between records, records with several pairs, and records with none. */
   const METADATA: Record<string, string>[] = [{ team: 'a', env: 'prod' }, { team: 'b' }, {}, { team: 'a' }, { env: 'prod', note: 'a\nvalue' }];
@@ -62,19 +54,14 @@ describe.each(databasesUnderTest())('usage rollups per metadata pair on %s', (di
       if (admitted.outcome !== 'admitted') throw new Error(admitted.outcome);
       return { ...admitted, i };
     };
-    const settlement = (a: Awaited<ReturnType<typeof admit>>): SettleInput => ({
-      recordId: a.recordId,
-      holdIds: a.holdIds,
-      billing,
-      usage: tokens(500 + a.i, 200 + a.i),
-      model: 'gpt-4o',
-      prices: { input: parseMoney('2.5'), output: parseMoney('10') },
-      baseCostCharged: true,
-      serviceChargeRate: 0n,
-      responseId: null,
-      usageEstimated: false,
-      record: record(a.i),
-    });
+    const settlement = (a: Awaited<ReturnType<typeof admit>>): SettleInput =>
+      settlementOf(a, {
+        billing,
+        usage: tokenUsage(500 + a.i, 200 + a.i),
+        prices: { input: parseMoney('2.5'), output: parseMoney('10') },
+        baseCostCharged: true,
+        record: record(a.i),
+      });
     return { merchantId: merchant.merchantId, admit, settlement };
   }
 
@@ -102,7 +89,7 @@ describe.each(databasesUnderTest())('usage rollups per metadata pair on %s', (di
       meter: (await findMeter(t.storage, m.merchantId, meter.meter_id))!,
       requestId: `batch-${i}`,
       bodyHash: `hash-${i}`,
-      usage: tokens(1000 * (i + 1), 300 * i),
+      usage: tokenUsage(1000 * (i + 1), 300 * i),
       provider: 'openai',
       model: 'gpt-4o',
       endpoint: 'POST /v1/requests',
