@@ -150,6 +150,8 @@ type ForwardPlan = {
   requestId: string;
   recordId: string;
   holdIds: string[];
+  /** When the pending record was written: the settled record keeps it. */
+  admittedAt: string;
   method: string;
   /** `METHOD url` as the record shows it. */
   endpoint: string;
@@ -242,6 +244,7 @@ async function planForward(
     requestId,
     recordId: admitted.recordId,
     holdIds: admitted.holdIds,
+    admittedAt: admitted.createdAt,
     method: request.method,
     endpoint,
     target,

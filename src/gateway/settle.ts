@@ -79,7 +79,13 @@ async function settleOnce(deps: AppDeps, writer: GatewayWriter, plan: ForwardPla
     responseId: usage?.responseId ?? plan.target.provider.responseId(responseBody),
     usageEstimated: estimated,
     providerTimestamp: usage?.completedAt ?? null,
-    record: { provider: plan.target.provider.id, endpoint: plan.endpoint, provider_key_type: plan.providerKeyType, metadata: plan.metadata },
+    record: {
+      provider: plan.target.provider.id,
+      endpoint: plan.endpoint,
+      provider_key_type: plan.providerKeyType,
+      metadata: plan.metadata,
+      created_at: plan.admittedAt,
+    },
   });
 }
 

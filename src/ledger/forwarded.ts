@@ -67,7 +67,8 @@ export type AdmitInput = {
 };
 
 export type AdmitOutcome =
-  | { outcome: 'admitted'; recordId: string; holdIds: string[] }
+  /** `createdAt`: the pending record's time, which the settled record keeps (and rolls up under). */
+  | { outcome: 'admitted'; recordId: string; holdIds: string[]; createdAt: string }
   | { outcome: 'insufficient_balance'; payer: 'wallet' | 'merchant' }
   | { outcome: 'spend_key_refused'; error: ApiError };
 
@@ -101,8 +102,9 @@ export async function admitRequest(storage: Storage, input: AdmitInput): Promise
         holdIds.push(await insertHold(trx, wallets.get(part.walletId)!, part.amount, recordId, input.ttlMs, now));
       }
     }
-    await insertRequestRecord(trx, pendingRecord(input, recordId, now.toISOString()));
-    return { outcome: 'admitted', recordId, holdIds };
+    const createdAt = now.toISOString();
+    await insertRequestRecord(trx, pendingRecord(input, recordId, createdAt));
+    return { outcome: 'admitted', recordId, holdIds, createdAt };
   });
 }
 
@@ -182,7 +184,7 @@ export async function admitInTransaction(
       holdIds.push(id);
     }
     records.push(pendingRecord(input, recordId, createdAt));
-    outcomes.push({ outcome: 'admitted', recordId, holdIds });
+    outcomes.push({ outcome: 'admitted', recordId, holdIds, createdAt });
   }
 
   if (holds.length > 0) await trx.insertInto('holds').values(holds).execute();
@@ -221,7 +223,7 @@ async function admitInOneStatement(storage: Storage, inputs: AdmitInput[]): Prom
       holdIds.push(id);
     }
     records.push(pendingRecord(input, input.requestId, createdAt));
-    outcomes.push({ outcome: 'admitted', recordId: input.requestId, holdIds });
+    outcomes.push({ outcome: 'admitted', recordId: input.requestId, holdIds, createdAt });
   }
   if (need.size === 0) return null;
   const db = storage.db;
@@ -346,7 +348,7 @@ export type SettleInput = {
   record?: PendingFacts;
 };
 
-type PendingFacts = Pick<RequestRow, 'provider' | 'endpoint' | 'provider_key_type'> & { metadata: Record<string, string> };
+export type PendingFacts = Pick<RequestRow, 'provider' | 'endpoint' | 'provider_key_type' | 'created_at'> & { metadata: Record<string, string> };
 
 function chargeInputOf(input: SettleInput, pending: PendingFacts): ChargeInput {
   const { pricing, meterPriced } = pricingFor(input.billing);
@@ -407,8 +409,6 @@ async function settleInTransaction(trx: Transaction<Database>, dialect: Storage[
   const at = now.toISOString();
   const periodStart = monthStart(now);
   if (inputs.some((input) => !input.record)) throw new RunAlone();
-  const admittedAt = await pendingCreationTimes(trx, inputs);
-  if (admittedAt.size !== inputs.length) throw new RunAlone();
 
   // Tier positions, locked.
   const counterOf = (input: SettleInput): CounterKey | null =>
@@ -446,7 +446,7 @@ async function settleInTransaction(trx: Transaction<Database>, dialect: Storage[
     }
     priced.push(price);
   }
-  const records = inputs.map((input, i) => completedRecord(input, input.record!, priced[i]!, at, admittedAt.get(input.recordId)!));
+  const records = inputs.map((input, i) => completedRecord(input, input.record!, priced[i]!, at));
   const recordWrites = records.map((record) => {
     const { id, merchant_id: _m, request_id: _r, created_at: _c, metadata: _md, ...settled } = record;
     return { query: trx.updateTable('requests').set(settled).where('id', '=', id).where('status', '=', 'pending').returning('id'), counted: true };
@@ -536,21 +536,6 @@ async function settleInTransaction(trx: Transaction<Database>, dialect: Storage[
     .sort((a, b) => (a.input.billing.spendKey!.id < b.input.billing.spendKey!.id ? -1 : 1));
   for (const { input, outcome } of withKeys) await finishReservation(trx, dialect, input.recordId, spendOf(outcome));
   return outcomes;
-}
-
-/**
- * When each member's pending record was written (its admission), by record id; a member whose
- * record is not pending any more is missing. The record keeps that time, and its usage rolls up
- * under it, as GET /usage with a metadata filter (which reads the records) counts it.
- */
-async function pendingCreationTimes(trx: Transaction<Database>, inputs: SettleInput[]): Promise<Map<string, string>> {
-  const rows = await trx
-    .selectFrom('requests')
-    .select(['id', 'created_at'])
-    .where('id', 'in', inputs.map((input) => input.recordId))
-    .where('status', '=', 'pending')
-    .execute();
-  return new Map(rows.map((row) => [row.id, row.created_at]));
 }
 
 const walletState = (w: WalletRow) => `${w.balance} ${w.cycle_credit} ${w.bundle_credit} ${w.held}`;
@@ -659,7 +644,7 @@ function balanceEvent(wallet: WalletRow, connectionId: string | null, at: string
 }
 
 /** The completed record a settlement writes over the pending one (as chargeRequest builds it). */
-function completedRecord(input: SettleInput, pending: PendingFacts, priced: PricedRequest, at: string, createdAt: string): RequestRow {
+function completedRecord(input: SettleInput, pending: PendingFacts, priced: PricedRequest, at: string): RequestRow {
   return {
     id: input.recordId,
     merchant_id: input.billing.merchantId,
@@ -705,7 +690,7 @@ function completedRecord(input: SettleInput, pending: PendingFacts, priced: Pric
     total_wallet_cost: priced.totals.wallet,
     total_merchant_cost: priced.totals.merchant,
     usage_estimated: input.usageEstimated ? 1 : 0,
-    created_at: createdAt,
+    created_at: pending.created_at,
     completed_at: at,
   };
 }

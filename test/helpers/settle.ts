@@ -1,4 +1,4 @@
-import type { SettleInput } from '../../src/ledger/forwarded.ts';
+import type { PendingFacts, SettleInput } from '../../src/ledger/forwarded.ts';
 
 /** Token usage with no characters or seconds, as a chat completion reports it. */
 export function tokenUsage(inputTokens: number, outputTokens: number): SettleInput['usage'] {
@@ -10,9 +10,10 @@ export function tokenUsage(inputTokens: number, outputTokens: number): SettleInp
  * (gpt-4o, no base prices, no service charge, exact usage).
  */
 export function settlementOf(
-  admitted: { recordId: string; holdIds: string[] },
-  given: Pick<SettleInput, 'billing' | 'usage'> & Partial<SettleInput>,
+  admitted: { recordId: string; holdIds: string[]; createdAt: string },
+  given: Pick<SettleInput, 'billing' | 'usage'> & Partial<Omit<SettleInput, 'record'>> & { record?: Omit<PendingFacts, 'created_at'> },
 ): SettleInput {
+  const { record, ...rest } = given;
   return {
     recordId: admitted.recordId,
     holdIds: admitted.holdIds,
@@ -22,6 +23,8 @@ export function settlementOf(
     serviceChargeRate: 0n,
     responseId: null,
     usageEstimated: false,
-    ...given,
+    ...rest,
+    // What the pending record says is what its admission wrote.
+    ...(record ? { record: { ...record, created_at: admitted.createdAt } } : {}),
   };
 }
