@@ -7,7 +7,7 @@ import type { BasePrices } from '../domain/pricing.ts';
 import { ApiError, envelope, ERRORS, type ErrorCode } from '../http/errors.ts';
 import { metadataSchema, parseJsonParam, type Metadata } from '../http/metadata.ts';
 import type { App, AppDeps } from '../http/types.ts';
-import { ADMIT_JOB, pricingFor } from '../ledger/forwarded.ts';
+import { ADMIT_JOB, admitDeferred, pricingFor, type AdmitInput, type DeferredAdmission } from '../ledger/forwarded.ts';
 import { createRegistry, type ProviderModule, type ProviderRegistry } from '../providers/index.ts';
 import { credentialCacheFor } from './credential-cache.ts';
 import { extractCredential, resolveCredential, type BillingContext } from './credentials.ts';
@@ -23,8 +23,10 @@ export type Gateway = {
   registry: ProviderRegistry;
   agent: Dispatcher;
   settlements: Settlements;
-  /** Group commit of admissions. */
+  /** Group commit of admissions made on the response path. */
   writer: GatewayWriter;
+  /** Group commit of work off the response path: settlements, failures, deferred admission writes. */
+  background: GatewayWriter;
   /** Keeps the holds of requests still relaying from expiring. */
   holds: HoldKeeper;
   /** True once the app started closing (hijacked responses then close their connections). */
@@ -37,18 +39,19 @@ export type Gateway = {
 export function createGateway(deps: AppDeps, app: App): Gateway {
   // Installed now, before any request: every credential change from here on empties the cache.
   credentialCacheFor(deps.storage);
-  // SQLite has one connection: admissions and settlements share batches (fewer commits). On
-  // PostgreSQL they get a writer each, so an admission never queues behind a settlement batch.
+  // Admissions never share a batch with settlements: the next request's admission would wait for
+  // the previous request's settlement.
   const writer = new GatewayWriter(deps.storage, app.log);
-  const settlementWriter = deps.storage.dialect === 'sqlite' ? writer : new GatewayWriter(deps.storage, app.log);
+  const background = new GatewayWriter(deps.storage, app.log);
   const gateway: Gateway = {
     registry: createRegistry({ custom: deps.config.customProviders }),
     agent: createUpstreamAgent({
       headersTimeoutMs: deps.config.upstreamTimeoutMs,
       bodyTimeoutMs: deps.config.upstreamIdleTimeoutMs,
     }),
-    settlements: new Settlements(app.log, settlementWriter),
+    settlements: new Settlements(app.log, background),
     writer,
+    background,
     holds: new HoldKeeper(deps.storage, deps.config.holdTtlMs, app.log),
     closing: false,
     prices: new Map(),
@@ -59,7 +62,7 @@ export function createGateway(deps: AppDeps, app: App): Gateway {
   app.addHook('onClose', async () => {
     await gateway.settlements.drain();
     await gateway.holds.close();
-    await settlementWriter.drain();
+    await background.drain();
     await gateway.writer.drain();
     await gateway.agent.close();
     await closeSpendKeyGuard(deps.config);
@@ -150,8 +153,10 @@ type ForwardPlan = {
   requestId: string;
   recordId: string;
   holdIds: string[];
-  /** When the pending record was written: the settled record keeps it. */
+  /** When the request was admitted: the settled record keeps it. */
   admittedAt: string;
+  /** A deferred admission's write (decision 0011): settlement follows it. */
+  admissionWritten?: Promise<void>;
   method: string;
   /** `METHOD url` as the record shows it. */
   endpoint: string;
@@ -221,7 +226,7 @@ async function planForward(
 
   const requestId = newId('request');
   const endpoint = `${request.method} ${target.publicUrl.toString()}`;
-  const admitted = await gateway.writer.run(ADMIT_JOB, {
+  const admission: AdmitInput = {
     requestId,
     billing,
     walletId,
@@ -235,7 +240,13 @@ async function planForward(
       metadata,
     },
     spendKeyRequest,
-  });
+  };
+  // The embedded shape decides in process and writes later (decision 0011); a spend key's limits
+  // and every PostgreSQL decision are taken in the database before the provider is called.
+  const admitted: DeferredAdmission =
+    storage.dialect === 'sqlite' && !billing.spendKey
+      ? await admitDeferred(storage, gateway.background, admission)
+      : await gateway.writer.run(ADMIT_JOB, admission);
   if (admitted.outcome === 'insufficient_balance') {
     throw new ApiError('insufficient_balance', undefined, { headers: { [REQUEST_ID_HEADER]: requestId } });
   }
@@ -245,6 +256,7 @@ async function planForward(
     recordId: admitted.recordId,
     holdIds: admitted.holdIds,
     admittedAt: admitted.createdAt,
+    admissionWritten: admitted.written,
     method: request.method,
     endpoint,
     target,

@@ -30,10 +30,24 @@ export class Settlements {
   }
 
   settle(deps: AppDeps, plan: ForwardPlan, outcome: RelayOutcome): void {
-    const work = this.#withRetries(() => settleOnce(deps, this.#writer, plan, outcome), plan.requestId).finally(() => {
-      this.#inFlight.delete(work);
-    });
+    const work = this.#afterAdmissionWrite(plan)
+      .then((written) => (written ? this.#withRetries(() => settleOnce(deps, this.#writer, plan, outcome), plan.requestId) : undefined))
+      .finally(() => {
+        this.#inFlight.delete(work);
+      });
     this.#inFlight.add(work);
+  }
+
+  /** False when a deferred admission could not be written: there is no record to settle then. */
+  async #afterAdmissionWrite(plan: ForwardPlan): Promise<boolean> {
+    if (!plan.admissionWritten) return true;
+    try {
+      await plan.admissionWritten;
+      return true;
+    } catch (err) {
+      this.#log.error({ err, requestId: plan.requestId }, 'the admission of a forwarded request could not be written; it is not recorded');
+      return false;
+    }
   }
 
   /** Resolves when every settlement started so far has finished. */

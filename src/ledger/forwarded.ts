@@ -7,7 +7,7 @@ import { newId } from '../domain/ids.ts';
 import { formatMoney, MAX_AMOUNT_UNITS } from '../domain/money.ts';
 import { baseCost, priceRequest, type BasePrices, type MeterPricing, type PricedRequest, type Usage } from '../domain/pricing.ts';
 import type { BillingContext } from '../gateway/credentials.ts';
-import { RunAlone, type BatchJob } from '../gateway/writer.ts';
+import { RunAlone, type BatchJob, type GatewayWriter } from '../gateway/writer.ts';
 import { finishReservation, lockSpendKeyForAdmission, reserveForRequest, type SpendKeyRequest } from '../gateway/spend-key-guard.ts';
 import { ApiError } from '../http/errors.ts';
 import type { Storage } from '../storage/db.ts';
@@ -26,7 +26,7 @@ import { merchantRevenueAccount, providerCostsAccount, serviceChargesAccount, BU
 import { chargeRequest, MERCHANT_ONLY_PRICING, meterPricing, monthStart, type ChargeInput, type ChargeOutcome } from './charge.ts';
 import { UnbalancedTransactionError, type Leg } from './postings.ts';
 import { insertHold, releaseHoldInTransaction } from './holds.ts';
-import { availableOf, lockWallets, splitDebit, type WalletRow } from './wallets.ts';
+import { availableOf, lockWallets, releaseUnwritten, reserveUnwritten, splitDebit, type WalletRow } from './wallets.ts';
 
 /** A meter's pricing, parsed once per meter row (cached credentials share their rows). */
 const pricingOfMeter = new WeakMap<MeterRow, MeterPricing>();
@@ -53,6 +53,8 @@ export function pricingFor(billing: BillingContext): { pricing: MeterPricing; wa
   // Gateway mode, metering-only and disabled billing: no fee; the merchant pays the base cost.
   return { pricing: MERCHANT_ONLY_PRICING, walletId: billing.merchantWalletId, meterPriced: false };
 }
+
+type HoldRow = { id: string; wallet_id: string; reference: string; amount: bigint; status: 'active'; created_at: string; expires_at: string };
 
 export type AdmitInput = {
   requestId: string;
@@ -145,7 +147,7 @@ export async function admitInTransaction(
   }
 
   const outcomes: AdmitOutcome[] = [];
-  const holds: { id: string; wallet_id: string; reference: string; amount: bigint; status: 'active'; created_at: string; expires_at: string }[] = [];
+  const holds: HoldRow[] = [];
   const records: RequestRow[] = [];
   const changed = new Set<WalletRow>();
   for (const [i, input] of inputs.entries()) {
@@ -208,7 +210,7 @@ export async function admitInTransaction(
 async function admitInOneStatement(storage: Storage, inputs: AdmitInput[]): Promise<AdmitOutcome[] | null> {
   if (storage.dialect !== 'postgres' || inputs.some((input) => input.billing.spendKey)) return null;
   const need = new Map<string, bigint>();
-  const holds: { id: string; wallet_id: string; reference: string; amount: bigint; status: 'active'; created_at: string; expires_at: string }[] = [];
+  const holds: HoldRow[] = [];
   const records: RequestRow[] = [];
   const outcomes: AdmitOutcome[] = [];
   for (const input of inputs) {
@@ -261,6 +263,93 @@ function metadataRows(records: RequestRow[]) {
     })),
   );
 }
+
+/**
+ * How long work off the response path (settlements, deferred admission writes) may wait for other
+ * work to share its transaction: long enough that an idle instance writes a few requests per
+ * commit, instead of making the next request's admission wait behind one.
+ */
+const SETTLEMENT_WAIT_MS = 25;
+
+/** What a deferred admission leaves to write: its holds and its pending record. */
+export type AdmissionWrite = { holds: HoldRow[]; record: RequestRow };
+
+export type DeferredAdmission = AdmitOutcome & {
+  /** Settles once the holds and the pending record are committed (or failed to be). */
+  written?: Promise<void>;
+};
+
+/**
+ * The embedded shape's admission (SQLite: one process owns the database, DESIGN §2): the same
+ * decision as admitRequest, taken against the wallets as committed minus every hold this process
+ * admitted and has not written yet, with the connection held so no transaction is half done
+ * while it reads. The holds are reserved in memory at once; their rows and the pending record are
+ * written by `writer` off the response path, batched with settlements. Decision 0011.
+ */
+export async function admitDeferred(storage: Storage, writer: GatewayWriter, input: AdmitInput): Promise<DeferredAdmission> {
+  const parts = holdParts(input.walletId, input.billing.merchantWalletId, input.estimate);
+  const walletIds = [...new Set(parts.map((part) => part.walletId))];
+  const refused = await storage.db.connection().execute(async (db) => {
+    const rows = walletIds.length > 0 ? await db.selectFrom('wallets').selectAll().where('id', 'in', walletIds).execute() : [];
+    const wallets = new Map(rows.map((row) => [row.id, row]));
+    const refusal = parts.find((part) => {
+      const available = availableOf(wallets.get(part.walletId)!);
+      return available < part.amount || available <= 0n;
+    });
+    // Reserved before the connection is let go: no other decision sees these wallets without them.
+    if (!refusal) for (const part of parts) reserveUnwritten(part.walletId, part.amount);
+    return refusal;
+  });
+  if (refused) return { outcome: 'insufficient_balance', payer: refused.payer };
+
+  const now = input.now ?? new Date();
+  const createdAt = now.toISOString();
+  const expiresAt = new Date(now.getTime() + input.ttlMs).toISOString();
+  const recordId = input.requestId;
+  const holds: HoldRow[] = parts.map((part) => ({
+    id: newId('hold'),
+    wallet_id: part.walletId,
+    reference: recordId,
+    amount: part.amount,
+    status: 'active',
+    created_at: createdAt,
+    expires_at: expiresAt,
+  }));
+  const written = writer.run(WRITE_ADMISSION_JOB, { holds, record: pendingRecord(input, recordId, createdAt) }).finally(() => {
+    for (const part of parts) releaseUnwritten(part.walletId, part.amount);
+  });
+  // Its failure is reported where it is awaited (the settlement); never as an unhandled rejection.
+  written.catch(() => undefined);
+  return { outcome: 'admitted', recordId, holdIds: holds.map((hold) => hold.id), createdAt, written };
+}
+
+/** Writes deferred admissions: holds, the wallets' `held`, pending records and their metadata. */
+async function writeAdmissionsInTransaction(trx: Transaction<Database>, _dialect: Storage['dialect'], inputs: AdmissionWrite[]): Promise<void[]> {
+  const holds = inputs.flatMap((input) => input.holds);
+  const heldBy = new Map<string, bigint>();
+  for (const hold of holds) heldBy.set(hold.wallet_id, (heldBy.get(hold.wallet_id) ?? 0n) + hold.amount);
+  if (holds.length > 0) await trx.insertInto('holds').values(holds).execute();
+  for (const [walletId, amount] of [...heldBy].sort(([a], [b]) => (a < b ? -1 : 1))) {
+    await trx
+      .updateTable('wallets')
+      .set({ held: sql<bigint>`held + ${amount}` })
+      .where('id', '=', walletId)
+      .execute();
+  }
+  const records = inputs.map((input) => input.record);
+  await trx.insertInto('requests').values(records).execute();
+  const metadata = metadataRows(records);
+  if (metadata.length > 0) await trx.insertInto('request_metadata').values(metadata).execute();
+  return inputs.map(() => undefined);
+}
+
+/** Deferred admission writes as a group-commit job: first in a batch, so settlements find them. */
+const WRITE_ADMISSION_JOB: BatchJob<AdmissionWrite, void> = {
+  order: -1,
+  waitMs: SETTLEMENT_WAIT_MS,
+  inTransaction: writeAdmissionsInTransaction,
+  alone: (storage, input) => storage.db.transaction().execute((trx) => writeAdmissionsInTransaction(trx, storage.dialect, [input]).then(() => undefined)),
+};
 
 /** Admission as a group-commit job (gateway/writer.ts). */
 export const ADMIT_JOB: BatchJob<AdmitInput, AdmitOutcome> = {
@@ -736,8 +825,6 @@ async function failInTransaction(trx: Transaction<Database>, dialect: Storage['d
   return inputs.map(() => undefined);
 }
 
-/** How long a settlement may wait for other work to share its transaction (it is off the response path). */
-const SETTLEMENT_WAIT_MS = 5;
 
 /** Settlement and failure as group-commit jobs (gateway/writer.ts); they run before admissions. */
 export const SETTLE_JOB: BatchJob<SettleInput, ChargeOutcome> = {

@@ -57,7 +57,25 @@ export async function lockWallets(
   return new Map(rows.map((r) => [r.id, r]));
 }
 
-export const availableOf = (w: WalletRow): bigint => w.balance - w.held;
+/**
+ * Holds this process admitted whose rows are not written yet (the embedded shape writes them off
+ * the response path; decision 0011), by wallet. Every spending decision subtracts them, so money
+ * a request in flight may spend is never spent twice. Empty on PostgreSQL.
+ */
+const unwrittenHolds = new Map<string, bigint>();
+
+export function reserveUnwritten(walletId: string, amount: bigint): void {
+  unwrittenHolds.set(walletId, (unwrittenHolds.get(walletId) ?? 0n) + amount);
+}
+
+/** The hold's row is committed (its amount is in `held` now), or it never will be. */
+export function releaseUnwritten(walletId: string, amount: bigint): void {
+  const left = (unwrittenHolds.get(walletId) ?? 0n) - amount;
+  if (left > 0n) unwrittenHolds.set(walletId, left);
+  else unwrittenHolds.delete(walletId);
+}
+
+export const availableOf = (w: WalletRow): bigint => w.balance - w.held - (unwrittenHolds.get(w.id) ?? 0n);
 
 /** Splits a debit across buckets in consumption order. */
 export function splitDebit(wallet: WalletRow, amount: bigint): Record<Bucket, bigint> {

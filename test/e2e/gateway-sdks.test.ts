@@ -163,15 +163,32 @@ describe.each(databasesUnderTest())('official SDKs through the forward gateway o
 
   const customerToken = () => lava.generateForwardToken({ customer_id: customer.customer_id, meter_slug: meter.meter_slug });
 
+  /** The newest record before a test's call (see newestRecordId); every earlier request has settled by then. */
+  let newestBeforeCall: string | undefined;
+
   async function balances() {
     const [c, m] = await Promise.all([findWallet(t.storage, customer.walletId), findWallet(t.storage, t.merchant.walletId)]);
+    newestBeforeCall = await currentNewestRecordId();
     return { customer: c!.balance, merchant: m!.balance };
   }
 
-  /** For gateway(), which returns only the JSON: the newest record (each test's request is the newest). */
-  async function newestRecordId(): Promise<string> {
+  async function currentNewestRecordId(): Promise<string | undefined> {
     const res = await t.app.inject({ method: 'GET', url: '/v1/requests?limit=1', headers: t.auth() });
-    return (res.json() as { data: RecordJson[] }).data[0]!.request_id;
+    return (res.json() as { data: RecordJson[] }).data[0]?.request_id;
+  }
+
+  /**
+   * For gateway(), which returns only the JSON: the test's own record, the first newer than the
+   * newest before its call. The embedded gateway writes a record just after the answer (decision
+   * 0011), so it is waited for.
+   */
+  async function newestRecordId(): Promise<string> {
+    for (let i = 0; i < 100; i++) {
+      const newest = await currentNewestRecordId();
+      if (newest !== undefined && newest !== newestBeforeCall) return newest;
+      await new Promise((r) => setTimeout(r, 10));
+    }
+    throw new Error('the request was not recorded within 1 s');
   }
 
   /** What the mock answers when called directly with exactly the bytes the gateway sent it. */

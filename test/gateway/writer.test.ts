@@ -5,7 +5,7 @@ import { lookupBasePrices } from '../../src/domain/prices.ts';
 import { resolveForwardCredential } from '../../src/gateway/credentials.ts';
 import { sweepExpiredHolds } from '../../src/gateway/settle.ts';
 import { GatewayWriter, type BatchJob } from '../../src/gateway/writer.ts';
-import { ADMIT_JOB, admitRequest, failRequest, pricingFor, SETTLE_JOB, settleRequest, type SettleInput } from '../../src/ledger/forwarded.ts';
+import { ADMIT_JOB, admitDeferred, admitRequest, failRequest, pricingFor, SETTLE_JOB, settleRequest, type SettleInput } from '../../src/ledger/forwarded.ts';
 import { verifyLedger } from '../../src/ledger/verify.ts';
 import { creditWallet, findWallet } from '../../src/ledger/wallets.ts';
 import { startTestApp, type TestApp } from '../helpers/app.ts';
@@ -301,4 +301,55 @@ describe.each(databasesUnderTest())('gateway writer on %s', (dialect) => {
     expect(pending.length).toBe(5);
     await writer.drain();
   });
+
+  it.runIf(dialect === 'sqlite')(
+    'embedded admission: a hold not written yet still counts against the wallet, and its rows land before its settlement',
+    async () => {
+      const customer = await t.customerWithMeter({ credit: '0.01' });
+      const token = Buffer.from(JSON.stringify({ secret_key: t.merchant.secretKey, customer_id: customer.customerId, meter_slug: customer.meterSlug })).toString('base64');
+      const billing = await resolveForwardCredential(t.storage, token);
+      const background = new GatewayWriter(t.storage);
+      const record = { provider: 'openai', endpoint: 'POST https://api.openai.com/v1/chat/completions', provider_key_type: 'managed' as const, metadata: { k: 'v' } };
+      const admission = (wallet: string) => ({
+        requestId: newId('request'),
+        billing,
+        walletId: customer.walletId,
+        estimate: { wallet: parseMoney(wallet), merchant: 0n },
+        ttlMs: 60_000,
+        record: { ...record, model: 'gpt-4o' },
+      });
+
+      const first = await admitDeferred(t.storage, background, admission('0.01'));
+      if (first.outcome !== 'admitted') throw new Error(first.outcome);
+      // Its hold is only in memory until the background writer commits it: it counts all the same,
+      // for the next admission and for a POST /requests charge of the same customer.
+      const second = admitDeferred(t.storage, background, admission('0.001'));
+      const charge = t.app.inject({
+        method: 'POST',
+        url: '/v1/requests',
+        headers: t.auth(),
+        payload: { request_id: 'during-flight', customer_id: customer.customerId, meter_slug: customer.meterSlug },
+      });
+      expect((await second).outcome).toBe('insufficient_balance');
+      expect((await charge).statusCode).toBe(402);
+
+      await first.written;
+      const wallet = (await findWallet(t.storage, customer.walletId))!;
+      expect(wallet.held).toBe(parseMoney('0.01'));
+      const hold = await t.storage.db.selectFrom('holds').select(['amount', 'status']).where('reference', '=', first.recordId).executeTakeFirstOrThrow();
+      expect(hold).toEqual({ amount: parseMoney('0.01'), status: 'active' });
+      const pending = await t.storage.db.selectFrom('requests').select(['status', 'created_at']).where('id', '=', first.recordId).executeTakeFirstOrThrow();
+      expect(pending).toEqual({ status: 'pending', created_at: first.createdAt });
+      // Written and in memory are never both counted once the write is done.
+      expect((await admitDeferred(t.storage, background, admission('0.001'))).outcome).toBe('insufficient_balance');
+
+      const settled = await background.run(SETTLE_JOB, settlementOf(first, { billing, usage: tokenUsage(10, 5), record }));
+      expect(settled.outcome).toBe('recorded');
+      const after = (await findWallet(t.storage, customer.walletId))!;
+      expect(after.held).toBe(0n);
+      expect(after.balance).toBe(parseMoney('0.01') - (settled.outcome === 'recorded' ? settled.priced.totals.wallet : 0n));
+      expect((await verifyLedger(t.storage)).problems).toEqual([]);
+      await background.drain();
+    },
+  );
 });
