@@ -7,7 +7,9 @@
  *   3. The forward gateway against a direct call to the same mock provider (bench/gateway.ts).
  *
  * PostgreSQL comes from BENCH_DATABASE_URL or TEST_DATABASE_URL (a fresh schema is created);
- * without either, only SQLite runs. `--quick` shrinks every size for a smoke run.
+ * without either, only SQLite runs. `--quick` shrinks every size for a smoke run. While working on
+ * one scenario, `--only records|usage|gateway` (comma-separated) and `--engine sqlite|postgres`
+ * narrow the run; the report then holds only what ran.
  * The report is printed and written to bench/results/latest.md.
  */
 import { spawn, type ChildProcess } from 'node:child_process';
@@ -25,6 +27,13 @@ import { migrateToLatest } from '../src/storage/migrate.ts';
 import { benchGateway, startMock } from './gateway.ts';
 
 const quick = process.argv.includes('--quick');
+const optionList = (name: string) => {
+  const i = process.argv.indexOf(name);
+  return i >= 0 ? process.argv[i + 1]?.split(',') : undefined;
+};
+const only = optionList('--only');
+const runs = (scenario: 'records' | 'usage' | 'gateway') => !only || only.includes(scenario);
+const onlyEngines = optionList('--engine');
 const SIZES = {
   throughputSeconds: quick ? 3 : 15,
   warmUpSeconds: quick ? 1 : 3,
@@ -44,6 +53,7 @@ async function main(): Promise<void> {
   if (pgBase) engines.push({ name: 'postgres', url: await freshPgSchema(pgBase) });
   else console.warn('No BENCH_DATABASE_URL / TEST_DATABASE_URL: PostgreSQL scenarios skipped.');
 
+  if (onlyEngines) engines.splice(0, engines.length, ...engines.filter((e) => onlyEngines.includes(e.name)));
   const mock = await startMock();
   process.env.BENCH_MOCK_URL = mock.url;
   for (const engine of engines) {
@@ -51,12 +61,14 @@ async function main(): Promise<void> {
     const storage = openStorage(engine.url, { poolSize: 4 });
     await migrateToLatest(storage);
     try {
-      await withServer(engine.url, mock.url, async (server) => {
-        await benchRecordThroughput(engine.name, storage, server.url);
-        await benchUsageLatency(engine.name, storage, server.url);
-      });
+      if (runs('records') || runs('usage')) {
+        await withServer(engine.url, mock.url, async (server) => {
+          if (runs('records')) await benchRecordThroughput(engine.name, storage, server.url);
+          if (runs('usage')) await benchUsageLatency(engine.name, storage, server.url);
+        });
+      }
       // A fresh server, so its peak RSS is the gateway's own, not what the million-row seed left behind.
-      await withServer(engine.url, mock.url, async (server) => {
+      if (runs('gateway')) await withServer(engine.url, mock.url, async (server) => {
         report.push(
           ...(await benchGateway({ engine: engine.name, storage, serverUrl: server.url, serverPid: server.process.pid!, seconds: SIZES.gatewaySeconds })),
         );

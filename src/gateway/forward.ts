@@ -7,7 +7,7 @@ import type { BasePrices } from '../domain/pricing.ts';
 import { ApiError, envelope, ERRORS, type ErrorCode } from '../http/errors.ts';
 import { metadataSchema, parseJsonParam, type Metadata } from '../http/metadata.ts';
 import type { App, AppDeps } from '../http/types.ts';
-import { ADMIT_JOB, admitDeferred, pricingFor, type AdmitInput, type DeferredAdmission } from '../ledger/forwarded.ts';
+import { ADMIT_JOB, admitDeferred, pricingFor, type AdmissionWrite, type AdmitInput, type DeferredAdmission } from '../ledger/forwarded.ts';
 import { createRegistry, type ProviderModule, type ProviderRegistry } from '../providers/index.ts';
 import { credentialCacheFor } from './credential-cache.ts';
 import { extractCredential, resolveCredential, type BillingContext } from './credentials.ts';
@@ -155,7 +155,8 @@ type ForwardPlan = {
   holdIds: string[];
   /** When the request was admitted: the settled record keeps it. */
   admittedAt: string;
-  /** A deferred admission's write (decision 0011): settlement follows it. */
+  /** A deferred admission (decision 0011): its settlement takes it over, or follows its write. */
+  deferred?: AdmissionWrite;
   admissionWritten?: Promise<void>;
   method: string;
   /** `METHOD url` as the record shows it. */
@@ -256,6 +257,7 @@ async function planForward(
     recordId: admitted.recordId,
     holdIds: admitted.holdIds,
     admittedAt: admitted.createdAt,
+    deferred: admitted.deferred,
     admissionWritten: admitted.written,
     method: request.method,
     endpoint,

@@ -1,7 +1,7 @@
 import type { FastifyBaseLogger } from 'fastify';
 import { toSeconds, type Usage } from '../domain/pricing.ts';
 import type { AppDeps } from '../http/types.ts';
-import { FAIL_JOB, SETTLE_JOB } from '../ledger/forwarded.ts';
+import { FAIL_JOB, releaseDeferredHolds, SETTLE_JOB, takeOverAdmission, type AdmissionWrite } from '../ledger/forwarded.ts';
 import { expireHolds } from '../ledger/holds.ts';
 import type { Storage } from '../storage/db.ts';
 import { estimateInputTokensFromRequest, estimateOutputTokensFromResponse, estimateTokensFromCharacters, isUsageBilledRequest } from '../providers/estimate.ts';
@@ -30,9 +30,13 @@ export class Settlements {
   }
 
   settle(deps: AppDeps, plan: ForwardPlan, outcome: RelayOutcome): void {
-    const work = this.#afterAdmissionWrite(plan)
-      .then((written) => (written ? this.#withRetries(() => settleOnce(deps, this.#writer, plan, outcome), plan.requestId) : undefined))
+    const billed = billedUsage(plan, outcome);
+    // A charge whose admission is still queued takes it over: one record written, no hold rows.
+    const merged = billed && takeOverAdmission(plan.deferred) ? plan.deferred : undefined;
+    const work = (merged ? Promise.resolve(true) : this.#afterAdmissionWrite(plan))
+      .then((ready) => (ready ? this.#withRetries(() => settleOnce(deps, this.#writer, plan, outcome, billed, merged), plan.requestId) : undefined))
       .finally(() => {
+        if (merged) releaseDeferredHolds(merged);
         this.#inFlight.delete(work);
       });
     this.#inFlight.add(work);
@@ -72,8 +76,14 @@ export class Settlements {
 }
 
 /** Through the group-commit writer: settlements that finish together share one transaction. */
-async function settleOnce(deps: AppDeps, writer: GatewayWriter, plan: ForwardPlan, outcome: RelayOutcome): Promise<void> {
-  const billed = billedUsage(plan, outcome);
+async function settleOnce(
+  deps: AppDeps,
+  writer: GatewayWriter,
+  plan: ForwardPlan,
+  outcome: RelayOutcome,
+  billed: BilledUsage | null,
+  merged: AdmissionWrite | undefined,
+): Promise<void> {
   if (!billed) {
     await writer.run(FAIL_JOB, { recordId: plan.recordId, holdIds: plan.holdIds });
     return;
@@ -100,6 +110,7 @@ async function settleOnce(deps: AppDeps, writer: GatewayWriter, plan: ForwardPla
       metadata: plan.metadata,
       created_at: plan.admittedAt,
     },
+    merged,
   });
 }
 

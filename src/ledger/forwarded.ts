@@ -271,13 +271,37 @@ function metadataRows(records: RequestRow[]) {
  */
 const SETTLEMENT_WAIT_MS = 25;
 
-/** What a deferred admission leaves to write: its holds and its pending record. */
-export type AdmissionWrite = { holds: HoldRow[]; record: RequestRow };
+/**
+ * How long a deferred admission stays in memory only (decision 0011). A request answered sooner
+ * (most are) is written once, completed, by its settlement; a longer one gets its pending record
+ * and hold rows, so it is visible and swept like any other.
+ */
+const ADMISSION_WRITE_DELAY_MS = 50;
+
+/**
+ * What a deferred admission leaves to write: its holds and its pending record. `queued` until a
+ * batch takes it (`writing`), unless its settlement comes first and takes it over (`merged`):
+ * then the settled record is written directly and no hold row is ever written.
+ */
+export type AdmissionWrite = { holds: HoldRow[]; record: RequestRow; state: 'queued' | 'writing' | 'merged' };
 
 export type DeferredAdmission = AdmitOutcome & {
-  /** Settles once the holds and the pending record are committed (or failed to be). */
+  deferred?: AdmissionWrite;
+  /** Settles once the holds and the pending record are committed (or failed to be, or were merged). */
   written?: Promise<void>;
 };
+
+/** A settlement takes over its admission's write when no batch has taken it yet; true when it did. */
+export function takeOverAdmission(write: AdmissionWrite | undefined): write is AdmissionWrite {
+  if (write?.state !== 'queued') return false;
+  write.state = 'merged';
+  return true;
+}
+
+/** The in-memory reservation of a deferred admission ends: its holds are in `held` now, or settled. */
+export function releaseDeferredHolds(write: AdmissionWrite): void {
+  for (const hold of write.holds) releaseUnwritten(hold.wallet_id, hold.amount);
+}
 
 /**
  * The embedded shape's admission (SQLite: one process owns the database, DESIGN §2): the same
@@ -315,12 +339,17 @@ export async function admitDeferred(storage: Storage, writer: GatewayWriter, inp
     created_at: createdAt,
     expires_at: expiresAt,
   }));
-  const written = writer.run(WRITE_ADMISSION_JOB, { holds, record: pendingRecord(input, recordId, createdAt) }).finally(() => {
-    for (const part of parts) releaseUnwritten(part.walletId, part.amount);
-  });
+  const deferred: AdmissionWrite = { holds, record: pendingRecord(input, recordId, createdAt), state: 'queued' };
+  // Handed to the writer only once the request has run a while: most settle before that and take
+  // their admission over. A merged admission's reservation ends with its settlement instead.
+  const written = new Promise((resolve) => setTimeout(resolve, ADMISSION_WRITE_DELAY_MS))
+    .then(() => (deferred.state === 'queued' ? writer.run(WRITE_ADMISSION_JOB, deferred) : undefined))
+    .finally(() => {
+      if (deferred.state !== 'merged') releaseDeferredHolds(deferred);
+    });
   // Its failure is reported where it is awaited (the settlement); never as an unhandled rejection.
   written.catch(() => undefined);
-  return { outcome: 'admitted', recordId, holdIds: holds.map((hold) => hold.id), createdAt, written };
+  return { outcome: 'admitted', recordId, holdIds: holds.map((hold) => hold.id), createdAt, deferred, written };
 }
 
 /** Writes deferred admissions: holds, the wallets' `held`, pending records and their metadata. */
@@ -343,12 +372,30 @@ async function writeAdmissionsInTransaction(trx: Transaction<Database>, _dialect
   return inputs.map(() => undefined);
 }
 
+/** Takes the queued members of a batch for writing; merged ones are their settlement's to write. */
+function takeQueued(inputs: AdmissionWrite[]): AdmissionWrite[] {
+  const queued = inputs.filter((input) => input.state !== 'merged');
+  for (const input of queued) input.state = 'writing';
+  return queued;
+}
+
+function writeAdmissionAlone(storage: Storage, input: AdmissionWrite): Promise<void> {
+  return storage.db.transaction().execute(async (trx) => {
+    await writeAdmissionsInTransaction(trx, storage.dialect, [input]);
+  });
+}
+
 /** Deferred admission writes as a group-commit job: first in a batch, so settlements find them. */
 const WRITE_ADMISSION_JOB: BatchJob<AdmissionWrite, void> = {
   order: -1,
-  waitMs: SETTLEMENT_WAIT_MS,
-  inTransaction: writeAdmissionsInTransaction,
-  alone: (storage, input) => storage.db.transaction().execute((trx) => writeAdmissionsInTransaction(trx, storage.dialect, [input]).then(() => undefined)),
+  inTransaction: async (trx, dialect, inputs) => {
+    const queued = takeQueued(inputs);
+    if (queued.length > 0) await writeAdmissionsInTransaction(trx, dialect, queued);
+    return inputs.map(() => undefined);
+  },
+  alone: async (storage, input) => {
+    if (takeQueued([input]).length > 0) await writeAdmissionAlone(storage, input);
+  },
 };
 
 /** Admission as a group-commit job (gateway/writer.ts). */
@@ -435,6 +482,11 @@ export type SettleInput = {
    * pending record is read first.
    */
   record?: PendingFacts;
+  /**
+   * A deferred admission this settlement took over before it was written (decision 0011): the
+   * settled record is inserted directly, and its holds were never rows.
+   */
+  merged?: AdmissionWrite;
 };
 
 export type PendingFacts = Pick<RequestRow, 'provider' | 'endpoint' | 'provider_key_type' | 'created_at'> & { metadata: Record<string, string> };
@@ -471,7 +523,13 @@ const spendOf = (outcome: ChargeOutcome): bigint =>
 
 /** Charges the actual cost of a completed forwarded request and completes its pending record. */
 export async function settleRequest(storage: Storage, input: SettleInput): Promise<ChargeOutcome> {
-  const pending = await storage.db.selectFrom('requests').selectAll().where('id', '=', input.recordId).executeTakeFirst();
+  const readPending = () => storage.db.selectFrom('requests').selectAll().where('id', '=', input.recordId).executeTakeFirst();
+  let pending = await readPending();
+  if (!pending && input.merged) {
+    // Alone, a merged admission is written first (once), then settled as any other.
+    await writeAdmissionAlone(storage, input.merged);
+    pending = await readPending();
+  }
   if (!pending || pending.status !== 'pending') return { outcome: 'duplicate' };
   // The reservation ends in the charge's transaction: a crash cannot leave one without the other.
   return chargeRequest(
@@ -536,10 +594,12 @@ async function settleInTransaction(trx: Transaction<Database>, dialect: Storage[
     priced.push(price);
   }
   const records = inputs.map((input, i) => completedRecord(input, input.record!, priced[i]!, at));
-  const recordWrites = records.map((record) => {
+  const recordWrites = records.flatMap((record, i) => {
+    if (inputs[i]!.merged) return [];
     const { id, merchant_id: _m, request_id: _r, created_at: _c, metadata: _md, ...settled } = record;
-    return { query: trx.updateTable('requests').set(settled).where('id', '=', id).where('status', '=', 'pending').returning('id'), counted: true };
+    return [{ query: trx.updateTable('requests').set(settled).where('id', '=', id).where('status', '=', 'pending').returning('id'), counted: true }];
   });
+  const mergedRecords = records.filter((_record, i) => inputs[i]!.merged);
   const counterWrites = [...changedCounters].map((id) => {
     const key = counterKeys.get(id)!;
     return {
@@ -551,15 +611,15 @@ async function settleInTransaction(trx: Transaction<Database>, dialect: Storage[
         .where('period_start', '=', key.periodStart),
     };
   });
-  const counts = await executeWrites(trx, dialect, [...recordWrites, ...counterWrites, ...rollupWrites(trx, records)]);
-  if (counts.slice(0, records.length).some((n) => n !== 1)) throw new RunAlone();
+  const counts = await executeWrites(trx, dialect, [...recordWrites, ...counterWrites, ...rollupWrites(trx, records), ...insertWrites(trx, mergedRecords)]);
+  if (counts.slice(0, recordWrites.length).some((n) => n !== 1)) throw new RunAlone();
 
   // Phase 2, as short as possible because admissions wait on these rows: lock the wallets,
   // release the holds, debit, and write the ledger and the balance events.
   const walletIds = inputs.flatMap((input) => [input.billing.connection?.wallet_id ?? input.billing.merchantWalletId, input.billing.merchantWalletId]);
   const wallets = await lockWallets(trx, dialect, walletIds);
   const lockedState = new Map([...wallets.values()].map((w) => [w.id, walletState(w)]));
-  const holdIds = inputs.flatMap((input) => input.holdIds);
+  const holdIds = inputs.flatMap((input) => (input.merged ? [] : input.holdIds));
   const released = holdIds.length
     ? await trx
         .updateTable('holds')
@@ -579,7 +639,7 @@ async function settleInTransaction(trx: Transaction<Database>, dialect: Storage[
   for (const [i, input] of inputs.entries()) {
     const price = priced[i]!;
     // This request's holds end as it is charged, so its balance events show what it left held.
-    for (const holdId of input.holdIds) {
+    for (const holdId of input.merged ? [] : input.holdIds) {
       const hold = releasedById.get(holdId)!;
       wallets.get(hold.wallet_id)!.held -= BigInt(hold.amount);
     }
@@ -671,6 +731,16 @@ function debit(wallet: WalletRow, amount: bigint): Leg[] {
   wallet.cycle_credit -= split.cycle;
   wallet.bundle_credit -= split.bundle;
   return BUCKET_ORDER.map((b) => ({ account: walletAccount(wallet.id, b), amount: -split[b] }));
+}
+
+/** Settled records whose admissions were never written (merged): the records and their metadata. */
+function insertWrites(trx: Transaction<Database>, records: RequestRow[]): Write[] {
+  if (records.length === 0) return [];
+  const metadata = metadataRows(records);
+  return [
+    { query: trx.insertInto('requests').values(records) },
+    ...(metadata.length > 0 ? [{ query: trx.insertInto('request_metadata').values(metadata) }] : []),
+  ];
 }
 
 /** Balanced ledger transactions (legs summing to zero, zero legs left out): their two inserts. */

@@ -5,7 +5,7 @@ import { lookupBasePrices } from '../../src/domain/prices.ts';
 import { resolveForwardCredential } from '../../src/gateway/credentials.ts';
 import { sweepExpiredHolds } from '../../src/gateway/settle.ts';
 import { GatewayWriter, type BatchJob } from '../../src/gateway/writer.ts';
-import { ADMIT_JOB, admitDeferred, admitRequest, failRequest, pricingFor, SETTLE_JOB, settleRequest, type SettleInput } from '../../src/ledger/forwarded.ts';
+import { ADMIT_JOB, admitDeferred, admitRequest, failRequest, releaseDeferredHolds, takeOverAdmission, pricingFor, SETTLE_JOB, settleRequest, type SettleInput } from '../../src/ledger/forwarded.ts';
 import { verifyLedger } from '../../src/ledger/verify.ts';
 import { creditWallet, findWallet } from '../../src/ledger/wallets.ts';
 import { startTestApp, type TestApp } from '../helpers/app.ts';
@@ -349,6 +349,50 @@ describe.each(databasesUnderTest())('gateway writer on %s', (dialect) => {
       expect(after.held).toBe(0n);
       expect(after.balance).toBe(parseMoney('0.01') - (settled.outcome === 'recorded' ? settled.priced.totals.wallet : 0n));
       expect((await verifyLedger(t.storage)).problems).toEqual([]);
+      await background.drain();
+    },
+  );
+
+  it.runIf(dialect === 'sqlite')(
+    'embedded admission taken over by its settlement: one completed record, no hold rows, the reservation ends with the charge',
+    async () => {
+      const customer = await t.customerWithMeter({ credit: '0.02' });
+      const token = Buffer.from(JSON.stringify({ secret_key: t.merchant.secretKey, customer_id: customer.customerId, meter_slug: customer.meterSlug })).toString('base64');
+      const billing = await resolveForwardCredential(t.storage, token);
+      const background = new GatewayWriter(t.storage);
+      const record = { provider: 'openai', endpoint: 'POST https://api.openai.com/v1/chat/completions', provider_key_type: 'managed' as const, metadata: { team: 'a' } };
+      const admission = (wallet: string) => ({
+        requestId: newId('request'),
+        billing,
+        walletId: customer.walletId,
+        estimate: { wallet: parseMoney(wallet), merchant: 0n },
+        ttlMs: 60_000,
+        record: { ...record, model: 'gpt-4o' },
+      });
+
+      const admitted = await admitDeferred(t.storage, background, admission('0.02'));
+      if (admitted.outcome !== 'admitted') throw new Error(admitted.outcome);
+      expect(takeOverAdmission(admitted.deferred)).toBe(true);
+      // Taken over once: a second settlement (or the write itself) finds it no longer queued.
+      expect(takeOverAdmission(admitted.deferred)).toBe(false);
+      const settled = await background.run(SETTLE_JOB, { ...settlementOf(admitted, { billing, usage: tokenUsage(10, 5), record }), merged: admitted.deferred });
+      await admitted.written;
+      if (settled.outcome !== 'recorded') throw new Error(settled.outcome);
+      // The per-request meter charges 0.25: more than the 0.02 held, as a provider overshooting its hold would.
+      expect(settled.priced.totals.wallet).toBe(parseMoney('0.25'));
+
+      const stored = await t.storage.db.selectFrom('requests').select(['status', 'created_at', 'total_wallet_cost']).where('id', '=', admitted.recordId).execute();
+      expect(stored).toEqual([{ status: 'completed', created_at: admitted.createdAt, total_wallet_cost: parseMoney('0.25') }]);
+      const metadata = await t.storage.db.selectFrom('request_metadata').select(['key', 'value']).where('request_pk', '=', admitted.recordId).execute();
+      expect(metadata).toEqual([{ key: 'team', value: 'a' }]);
+      expect(await t.storage.db.selectFrom('holds').select('id').where('reference', '=', admitted.recordId).execute()).toEqual([]);
+      const wallet = (await findWallet(t.storage, customer.walletId))!;
+      expect(wallet).toMatchObject({ held: 0n, balance: parseMoney('0.02') - parseMoney('0.25') });
+
+      // Until the settlement's caller ends the reservation it still counts; then only the balance does.
+      releaseDeferredHolds(admitted.deferred!);
+      await creditWallet(t.storage, customer.walletId, parseMoney('0.24'));
+      expect((await admitDeferred(t.storage, background, admission('0.01'))).outcome).toBe('admitted');
       await background.drain();
     },
   );

@@ -47,8 +47,9 @@ describe.each(databasesUnderTest())('spend key enforcement on %s', (dialect) => 
   /** Settlement runs after the answer: wait until the key has no request in flight. */
   async function settled(id: string, requests: number): Promise<Json> {
     for (let i = 0; i < 200; i++) {
-      const key = await retrieve(id);
+      // Reservations first: once none is left, the key read after them shows every settlement.
       const inFlight = await t.storage.db.selectFrom('spend_key_reservations').select('request_pk').where('spend_key_id', '=', id).execute();
+      const key = await retrieve(id);
       if (key.total_requests === requests && inFlight.length === 0) return key;
       await new Promise((r) => setTimeout(r, 20));
     }
