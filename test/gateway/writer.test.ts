@@ -302,22 +302,27 @@ describe.each(databasesUnderTest())('gateway writer on %s', (dialect) => {
     await writer.drain();
   });
 
+  /** A credited customer with a per-request meter, its forward billing and what an admission of it sends. */
+  async function embeddedCustomer(credit: string, metadata: Record<string, string>) {
+    const customer = await t.customerWithMeter({ credit });
+    const token = Buffer.from(JSON.stringify({ secret_key: t.merchant.secretKey, customer_id: customer.customerId, meter_slug: customer.meterSlug })).toString('base64');
+    const billing = await resolveForwardCredential(t.storage, token);
+    const record = { provider: 'openai', endpoint: 'POST https://api.openai.com/v1/chat/completions', provider_key_type: 'managed' as const, metadata };
+    const admission = (wallet: string) => ({
+      requestId: newId('request'),
+      billing,
+      walletId: customer.walletId,
+      estimate: { wallet: parseMoney(wallet), merchant: 0n },
+      ttlMs: 60_000,
+      record: { ...record, model: 'gpt-4o' },
+    });
+    return { customer, billing, background: new GatewayWriter(t.storage), record, admission };
+  }
+
   it.runIf(dialect === 'sqlite')(
     'embedded admission: a hold not written yet still counts against the wallet, and its rows land before its settlement',
     async () => {
-      const customer = await t.customerWithMeter({ credit: '0.01' });
-      const token = Buffer.from(JSON.stringify({ secret_key: t.merchant.secretKey, customer_id: customer.customerId, meter_slug: customer.meterSlug })).toString('base64');
-      const billing = await resolveForwardCredential(t.storage, token);
-      const background = new GatewayWriter(t.storage);
-      const record = { provider: 'openai', endpoint: 'POST https://api.openai.com/v1/chat/completions', provider_key_type: 'managed' as const, metadata: { k: 'v' } };
-      const admission = (wallet: string) => ({
-        requestId: newId('request'),
-        billing,
-        walletId: customer.walletId,
-        estimate: { wallet: parseMoney(wallet), merchant: 0n },
-        ttlMs: 60_000,
-        record: { ...record, model: 'gpt-4o' },
-      });
+      const { customer, billing, background, record, admission } = await embeddedCustomer('0.01', { k: 'v' });
 
       const first = await admitDeferred(t.storage, background, admission('0.01'));
       if (first.outcome !== 'admitted') throw new Error(first.outcome);
@@ -356,19 +361,7 @@ describe.each(databasesUnderTest())('gateway writer on %s', (dialect) => {
   it.runIf(dialect === 'sqlite')(
     'embedded admission taken over by its settlement: one completed record, no hold rows, the reservation ends with the charge',
     async () => {
-      const customer = await t.customerWithMeter({ credit: '0.02' });
-      const token = Buffer.from(JSON.stringify({ secret_key: t.merchant.secretKey, customer_id: customer.customerId, meter_slug: customer.meterSlug })).toString('base64');
-      const billing = await resolveForwardCredential(t.storage, token);
-      const background = new GatewayWriter(t.storage);
-      const record = { provider: 'openai', endpoint: 'POST https://api.openai.com/v1/chat/completions', provider_key_type: 'managed' as const, metadata: { team: 'a' } };
-      const admission = (wallet: string) => ({
-        requestId: newId('request'),
-        billing,
-        walletId: customer.walletId,
-        estimate: { wallet: parseMoney(wallet), merchant: 0n },
-        ttlMs: 60_000,
-        record: { ...record, model: 'gpt-4o' },
-      });
+      const { customer, billing, background, record, admission } = await embeddedCustomer('0.02', { team: 'a' });
 
       const admitted = await admitDeferred(t.storage, background, admission('0.02'));
       if (admitted.outcome !== 'admitted') throw new Error(admitted.outcome);
