@@ -1,7 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Agent, request } from 'undici';
 import { parseMoney } from '../../src/domain/money.ts';
-import { creditWallet } from '../../src/ledger/wallets.ts';
+import { creditWallet, findWallet } from '../../src/ledger/wallets.ts';
 import { stripNullUsage } from '../../src/providers/openai-compatible.ts';
 import { startTestApp, type TestApp } from '../helpers/app.ts';
 import { startMockUpstream, type MockUpstream } from '../helpers/mock-upstream.ts';
@@ -143,6 +143,10 @@ describe('shutdown with a forwarded response in flight', () => {
 
       expect(text.trim().endsWith('data: [DONE]')).toBe(true);
       expect(order).toEqual(['stream ended', 'closed']);
+      // Nothing admitted is lost by a graceful shutdown: both requests are settled, no hold is left.
+      const records = await t.storage.db.selectFrom('requests').select('status').where('merchant_id', '=', t.merchant.merchantId).execute();
+      expect(records.map((r) => r.status)).toEqual(['completed', 'completed']);
+      expect((await findWallet(t.storage, t.merchant.walletId))!.held).toBe(0n);
     } finally {
       await agent.close();
       await t.storage.close();
