@@ -312,20 +312,6 @@ export function releaseDeferredHolds(write: AdmissionWrite): void {
  */
 export async function admitDeferred(storage: Storage, writer: GatewayWriter, input: AdmitInput): Promise<DeferredAdmission> {
   const parts = holdParts(input.walletId, input.billing.merchantWalletId, input.estimate);
-  const walletIds = [...new Set(parts.map((part) => part.walletId))];
-  const refused = await storage.db.connection().execute(async (db) => {
-    const rows = walletIds.length > 0 ? await db.selectFrom('wallets').selectAll().where('id', 'in', walletIds).execute() : [];
-    const wallets = new Map(rows.map((row) => [row.id, row]));
-    const refusal = parts.find((part) => {
-      const available = availableOf(wallets.get(part.walletId)!);
-      return available < part.amount || available <= 0n;
-    });
-    // Reserved before the connection is let go: no other decision sees these wallets without them.
-    if (!refusal) for (const part of parts) reserveUnwritten(part.walletId, part.amount);
-    return refusal;
-  });
-  if (refused) return { outcome: 'insufficient_balance', payer: refused.payer };
-
   const now = input.now ?? new Date();
   const createdAt = now.toISOString();
   const expiresAt = new Date(now.getTime() + input.ttlMs).toISOString();
@@ -340,6 +326,21 @@ export async function admitDeferred(storage: Storage, writer: GatewayWriter, inp
     expires_at: expiresAt,
   }));
   const deferred: AdmissionWrite = { holds, record: pendingRecord(input, recordId, createdAt), state: 'queued' };
+
+  const walletIds = [...new Set(parts.map((part) => part.walletId))];
+  const refused = await storage.db.connection().execute(async (db) => {
+    const rows = walletIds.length > 0 ? await db.selectFrom('wallets').selectAll().where('id', 'in', walletIds).execute() : [];
+    const wallets = new Map(rows.map((row) => [row.id, row]));
+    const refusal = parts.find((part) => {
+      const available = availableOf(wallets.get(part.walletId)!);
+      return available < part.amount || available <= 0n;
+    });
+    // Reserved before the connection is let go: no other decision sees these wallets without them.
+    if (!refusal) for (const part of parts) reserveUnwritten(part.walletId, part.amount);
+    return refusal;
+  });
+  if (refused) return { outcome: 'insufficient_balance', payer: refused.payer };
+
   // Handed to the writer only once the request has run a while: most settle before that and take
   // their admission over. A merged admission's reservation ends with its settlement instead.
   const written = new Promise((resolve) => setTimeout(resolve, ADMISSION_WRITE_DELAY_MS))
