@@ -2,7 +2,7 @@
  * The money side of a forwarded request: admit (hold + pending record), then settle (charge the
  * actual cost against the holds) or fail (release the holds, record `error`, charge nothing).
  */
-import { sql, type Compilable, type Transaction } from 'kysely';
+import { CompiledQuery, sql, type Compilable, type Transaction } from 'kysely';
 import { newId } from '../domain/ids.ts';
 import { formatMoney, MAX_AMOUNT_UNITS } from '../domain/money.ts';
 import { baseCost, priceRequest, type BasePrices, type MeterPricing, type PricedRequest, type Usage } from '../domain/pricing.ts';
@@ -329,7 +329,7 @@ export async function admitDeferred(storage: Storage, writer: GatewayWriter, inp
 
   const walletIds = [...new Set(parts.map((part) => part.walletId))];
   const refused = await storage.db.connection().execute(async (db) => {
-    const rows = walletIds.length > 0 ? await db.selectFrom('wallets').selectAll().where('id', 'in', walletIds).execute() : [];
+    const rows = walletIds.length > 0 ? (await db.executeQuery(walletBalancesQuery(walletIds))).rows : [];
     const wallets = new Map(rows.map((row) => [row.id, row]));
     const refusal = parts.find((part) => {
       const available = availableOf(wallets.get(part.walletId)!);
@@ -351,6 +351,16 @@ export async function admitDeferred(storage: Storage, writer: GatewayWriter, inp
   // Its failure is reported where it is awaited (the settlement); never as an unhandled rejection.
   written.catch(() => undefined);
   return { outcome: 'admitted', recordId, holdIds: holds.map((hold) => hold.id), createdAt, deferred, written };
+}
+
+/**
+ * What an admission reads of its one or two wallets, compiled once per shape: building the query
+ * anew costs more than running it, and this read is on every embedded request's path.
+ */
+const WALLET_BALANCES_SQL = ['select id, balance, held from wallets where id = ?', 'select id, balance, held from wallets where id in (?, ?)'];
+
+function walletBalancesQuery(ids: string[]): CompiledQuery<Pick<WalletRow, 'id' | 'balance' | 'held'>> {
+  return CompiledQuery.raw(WALLET_BALANCES_SQL[ids.length - 1]!, ids) as CompiledQuery<Pick<WalletRow, 'id' | 'balance' | 'held'>>;
 }
 
 /** Writes deferred admissions: holds, the wallets' `held`, pending records and their metadata. */

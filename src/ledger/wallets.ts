@@ -75,7 +75,7 @@ export function releaseUnwritten(walletId: string, amount: bigint): void {
   else unwrittenHolds.delete(walletId);
 }
 
-export const availableOf = (w: WalletRow): bigint => w.balance - w.held - (unwrittenHolds.get(w.id) ?? 0n);
+export const availableOf = (w: Pick<WalletRow, 'id' | 'balance' | 'held'>): bigint => w.balance - w.held - (unwrittenHolds.get(w.id) ?? 0n);
 
 /** Splits a debit across buckets in consumption order. */
 export function splitDebit(wallet: WalletRow, amount: bigint): Record<Bucket, bigint> {
