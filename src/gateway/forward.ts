@@ -33,6 +33,8 @@ export type Gateway = {
   closing: boolean;
   /** Base prices by provider and model (see pricesOf). */
   prices: Map<string, { prices: BasePrices | null; until: number }>;
+  /** Resolved forward targets by the `u` they were given (see targetOf). */
+  targets: Map<string, ResolvedTarget>;
 };
 
 /** The forward gateway's shared parts; closing the app waits for settlements in flight. */
@@ -55,6 +57,7 @@ export function createGateway(deps: AppDeps, app: App): Gateway {
     holds: new HoldKeeper(deps.storage, deps.config.holdTtlMs, app.log),
     closing: false,
     prices: new Map(),
+    targets: new Map(),
   };
   app.addHook('preClose', async () => {
     gateway.closing = true;
@@ -95,7 +98,7 @@ export function registerForwardRoutes(app: App, deps: AppDeps, gateway: Gateway)
           issues: [{ path: ['u'], message: 'is required' }],
         });
       }
-      const target = resolveTarget(rawTarget, gateway.registry, deps.config.upstreamOverrides);
+      const target = targetOf(gateway, rawTarget, deps.config.upstreamOverrides);
       const credential = extractCredential(request.headers, target.strippedKey ?? params.get('key'));
       if (!credential) {
         throw new ApiError('unauthorized', 'Missing credential: send Authorization: Bearer <secret key or forward token>.');
@@ -120,6 +123,24 @@ function pricesOf(gateway: Gateway, providerId: string, model: string, config: A
   if (gateway.prices.size >= PRICE_CACHE_MAX) gateway.prices.clear();
   gateway.prices.set(key, { prices, until: now + PRICE_TTL_MS });
   return prices;
+}
+
+const TARGET_CACHE_MAX = 1_000;
+
+/**
+ * resolveTarget, remembered per `u`: it is pure (the registry and the overrides are fixed for the
+ * gateway's life) and parsing and checking a URL is a visible share of a forwarded request. A
+ * target carrying a `key` credential, or refused, is never kept.
+ */
+function targetOf(gateway: Gateway, rawTarget: string, overrides: Readonly<Record<string, string>>): ResolvedTarget {
+  const hit = gateway.targets.get(rawTarget);
+  if (hit) return hit;
+  const target = resolveTarget(rawTarget, gateway.registry, overrides);
+  if (target.strippedKey === null) {
+    if (gateway.targets.size >= TARGET_CACHE_MAX) gateway.targets.clear();
+    gateway.targets.set(rawTarget, target);
+  }
+  return target;
 }
 
 /** Providers served with another provider's managed key: Gemini's OpenAI-compatible path is Google's. */
