@@ -5,7 +5,7 @@ import { newId } from '../domain/ids.ts';
 import { lookupBasePrices } from '../domain/prices.ts';
 import type { BasePrices } from '../domain/pricing.ts';
 import { ApiError, envelope, ERRORS, type ErrorCode } from '../http/errors.ts';
-import { metadataSchema, parseJsonParam, type Metadata } from '../http/metadata.ts';
+import { METADATA_HEADER, outsideMetadata, type Metadata } from '../http/metadata.ts';
 import type { App, AppDeps } from '../http/types.ts';
 import { ADMIT_JOB, admitDeferred, pricingFor, type AdmissionWrite, type AdmitInput, type DeferredAdmission } from '../ledger/forwarded.ts';
 import { createRegistry, type ProviderModule, type ProviderRegistry } from '../providers/index.ts';
@@ -330,11 +330,9 @@ function sendEnvelope(res: ServerResponse, code: ErrorCode, requestId: string, c
   if (closing()) closeAfterResponse(res);
 }
 
-/** Request metadata from the `metadata` query parameter or the `x-service-metadata` header (JSON objects). */
+/** Request metadata from the `metadata` query parameter and the `x-service-metadata` header, merged (JSON objects). */
 export function metadataOf(request: FastifyRequest, fromQuery: string | null): Metadata {
-  const fromHeader = request.headers['x-service-metadata'];
-  const text = fromQuery ?? (typeof fromHeader === 'string' ? fromHeader : null);
-  return text ? parseJsonParam(text, metadataSchema, [fromQuery ? 'metadata' : 'x-service-metadata']) : {};
+  return outsideMetadata(fromQuery, request.headers[METADATA_HEADER]);
 }
 
 function parseJsonBody(request: FastifyRequest, body: Buffer | undefined): unknown {

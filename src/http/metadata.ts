@@ -29,6 +29,29 @@ export const metadataFiltersSchema = z
   .array(z.tuple([metadataKey, metadataValue]))
   .max(MAX_METADATA_PAIRS, `at most ${MAX_METADATA_PAIRS} filters`);
 
+export const METADATA_HEADER = 'x-service-metadata';
+
+/**
+ * Metadata sent outside a body, merged key by key: the `metadata` query parameter wins over the
+ * `x-service-metadata` header (the more specific source wins; a header is often set once for a
+ * whole client). Empty text counts as absent.
+ */
+export function outsideMetadata(fromQuery: string | null | undefined, fromHeader: string | string[] | undefined): Metadata {
+  const header = typeof fromHeader === 'string' && fromHeader !== '' ? parseJsonParam(fromHeader, metadataSchema, [METADATA_HEADER]) : {};
+  const query = fromQuery ? parseJsonParam(fromQuery, metadataSchema, ['metadata']) : {};
+  return mergeMetadata(header, query);
+}
+
+/** Metadata from several sources, later ones winning on a shared key; at most 100 pairs together. */
+export function mergeMetadata(...sources: (Metadata | undefined)[]): Metadata {
+  const metadata: Metadata = Object.assign({}, ...sources);
+  if (Object.keys(metadata).length > MAX_METADATA_PAIRS) {
+    const message = `metadata holds at most ${MAX_METADATA_PAIRS} pairs (body, query parameter and header together)`;
+    throw new ApiError('invalid_metadata', message, { issues: [{ path: ['metadata'], message }] });
+  }
+  return metadata;
+}
+
 /**
  * Parses metadata that arrives as JSON text (a query parameter or header).
  * `where` names the source in error paths, e.g. ['metadata_filters'].

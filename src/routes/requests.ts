@@ -5,7 +5,7 @@ import { lookupBasePrices } from '../domain/prices.ts';
 import { formatMicros, secondsToMicros, toSeconds, type Usage } from '../domain/pricing.ts';
 import { principalOf, type Principal } from '../http/auth.ts';
 import { ApiError, notFound, validationError } from '../http/errors.ts';
-import { MAX_METADATA_PAIRS, metadataFiltersSchema, metadataSchema, parseJsonParam, type Metadata } from '../http/metadata.ts';
+import { mergeMetadata, METADATA_HEADER, metadataFiltersSchema, metadataSchema, outsideMetadata, parseJsonParam } from '../http/metadata.ts';
 import { assertCursor, pageQuery, pageResponse, toPage, type Page } from '../http/pagination.ts';
 import { idParams, standardErrors } from '../http/schemas.ts';
 import type { App, AppDeps } from '../http/types.ts';
@@ -60,8 +60,6 @@ const createBody = z
   });
 type CreateBody = z.infer<typeof createBody>;
 
-const METADATA_HEADER = 'x-service-metadata';
-
 const createQuery = z.object({
   metadata: z
     .string()
@@ -71,21 +69,13 @@ const createQuery = z.object({
 
 /**
  * The request's metadata from all three places it may arrive, merged key by key: the body's own
- * wins over the `metadata` query parameter, which wins over the `x-service-metadata` header (the
- * most specific source wins; a header is often set once for a whole client). Without any from the
- * query or header the body stays as sent, so its replay hash is unchanged.
+ * wins over the query parameter and the header (see outsideMetadata). Without any from the query
+ * or header the body stays as sent, so its replay hash is unchanged.
  */
 function withOutsideMetadata(body: CreateBody, fromQuery: string | undefined, fromHeader: string | string[] | undefined): CreateBody {
-  // Empty counts as absent, as on the forward gateway.
-  const header = typeof fromHeader === 'string' && fromHeader !== '' ? parseJsonParam(fromHeader, metadataSchema, [METADATA_HEADER]) : {};
-  const query = fromQuery ? parseJsonParam(fromQuery, metadataSchema, ['metadata']) : {};
-  if (Object.keys(header).length === 0 && Object.keys(query).length === 0) return body;
-  const metadata: Metadata = { ...header, ...query, ...body.metadata };
-  if (Object.keys(metadata).length > MAX_METADATA_PAIRS) {
-    const message = `metadata holds at most ${MAX_METADATA_PAIRS} pairs (body, query parameter and header together)`;
-    throw new ApiError('invalid_metadata', message, { issues: [{ path: ['metadata'], message }] });
-  }
-  return { ...body, metadata };
+  const outside = outsideMetadata(fromQuery, fromHeader);
+  if (Object.keys(outside).length === 0) return body;
+  return { ...body, metadata: mergeMetadata(outside, body.metadata) };
 }
 
 const breakdownItem = z.object({

@@ -639,10 +639,20 @@ describe.each(databasesUnderTest())('forward gateway relay on %s', (dialect) => 
       expect((await t.settledRecord(res.headers.get('x-tollgate-request-id')!)).metadata).toEqual({ feature: 'chat_v2' });
     });
 
-    it('the query parameter wins over the header', async () => {
-      const res = await post(`${OPENAI_CHAT}&metadata=${encodeURIComponent('{"from":"query"}')}`, chat, { 'x-service-metadata': '{"from":"header"}' });
+    it('merges the query parameter and the header key by key, the query parameter winning, as POST /requests does', async () => {
+      const query = encodeURIComponent('{"from":"query","feature":"chat"}');
+      const res = await post(`${OPENAI_CHAT}&metadata=${query}`, chat, { 'x-service-metadata': '{"from":"header","team":"search"}' });
       await res.arrayBuffer();
-      expect((await t.settledRecord(res.headers.get('x-tollgate-request-id')!)).metadata).toEqual({ from: 'query' });
+      expect((await t.settledRecord(res.headers.get('x-tollgate-request-id')!)).metadata).toEqual({ from: 'query', feature: 'chat', team: 'search' });
+    });
+
+    it('refuses more than 100 pairs across the query parameter and the header with 400 invalid_metadata', async () => {
+      const pairs = (prefix: string) => encodeURIComponent(JSON.stringify(Object.fromEntries(Array.from({ length: 60 }, (_, i) => [`${prefix}${i}`, 'v']))));
+      const before = upstream.requests.length;
+      const res = await post(`${OPENAI_CHAT}&metadata=${pairs('q')}`, chat, { 'x-service-metadata': decodeURIComponent(pairs('h')) });
+      expect(res.status).toBe(400);
+      expect(((await res.json()) as Envelope).error.code).toBe('invalid_metadata');
+      expect(upstream.requests.length).toBe(before);
     });
 
     it.each([
