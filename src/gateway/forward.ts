@@ -178,7 +178,6 @@ type ForwardPlan = {
   admittedAt: string;
   /** A deferred admission (decision 0011): its settlement takes it over, or follows its write. */
   deferred?: AdmissionWrite;
-  admissionWritten?: Promise<void>;
   method: string;
   /** `METHOD url` as the record shows it. */
   endpoint: string;
@@ -279,7 +278,6 @@ async function planForward(
     holdIds: admitted.holdIds,
     admittedAt: admitted.createdAt,
     deferred: admitted.deferred,
-    admissionWritten: admitted.written,
     method: request.method,
     endpoint,
     target,

@@ -44,9 +44,9 @@ export class Settlements {
 
   /** False when a deferred admission could not be written: there is no record to settle then. */
   async #afterAdmissionWrite(plan: ForwardPlan): Promise<boolean> {
-    if (!plan.admissionWritten) return true;
+    if (!plan.deferred) return true;
     try {
-      await plan.admissionWritten;
+      await plan.deferred.written;
       return true;
     } catch (err) {
       this.#log.error({ err, requestId: plan.requestId }, 'the admission of a forwarded request could not be written; it is not recorded');

@@ -149,7 +149,6 @@ export async function admitInTransaction(
   const outcomes: AdmitOutcome[] = [];
   const holds: HoldRow[] = [];
   const records: RequestRow[] = [];
-  const changed = new Set<WalletRow>();
   for (const [i, input] of inputs.entries()) {
     const parts = partsOf[i]!;
     const now = input.now ?? new Date();
@@ -182,20 +181,13 @@ export async function admitInTransaction(
       const id = newId('hold');
       holds.push({ id, wallet_id: wallet.id, reference: recordId, amount: part.amount, status: 'active', created_at: createdAt, expires_at: expiresAt });
       wallet.held += part.amount;
-      changed.add(wallet);
       holdIds.push(id);
     }
     records.push(pendingRecord(input, recordId, createdAt));
     outcomes.push({ outcome: 'admitted', recordId, holdIds, createdAt });
   }
 
-  if (holds.length > 0) await trx.insertInto('holds').values(holds).execute();
-  for (const wallet of changed) await trx.updateTable('wallets').set({ held: wallet.held }).where('id', '=', wallet.id).execute();
-  if (records.length > 0) {
-    await trx.insertInto('requests').values(records).execute();
-    const metadata = metadataRows(records);
-    if (metadata.length > 0) await trx.insertInto('request_metadata').values(metadata).execute();
-  }
+  await writeAdmissionRows(trx, holds, records);
   return outcomes;
 }
 
@@ -265,9 +257,9 @@ function metadataRows(records: RequestRow[]) {
 }
 
 /**
- * How long work off the response path (settlements, deferred admission writes) may wait for other
- * work to share its transaction: long enough that an idle instance writes a few requests per
- * commit, instead of making the next request's admission wait behind one.
+ * How long settlements and failures (off the response path) may wait for other work to share
+ * their transaction: long enough that an idle instance writes a few requests per commit, instead
+ * of making the next request's admission wait behind one.
  */
 const SETTLEMENT_WAIT_MS = 25;
 
@@ -283,13 +275,15 @@ const ADMISSION_WRITE_DELAY_MS = 50;
  * batch takes it (`writing`), unless its settlement comes first and takes it over (`merged`):
  * then the settled record is written directly and no hold row is ever written.
  */
-export type AdmissionWrite = { holds: HoldRow[]; record: RequestRow; state: 'queued' | 'writing' | 'merged' };
-
-export type DeferredAdmission = AdmitOutcome & {
-  deferred?: AdmissionWrite;
+export type AdmissionWrite = {
+  holds: HoldRow[];
+  record: RequestRow;
+  state: 'queued' | 'writing' | 'merged';
   /** Settles once the holds and the pending record are committed (or failed to be, or were merged). */
-  written?: Promise<void>;
+  written: Promise<void>;
 };
+
+export type DeferredAdmission = AdmitOutcome & { deferred?: AdmissionWrite };
 
 /** A settlement takes over its admission's write when no batch has taken it yet; true when it did. */
 export function takeOverAdmission(write: AdmissionWrite | undefined): write is AdmissionWrite {
@@ -325,7 +319,7 @@ export async function admitDeferred(storage: Storage, writer: GatewayWriter, inp
     created_at: createdAt,
     expires_at: expiresAt,
   }));
-  const deferred: AdmissionWrite = { holds, record: pendingRecord(input, recordId, createdAt), state: 'queued' };
+  const deferred: AdmissionWrite = { holds, record: pendingRecord(input, recordId, createdAt), state: 'queued', written: Promise.resolve() };
 
   const walletIds = [...new Set(parts.map((part) => part.walletId))];
   const refused = await storage.db.connection().execute(async (db) => {
@@ -343,14 +337,14 @@ export async function admitDeferred(storage: Storage, writer: GatewayWriter, inp
 
   // Handed to the writer only once the request has run a while: most settle before that and take
   // their admission over. A merged admission's reservation ends with its settlement instead.
-  const written = new Promise((resolve) => setTimeout(resolve, ADMISSION_WRITE_DELAY_MS))
+  deferred.written = new Promise((resolve) => setTimeout(resolve, ADMISSION_WRITE_DELAY_MS))
     .then(() => (deferred.state === 'queued' ? writer.run(WRITE_ADMISSION_JOB, deferred) : undefined))
     .finally(() => {
       if (deferred.state !== 'merged') releaseDeferredHolds(deferred);
     });
   // Its failure is reported where it is awaited (the settlement); never as an unhandled rejection.
-  written.catch(() => undefined);
-  return { outcome: 'admitted', recordId, holdIds: holds.map((hold) => hold.id), createdAt, deferred, written };
+  deferred.written.catch(() => undefined);
+  return { outcome: 'admitted', recordId, holdIds: holds.map((hold) => hold.id), createdAt, deferred };
 }
 
 /**
@@ -363,9 +357,11 @@ function walletBalancesQuery(ids: string[]): CompiledQuery<Pick<WalletRow, 'id' 
   return CompiledQuery.raw(WALLET_BALANCES_SQL[ids.length - 1]!, ids) as CompiledQuery<Pick<WalletRow, 'id' | 'balance' | 'held'>>;
 }
 
-/** Writes deferred admissions: holds, the wallets' `held`, pending records and their metadata. */
-async function writeAdmissionsInTransaction(trx: Transaction<Database>, _dialect: Storage['dialect'], inputs: AdmissionWrite[]): Promise<void[]> {
-  const holds = inputs.flatMap((input) => input.holds);
+/**
+ * The rows admissions leave: their holds, each wallet's `held` raised by what they hold on it, the
+ * pending records and their metadata. Used by the batch admission and by deferred admission writes.
+ */
+async function writeAdmissionRows(trx: Transaction<Database>, holds: HoldRow[], records: RequestRow[]): Promise<void> {
   const heldBy = new Map<string, bigint>();
   for (const hold of holds) heldBy.set(hold.wallet_id, (heldBy.get(hold.wallet_id) ?? 0n) + hold.amount);
   if (holds.length > 0) await trx.insertInto('holds').values(holds).execute();
@@ -376,12 +372,18 @@ async function writeAdmissionsInTransaction(trx: Transaction<Database>, _dialect
       .where('id', '=', walletId)
       .execute();
   }
-  const records = inputs.map((input) => input.record);
+  if (records.length === 0) return;
   await trx.insertInto('requests').values(records).execute();
   const metadata = metadataRows(records);
   if (metadata.length > 0) await trx.insertInto('request_metadata').values(metadata).execute();
-  return inputs.map(() => undefined);
 }
+
+const writeDeferredAdmissions = (trx: Transaction<Database>, writes: AdmissionWrite[]) =>
+  writeAdmissionRows(
+    trx,
+    writes.flatMap((write) => write.holds),
+    writes.map((write) => write.record),
+  );
 
 /** Takes the queued members of a batch for writing; merged ones are their settlement's to write. */
 function takeQueued(inputs: AdmissionWrite[]): AdmissionWrite[] {
@@ -392,16 +394,16 @@ function takeQueued(inputs: AdmissionWrite[]): AdmissionWrite[] {
 
 function writeAdmissionAlone(storage: Storage, input: AdmissionWrite): Promise<void> {
   return storage.db.transaction().execute(async (trx) => {
-    await writeAdmissionsInTransaction(trx, storage.dialect, [input]);
+    await writeDeferredAdmissions(trx, [input]);
   });
 }
 
 /** Deferred admission writes as a group-commit job: first in a batch, so settlements find them. */
 const WRITE_ADMISSION_JOB: BatchJob<AdmissionWrite, void> = {
   order: -1,
-  inTransaction: async (trx, dialect, inputs) => {
+  inTransaction: async (trx, _dialect, inputs) => {
     const queued = takeQueued(inputs);
-    if (queued.length > 0) await writeAdmissionsInTransaction(trx, dialect, queued);
+    if (queued.length > 0) await writeDeferredAdmissions(trx, queued);
     return inputs.map(() => undefined);
   },
   alone: async (storage, input) => {
