@@ -1,5 +1,4 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { newId } from '../../src/domain/ids.ts';
 import { formatMoney, parseMoney } from '../../src/domain/money.ts';
 import { lookupBasePrices } from '../../src/domain/prices.ts';
 import { resolveForwardCredential } from '../../src/gateway/credentials.ts';
@@ -10,7 +9,7 @@ import { verifyLedger } from '../../src/ledger/verify.ts';
 import { creditWallet, findWallet } from '../../src/ledger/wallets.ts';
 import { startTestApp, type TestApp } from '../helpers/app.ts';
 import { databasesUnderTest } from '../helpers/databases.ts';
-import { settlementOf, tokenUsage } from '../helpers/settle.ts';
+import { admissionOf, CHAT_FACTS, settlementOf, tokenUsage } from '../helpers/settle.ts';
 
 /** The gateway's group-commit writer: batching, isolation of a failing member, and real settlements. */
 
@@ -61,14 +60,7 @@ describe.each(databasesUnderTest())('gateway writer on %s', (dialect) => {
 
     const admitted = await Promise.all(
       [1, 2, 3].map(() =>
-        writer.run(ADMIT_JOB, {
-          requestId: newId('request'),
-          billing,
-          walletId,
-          estimate: { wallet: parseMoney('0.01'), merchant: 0n },
-          ttlMs: 60_000,
-          record: { ...record, model: 'gpt-4o' },
-        }),
+        writer.run(ADMIT_JOB, admissionOf(billing, walletId, { hold: '0.01', facts: record })),
       ),
     );
     const ids = admitted.map((a) => {
@@ -121,14 +113,7 @@ describe.each(databasesUnderTest())('gateway writer on %s', (dialect) => {
     const record = { provider: 'openai', endpoint: 'POST https://api.openai.com/v1/chat/completions', provider_key_type: 'managed' as const, metadata: { feature: 'x' } };
     const admitted = await Promise.all(
       [1, 2, 3].map(() =>
-        writer.run(ADMIT_JOB, {
-          requestId: newId('request'),
-          billing,
-          walletId: customer.wallet.wallet_id,
-          estimate: { wallet: parseMoney('0.1'), merchant: 0n },
-          ttlMs: 60_000,
-          record: { ...record, model: 'gpt-4o' },
-        }),
+        writer.run(ADMIT_JOB, admissionOf(billing, customer.wallet.wallet_id, { hold: '0.1', facts: record })),
       ),
     );
     const outcomes = await Promise.all(
@@ -161,16 +146,11 @@ describe.each(databasesUnderTest())('gateway writer on %s', (dialect) => {
     const billing = await resolveForwardCredential(t.storage, merchant.secretKey);
     const record = { provider: 'openai', endpoint: 'POST x', provider_key_type: 'managed' as const, metadata: { team: 'night' } };
     const admit = async (at: string) => {
-      const admitted = await admitRequest(t.storage, {
-        requestId: newId('request'),
-        billing,
-        walletId: merchant.walletId,
-        estimate: { wallet: parseMoney('0.01'), merchant: 0n },
+      const admitted = await admitRequest(
+        t.storage,
         // Long enough that no sweep expires it before it settles (the test settles now, years later).
-        ttlMs: 100 * 365 * 86_400_000,
-        record: { ...record, model: 'gpt-4o' },
-        now: new Date(at),
-      });
+        admissionOf(billing, merchant.walletId, { hold: '0.01', facts: record, ttlMs: 100 * 365 * 86_400_000, now: new Date(at) }),
+      );
       if (admitted.outcome !== 'admitted') throw new Error(admitted.outcome);
       return admitted;
     };
@@ -221,15 +201,7 @@ describe.each(databasesUnderTest())('gateway writer on %s', (dialect) => {
     const t0 = new Date('2019-05-01T00:00:00.000Z');
     const ids: string[] = [];
     for (let i = 0; i < 5; i++) {
-      const admitted = await admitRequest(t.storage, {
-        requestId: newId('request'),
-        billing,
-        walletId: merchant.walletId,
-        estimate: { wallet: parseMoney('0.01'), merchant: 0n },
-        ttlMs: 60_000,
-        record: { provider: 'openai', model: 'gpt-4o', endpoint: 'POST x', provider_key_type: 'managed', metadata: {} },
-        now: t0,
-      });
+      const admitted = await admitRequest(t.storage, admissionOf(billing, merchant.walletId, { hold: '0.01', now: t0 }));
       if (admitted.outcome !== 'admitted') throw new Error(admitted.outcome);
       ids.push(admitted.recordId);
     }
@@ -252,14 +224,7 @@ describe.each(databasesUnderTest())('gateway writer on %s', (dialect) => {
     const merchant = await t.newMerchant('One statement');
     await creditWallet(t.storage, merchant.walletId, parseMoney('0.05'));
     const billing = await resolveForwardCredential(t.storage, merchant.secretKey);
-    const input = () => ({
-      requestId: newId('request'),
-      billing,
-      walletId: merchant.walletId,
-      estimate: { wallet: parseMoney('0.02'), merchant: 0n },
-      ttlMs: 60_000,
-      record: { provider: 'openai', model: 'gpt-4o', endpoint: 'POST x', provider_key_type: 'managed' as const, metadata: { k: 'v' } },
-    });
+    const input = () => admissionOf(billing, merchant.walletId, { hold: '0.02', facts: { ...CHAT_FACTS, metadata: { k: 'v' } } });
     const fast = ADMIT_JOB.inOneStatement!;
     const two = await fast(t.storage, [input(), input()]);
     expect(two?.map((o) => o.outcome)).toEqual(['admitted', 'admitted']);
@@ -283,14 +248,7 @@ describe.each(databasesUnderTest())('gateway writer on %s', (dialect) => {
     const writer = new GatewayWriter(t.storage);
     const outcomes = await Promise.all(
       Array.from({ length: 12 }, () =>
-        writer.run(ADMIT_JOB, {
-          requestId: newId('request'),
-          billing,
-          walletId: merchant.walletId,
-          estimate: { wallet: parseMoney('0.01'), merchant: 0n },
-          ttlMs: 60_000,
-          record: { provider: 'openai', model: 'gpt-4o', endpoint: 'POST x', provider_key_type: 'managed', metadata: { k: 'v' } },
-        }),
+        writer.run(ADMIT_JOB, admissionOf(billing, merchant.walletId, { hold: '0.01', facts: { ...CHAT_FACTS, metadata: { k: 'v' } } })),
       ),
     );
     expect(outcomes.filter((o) => o.outcome === 'admitted').length).toBe(5);
@@ -307,15 +265,8 @@ describe.each(databasesUnderTest())('gateway writer on %s', (dialect) => {
     const customer = await t.customerWithMeter({ credit });
     const token = Buffer.from(JSON.stringify({ secret_key: t.merchant.secretKey, customer_id: customer.customerId, meter_slug: customer.meterSlug })).toString('base64');
     const billing = await resolveForwardCredential(t.storage, token);
-    const record = { provider: 'openai', endpoint: 'POST https://api.openai.com/v1/chat/completions', provider_key_type: 'managed' as const, metadata };
-    const admission = (wallet: string) => ({
-      requestId: newId('request'),
-      billing,
-      walletId: customer.walletId,
-      estimate: { wallet: parseMoney(wallet), merchant: 0n },
-      ttlMs: 60_000,
-      record: { ...record, model: 'gpt-4o' },
-    });
+    const record = { ...CHAT_FACTS, metadata };
+    const admission = (hold: string) => admissionOf(billing, customer.walletId, { hold, facts: record });
     return { customer, billing, background: new GatewayWriter(t.storage), record, admission };
   }
 
@@ -338,7 +289,7 @@ describe.each(databasesUnderTest())('gateway writer on %s', (dialect) => {
       expect((await second).outcome).toBe('insufficient_balance');
       expect((await charge).statusCode).toBe(402);
 
-      await first.written;
+      await first.deferred!.written;
       const wallet = (await findWallet(t.storage, customer.walletId))!;
       expect(wallet.held).toBe(parseMoney('0.01'));
       const hold = await t.storage.db.selectFrom('holds').select(['amount', 'status']).where('reference', '=', first.recordId).executeTakeFirstOrThrow();
@@ -369,7 +320,7 @@ describe.each(databasesUnderTest())('gateway writer on %s', (dialect) => {
       // Taken over once: a second settlement (or the write itself) finds it no longer queued.
       expect(takeOverAdmission(admitted.deferred)).toBe(false);
       const settled = await background.run(SETTLE_JOB, { ...settlementOf(admitted, { billing, usage: tokenUsage(10, 5), record }), merged: admitted.deferred });
-      await admitted.written;
+      await admitted.deferred!.written;
       if (settled.outcome !== 'recorded') throw new Error(settled.outcome);
       // The per-request meter charges 0.25: more than the 0.02 held, as a provider overshooting its hold would.
       expect(settled.priced.totals.wallet).toBe(parseMoney('0.25'));

@@ -1,4 +1,35 @@
-import type { PendingFacts, SettleInput } from '../../src/ledger/forwarded.ts';
+import { newId } from '../../src/domain/ids.ts';
+import { parseMoney } from '../../src/domain/money.ts';
+import type { BillingContext } from '../../src/gateway/credentials.ts';
+import type { AdmitInput, PendingFacts, SettleInput } from '../../src/ledger/forwarded.ts';
+
+/** What a forwarded chat completion's pending record says, unless a test names other facts. */
+export const CHAT_FACTS: Omit<PendingFacts, 'created_at'> = {
+  provider: 'openai',
+  endpoint: 'POST https://api.openai.com/v1/chat/completions',
+  provider_key_type: 'managed',
+  metadata: {},
+};
+
+/**
+ * A gateway admission holding `hold` on `walletId` (the merchant holds nothing): what the test
+ * names, over the usual rest (a fresh request id, a 60 s hold, a gpt-4o chat completion).
+ */
+export function admissionOf(
+  billing: BillingContext,
+  walletId: string,
+  given: { hold: string; facts?: Omit<PendingFacts, 'created_at'>; ttlMs?: number; now?: Date },
+): AdmitInput {
+  return {
+    requestId: newId('request'),
+    billing,
+    walletId,
+    estimate: { wallet: parseMoney(given.hold), merchant: 0n },
+    ttlMs: given.ttlMs ?? 60_000,
+    record: { ...(given.facts ?? CHAT_FACTS), model: 'gpt-4o' },
+    ...(given.now ? { now: given.now } : {}),
+  };
+}
 
 /** Token usage with no characters or seconds, as a chat completion reports it. */
 export function tokenUsage(inputTokens: number, outputTokens: number): SettleInput['usage'] {

@@ -1,6 +1,5 @@
 import { sql, type Kysely } from 'kysely';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { newId } from '../../src/domain/ids.ts';
 import { parseMoney } from '../../src/domain/money.ts';
 import { resolveForwardCredential } from '../../src/gateway/credentials.ts';
 import { chargeBatch } from '../../src/ledger/charge-batch.ts';
@@ -15,7 +14,7 @@ import { up as createMetadataRollups } from '../../src/storage/migrations/0007_u
 import { startTestApp, type TestApp } from '../helpers/app.ts';
 import { databasesUnderTest } from '../helpers/databases.ts';
 import { recountMetadataRollups, storedMetadataRollups } from '../helpers/usage-rollups.ts';
-import { settlementOf, tokenUsage } from '../helpers/settle.ts';
+import { admissionOf, settlementOf, tokenUsage } from '../helpers/settle.ts';
 
 /**
  * GET /usage with one metadata pair reads usage_rollups_by_metadata, so every path that records
@@ -42,15 +41,10 @@ describe.each(databasesUnderTest())('usage rollups per metadata pair on %s', (di
     const billing = await resolveForwardCredential(t.storage, merchant.secretKey);
     const record = (i: number) => ({ provider: 'openai', endpoint: 'POST x', provider_key_type: 'managed' as const, metadata: metadataOf(i) });
     const admit = async (i: number, at: string) => {
-      const admitted = await admitRequest(t.storage, {
-        requestId: newId('request'),
-        billing,
-        walletId: merchant.walletId,
-        estimate: { wallet: parseMoney('0.01'), merchant: 0n },
-        ttlMs: 100 * 365 * 86_400_000,
-        record: { ...record(i), model: 'gpt-4o' },
-        now: new Date(at),
-      });
+      const admitted = await admitRequest(
+        t.storage,
+        admissionOf(billing, merchant.walletId, { hold: '0.01', facts: record(i), ttlMs: 100 * 365 * 86_400_000, now: new Date(at) }),
+      );
       if (admitted.outcome !== 'admitted') throw new Error(admitted.outcome);
       return { ...admitted, i };
     };
