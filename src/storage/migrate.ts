@@ -8,6 +8,7 @@ import * as m0004 from './migrations/0004_spend_keys.ts';
 import * as m0005 from './migrations/0005_ledger_constraints.ts';
 import * as m0006 from './migrations/0006_request_cache_tokens.ts';
 import * as m0007 from './migrations/0007_usage_rollups_by_metadata.ts';
+import * as m0008 from './migrations/0008_ledger_balance_per_statement.ts';
 
 /** The ordered, frozen list. New migrations are appended, never inserted or edited. */
 const MIGRATIONS: Record<string, Migration> = {
@@ -18,6 +19,7 @@ const MIGRATIONS: Record<string, Migration> = {
   '0005_ledger_constraints': m0005,
   '0006_request_cache_tokens': m0006,
   '0007_usage_rollups_by_metadata': m0007,
+  '0008_ledger_balance_per_statement': m0008,
 };
 
 const provider: MigrationProvider = { getMigrations: async () => MIGRATIONS };

@@ -80,13 +80,20 @@ describe.each(databasesUnderTest())('ledger constraints on %s', (dialect) => {
       return id;
     });
 
-  it.runIf(dialect === 'postgres')('refuses at commit a ledger transaction whose postings do not sum to zero', async () => {
+  it.runIf(dialect === 'postgres')('refuses a statement that leaves a ledger transaction whose postings do not sum to zero', async () => {
     await expect(writeDirectly([7n, -6n])).rejects.toThrow(/does not balance/);
     // Balanced, it commits (the legs may arrive in any order and any number).
     const id = await writeDirectly([7n, -10n, 3n]);
     expect((await postingsOf(id)).length).toBe(3);
     const unbalanced = await t.storage.db.selectFrom('ledger_transactions').select('id').where('kind', '=', 'test').execute();
     expect(unbalanced.map((r) => r.id)).toEqual([id]);
+  });
+
+  it.runIf(dialect === 'postgres')('refuses a posting appended later to a balanced ledger transaction', async () => {
+    const id = await writeDirectly([5n, -5n]);
+    const late = { id: newId('posting'), transaction_id: id, account: walletAccount(walletId, 'prepaid'), amount: 1n, created_at: new Date().toISOString() };
+    await expect(t.storage.db.insertInto('ledger_postings').values(late).execute()).rejects.toThrow(/does not balance/);
+    expect((await postingsOf(id)).map((p) => p.amount).sort()).toEqual([-5n, 5n]);
   });
 
   it('refuses a zero posting', async () => {
