@@ -9,7 +9,8 @@
  * PostgreSQL comes from BENCH_DATABASE_URL or TEST_DATABASE_URL (a fresh schema is created);
  * without either, only SQLite runs. `--quick` shrinks every size for a smoke run. While working on
  * one scenario, `--only records|usage|gateway` (comma-separated) and `--engine sqlite|postgres`
- * narrow the run; the report then holds only what ran.
+ * narrow the run; the report then holds only what ran. `--cpu-prof DIR` writes each server's V8
+ * CPU profile to DIR.
  * The report is printed and written to bench/results/latest.md.
  */
 import { spawn, type ChildProcess } from 'node:child_process';
@@ -34,6 +35,9 @@ const optionList = (name: string) => {
 const only = optionList('--only');
 const runs = (scenario: 'records' | 'usage' | 'gateway') => !only || only.includes(scenario);
 const onlyEngines = optionList('--engine');
+/** `--cpu-prof DIR`: each server writes its V8 CPU profile to DIR when it exits. */
+const profileDir = optionList('--cpu-prof')?.[0];
+const serverNodeArgs = profileDir ? ['--cpu-prof', `--cpu-prof-dir=${profileDir}`] : [];
 const SIZES = {
   throughputSeconds: quick ? 3 : 15,
   warmUpSeconds: quick ? 1 : 3,
@@ -105,7 +109,7 @@ async function withServer(databaseUrl: string, mockUrl: string, work: (server: {
 
 async function startServer(databaseUrl: string, mockUrl: string): Promise<{ url: string; process: ChildProcess }> {
   const port = 18_000 + Math.floor(Math.random() * 2000);
-  const child = spawn('node', ['bin/tollgate.js', 'serve'], {
+  const child = spawn('node', [...serverNodeArgs, 'bin/tollgate.js', 'serve'], {
     env: {
       ...process.env,
       DATABASE_URL: databaseUrl,

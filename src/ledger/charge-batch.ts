@@ -1,8 +1,8 @@
-import { sql, type Transaction } from 'kysely';
+import { CompiledQuery, type Transaction } from 'kysely';
 import { newId } from '../domain/ids.ts';
 import type { PricedRequest } from '../domain/pricing.ts';
-import { writeBatch, type BatchRows } from '../storage/batch-write.ts';
-import type { Storage } from '../storage/db.ts';
+import { jsonRows, writeBatch, type BatchRows } from '../storage/batch-write.ts';
+import { prepared, type Storage } from '../storage/db.ts';
 import type { MeterRow } from '../storage/meters.ts';
 import { metadataRollupAdditions, metadataRows, rollupAdditions, type RequestRow } from '../storage/requests.ts';
 import type { Database } from '../storage/schema.ts';
@@ -162,28 +162,9 @@ async function lockCountersAndWallets(
     return { positions, ...(await lockWalletsWithCustomers(trx, dialect, walletIds)) };
   }
   const keys = [...new Map(counterKeys.map((k) => [counterId(k), k])).entries()].sort(([a], [b]) => (a < b ? -1 : 1)).map(([, k]) => k);
-  const counters = sql.join(keys.map((k) => sql`(${k.meterId}, ${k.connectionId}, ${k.periodStart}, 0)`));
-  const ids = sql.join([...new Set(walletIds)].sort());
-  const rows = await sql<LockedRow>`
-    with counters as (
-      insert into meter_usage_counters (meter_id, connection_id, period_start, units) values ${counters}
-      on conflict (meter_id, connection_id, period_start) do update set units = meter_usage_counters.units
-      returning meter_id, connection_id, period_start, units),
-    locked as (
-      select wallets.*, connections.id as live_customer_id
-      from wallets left join connections on connections.wallet_id = wallets.id and connections.deleted_at is null
-      where wallets.id in (${ids}) and (select count(*) from counters) >= 0
-      order by wallets.id
-      for update of wallets)
-    select 'counter' as kind, meter_id, connection_id, period_start, units,
-      null::text as id, null::text as merchant_id, null::text as owner_type, null::bigint as balance,
-      null::bigint as cycle_credit, null::bigint as bundle_credit, null::bigint as held, null::text as created_at,
-      null::text as live_customer_id
-    from counters
-    union all
-    select 'wallet', null, null, null, null, id, merchant_id, owner_type, balance, cycle_credit, bundle_credit, held, created_at,
-      live_customer_id
-    from locked`.execute(trx);
+  const counters = jsonRows(keys.map((k) => ({ meter_id: k.meterId, connection_id: k.connectionId, period_start: k.periodStart, units: 0 })));
+  const ids = [...new Set(walletIds)].sort();
+  const rows = await trx.executeQuery<LockedRow>(CompiledQuery.raw(LOCK_COUNTERS_AND_WALLETS, [counters, ids]));
   const locked: Locked = { positions: new Map(), wallets: new Map(), liveCustomers: new Set() };
   for (const r of rows.rows) {
     if (r.kind === 'counter') {
@@ -205,6 +186,29 @@ async function lockCountersAndWallets(
   }
   return locked;
 }
+
+/** Fixed text, prepared once per connection: the counters as JSON rows, the wallet ids as an array. */
+const LOCK_COUNTERS_AND_WALLETS = prepared(`
+  with counters as (
+    insert into meter_usage_counters (meter_id, connection_id, period_start, units)
+    select meter_id, connection_id, period_start, units from json_populate_recordset(null::meter_usage_counters, $1)
+    on conflict (meter_id, connection_id, period_start) do update set units = meter_usage_counters.units
+    returning meter_id, connection_id, period_start, units),
+  locked as (
+    select wallets.*, connections.id as live_customer_id
+    from wallets left join connections on connections.wallet_id = wallets.id and connections.deleted_at is null
+    where wallets.id = any($2::text[]) and (select count(*) from counters) >= 0
+    order by wallets.id
+    for update of wallets)
+  select 'counter' as kind, meter_id, connection_id, period_start, units,
+    null::text as id, null::text as merchant_id, null::text as owner_type, null::bigint as balance,
+    null::bigint as cycle_credit, null::bigint as bundle_credit, null::bigint as held, null::text as created_at,
+    null::text as live_customer_id
+  from counters
+  union all
+  select 'wallet', null, null, null, null, id, merchant_id, owner_type, balance, cycle_credit, bundle_credit, held, created_at,
+    live_customer_id
+  from locked`);
 
 type LockedRow = { kind: 'counter' | 'wallet'; meter_id: string | null; connection_id: string | null; period_start: string | null; units: bigint | null } & {
   [K in keyof WalletRow]: WalletRow[K] | null;

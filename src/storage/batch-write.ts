@@ -1,5 +1,5 @@
 import { CompiledQuery, type Transaction } from 'kysely';
-import type { Storage } from './db.ts';
+import { prepared, type Storage } from './db.ts';
 import {
   insertMetadataRows,
   METADATA_ROLLUP_KEY,
@@ -43,7 +43,7 @@ export type BatchRows = {
  */
 export async function writeBatch(trx: Transaction<Database>, dialect: Storage['dialect'], rows: BatchRows): Promise<{ taken: string[] }> {
   if (rows.requests.length === 0) return { taken: [] };
-  const inserted = dialect === 'postgres' ? await writeInOneStatement(trx, rows) : await writeTableByTable(trx, dialect, rows);
+  const inserted = dialect === 'postgres' ? await writeInOneStatement(trx, rows) : await writeTableByTable(trx, rows);
   if (inserted.size === rows.requests.length) return { taken: [] };
   return { taken: rows.requests.filter((r) => !inserted.has(r.id)).map((r) => r.id) };
 }
@@ -54,7 +54,7 @@ function inKeyOrder(requests: RequestRow[]): RequestRow[] {
   return [...requests].sort((a, b) => (key(a) < key(b) ? -1 : key(a) > key(b) ? 1 : 0));
 }
 
-async function writeTableByTable(trx: Transaction<Database>, dialect: Storage['dialect'], rows: BatchRows): Promise<Set<string>> {
+async function writeTableByTable(trx: Transaction<Database>, rows: BatchRows): Promise<Set<string>> {
   const inserted = await trx
     .insertInto('requests')
     .values(inKeyOrder(rows.requests))
@@ -66,8 +66,8 @@ async function writeTableByTable(trx: Transaction<Database>, dialect: Storage['d
   await upsertRollups(trx, rows.rollups);
   await upsertMetadataRollups(trx, rows.metadataRollups);
   if (rows.wallets.length > 0) {
-    const p = new Placeholders(dialect);
-    await trx.executeQuery(CompiledQuery.raw(updateWalletsSql(p, rows.wallets), p.values));
+    const { text, values } = updateWalletsSql(rows.wallets);
+    await trx.executeQuery(CompiledQuery.raw(text, values));
   }
   if (rows.counters.length > 0) {
     await trx
@@ -83,77 +83,71 @@ async function writeTableByTable(trx: Transaction<Database>, dialect: Storage['d
 }
 
 /**
- * One statement of data-modifying CTEs. Metadata rows are inserted only for the requests rows that
- * were (their foreign key needs them); if any request was taken the caller rolls it all back.
+ * One statement of data-modifying CTEs, prepared once per connection: each table's rows travel as
+ * one JSON parameter that json_populate_recordset types by the table's own row type, so the text
+ * does not change with the batch's size and PostgreSQL parses and plans it once (that was as much
+ * as running it). Metadata rows are inserted only for the requests rows that were (their foreign
+ * key needs them); if any request was taken the caller rolls it all back.
  */
 async function writeInOneStatement(trx: Transaction<Database>, rows: BatchRows): Promise<Set<string>> {
-  const p = new Placeholders('postgres');
-  const parts: string[] = [
-    `inserted as (${insertSql(p, 'requests', inKeyOrder(rows.requests))} on conflict (merchant_id, request_id) do nothing returning id)`,
-  ];
+  const values: string[] = [];
+  /** `select <columns> from <rows as table>`: the rows' JSON as parameter $n, typed as `table`. */
+  const selectRows = <T extends object>(table: string, list: T[], columns = columnsOf(list)) => {
+    values.push(jsonRows(list));
+    return `select ${columns.join(', ')} from json_populate_recordset(null::${table}, $${values.length})`;
+  };
+  const insert = <T extends object>(table: string, list: T[]) =>
+    `insert into ${table} (${columnsOf(list).join(', ')}) ${selectRows(table, list)}`;
+  const parts = [`inserted as (${insert('requests', inKeyOrder(rows.requests))} on conflict (merchant_id, request_id) do nothing returning id)`];
   if (rows.metadata.length > 0) {
-    const columns = Object.keys(rows.metadata[0]!) as (keyof RequestMetadataTable)[];
+    const columns = columnsOf(rows.metadata);
     parts.push(
-      `metadata as (insert into request_metadata (${columns.join(', ')}) select ${columns.map((c) => `v.${c}`).join(', ')} ` +
-        `from (values ${valuesSql(p, rows.metadata, columns)}) as v(${columns.join(', ')}) where v.request_pk in (select id from inserted))`,
+      `metadata as (insert into request_metadata (${columns.join(', ')}) select * from (${selectRows('request_metadata', rows.metadata, columns)}) v ` +
+        'where v.request_pk in (select id from inserted))',
     );
   }
-  if (rows.rollups.length > 0) parts.push(`rollups as (${addToRollupsSql(p, 'usage_rollups', ROLLUP_KEY, rows.rollups)})`);
+  const addToRollups = (table: string, key: readonly string[], list: object[]) =>
+    `${insert(table, list)} on conflict (${key.join(', ')}) do update set ${ROLLUP_SUMS.map((c) => `${c} = ${table}.${c} + excluded.${c}`).join(', ')}`;
+  if (rows.rollups.length > 0) parts.push(`rollups as (${addToRollups('usage_rollups', ROLLUP_KEY, rows.rollups)})`);
   if (rows.metadataRollups.length > 0) {
-    parts.push(`metadata_rollups as (${addToRollupsSql(p, 'usage_rollups_by_metadata', METADATA_ROLLUP_KEY, rows.metadataRollups)})`);
+    parts.push(`metadata_rollups as (${addToRollups('usage_rollups_by_metadata', METADATA_ROLLUP_KEY, rows.metadataRollups)})`);
   }
-  if (rows.wallets.length > 0) parts.push(`wallets_written as (${updateWalletsSql(p, rows.wallets, false)})`);
+  if (rows.wallets.length > 0) {
+    parts.push(
+      'wallets_written as (update wallets set balance = v.balance, cycle_credit = v.cycle_credit, bundle_credit = v.bundle_credit ' +
+        `from (${selectRows('wallets', rows.wallets)}) v where wallets.id = v.id)`,
+    );
+  }
   if (rows.counters.length > 0) {
     parts.push(
-      `counters as (${insertSql(p, 'meter_usage_counters', rows.counters)} on conflict (meter_id, connection_id, period_start) do update set units = excluded.units)`,
+      `counters as (${insert('meter_usage_counters', rows.counters)} on conflict (meter_id, connection_id, period_start) do update set units = excluded.units)`,
     );
   }
-  if (rows.transactions.length > 0) parts.push(`transactions as (${insertSql(p, 'ledger_transactions', rows.transactions)})`);
-  if (rows.postings.length > 0) parts.push(`postings as (${insertSql(p, 'ledger_postings', rows.postings)})`);
-  if (rows.events.length > 0) parts.push(`events_written as (${insertSql(p, 'events', rows.events)})`);
-  const result = await trx.executeQuery<{ id: string }>(CompiledQuery.raw(`with ${parts.join(',\n')} select id from inserted`, p.values));
+  if (rows.transactions.length > 0) parts.push(`transactions as (${insert('ledger_transactions', rows.transactions)})`);
+  if (rows.postings.length > 0) parts.push(`postings as (${insert('ledger_postings', rows.postings)})`);
+  if (rows.events.length > 0) parts.push(`events_written as (${insert('events', rows.events)})`);
+  const result = await trx.executeQuery<{ id: string }>(CompiledQuery.raw(prepared(`with ${parts.join(',\n')} select id from inserted`), values));
   return new Set(result.rows.map((r) => r.id));
 }
 
-/**
- * Sets balances read and changed under this transaction's locks. The casts type the VALUES
- * columns on PostgreSQL, where bare parameters in VALUES arrive as text.
- */
-function updateWalletsSql(p: Placeholders, wallets: BatchRows['wallets'], withCte = true): string {
-  const values = wallets
-    .map((w) => `(${p.add(w.id)}, cast(${p.add(w.balance)} as bigint), cast(${p.add(w.cycle_credit)} as bigint), cast(${p.add(w.bundle_credit)} as bigint))`)
-    .join(', ');
-  const set = 'balance = v.balance, cycle_credit = v.cycle_credit, bundle_credit = v.bundle_credit';
-  return withCte
-    ? `with v (id, balance, cycle_credit, bundle_credit) as (values ${values}) update wallets set ${set} from v where wallets.id = v.id`
-    : `update wallets set ${set} from (values ${values}) as v (id, balance, cycle_credit, bundle_credit) where wallets.id = v.id`;
+/** Every row of a list has the same columns (they are built by one function per table). */
+function columnsOf<T extends object>(rows: T[]): string[] {
+  return Object.keys(rows[0]!);
 }
 
-/** Inserts rollup rows, adding their sums to the rows already under the same key. */
-function addToRollupsSql<T extends object>(p: Placeholders, table: string, key: readonly string[], rows: T[]): string {
-  const sums = ROLLUP_SUMS.map((c) => `${c} = ${table}.${c} + excluded.${c}`).join(', ');
-  return `${insertSql(p, table, rows)} on conflict (${key.join(', ')}) do update set ${sums}`;
+/** Rows as a JSON array; bigints as strings, which PostgreSQL reads into bigint columns exactly. */
+export function jsonRows(rows: object[]): string {
+  return JSON.stringify(rows, (_key, value: unknown) => (typeof value === 'bigint' ? value.toString() : value));
 }
 
-/** `insert into <table> (<columns of the first row>) values …`; every row has the same columns. */
-function insertSql<T extends object>(p: Placeholders, table: string, rows: T[]): string {
-  const columns = Object.keys(rows[0]!) as (keyof T & string)[];
-  return `insert into ${table} (${columns.join(', ')}) values ${valuesSql(p, rows, columns)}`;
-}
-
-function valuesSql<T extends object>(p: Placeholders, rows: T[], columns: (keyof T & string)[]): string {
-  return rows.map((row) => `(${columns.map((c) => p.add(row[c])).join(', ')})`).join(', ');
-}
-
-/**
- * Parameters of a statement built here: values never enter the SQL text, only placeholders do.
- * (Table and column names do, but they come from this code, never from input.)
- */
-class Placeholders {
-  readonly values: unknown[] = [];
-  constructor(readonly dialect: Storage['dialect']) {}
-  add(value: unknown): string {
-    this.values.push(value);
-    return this.dialect === 'postgres' ? `$${this.values.length}` : '?';
-  }
+/** Sets balances read and changed under this transaction's locks, in one statement (SQLite). */
+function updateWalletsSql(wallets: BatchRows['wallets']): { text: string; values: unknown[] } {
+  const values = wallets.flatMap((w) => [w.id, w.balance, w.cycle_credit, w.bundle_credit]);
+  const rows = wallets.map(() => '(?, ?, ?, ?)').join(', ');
+  return {
+    text:
+      `with v (id, balance, cycle_credit, bundle_credit) as (values ${rows}) ` +
+      'update wallets set balance = v.balance, cycle_credit = v.cycle_credit, bundle_credit = v.bundle_credit from v where wallets.id = v.id',
+    values,
+  };
 }

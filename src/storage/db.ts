@@ -1,3 +1,4 @@
+import { createHash } from 'node:crypto';
 import { mkdirSync } from 'node:fs';
 import { dirname, resolve } from 'node:path';
 import SqliteDatabase from 'better-sqlite3';
@@ -47,6 +48,7 @@ function openPostgres(url: string, max: number): Storage {
   const pool = new pg.Pool({
     connectionString: url,
     max,
+    Client: PreparingClient,
     types: {
       getTypeParser: ((oid: number, format?: 'text' | 'binary') =>
         oid === PG_INT8_OID ? (v: string) => BigInt(v) : pg.types.getTypeParser(oid, format)) as typeof pg.types.getTypeParser,
@@ -64,6 +66,42 @@ function openPostgres(url: string, max: number): Storage {
     close: () => db.destroy(),
   };
 }
+
+/**
+ * Marks a statement text for PostgreSQL to keep prepared on each connection: parsed and planned
+ * once, then only bound and run. Only fixed texts belong here (values travel as parameters, lists
+ * as arrays or JSON), since each text stays prepared for the connection's life. The hot statements
+ * are marked: for them parsing and planning cost as much as running.
+ */
+export function prepared(text: string): string {
+  return PREPARED_MARK + text;
+}
+
+const PREPARED_MARK = '/* prepared */ ';
+/** A guard against a marked text that is not fixed after all: past this many, texts run unprepared. */
+const MAX_PREPARED_TEXTS = 200;
+const preparedNames = new Map<string, string>();
+
+function preparedNameOf(text: string): string | undefined {
+  let name = preparedNames.get(text);
+  if (name === undefined && preparedNames.size < MAX_PREPARED_TEXTS) {
+    name = `tg_${createHash('sha256').update(text).digest('hex').slice(0, 24)}`;
+    preparedNames.set(text, name);
+  }
+  return name;
+}
+
+/** A pg client that runs texts marked by `prepared` as named prepared statements (Kysely passes text and values only). */
+class PreparingClient extends pg.Client {}
+const unpreparedQuery = pg.Client.prototype.query as (this: pg.Client, ...args: unknown[]) => unknown;
+PreparingClient.prototype.query = function query(this: pg.Client, ...args: unknown[]) {
+  const [text, values] = args;
+  if (args.length === 2 && typeof text === 'string' && text.startsWith(PREPARED_MARK)) {
+    const name = preparedNameOf(text);
+    if (name) return unpreparedQuery.call(this, { name, text, values });
+  }
+  return unpreparedQuery.apply(this, args);
+} as typeof pg.Client.prototype.query;
 
 const STATEMENT_CACHE_SIZE = 500;
 
