@@ -1,9 +1,11 @@
-import { CompiledQuery, type Transaction } from 'kysely';
+import type { Transaction } from 'kysely';
+import pg from 'pg';
 import { newId } from '../domain/ids.ts';
 import type { PricedRequest } from '../domain/pricing.ts';
-import { jsonRows, writeBatch, type BatchRows } from '../storage/batch-write.ts';
+import { batchStatement, jsonRows, repeatedRequests, REQUEST_ID_TAKEN, takenRequests, writeBatch, type BatchRows } from '../storage/batch-write.ts';
 import { prepared, type Storage } from '../storage/db.ts';
 import type { MeterRow } from '../storage/meters.ts';
+import { inPipelinedTransaction } from '../storage/pipelined-transaction.ts';
 import { metadataRollupAdditions, metadataRows, rollupAdditions, type RequestRow } from '../storage/requests.ts';
 import type { Database } from '../storage/schema.ts';
 import { eventRows, type NewEvent } from '../webhooks/outbox.ts';
@@ -52,13 +54,12 @@ export async function chargeBatch(storage: Storage, inputs: ChargeInput[], now =
     // they are read beside the transaction's first statements rather than before them.
     const meters = readLiveMeters(storage, inputs);
     meters.catch(() => {});
-    const attempt = await storage.db
-      .transaction()
-      .execute((trx) => chargeBatchInTransaction(trx, storage.dialect, { inputs, duplicates, meters, now }))
-      .catch((e: unknown) => {
+    const attempt = await inBatchTransaction(storage, (steps) => chargeBatchInTransaction(steps, { inputs, duplicates, meters, now })).catch(
+      (e: unknown) => {
         if (e instanceof RequestIdsTaken) return e;
         throw e;
-      });
+      },
+    );
     if (!(attempt instanceof RequestIdsTaken)) return attempt;
     // Each retry drops at least one request, so this ends.
     for (const input of attempt.inputs) duplicates.add(input);
@@ -70,6 +71,56 @@ class RequestIdsTaken extends Error {
   constructor(readonly inputs: ChargeInput[]) {
     super('request ids taken');
   }
+}
+
+/** The two steps of a batch that touch the database; `write` also commits, or rolls back. */
+type BatchSteps = {
+  /** Locks the tier counters (created when missing), then the wallets, and reads them. */
+  lock(counterKeys: CounterKey[], walletIds: string[]): Promise<Locked>;
+  /** Writes the batch's rows; the ids of records whose request_id was taken (then nothing is written). */
+  write(rows: BatchRows): Promise<{ taken: string[] }>;
+};
+
+/**
+ * A batch's transaction: on PostgreSQL pipelined (BEGIN goes with the lock statement, COMMIT with
+ * the write statement: two round trips), on SQLite an ordinary one.
+ */
+function inBatchTransaction<T>(storage: Storage, work: (steps: BatchSteps) => Promise<T>): Promise<T> {
+  const pool = storage.pipeline;
+  if (!pool) return storage.db.transaction().execute((trx) => work(sqliteSteps(trx)));
+  return inPipelinedTransaction(pool, (trx) =>
+    work({
+      lock: async (counterKeys, walletIds) => lockedOf(await trx.begin<LockedRow>(LOCK_COUNTERS_AND_WALLETS, lockValues(counterKeys, walletIds))),
+      write: async (rows) => {
+        if (rows.requests.length === 0) {
+          await trx.commit();
+          return { taken: [] };
+        }
+        const repeated = repeatedRequests(rows.requests);
+        if (repeated.length > 0) return { taken: repeated };
+        const { text, values } = batchStatement(rows);
+        try {
+          await trx.commit({ text, values });
+          return { taken: [] };
+        } catch (error) {
+          if (!(error instanceof pg.DatabaseError && error.constraint === REQUEST_ID_TAKEN)) throw error;
+          const taken = await takenRequests(storage.db, rows.requests);
+          if (taken.length === 0) throw error;
+          return { taken };
+        }
+      },
+    }),
+  );
+}
+
+function sqliteSteps(trx: Transaction<Database>): BatchSteps {
+  return {
+    lock: async (counterKeys, walletIds) => ({
+      positions: await lockUsageCounters(trx, 'sqlite', counterKeys),
+      ...(await lockWalletsWithCustomers(trx, walletIds)),
+    }),
+    write: (rows) => writeBatch(trx, rows),
+  };
 }
 
 async function readLiveMeters(storage: Storage, inputs: ChargeInput[]): Promise<Map<string, MeterRow>> {
@@ -90,11 +141,7 @@ type Charged = {
 
 type Attempt = { inputs: ChargeInput[]; duplicates: Set<ChargeInput>; meters: Promise<Map<string, MeterRow>>; now: Date };
 
-async function chargeBatchInTransaction(
-  trx: Transaction<Database>,
-  dialect: Storage['dialect'],
-  { inputs, duplicates, meters, now }: Attempt,
-): Promise<BatchOutcome[]> {
+async function chargeBatchInTransaction(steps: BatchSteps, { inputs, duplicates, meters, now }: Attempt): Promise<BatchOutcome[]> {
   const at = now.toISOString();
   const live = inputs.filter((input) => !duplicates.has(input));
 
@@ -105,7 +152,7 @@ async function chargeBatchInTransaction(
     if (key) counterKeys.set(input, key);
   }
   const walletIds = live.flatMap((input) => [payerWalletOf(input), ...(mayChargeMerchantWallet(input) ? [input.merchant.wallet_id] : [])]);
-  const { positions, wallets, liveCustomers } = await lockCountersAndWallets(trx, dialect, [...counterKeys.values()], walletIds);
+  const { positions, wallets, liveCustomers } = await steps.lock([...counterKeys.values()], walletIds);
   const liveMeters = await meters;
 
   const outcomes = new Map<ChargeInput, BatchOutcome>();
@@ -137,7 +184,7 @@ async function chargeBatchInTransaction(
     }
   }
 
-  const { taken } = await writeBatch(trx, dialect, batchRows(charged, wallets, [...changedCounters.values()]));
+  const { taken } = await steps.write(batchRows(charged, wallets, [...changedCounters.values()]));
   if (taken.length > 0) {
     const takenIds = new Set(taken);
     throw new RequestIdsTaken(charged.filter((c) => takenIds.has(c.record.id)).map((c) => sources.get(c)!));
@@ -148,25 +195,18 @@ async function chargeBatchInTransaction(
 type Locked = { positions: Map<string, bigint>; wallets: Map<string, WalletRow>; liveCustomers: Set<string> };
 
 /**
- * Tier counters, then wallets, locked — in one round trip on PostgreSQL: the wallets' scan waits
- * on a count of the counters upsert, so every counter is locked before the first wallet is.
+ * The lock statement's values: counters in key order, wallet ids in id order (every writer locks
+ * in one global order: tier counters by key, then wallets by id).
  */
-async function lockCountersAndWallets(
-  trx: Transaction<Database>,
-  dialect: Storage['dialect'],
-  counterKeys: CounterKey[],
-  walletIds: string[],
-): Promise<Locked> {
-  if (dialect !== 'postgres' || counterKeys.length === 0 || walletIds.length === 0) {
-    const positions = await lockUsageCounters(trx, dialect, counterKeys);
-    return { positions, ...(await lockWalletsWithCustomers(trx, dialect, walletIds)) };
-  }
+function lockValues(counterKeys: CounterKey[], walletIds: string[]): [string, string[]] {
   const keys = [...new Map(counterKeys.map((k) => [counterId(k), k])).entries()].sort(([a], [b]) => (a < b ? -1 : 1)).map(([, k]) => k);
   const counters = jsonRows(keys.map((k) => ({ meter_id: k.meterId, connection_id: k.connectionId, period_start: k.periodStart, units: 0 })));
-  const ids = [...new Set(walletIds)].sort();
-  const rows = await trx.executeQuery<LockedRow>(CompiledQuery.raw(LOCK_COUNTERS_AND_WALLETS, [counters, ids]));
+  return [counters, [...new Set(walletIds)].sort()];
+}
+
+function lockedOf(rows: LockedRow[]): Locked {
   const locked: Locked = { positions: new Map(), wallets: new Map(), liveCustomers: new Set() };
-  for (const r of rows.rows) {
+  for (const r of rows) {
     if (r.kind === 'counter') {
       locked.positions.set(counterId({ meterId: r.meter_id!, connectionId: r.connection_id!, periodStart: r.period_start! }), BigInt(r.units!));
       continue;
@@ -215,12 +255,12 @@ type LockedRow = { kind: 'counter' | 'wallet'; meter_id: string | null; connecti
 } & { live_customer_id: string | null };
 
 /**
- * Locks wallets in id order (as lockWallets does) and tells, in the same statement, which of their
- * customers are still live: a customer deleted after the caller looked it up is charged nothing.
+ * Reads wallets (on SQLite, whose write lock the transaction holds from its start) and tells, in
+ * the same statement, which of their customers are still live: a customer deleted after the
+ * caller looked it up is charged nothing.
  */
 async function lockWalletsWithCustomers(
   trx: Transaction<Database>,
-  dialect: Storage['dialect'],
   ids: string[],
 ): Promise<{ wallets: Map<string, WalletRow>; liveCustomers: Set<string> }> {
   const unique = [...new Set(ids)].sort();
@@ -232,7 +272,6 @@ async function lockWalletsWithCustomers(
     .select('connections.id as live_customer_id')
     .where('wallets.id', 'in', unique)
     .orderBy('wallets.id')
-    .$call((q) => (dialect === 'postgres' ? q.forUpdate(['wallets']) : q))
     .execute();
   const wallets = new Map<string, WalletRow>();
   const liveCustomers = new Set<string>();

@@ -27,22 +27,27 @@ const parametersOf = (input: ChargeInput) => 100 + 19 * Object.keys(input.metada
  * row locks (chargeBatch), so instances sharing a database stay exact; only the queueing is in
  * process.
  *
- * One batch is written at a time (measured: two at once, whether sharing the queue or split by
- * wallet, made smaller batches that cost more CPU per request and were not faster on two cores).
+ * On PostgreSQL two batches are written at once, so that one is built and answered in this process
+ * while the database runs the other (decision 0012: ~15 % more requests per second than one at a
+ * time). They cannot deadlock: each locks its tier counters and then its wallets in one global
+ * order before writing, and everything else it writes belongs to the customers whose wallets it
+ * locked. On SQLite, with one connection, one batch at a time.
  * A batch holds one request per (merchant, request_id); a copy waits for the first: if that one is
  * recorded, the copy is a duplicate, otherwise it is tried in the next batch.
  */
 export class ChargeWriter {
   readonly #storage: Storage;
   readonly #onBatchFailure: (error: unknown) => void;
+  readonly #batchesInFlight: number;
   #queue: Waiting[] = [];
-  #writing = false;
+  #writing = 0;
   #scheduled = false;
   #drained: (() => void)[] = [];
 
   /** `onBatchFailure` is told when a batch fails as a whole and its requests are charged one by one. */
   constructor(storage: Storage, opts: { onBatchFailure?: (error: unknown) => void } = {}) {
     this.#storage = storage;
+    this.#batchesInFlight = storage.pipeline ? 2 : 1;
     this.#onBatchFailure = opts.onBatchFailure ?? (() => {});
   }
 
@@ -54,13 +59,13 @@ export class ChargeWriter {
   }
 
   drain(): Promise<void> {
-    if (!this.#writing && !this.#scheduled && this.#queue.length === 0) return Promise.resolve();
+    if (this.#writing === 0 && !this.#scheduled && this.#queue.length === 0) return Promise.resolve();
     return new Promise((resolve) => this.#drained.push(resolve));
   }
 
   /** The first charge of an idle writer waits one turn of the event loop for others arriving with it. */
   #schedule(): void {
-    if (this.#writing || this.#scheduled) return;
+    if (this.#writing >= this.#batchesInFlight || this.#scheduled) return;
     this.#scheduled = true;
     setImmediate(() => {
       this.#scheduled = false;
@@ -69,12 +74,12 @@ export class ChargeWriter {
   }
 
   async #writeWhileQueued(): Promise<void> {
-    this.#writing = true;
+    this.#writing += 1;
     try {
       while (this.#queue.length > 0) await this.#write(this.#takeBatch());
     } finally {
-      this.#writing = false;
-      for (const resolve of this.#drained.splice(0)) resolve();
+      this.#writing -= 1;
+      if (this.#writing === 0 && this.#queue.length === 0) for (const resolve of this.#drained.splice(0)) resolve();
     }
   }
 

@@ -1,5 +1,5 @@
-import { CompiledQuery, type Transaction } from 'kysely';
-import { prepared, type Storage } from './db.ts';
+import { CompiledQuery, sql, type Kysely, type Transaction } from 'kysely';
+import { prepared } from './db.ts';
 import {
   insertMetadataRows,
   METADATA_ROLLUP_KEY,
@@ -35,15 +35,14 @@ export type BatchRows = {
 };
 
 /**
- * Writes a batch, unless a request's (merchant, request_id) is taken already: then only the
- * requests rows may have been written, and the ids of the taken records come back for the caller
- * to roll the transaction back. PostgreSQL gets one statement (a round trip per statement is most
- * of the cost, and every one of them is made while the batch's rows are locked); SQLite, which has
- * no round trips, one statement per table.
+ * Writes a batch on SQLite (which has no round trips: one statement per table), unless a
+ * request's (merchant, request_id) is taken already: then only the requests rows may have been
+ * written, and the ids of the taken records come back for the caller to roll the transaction back.
+ * PostgreSQL writes a batch with batchStatement instead.
  */
-export async function writeBatch(trx: Transaction<Database>, dialect: Storage['dialect'], rows: BatchRows): Promise<{ taken: string[] }> {
+export async function writeBatch(trx: Transaction<Database>, rows: BatchRows): Promise<{ taken: string[] }> {
   if (rows.requests.length === 0) return { taken: [] };
-  const inserted = dialect === 'postgres' ? await writeInOneStatement(trx, rows) : await writeTableByTable(trx, rows);
+  const inserted = await writeTableByTable(trx, rows);
   if (inserted.size === rows.requests.length) return { taken: [] };
   return { taken: rows.requests.filter((r) => !inserted.has(r.id)).map((r) => r.id) };
 }
@@ -83,13 +82,14 @@ async function writeTableByTable(trx: Transaction<Database>, rows: BatchRows): P
 }
 
 /**
- * One statement of data-modifying CTEs, prepared once per connection: each table's rows travel as
- * one JSON parameter that json_populate_recordset types by the table's own row type, so the text
- * does not change with the batch's size and PostgreSQL parses and plans it once (that was as much
- * as running it). Metadata rows are inserted only for the requests rows that were (their foreign
- * key needs them); if any request was taken the caller rolls it all back.
+ * A batch as one PostgreSQL statement of data-modifying CTEs (a round trip per statement is most
+ * of the cost, and each is made while the batch's rows are locked), prepared once per connection:
+ * each table's rows travel as one JSON parameter that json_populate_recordset types by the table's
+ * own row type, so the text does not change with the batch's size and PostgreSQL parses and plans
+ * it once (that was as much as running it). A request whose (merchant, request_id) is taken fails
+ * the statement on the unique index named by REQUEST_ID_TAKEN (see takenRequests).
  */
-async function writeInOneStatement(trx: Transaction<Database>, rows: BatchRows): Promise<Set<string>> {
+export function batchStatement(rows: BatchRows): { text: string; values: string[] } {
   const values: string[] = [];
   /** `select <columns> from <rows as table>`: the rows' JSON as parameter $n, typed as `table`. */
   const selectRows = <T extends object>(table: string, list: T[], columns = columnsOf(list)) => {
@@ -98,14 +98,8 @@ async function writeInOneStatement(trx: Transaction<Database>, rows: BatchRows):
   };
   const insert = <T extends object>(table: string, list: T[]) =>
     `insert into ${table} (${columnsOf(list).join(', ')}) ${selectRows(table, list)}`;
-  const parts = [`inserted as (${insert('requests', inKeyOrder(rows.requests))} on conflict (merchant_id, request_id) do nothing returning id)`];
-  if (rows.metadata.length > 0) {
-    const columns = columnsOf(rows.metadata);
-    parts.push(
-      `metadata as (insert into request_metadata (${columns.join(', ')}) select * from (${selectRows('request_metadata', rows.metadata, columns)}) v ` +
-        'where v.request_pk in (select id from inserted))',
-    );
-  }
+  const parts = [`inserted as (${insert('requests', inKeyOrder(rows.requests))} returning id)`];
+  if (rows.metadata.length > 0) parts.push(`metadata as (${insert('request_metadata', rows.metadata)})`);
   const addToRollups = (table: string, key: readonly string[], list: object[]) =>
     `${insert(table, list)} on conflict (${key.join(', ')}) do update set ${ROLLUP_SUMS.map((c) => `${c} = ${table}.${c} + excluded.${c}`).join(', ')}`;
   if (rows.rollups.length > 0) parts.push(`rollups as (${addToRollups('usage_rollups', ROLLUP_KEY, rows.rollups)})`);
@@ -126,8 +120,32 @@ async function writeInOneStatement(trx: Transaction<Database>, rows: BatchRows):
   if (rows.transactions.length > 0) parts.push(`transactions as (${insert('ledger_transactions', rows.transactions)})`);
   if (rows.postings.length > 0) parts.push(`postings as (${insert('ledger_postings', rows.postings)})`);
   if (rows.events.length > 0) parts.push(`events_written as (${insert('events', rows.events)})`);
-  const result = await trx.executeQuery<{ id: string }>(CompiledQuery.raw(prepared(`with ${parts.join(',\n')} select id from inserted`), values));
-  return new Set(result.rows.map((r) => r.id));
+  return { text: prepared(`with ${parts.join(',\n')} select count(*) from inserted`), values };
+}
+
+/** The ids of records whose (merchant, request_id) an earlier record of the same batch has: one statement cannot insert both. */
+export function repeatedRequests(requests: RequestRow[]): string[] {
+  const seen = new Set<string>();
+  return requests.flatMap((r) => {
+    const key = `${r.merchant_id}\n${r.request_id}`;
+    if (seen.has(key)) return [r.id];
+    seen.add(key);
+    return [];
+  });
+}
+
+/** The unique index a taken (merchant, request_id) violates. */
+export const REQUEST_ID_TAKEN = 'requests_request_id_uq';
+
+/** The ids of the batch's records whose (merchant, request_id) is recorded already (by a transaction that committed first). */
+export async function takenRequests(db: Kysely<Database>, requests: RequestRow[]): Promise<string[]> {
+  const keys = jsonRows(requests.map((r) => ({ merchant_id: r.merchant_id, request_id: r.request_id })));
+  const found = await sql<{ merchant_id: string; request_id: string }>`
+    select requests.merchant_id, requests.request_id from requests
+    join json_to_recordset(${keys}::json) as k(merchant_id text, request_id text)
+      on requests.merchant_id = k.merchant_id and requests.request_id = k.request_id`.execute(db);
+  const taken = new Set(found.rows.map((r) => `${r.merchant_id}\n${r.request_id}`));
+  return requests.filter((r) => taken.has(`${r.merchant_id}\n${r.request_id}`)).map((r) => r.id);
 }
 
 /** Every row of a list has the same columns (they are built by one function per table). */
