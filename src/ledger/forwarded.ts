@@ -10,7 +10,8 @@ import type { BillingContext } from '../gateway/credentials.ts';
 import { RunAlone, type BatchJob, type GatewayWriter } from '../gateway/writer.ts';
 import { finishReservation, lockSpendKeyForAdmission, reserveForRequest, type SpendKeyRequest } from '../gateway/spend-key-guard.ts';
 import { ApiError } from '../http/errors.ts';
-import type { Storage } from '../storage/db.ts';
+import { JsonRows } from '../storage/batch-write.ts';
+import { prepared, type Storage } from '../storage/db.ts';
 import type { MeterRow } from '../storage/meters.ts';
 import type { Database } from '../storage/schema.ts';
 import {
@@ -220,12 +221,13 @@ async function admitInOneStatement(storage: Storage, inputs: AdmitInput[]): Prom
     outcomes.push({ outcome: 'admitted', recordId: input.requestId, holdIds, createdAt });
   }
   if (need.size === 0) return null;
-  const db = storage.db;
-  const needRows = sql.join([...need].map(([walletId, amount]) => sql`(${walletId}, cast(${amount} as bigint))`));
+  // The statement's text depends on which tables get rows, not on how many: it is prepared once.
+  const json = new JsonRows();
+  // What each wallet must cover, typed by the holds table's columns of the same names.
+  const needRows = json.select('holds', [...need].map(([wallet_id, amount]) => ({ wallet_id, amount })));
   const metadata = metadataRows(records);
-  const metadataCte = metadata.length > 0 ? sql`, m as (${db.insertInto('request_metadata').values(metadata)})` : sql``;
-  await sql`
-    with need (wallet_id, amount) as (values ${needRows}),
+  const text = prepared(`
+    with need as (${needRows}),
     locked as (select id, balance, held from wallets where id in (select wallet_id from need) order by id for update),
     ok as (
       select count(*) = (select count(*) from need) as ok
@@ -237,10 +239,11 @@ async function admitInOneStatement(storage: Storage, inputs: AdmitInput[]): Prom
       where wallets.id = need.wallet_id and (select ok from ok)
       returning wallets.id
     ),
-    h as (${db.insertInto('holds').values(holds)}),
-    r as (${db.insertInto('requests').values(records)})
-    ${metadataCte}
-    select 1 / (select case when ok then 1 else 0 end from ok) as admitted`.execute(db);
+    h as (${json.insert('holds', holds)}),
+    r as (${json.insert('requests', records)})
+    ${metadata.length > 0 ? `, m as (${json.insert('request_metadata', metadata)})` : ''}
+    select 1 / (select case when ok then 1 else 0 end from ok) as admitted`);
+  await storage.db.executeQuery(CompiledQuery.raw(text, json.values));
   return outcomes;
 }
 

@@ -90,18 +90,11 @@ async function writeTableByTable(trx: Transaction<Database>, rows: BatchRows): P
  * the statement on the unique index named by REQUEST_ID_TAKEN (see takenRequests).
  */
 export function batchStatement(rows: BatchRows): { text: string; values: string[] } {
-  const values: string[] = [];
-  /** `select <columns> from <rows as table>`: the rows' JSON as parameter $n, typed as `table`. */
-  const selectRows = <T extends object>(table: string, list: T[], columns = columnsOf(list)) => {
-    values.push(jsonRows(list));
-    return `select ${columns.join(', ')} from json_populate_recordset(null::${table}, $${values.length})`;
-  };
-  const insert = <T extends object>(table: string, list: T[]) =>
-    `insert into ${table} (${columnsOf(list).join(', ')}) ${selectRows(table, list)}`;
-  const parts = [`inserted as (${insert('requests', inKeyOrder(rows.requests))} returning id)`];
-  if (rows.metadata.length > 0) parts.push(`metadata as (${insert('request_metadata', rows.metadata)})`);
+  const json = new JsonRows();
+  const parts = [`inserted as (${json.insert('requests', inKeyOrder(rows.requests))} returning id)`];
+  if (rows.metadata.length > 0) parts.push(`metadata as (${json.insert('request_metadata', rows.metadata)})`);
   const addToRollups = (table: string, key: readonly string[], list: object[]) =>
-    `${insert(table, list)} on conflict (${key.join(', ')}) do update set ${ROLLUP_SUMS.map((c) => `${c} = ${table}.${c} + excluded.${c}`).join(', ')}`;
+    `${json.insert(table, list)} on conflict (${key.join(', ')}) do update set ${ROLLUP_SUMS.map((c) => `${c} = ${table}.${c} + excluded.${c}`).join(', ')}`;
   if (rows.rollups.length > 0) parts.push(`rollups as (${addToRollups('usage_rollups', ROLLUP_KEY, rows.rollups)})`);
   if (rows.metadataRollups.length > 0) {
     parts.push(`metadata_rollups as (${addToRollups('usage_rollups_by_metadata', METADATA_ROLLUP_KEY, rows.metadataRollups)})`);
@@ -109,18 +102,18 @@ export function batchStatement(rows: BatchRows): { text: string; values: string[
   if (rows.wallets.length > 0) {
     parts.push(
       'wallets_written as (update wallets set balance = v.balance, cycle_credit = v.cycle_credit, bundle_credit = v.bundle_credit ' +
-        `from (${selectRows('wallets', rows.wallets)}) v where wallets.id = v.id)`,
+        `from (${json.select('wallets', rows.wallets)}) v where wallets.id = v.id)`,
     );
   }
   if (rows.counters.length > 0) {
     parts.push(
-      `counters as (${insert('meter_usage_counters', rows.counters)} on conflict (meter_id, connection_id, period_start) do update set units = excluded.units)`,
+      `counters as (${json.insert('meter_usage_counters', rows.counters)} on conflict (meter_id, connection_id, period_start) do update set units = excluded.units)`,
     );
   }
-  if (rows.transactions.length > 0) parts.push(`transactions as (${insert('ledger_transactions', rows.transactions)})`);
-  if (rows.postings.length > 0) parts.push(`postings as (${insert('ledger_postings', rows.postings)})`);
-  if (rows.events.length > 0) parts.push(`events_written as (${insert('events', rows.events)})`);
-  return { text: prepared(`with ${parts.join(',\n')} select count(*) from inserted`), values };
+  if (rows.transactions.length > 0) parts.push(`transactions as (${json.insert('ledger_transactions', rows.transactions)})`);
+  if (rows.postings.length > 0) parts.push(`postings as (${json.insert('ledger_postings', rows.postings)})`);
+  if (rows.events.length > 0) parts.push(`events_written as (${json.insert('events', rows.events)})`);
+  return { text: prepared(`with ${parts.join(',\n')} select count(*) from inserted`), values: json.values };
 }
 
 /** The ids of records whose (merchant, request_id) an earlier record of the same batch has: one statement cannot insert both. */
@@ -146,6 +139,22 @@ export async function takenRequests(db: Kysely<Database>, requests: RequestRow[]
       on requests.merchant_id = k.merchant_id and requests.request_id = k.request_id`.execute(db);
   const taken = new Set(found.rows.map((r) => `${r.merchant_id}\n${r.request_id}`));
   return requests.filter((r) => taken.has(`${r.merchant_id}\n${r.request_id}`)).map((r) => r.id);
+}
+
+/**
+ * Rows handed to a statement as JSON parameters, one per list: its text depends on the tables and
+ * columns only, never on how many rows there are, so it can be prepared once.
+ */
+export class JsonRows {
+  readonly values: string[] = [];
+  /** `select <columns> from json_populate_recordset(null::<table>, $n)`: the rows typed by the table's row type. */
+  select<T extends object>(table: string, rows: T[], columns = columnsOf(rows)): string {
+    this.values.push(jsonRows(rows));
+    return `select ${columns.join(', ')} from json_populate_recordset(null::${table}, $${this.values.length})`;
+  }
+  insert<T extends object>(table: string, rows: T[], columns = columnsOf(rows)): string {
+    return `insert into ${table} (${columns.join(', ')}) ${this.select(table, rows, columns)}`;
+  }
 }
 
 /** Every row of a list has the same columns (they are built by one function per table). */
