@@ -87,10 +87,17 @@ export class GatewayWriter {
 
   async #writeWhileQueued(): Promise<void> {
     try {
-      while (this.#queue.length > 0) await this.#write(this.#queue.splice(0, MAX_BATCH));
+      while (this.#queue.length > 0) {
+        await this.#write(this.#queue.splice(0, MAX_BATCH));
+        // Work that may wait, queued while that batch was written, waits for more to join it
+        // instead of following at once: a writer kept busy by batches of one would hold the hot
+        // wallets' rows locked nearly all the time, and the admissions on them would queue.
+        if (this.#drained.length === 0 && this.#queue.every((w) => w.job.waitMs !== undefined)) break;
+      }
     } finally {
       this.#busy = false;
-      for (const resolve of this.#drained.splice(0)) resolve();
+      if (this.#queue.length > 0) this.#lazy ??= setTimeout(() => this.#start(), Math.min(...this.#queue.map((w) => w.job.waitMs ?? 0)));
+      else for (const resolve of this.#drained.splice(0)) resolve();
     }
   }
 

@@ -1,4 +1,4 @@
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { formatMoney, parseMoney } from '../../src/domain/money.ts';
 import { lookupBasePrices } from '../../src/domain/prices.ts';
 import { resolveForwardCredential } from '../../src/gateway/credentials.ts';
@@ -48,6 +48,41 @@ describe.each(databasesUnderTest())('gateway writer on %s', (dialect) => {
       'alone e',
     ]);
     await writer.drain();
+  });
+
+  it('work that may wait, queued while a batch is written, waits for more to join it instead of following at once', async () => {
+    const writer = new GatewayWriter(t.storage);
+    const batches: string[][] = [];
+    let release!: () => void;
+    const firstBatchHeld = new Promise<void>((r) => (release = r));
+    const lazy: BatchJob<string, string> = {
+      order: 0,
+      waitMs: 1000,
+      inTransaction: async (_trx, _dialect, inputs) => {
+        batches.push(inputs);
+        if (batches.length === 1) await firstBatchHeld;
+        return inputs;
+      },
+      alone: async (_storage, input) => input,
+    };
+    const eager: BatchJob<string, string> = { ...lazy, waitMs: undefined };
+    const first = writer.run(eager, 'a');
+    await vi.waitFor(() => expect(batches).toEqual([['a']]));
+    const second = writer.run(lazy, 'b');
+    release();
+    await first;
+    // 'b' came while 'a' was written: it waits, and 'c', handed in well after 'a' was done, joins it.
+    await new Promise((r) => setTimeout(r, 50));
+    const third = writer.run(lazy, 'c');
+    expect(await Promise.all([second, third])).toEqual(['b', 'c']);
+    expect(batches).toEqual([['a'], ['b', 'c']]);
+
+    // A drain does not wait: what is queued is written at once.
+    const started = Date.now();
+    const fourth = writer.run(lazy, 'd');
+    await writer.drain();
+    expect(await fourth).toBe('d');
+    expect(Date.now() - started).toBeLessThan(900);
   });
 
   it('a batch of settlements with a duplicate member: the others settle, the duplicate charges nothing', async () => {
