@@ -227,7 +227,11 @@ function lockedOf(rows: LockedRow[]): Locked {
   return locked;
 }
 
-/** Fixed text, prepared once per connection: the counters as JSON rows, the wallet ids as an array. */
+/**
+ * Tier counters, then wallets, locked in one statement on PostgreSQL: the wallets' scan waits on a
+ * count of the counters upsert, so every counter is locked before the first wallet is. Fixed text,
+ * prepared once per connection: the counters travel as JSON rows, the wallet ids as an array.
+ */
 const LOCK_COUNTERS_AND_WALLETS = prepared(`
   with counters as (
     insert into meter_usage_counters (meter_id, connection_id, period_start, units)

@@ -12,9 +12,9 @@ export type Storage = {
   /** A short description without credentials, for logs. */
   describe: string;
   /**
-   * PostgreSQL only: connections in pipeline mode, for the group-commit writers. Statements sent
-   * together travel together (BEGIN with a batch's first statement, its last with COMMIT), so a
-   * batch pays two round trips instead of four.
+   * PostgreSQL only: connections in pipeline mode, for the POST /requests charge batches.
+   * Statements sent together travel together (BEGIN with a batch's first statement, its last with
+   * COMMIT), so a batch pays two round trips instead of four (pipelined-transaction.ts).
    */
   pipeline?: pg.Pool;
   close(): Promise<void>;
