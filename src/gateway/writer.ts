@@ -91,8 +91,10 @@ export class GatewayWriter {
         await this.#write(this.#queue.splice(0, MAX_BATCH));
         // Work that may wait, queued while that batch was written, waits for more to join it
         // instead of following at once: a writer kept busy by batches of one would hold the hot
-        // wallets' rows locked nearly all the time, and the admissions on them would queue.
-        if (this.#drained.length === 0 && this.#queue.every((w) => w.job.waitMs !== undefined)) break;
+        // wallets' rows locked nearly all the time, and the admissions on them would queue. A
+        // full batch goes at once, so a backlog cannot grow while the writer waits.
+        const mayWait = this.#queue.length < MAX_BATCH && this.#queue.every((w) => w.job.waitMs !== undefined);
+        if (this.#drained.length === 0 && mayWait) break;
       }
     } finally {
       this.#busy = false;
