@@ -15,6 +15,7 @@ import {
   chargeTransaction,
   counterId,
   counterKeyOf,
+  countersInKeyOrder,
   lockUsageCounters,
   mayChargeMerchantWallet,
   payerWalletOf,
@@ -199,8 +200,7 @@ type Locked = { positions: Map<string, bigint>; wallets: Map<string, WalletRow>;
  * in one global order: tier counters by key, then wallets by id).
  */
 function lockValues(counterKeys: CounterKey[], walletIds: string[]): [string, string[]] {
-  const keys = [...new Map(counterKeys.map((k) => [counterId(k), k])).entries()].sort(([a], [b]) => (a < b ? -1 : 1)).map(([, k]) => k);
-  const counters = jsonRows(keys.map((k) => ({ meter_id: k.meterId, connection_id: k.connectionId, period_start: k.periodStart, units: 0 })));
+  const counters = jsonRows(countersInKeyOrder(counterKeys).map((k) => ({ meter_id: k.meterId, connection_id: k.connectionId, period_start: k.periodStart, units: 0 })));
   return [counters, [...new Set(walletIds)].sort()];
 }
 

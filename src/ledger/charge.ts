@@ -350,6 +350,11 @@ export function counterKeyOf(input: ChargeInput, now: Date): CounterKey | null {
  */
 export const counterId = (key: CounterKey): string => `${key.meterId}\n${key.connectionId}\n${key.periodStart}`;
 
+/** Each counter once, in key order: the order every writer locks counters in. */
+export function countersInKeyOrder(keys: CounterKey[]): CounterKey[] {
+  return [...new Map(keys.map((k) => [counterId(k), k])).entries()].sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0)).map(([, k]) => k);
+}
+
 /**
  * Reads the (meter, connection) positions for the period and locks them until the transaction
  * ends, so two concurrent requests can never price at the same tier position. One statement: the
@@ -361,11 +366,11 @@ export async function lockUsageCounters(
   _dialect: Storage['dialect'],
   keys: CounterKey[],
 ): Promise<Map<string, bigint>> {
-  const unique = [...new Map(keys.map((k) => [counterId(k), k])).entries()].sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0));
+  const unique = countersInKeyOrder(keys);
   if (unique.length === 0) return new Map();
   const rows = await trx
     .insertInto('meter_usage_counters')
-    .values(unique.map(([, k]) => ({ meter_id: k.meterId, connection_id: k.connectionId, period_start: k.periodStart, units: 0n })))
+    .values(unique.map((k) => ({ meter_id: k.meterId, connection_id: k.connectionId, period_start: k.periodStart, units: 0n })))
     .onConflict((oc) =>
       oc.columns(['meter_id', 'connection_id', 'period_start']).doUpdateSet((eb) => ({ units: eb.ref('meter_usage_counters.units') })),
     )

@@ -16,17 +16,29 @@ import type { MeterRow } from '../storage/meters.ts';
 import type { Database } from '../storage/schema.ts';
 import {
   failPendingRecord,
+  insertMetadataRows,
   insertRequestRecord,
   metadataRollupAdditions,
   metadataRollupUpsert,
+  metadataRows,
   rollupAdditions,
   rollupUpsert,
   type RequestRow,
 } from '../storage/requests.ts';
 import { merchantRevenueAccount, providerCostsAccount, serviceChargesAccount, BUCKET_ORDER, walletAccount } from './accounts.ts';
-import { chargeRequest, MERCHANT_ONLY_PRICING, meterPricing, monthStart, type ChargeInput, type ChargeOutcome } from './charge.ts';
+import {
+  chargeRequest,
+  counterId,
+  lockUsageCounters,
+  MERCHANT_ONLY_PRICING,
+  meterPricing,
+  monthStart,
+  type ChargeInput,
+  type ChargeOutcome,
+  type CounterKey,
+} from './charge.ts';
 import { UnbalancedTransactionError, type Leg } from './postings.ts';
-import { insertHold, releaseHoldInTransaction } from './holds.ts';
+import { insertHold, releaseHoldInTransaction, type HoldRow } from './holds.ts';
 import { availableOf, lockWallets, releaseUnwritten, reserveUnwritten, splitDebit, type WalletRow } from './wallets.ts';
 
 /** A meter's pricing, parsed once per meter row (cached credentials share their rows). */
@@ -54,8 +66,6 @@ export function pricingFor(billing: BillingContext): { pricing: MeterPricing; wa
   // Gateway mode, metering-only and disabled billing: no fee; the merchant pays the base cost.
   return { pricing: MERCHANT_ONLY_PRICING, walletId: billing.merchantWalletId, meterPriced: false };
 }
-
-type HoldRow = { id: string; wallet_id: string; reference: string; amount: bigint; status: 'active'; created_at: string; expires_at: string };
 
 export type AdmitInput = {
   requestId: string;
@@ -247,18 +257,6 @@ async function admitInOneStatement(storage: Storage, inputs: AdmitInput[]): Prom
   return outcomes;
 }
 
-function metadataRows(records: RequestRow[]) {
-  return records.flatMap((row) =>
-    Object.entries(JSON.parse(row.metadata) as Record<string, string>).map(([key, value]) => ({
-      request_pk: row.id,
-      merchant_id: row.merchant_id,
-      key,
-      value,
-      created_at: row.created_at,
-    })),
-  );
-}
-
 /**
  * How long settlements and failures (off the response path) may wait for other work to share
  * their transaction: long enough that an idle instance writes a few requests per commit, instead
@@ -377,8 +375,7 @@ async function writeAdmissionRows(trx: Transaction<Database>, holds: HoldRow[], 
   }
   if (records.length === 0) return;
   await trx.insertInto('requests').values(records).execute();
-  const metadata = metadataRows(records);
-  if (metadata.length > 0) await trx.insertInto('request_metadata').values(metadata).execute();
+  await insertMetadataRows(trx, metadataRows(records));
 }
 
 const writeDeferredAdmissions = (trx: Transaction<Database>, writes: AdmissionWrite[]) =>
@@ -583,7 +580,7 @@ async function settleInTransaction(trx: Transaction<Database>, dialect: Storage[
     const key = counterOf(input);
     if (key) counterKeys.set(counterId(key), key);
   }
-  const positions = await lockCounters(trx, dialect, [...counterKeys.values()]);
+  const positions = await lockUsageCounters(trx, dialect, [...counterKeys.values()]);
 
   // Phase 1, before any wallet is locked: price each request at its tier position, complete
   // its record (a record no longer pending makes the batch run alone), roll it up.
@@ -704,40 +701,6 @@ async function settleInTransaction(trx: Transaction<Database>, dialect: Storage[
 }
 
 const walletState = (w: WalletRow) => `${w.balance} ${w.cycle_credit} ${w.bundle_credit} ${w.held}`;
-
-type CounterKey = { meterId: string; connectionId: string; periodStart: string };
-const counterId = (k: CounterKey) => `${k.meterId}\n${k.connectionId}\n${k.periodStart}`;
-
-/** Creates missing (meter, customer, period) counters and locks them all, in key order. */
-async function lockCounters(trx: Transaction<Database>, dialect: Storage['dialect'], keys: CounterKey[]): Promise<Map<string, bigint>> {
-  const positions = new Map<string, bigint>();
-  if (keys.length === 0) return positions;
-  const sorted = [...keys].sort((a, b) => (counterId(a) < counterId(b) ? -1 : 1));
-  await trx
-    .insertInto('meter_usage_counters')
-    .values(sorted.map((k) => ({ meter_id: k.meterId, connection_id: k.connectionId, period_start: k.periodStart, units: 0n })))
-    .onConflict((oc) => oc.columns(['meter_id', 'connection_id', 'period_start']).doNothing())
-    .execute();
-  const rows = await trx
-    .selectFrom('meter_usage_counters')
-    .select(['meter_id', 'connection_id', 'period_start', 'units'])
-    .where((eb) =>
-      eb.or(
-        sorted.map((k) =>
-          eb.and([eb('meter_id', '=', k.meterId), eb('connection_id', '=', k.connectionId), eb('period_start', '=', k.periodStart)]),
-        ),
-      ),
-    )
-    .orderBy('meter_id')
-    .orderBy('connection_id')
-    .orderBy('period_start')
-    .$call((q) => (dialect === 'postgres' ? q.forUpdate() : q))
-    .execute();
-  for (const row of rows) {
-    positions.set(counterId({ meterId: row.meter_id, connectionId: row.connection_id, periodStart: row.period_start }), BigInt(row.units));
-  }
-  return positions;
-}
 
 /** Takes `amount` out of a locked wallet in memory, bucket by bucket; the legs that record it. */
 function debit(wallet: WalletRow, amount: bigint): Leg[] {
