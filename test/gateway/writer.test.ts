@@ -85,6 +85,34 @@ describe.each(databasesUnderTest())('gateway writer on %s', (dialect) => {
     expect(Date.now() - started).toBeLessThan(900);
   });
 
+  it('a full batch of work that may wait goes at once, so a backlog cannot build up while the writer waits', async () => {
+    const writer = new GatewayWriter(t.storage);
+    const sizes: number[] = [];
+    let release!: () => void;
+    const firstBatchHeld = new Promise<void>((r) => (release = r));
+    const lazy: BatchJob<number, number> = {
+      order: 0,
+      waitMs: 10_000,
+      inTransaction: async (_trx, _dialect, inputs) => {
+        sizes.push(inputs.length);
+        if (sizes.length === 1) await firstBatchHeld;
+        return inputs;
+      },
+      alone: async (_storage, input) => input,
+    };
+    const first = writer.run({ ...lazy, waitMs: undefined }, 0);
+    await vi.waitFor(() => expect(sizes).toEqual([1]));
+    // 64 (a full batch) and more arrive while the first batch is written.
+    const backlog = Array.from({ length: 70 }, (_, i) => writer.run(lazy, i + 1));
+    release();
+    await first;
+    const full = Promise.all(backlog.slice(0, 64)).then(() => 'written');
+    expect(await Promise.race([full, new Promise((r) => setTimeout(() => r('still waiting'), 3_000))])).toBe('written');
+    expect(sizes.slice(0, 2)).toEqual([1, 64]);
+    await writer.drain();
+    expect(await Promise.all(backlog)).toEqual(Array.from({ length: 70 }, (_, i) => i + 1));
+  });
+
   it('a batch of settlements with a duplicate member: the others settle, the duplicate charges nothing', async () => {
     const { merchant, secretKey } = await t.newMerchant('Batch').then((m) => ({ merchant: m, secretKey: m.secretKey }));
     await creditWallet(t.storage, merchant.walletId, parseMoney('5'));
