@@ -62,6 +62,13 @@ export const configSchema = z.object({
   UPSTREAM_IDLE_TIMEOUT_MS: z.coerce.number().int().min(1).default(300_000),
   /** A hold not settled within this time is released (crash safety). */
   HOLD_TTL_MS: z.coerce.number().int().min(1000).default(15 * 60_000),
+  /**
+   * PostgreSQL: admissions within one second that make a wallet hot, so this instance admits its
+   * requests from a leased slice of it (decision 0013); `off` never leases.
+   */
+  WALLET_LEASE_HOT_AFTER: z.union([z.literal('off'), z.coerce.number().int().min(0)]).default(32),
+  /** A wallet lease unused this long is given back. */
+  WALLET_LEASE_IDLE_MS: z.coerce.number().int().min(10).default(2000),
   /** Output tokens assumed for the hold when a request sets no max_tokens. */
   DEFAULT_MAX_OUTPUT_TOKENS: z.coerce.number().int().min(1).default(4096),
   OPENAI_API_KEY: z.string().min(1).optional(),
@@ -85,6 +92,9 @@ export type Config = {
   upstreamTimeoutMs: number;
   upstreamIdleTimeoutMs: number;
   holdTtlMs: number;
+  /** Null when wallet leases are off. */
+  walletLeaseHotAfter: number | null;
+  walletLeaseIdleMs: number;
   defaultMaxOutputTokens: number;
 };
 
@@ -119,6 +129,8 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     upstreamTimeoutMs: c.UPSTREAM_TIMEOUT_MS,
     upstreamIdleTimeoutMs: c.UPSTREAM_IDLE_TIMEOUT_MS,
     holdTtlMs: c.HOLD_TTL_MS,
+    walletLeaseHotAfter: c.WALLET_LEASE_HOT_AFTER === 'off' ? null : c.WALLET_LEASE_HOT_AFTER,
+    walletLeaseIdleMs: c.WALLET_LEASE_IDLE_MS,
     defaultMaxOutputTokens: c.DEFAULT_MAX_OUTPUT_TOKENS,
   };
 }

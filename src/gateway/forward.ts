@@ -7,7 +7,8 @@ import type { BasePrices } from '../domain/pricing.ts';
 import { ApiError, envelope, ERRORS, type ErrorCode } from '../http/errors.ts';
 import { METADATA_HEADER, outsideMetadata, type Metadata } from '../http/metadata.ts';
 import type { App, AppDeps } from '../http/types.ts';
-import { ADMIT_JOB, admitDeferred, pricingFor, type AdmissionWrite, type AdmitInput, type DeferredAdmission } from '../ledger/forwarded.ts';
+import { ADMIT_JOB, admitDeferred, payingWalletIds, pricingFor, type AdmissionWrite, type AdmitInput, type DeferredAdmission } from '../ledger/forwarded.ts';
+import { WalletLeases } from '../ledger/leases.ts';
 import { createRegistry, type ProviderModule, type ProviderRegistry } from '../providers/index.ts';
 import { credentialCacheFor } from './credential-cache.ts';
 import { extractCredential, resolveCredential, type BillingContext } from './credentials.ts';
@@ -27,8 +28,10 @@ export type Gateway = {
   writer: GatewayWriter;
   /** Group commit of work off the response path: settlements, failures, deferred admission writes. */
   background: GatewayWriter;
-  /** Keeps the holds of requests still relaying from expiring. */
+  /** Keeps the holds of requests still relaying (and wallet leases) from expiring. */
   holds: HoldKeeper;
+  /** PostgreSQL: this instance's leases on hot wallets (decision 0013); null on SQLite or when off. */
+  leases: WalletLeases | null;
   /** True once the app started closing (hijacked responses then close their connections). */
   closing: boolean;
   /** Base prices by provider and model (see pricesOf). */
@@ -45,6 +48,8 @@ export function createGateway(deps: AppDeps, app: App): Gateway {
   // the previous request's settlement.
   const writer = new GatewayWriter(deps.storage, app.log);
   const background = new GatewayWriter(deps.storage, app.log);
+  const holds = new HoldKeeper(deps.storage, deps.config.holdTtlMs, app.log);
+  const { walletLeaseHotAfter: hotAfter, walletLeaseIdleMs: idleMs, holdTtlMs: ttlMs } = deps.config;
   const gateway: Gateway = {
     registry: createRegistry({ custom: deps.config.customProviders }),
     agent: createUpstreamAgent({
@@ -54,7 +59,9 @@ export function createGateway(deps: AppDeps, app: App): Gateway {
     settlements: new Settlements(app.log, background),
     writer,
     background,
-    holds: new HoldKeeper(deps.storage, deps.config.holdTtlMs, app.log),
+    holds,
+    leases:
+      deps.storage.dialect === 'postgres' && hotAfter !== null ? new WalletLeases(deps.storage, holds, { hotAfter, idleMs, ttlMs }, app.log) : null,
     closing: false,
     prices: new Map(),
     targets: new Map(),
@@ -67,6 +74,8 @@ export function createGateway(deps: AppDeps, app: App): Gateway {
     await gateway.holds.close();
     await background.drain();
     await gateway.writer.drain();
+    // Every settlement is written: no admission's share is left in a lease.
+    await gateway.leases?.close();
     await gateway.agent.close();
     await closeSpendKeyGuard(deps.config);
   });
@@ -262,12 +271,7 @@ async function planForward(
     },
     spendKeyRequest,
   };
-  // The embedded shape decides in process and writes later (decision 0011); a spend key's limits
-  // and every PostgreSQL decision are taken in the database before the provider is called.
-  const admitted: DeferredAdmission =
-    storage.dialect === 'sqlite' && !billing.spendKey
-      ? await admitDeferred(storage, gateway.background, admission)
-      : await gateway.writer.run(ADMIT_JOB, admission);
+  const admitted = await admit(storage, gateway, admission);
   if (admitted.outcome === 'insufficient_balance') {
     throw new ApiError('insufficient_balance', undefined, { headers: { [REQUEST_ID_HEADER]: requestId } });
   }
@@ -291,6 +295,19 @@ async function planForward(
     providerKeyType,
     metadata,
   };
+}
+
+/**
+ * The embedded shape decides in process and writes later (decision 0011), and so do PostgreSQL
+ * requests on hot wallets, taken from this instance's leases on them (decision 0013). A spend
+ * key's limits and every other PostgreSQL decision are taken in the database before the provider
+ * is called.
+ */
+function admit(storage: AppDeps['storage'], gateway: Gateway, admission: AdmitInput): Promise<DeferredAdmission> {
+  if (admission.billing.spendKey) return gateway.writer.run(ADMIT_JOB, admission);
+  if (storage.dialect === 'sqlite') return admitDeferred(storage, gateway.background, admission);
+  if (gateway.leases?.serves(payingWalletIds(admission))) return admitDeferred(storage, gateway.background, admission, gateway.leases);
+  return gateway.writer.run(ADMIT_JOB, admission);
 }
 
 async function forward(deps: AppDeps, gateway: Gateway, plan: ForwardPlan, res: ServerResponse): Promise<void> {

@@ -40,6 +40,7 @@ import {
 import { UnbalancedTransactionError, type Leg } from './postings.ts';
 import { insertHold, releaseHoldInTransaction, type HoldRow } from './holds.ts';
 import { availableOf, lockWallets, releaseUnwritten, reserveUnwritten, splitDebit, type WalletRow } from './wallets.ts';
+import { markLeaseLost, type Lease, type WalletLeases } from './leases.ts';
 
 /** A meter's pricing, parsed once per meter row (cached credentials share their rows). */
 const pricingOfMeter = new WeakMap<MeterRow, MeterPricing>();
@@ -282,6 +283,11 @@ export type AdmissionWrite = {
   state: 'queued' | 'writing' | 'merged';
   /** Settles once the holds and the pending record are committed (or failed to be, or were merged). */
   written: Promise<void>;
+  /**
+   * Set when the holds were taken from wallet leases (PostgreSQL, decision 0013) instead of being
+   * reserved in process: each hold's share is still in its wallet's lease row until written or settled.
+   */
+  leased?: { leases: WalletLeases; byWallet: Map<string, Lease> };
 };
 
 export type DeferredAdmission = AdmitOutcome & { deferred?: AdmissionWrite };
@@ -295,17 +301,23 @@ export function takeOverAdmission(write: AdmissionWrite | undefined): write is A
 
 /** The in-memory reservation of a deferred admission ends: its holds are in `held` now, or settled. */
 export function releaseDeferredHolds(write: AdmissionWrite): void {
+  if (write.leased) {
+    for (const lease of write.leased.byWallet.values()) write.leased.leases.end(lease);
+    return;
+  }
   for (const hold of write.holds) releaseUnwritten(hold.wallet_id, hold.amount);
 }
 
 /**
- * The embedded shape's admission (SQLite: one process owns the database, DESIGN §2): the same
- * decision as admitRequest, taken against the wallets as committed minus every hold this process
- * admitted and has not written yet, with the connection held so no transaction is half done
- * while it reads. The holds are reserved in memory at once; their rows and the pending record are
- * written by `writer` off the response path, batched with settlements. Decision 0011.
+ * Admission decided in process, written later (decision 0011). The embedded shape (SQLite: one
+ * process owns the database, DESIGN §2) takes the same decision as admitRequest against the
+ * wallets as committed minus every hold this process admitted and has not written yet, with the
+ * connection held so no transaction is half done while it reads; the holds are reserved in memory
+ * at once. With `leases` (PostgreSQL, decision 0013) the holds are taken from this instance's
+ * leases on the paying wallets instead. Either way the holds' rows and the pending record are
+ * written by `writer` off the response path, batched with settlements.
  */
-export async function admitDeferred(storage: Storage, writer: GatewayWriter, input: AdmitInput): Promise<DeferredAdmission> {
+export async function admitDeferred(storage: Storage, writer: GatewayWriter, input: AdmitInput, leases?: WalletLeases): Promise<DeferredAdmission> {
   const parts = holdParts(input.walletId, input.billing.merchantWalletId, input.estimate);
   const now = input.now ?? new Date();
   const createdAt = now.toISOString();
@@ -322,19 +334,14 @@ export async function admitDeferred(storage: Storage, writer: GatewayWriter, inp
   }));
   const deferred: AdmissionWrite = { holds, record: pendingRecord(input, recordId, createdAt), state: 'queued', written: Promise.resolve() };
 
-  const walletIds = [...new Set(parts.map((part) => part.walletId))];
-  const refused = await storage.db.connection().execute(async (db) => {
-    const rows = walletIds.length > 0 ? (await db.executeQuery(walletBalancesQuery(walletIds))).rows : [];
-    const wallets = new Map(rows.map((row) => [row.id, row]));
-    const refusal = parts.find((part) => {
-      const available = availableOf(wallets.get(part.walletId)!);
-      return available < part.amount || available <= 0n;
-    });
-    // Reserved before the connection is let go: no other decision sees these wallets without them.
-    if (!refusal) for (const part of parts) reserveUnwritten(part.walletId, part.amount);
-    return refusal;
-  });
-  if (refused) return { outcome: 'insufficient_balance', payer: refused.payer };
+  if (leases) {
+    const taken = await takeFromLeases(leases, parts);
+    if (!(taken instanceof Map)) return { outcome: 'insufficient_balance', payer: taken.payer };
+    deferred.leased = { leases, byWallet: taken };
+  } else {
+    const refused = await reserveInProcess(storage, parts);
+    if (refused) return { outcome: 'insufficient_balance', payer: refused.payer };
+  }
 
   // Handed to the writer only once the request has run a while: most settle before that and take
   // their admission over. A merged admission's reservation ends with its settlement instead.
@@ -346,6 +353,36 @@ export async function admitDeferred(storage: Storage, writer: GatewayWriter, inp
   // Its failure is reported where it is awaited (the settlement); never as an unhandled rejection.
   deferred.written.catch(() => undefined);
   return { outcome: 'admitted', recordId, holdIds: holds.map((hold) => hold.id), createdAt, deferred };
+}
+
+/** The embedded decision: the first part its wallet cannot cover, or nothing (then all are reserved). */
+async function reserveInProcess(storage: Storage, parts: HoldPart[]): Promise<HoldPart | undefined> {
+  const walletIds = [...new Set(parts.map((part) => part.walletId))];
+  return storage.db.connection().execute(async (db) => {
+    const rows = walletIds.length > 0 ? (await db.executeQuery(walletBalancesQuery(walletIds))).rows : [];
+    const wallets = new Map(rows.map((row) => [row.id, row]));
+    const refusal = parts.find((part) => {
+      const available = availableOf(wallets.get(part.walletId)!);
+      return available < part.amount || available <= 0n;
+    });
+    // Reserved before the connection is let go: no other decision sees these wallets without them.
+    if (!refusal) for (const part of parts) reserveUnwritten(part.walletId, part.amount);
+    return refusal;
+  });
+}
+
+/** Each part from its wallet's lease (one part per wallet); the refused part when one cannot be covered. */
+async function takeFromLeases(leases: WalletLeases, parts: HoldPart[]): Promise<Map<string, Lease> | HoldPart> {
+  const taken = new Map<string, Lease>();
+  for (const part of parts) {
+    const lease = await leases.take(part.walletId, part.amount);
+    if (!lease) {
+      for (const [walletId, earlier] of taken) leases.giveBack(earlier, parts.find((p) => p.walletId === walletId)!.amount);
+      return part;
+    }
+    taken.set(part.walletId, lease);
+  }
+  return taken;
 }
 
 /**
@@ -361,10 +398,20 @@ function walletBalancesQuery(ids: string[]): CompiledQuery<Pick<WalletRow, 'id' 
 /**
  * The rows admissions leave: their holds, each wallet's `held` raised by what they hold on it, the
  * pending records and their metadata. Used by the batch admission and by deferred admission writes.
+ * A hold taken from a lease is carved out of it instead: the lease row gives up its share and
+ * `held` stays as it is (unless the lease expired meanwhile; then the hold is held anew).
  */
-async function writeAdmissionRows(trx: Transaction<Database>, holds: HoldRow[], records: RequestRow[]): Promise<void> {
+async function writeAdmissionRows(
+  trx: Transaction<Database>,
+  holds: HoldRow[],
+  records: RequestRow[],
+  leaseOf: (hold: HoldRow) => Lease | undefined = () => undefined,
+): Promise<void> {
+  const carved = await carveFromLeases(trx, holds, leaseOf);
   const heldBy = new Map<string, bigint>();
-  for (const hold of holds) heldBy.set(hold.wallet_id, (heldBy.get(hold.wallet_id) ?? 0n) + hold.amount);
+  for (const hold of holds) {
+    if (!carved.has(hold)) heldBy.set(hold.wallet_id, (heldBy.get(hold.wallet_id) ?? 0n) + hold.amount);
+  }
   if (holds.length > 0) await trx.insertInto('holds').values(holds).execute();
   for (const [walletId, amount] of [...heldBy].sort(([a], [b]) => (a < b ? -1 : 1))) {
     await trx
@@ -378,12 +425,44 @@ async function writeAdmissionRows(trx: Transaction<Database>, holds: HoldRow[], 
   await insertMetadataRows(trx, metadataRows(records));
 }
 
-const writeDeferredAdmissions = (trx: Transaction<Database>, writes: AdmissionWrite[]) =>
-  writeAdmissionRows(
+/** Moves each leased hold's share out of its lease row; the holds whose lease was still active. */
+async function carveFromLeases(trx: Transaction<Database>, holds: HoldRow[], leaseOf: (hold: HoldRow) => Lease | undefined): Promise<Set<HoldRow>> {
+  const byLease = new Map<Lease, HoldRow[]>();
+  for (const hold of holds) {
+    const lease = leaseOf(hold);
+    if (lease) byLease.set(lease, [...(byLease.get(lease) ?? []), hold]);
+  }
+  const carved = new Set<HoldRow>();
+  for (const [lease, leased] of byLease) {
+    const share = leased.reduce((sum, hold) => sum + hold.amount, 0n);
+    const shrunk = await trx
+      .updateTable('holds')
+      .set((eb) => ({ amount: eb('amount', '-', share) }))
+      .where('id', '=', lease.holdId)
+      .where('status', '=', 'active')
+      .returning('id')
+      .executeTakeFirst();
+    if (shrunk) for (const hold of leased) carved.add(hold);
+    else markLeaseLost(lease);
+  }
+  return carved;
+}
+
+const writeDeferredAdmissions = (trx: Transaction<Database>, writes: AdmissionWrite[]) => {
+  const leaseOf = new Map<HoldRow, Lease>();
+  for (const write of writes) {
+    for (const hold of write.holds) {
+      const lease = write.leased?.byWallet.get(hold.wallet_id);
+      if (lease) leaseOf.set(hold, lease);
+    }
+  }
+  return writeAdmissionRows(
     trx,
     writes.flatMap((write) => write.holds),
     writes.map((write) => write.record),
+    (hold) => leaseOf.get(hold),
   );
+};
 
 /** Takes the queued members of a batch for writing; merged ones are their settlement's to write. */
 function takeQueued(inputs: AdmissionWrite[]): AdmissionWrite[] {
@@ -420,6 +499,10 @@ export const ADMIT_JOB: BatchJob<AdmitInput, AdmitOutcome> = {
 };
 
 type HoldPart = { walletId: string; amount: bigint; payer: 'wallet' | 'merchant' };
+
+/** The wallets an admission holds anything on. */
+export const payingWalletIds = (input: AdmitInput): string[] =>
+  holdParts(input.walletId, input.billing.merchantWalletId, input.estimate).map((part) => part.walletId);
 
 /** The holds to place; a wallet only counts as paying when its part of the estimate is above zero. */
 function holdParts(walletId: string, merchantWalletId: string, estimate: { wallet: bigint; merchant: bigint }): HoldPart[] {
@@ -646,18 +729,20 @@ async function settleInTransaction(trx: Transaction<Database>, dialect: Storage[
   const releasedById = new Map(released.map((hold) => [hold.id, hold]));
 
   const outcomes: ChargeOutcome[] = [];
+  const leaseShrinks = new Map<Lease, bigint>();
   const transactions: { id: string; reference: string; description: string; merchantId: string; legs: Leg[] }[] = [];
   const events: { id: string; merchant_id: string; type: string; payload: string; created_at: string }[] = [];
   const changedWallets = new Set<WalletRow>();
   for (const [i, input] of inputs.entries()) {
     const price = priced[i]!;
+    const customerWallet = wallets.get(input.billing.connection?.wallet_id ?? input.billing.merchantWalletId)!;
+    const merchantWallet = wallets.get(input.billing.merchantWalletId)!;
     // This request's holds end as it is charged, so its balance events show what it left held.
     for (const holdId of input.merged ? [] : input.holdIds) {
       const hold = releasedById.get(holdId)!;
       wallets.get(hold.wallet_id)!.held -= BigInt(hold.amount);
     }
-    const customerWallet = wallets.get(input.billing.connection?.wallet_id ?? input.billing.merchantWalletId)!;
-    const merchantWallet = wallets.get(input.billing.merchantWalletId)!;
+    if (input.merged?.leased) settleLeasedShares(input.merged, price, customerWallet, merchantWallet, leaseShrinks);
     const merchantId = input.billing.merchantId;
     const legs: Leg[] = [
       ...debit(customerWallet, price.totals.wallet),
@@ -686,11 +771,23 @@ async function settleInTransaction(trx: Transaction<Database>, dialect: Storage[
         .set({ balance: wallet.balance, cycle_credit: wallet.cycle_credit, bundle_credit: wallet.bundle_credit, held: wallet.held })
         .where('id', '=', wallet.id),
     }));
-  await executeWrites(trx, dialect, [
+  const leaseWrites: Write[] = [...leaseShrinks].map(([lease, amount]) => ({
+    query: trx
+      .updateTable('holds')
+      .set((eb) => ({ amount: eb('amount', '-', amount) }))
+      .where('id', '=', lease.holdId)
+      .where('status', '=', 'active')
+      .returning('id'),
+    counted: true,
+  }));
+  const written = await executeWrites(trx, dialect, [
+    ...leaseWrites,
     ...walletWrites,
     ...ledgerWrites(trx, transactions, at),
     ...(events.length > 0 ? [{ query: trx.insertInto('events').values(events) }] : []),
   ]);
+  // A lease that expired meanwhile: each member alone writes its admission as its own hold first.
+  if (written.slice(0, leaseWrites.length).some((n) => n !== 1)) throw new RunAlone();
   // Spend keys last, in id order.
   const withKeys = inputs
     .map((input, i) => ({ input, outcome: outcomes[i]! }))
@@ -698,6 +795,24 @@ async function settleInTransaction(trx: Transaction<Database>, dialect: Storage[
     .sort((a, b) => (a.input.billing.spendKey!.id < b.input.billing.spendKey!.id ? -1 : 1));
   for (const { input, outcome } of withKeys) await finishReservation(trx, dialect, input.recordId, spendOf(outcome));
   return outcomes;
+}
+
+/**
+ * A settlement that took over an admission taken from leases: each hold's share leaves its lease
+ * row (and `held`) now, and so does what the request costs that wallet beyond its share while the
+ * lease still has it free, so a lease never promises what its wallet has already paid.
+ */
+function settleLeasedShares(write: AdmissionWrite, price: PricedRequest, customerWallet: WalletRow, merchantWallet: WalletRow, shrinks: Map<Lease, bigint>): void {
+  for (const hold of write.holds) {
+    const lease = write.leased!.byWallet.get(hold.wallet_id)!;
+    const wallet = hold.wallet_id === customerWallet.id ? customerWallet : merchantWallet;
+    const cost = (wallet === customerWallet ? price.totals.wallet : 0n) + (wallet === merchantWallet ? price.totals.merchant : 0n);
+    const beyond = cost - hold.amount;
+    const extra = beyond <= 0n ? 0n : beyond < lease.free ? beyond : lease.free;
+    lease.free -= extra;
+    wallet.held -= hold.amount + extra;
+    shrinks.set(lease, (shrinks.get(lease) ?? 0n) + hold.amount + extra);
+  }
 }
 
 const walletState = (w: WalletRow) => `${w.balance} ${w.cycle_credit} ${w.bundle_credit} ${w.held}`;

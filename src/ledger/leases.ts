@@ -1,0 +1,234 @@
+/**
+ * Wallet leases (decision 0013). On PostgreSQL every admission used to cost a round trip and a
+ * durable commit on the response path. An instance serving many requests from one wallet now
+ * reserves a slice of it once — a hold row of its own, whose reference is its own id — and admits
+ * those requests from the slice in process. Other instances and POST /requests see the slice as
+ * held, exactly like any hold, so the wallet is never promised twice.
+ *
+ * A request taken from a lease is written later, as on SQLite (decision 0011): its settlement
+ * moves its share out of the lease row (`amount` down, wallet `held` down), or, when it runs long,
+ * its own hold row is carved out of the lease. A lease unused for a while, or at shutdown, is given
+ * back; a lease whose instance died expires like any hold (HOLD_TTL_MS).
+ */
+import type { FastifyBaseLogger } from 'fastify';
+import { newId } from '../domain/ids.ts';
+import type { HoldKeeper } from '../gateway/hold-keeper.ts';
+import type { Storage } from '../storage/db.ts';
+import { releaseHold } from './holds.ts';
+import { availableOf, lockWallets } from './wallets.ts';
+
+/** A top-up asks for this many times the request's share, so most requests find the slice ready. */
+const REQUESTS_PER_TOP_UP = 64n;
+/** No top-up takes more than this share of what the wallet has available (beyond what it needs). */
+const MAX_SHARE_OF_AVAILABLE = 4n;
+
+export type Lease = {
+  /** The lease's hold row. */
+  readonly holdId: string;
+  readonly walletId: string;
+  /** What admissions may still take from it. */
+  free: bigint;
+  /** Admissions taken from it whose share is still in the lease row (unsettled and not written). */
+  inFlight: number;
+  lastUsed: number;
+  /** Given back, or found expired: nothing more is taken from it. */
+  retired: boolean;
+};
+
+export type LeaseOptions = { hotAfter: number; idleMs: number; ttlMs: number };
+
+export class WalletLeases {
+  readonly #storage: Storage;
+  readonly #keeper: HoldKeeper;
+  readonly #options: LeaseOptions;
+  readonly #log: Pick<FastifyBaseLogger, 'warn'>;
+  readonly #leases = new Map<string, Lease>();
+  readonly #topUps = new Map<string, Promise<boolean>>();
+  /** Admissions per wallet in the current second: what makes a wallet hot. */
+  readonly #hits = new Map<string, { second: number; count: number }>();
+  readonly #releases = new Set<Promise<void>>();
+  readonly #released = new WeakSet<Lease>();
+  readonly #timer: NodeJS.Timeout;
+
+  constructor(storage: Storage, keeper: HoldKeeper, options: LeaseOptions, log: Pick<FastifyBaseLogger, 'warn'>) {
+    this.#storage = storage;
+    this.#keeper = keeper;
+    this.#options = options;
+    this.#log = log;
+    this.#timer = setInterval(() => this.#retireIdle(), Math.max(5, Math.floor(options.idleMs / 2)));
+    this.#timer.unref();
+  }
+
+  /**
+   * Counts an admission on these wallets; true when every one of them is hot (or already leased),
+   * so the admission is served from leases.
+   */
+  serves(walletIds: readonly string[]): boolean {
+    const second = Math.floor(Date.now() / 1000);
+    let hot = walletIds.length > 0;
+    for (const walletId of walletIds) {
+      let hits = this.#hits.get(walletId);
+      if (!hits || hits.second !== second) {
+        if (this.#hits.size > 10_000) this.#forgetOldHits(second);
+        hits = { second, count: 0 };
+        this.#hits.set(walletId, hits);
+      }
+      hits.count += 1;
+      if (hits.count <= this.#options.hotAfter && !this.#leases.has(walletId)) hot = false;
+    }
+    return hot;
+  }
+
+  /**
+   * Takes `amount` from the wallet's lease, topping the lease up (or opening one) in the database
+   * first when it is short. Null when the wallet cannot cover it: the admission is refused.
+   */
+  async take(walletId: string, amount: bigint): Promise<Lease | null> {
+    for (;;) {
+      let lease = this.#leases.get(walletId);
+      if (lease?.retired) {
+        // Found expired by a write (markLeaseLost): a new lease replaces it.
+        this.#retire(lease);
+        lease = undefined;
+      }
+      if (lease) lease.lastUsed = Date.now();
+      if (lease && lease.free >= amount && lease.free > 0n) {
+        lease.free -= amount;
+        lease.inFlight += 1;
+        return lease;
+      }
+      // One top-up per wallet at a time; whoever waited looks again at what it left.
+      const pending = this.#topUps.get(walletId);
+      if (pending) {
+        await pending;
+        continue;
+      }
+      const topUp = this.#topUp(walletId, amount - (lease?.free ?? 0n), amount * REQUESTS_PER_TOP_UP);
+      this.#topUps.set(walletId, topUp);
+      const granted = await topUp.finally(() => this.#topUps.delete(walletId));
+      if (!granted) return null;
+    }
+  }
+
+  /** An admission taken from the lease was refused elsewhere: its share goes back. */
+  giveBack(lease: Lease, amount: bigint): void {
+    if (!lease.retired) lease.free += amount;
+    this.end(lease);
+  }
+
+  /** The share of an admission taken from the lease has left the lease row (settled or written). */
+  end(lease: Lease): void {
+    lease.inFlight -= 1;
+    if (lease.retired && lease.inFlight === 0) this.#release(lease);
+  }
+
+  /** Gives every lease back (shutdown, after every settlement was written). */
+  async close(): Promise<void> {
+    clearInterval(this.#timer);
+    for (const lease of [...this.#leases.values()]) this.#retire(lease);
+    while (this.#releases.size > 0) await Promise.allSettled([...this.#releases]);
+  }
+
+  /**
+   * Raises the wallet's lease by at least `need` (by `want` when the wallet has plenty), opening
+   * the lease when there is none; false when the wallet's available balance cannot cover `need`
+   * or is not above zero.
+   */
+  async #topUp(walletId: string, need: bigint, want: bigint): Promise<boolean> {
+    const current = this.#leases.get(walletId);
+    const now = new Date();
+    try {
+      const opened = current ? null : newId('hold');
+      const granted = await this.#storage.db.transaction().execute(async (trx) => {
+        const wallet = (await lockWallets(trx, 'postgres', [walletId])).get(walletId);
+        if (!wallet) return 0n;
+        const available = availableOf(wallet);
+        if (available < need || available <= 0n) return 0n;
+        const capped = available / MAX_SHARE_OF_AVAILABLE;
+        const amount = want < capped ? want : capped > need ? capped : need;
+        const expiresAt = new Date(now.getTime() + this.#options.ttlMs).toISOString();
+        if (current) {
+          const grown = await trx
+            .updateTable('holds')
+            .set((eb) => ({ amount: eb('amount', '+', amount), expires_at: expiresAt }))
+            .where('id', '=', current.holdId)
+            .where('status', '=', 'active')
+            .returning('id')
+            .executeTakeFirst();
+          if (!grown) throw new LeaseLost();
+        } else {
+          await trx
+            .insertInto('holds')
+            .values({ id: opened!, wallet_id: walletId, reference: opened!, amount, status: 'active', created_at: now.toISOString(), expires_at: expiresAt })
+            .execute();
+        }
+        await trx
+          .updateTable('wallets')
+          .set({ held: wallet.held + amount })
+          .where('id', '=', walletId)
+          .execute();
+        return amount;
+      });
+      if (granted === 0n) return false;
+      const lease = opened ? this.#open(opened, walletId) : current!;
+      lease.free += granted;
+      return true;
+    } catch (error) {
+      // A lease found expired is replaced by a new one on the next look.
+      if (current) this.#retire(current);
+      if (error instanceof LeaseLost) return true;
+      throw error;
+    }
+  }
+
+  /** A new lease row is committed: admissions take from it from now on, and it is renewed. */
+  #open(holdId: string, walletId: string): Lease {
+    const lease: Lease = { holdId, walletId, free: 0n, inFlight: 0, lastUsed: Date.now(), retired: false };
+    this.#leases.set(walletId, lease);
+    this.#keeper.add([holdId]);
+    return lease;
+  }
+
+  /** Nothing more is taken from the lease; its row is given back once no admission's share is in it. */
+  #retire(lease: Lease): void {
+    lease.retired = true;
+    lease.free = 0n;
+    if (this.#leases.get(lease.walletId) === lease) this.#leases.delete(lease.walletId);
+    if (lease.inFlight === 0) this.#release(lease);
+  }
+
+  /** Gives the whole lease row back, whatever it still holds (shares written or settled have left it). */
+  #release(lease: Lease): void {
+    if (this.#released.has(lease)) return;
+    this.#released.add(lease);
+    this.#keeper.delete([lease.holdId]);
+    const release = releaseHold(this.#storage, lease.holdId)
+      .then(() => undefined)
+      .catch((err: unknown) => this.#log.warn({ err, holdId: lease.holdId }, 'could not give a wallet lease back; it expires with its TTL'))
+      .finally(() => this.#releases.delete(release));
+    this.#releases.add(release);
+  }
+
+  #retireIdle(): void {
+    const idleSince = Date.now() - this.#options.idleMs;
+    for (const lease of [...this.#leases.values()]) {
+      if (lease.retired || (lease.lastUsed < idleSince && !this.#topUps.has(lease.walletId))) this.#retire(lease);
+    }
+  }
+
+  #forgetOldHits(second: number): void {
+    for (const [walletId, hits] of this.#hits) if (hits.second !== second) this.#hits.delete(walletId);
+  }
+}
+
+/**
+ * A write found the lease row no longer active (it expired): nothing more is taken from it, and
+ * the next admission on its wallet opens a new lease.
+ */
+export function markLeaseLost(lease: Lease): void {
+  lease.retired = true;
+  lease.free = 0n;
+}
+
+/** The lease row was no longer active when a top-up tried to raise it. */
+class LeaseLost extends Error {}
