@@ -1,0 +1,252 @@
+import { setTimeout as sleep } from 'node:timers/promises';
+import { sql } from 'kysely';
+import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { parseMoney } from '../../src/domain/money.ts';
+import { lookupBasePrices } from '../../src/domain/prices.ts';
+import { resolveForwardCredential } from '../../src/gateway/credentials.ts';
+import { estimateHold } from '../../src/gateway/estimate.ts';
+import { sweepExpiredHolds } from '../../src/gateway/settle.ts';
+import { pricingFor } from '../../src/ledger/forwarded.ts';
+import { verifyLedger } from '../../src/ledger/verify.ts';
+import { creditWallet, findWallet } from '../../src/ledger/wallets.ts';
+import { startTestApp, type Merchant, type TestApp } from '../helpers/app.ts';
+import { startGatewayOnMock } from '../helpers/gateway.ts';
+import type { MockUpstream } from '../helpers/mock-upstream.ts';
+
+/**
+ * Wallet leases (decision 0013, PostgreSQL only): a hot wallet's requests are admitted from a
+ * slice this instance reserved as a hold row of its own, and written later. These tests make
+ * every wallet hot from its first request (WALLET_LEASE_HOT_AFTER=0) and prove that the money
+ * stays exact: what other instances may admit, what a settlement charges, what is held, and that
+ * a lease is given back when idle and at shutdown, and replaced when it expired.
+ */
+
+const OPENAI_CHAT = `u=${encodeURIComponent('https://api.openai.com/v1/chat/completions')}`;
+const LEASE_ENV = { WALLET_LEASE_HOT_AFTER: '0', WALLET_LEASE_IDLE_MS: '300', HOLD_TTL_MS: '60000' };
+const body = JSON.stringify({ model: 'gpt-4o', max_tokens: 2000, messages: [{ role: 'user', content: 'one two three four five six seven eight' }] });
+// 300 one-letter words: the hold counts ~150 input tokens (4 characters each), the mock bills 300.
+const costly = JSON.stringify({ model: 'gpt-4o', max_tokens: 10, messages: [{ role: 'user', content: Array(300).fill('a').join(' ') }] });
+
+describe.skipIf(!process.env.TEST_DATABASE_URL)('wallet leases on postgres', () => {
+  let upstream: MockUpstream;
+  let t: TestApp;
+  let base: string;
+
+  beforeAll(async () => {
+    ({ upstream, t, base } = await startGatewayOnMock('postgres', {
+      providerHosts: ['api.openai.com'],
+      providerKeys: { openai: 'sk-managed-openai' },
+      env: LEASE_ENV,
+    }));
+  });
+  afterEach(() => upstream.reset());
+  afterAll(async () => {
+    await t?.close();
+    await upstream?.close();
+  });
+
+  const wallet = async (id: string) => (await findWallet(t.storage, id))!;
+  const activeHolds = (walletId: string) =>
+    t.storage.db.selectFrom('holds').select(['id', 'reference', 'amount']).where('wallet_id', '=', walletId).where('status', '=', 'active').execute();
+  /** A lease is a hold whose reference is its own id. */
+  const leasesOf = async (walletId: string) => (await activeHolds(walletId)).filter((h) => h.reference === h.id);
+
+  async function until(check: () => Promise<boolean>, what: string): Promise<void> {
+    const deadline = Date.now() + 5000;
+    while (!(await check())) {
+      if (Date.now() > deadline) throw new Error(`timed out waiting until ${what}`);
+      await sleep(20);
+    }
+  }
+
+  function post(at: string, credential: string, payload: string): Promise<Response> {
+    return fetch(`${at}/v1/forward?${OPENAI_CHAT}`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${credential}`, 'content-type': 'application/json' },
+      body: payload,
+    });
+  }
+
+  /** The hold the gateway places for `payload` paid by the merchant, computed with its own functions. */
+  async function holdFor(merchant: Merchant, payload: string): Promise<bigint> {
+    const billing = await resolveForwardCredential(t.storage, merchant.secretKey);
+    const requestBody = JSON.parse(payload) as { model: string };
+    const estimate = estimateHold({
+      requestBody,
+      pricing: pricingFor(billing).pricing,
+      prices: lookupBasePrices('openai', requestBody.model, { overrides: t.config.priceOverrides }),
+      baseCostCharged: true,
+      serviceChargeRate: t.config.serviceChargeRate,
+      defaultOutputCap: t.config.defaultMaxOutputTokens,
+    });
+    return estimate.wallet + estimate.merchant;
+  }
+
+  async function settledCost(merchant: Merchant, res: Response): Promise<bigint> {
+    expect(res.status).toBe(200);
+    await res.arrayBuffer();
+    const record = await t.settledRecord(res.headers.get('x-tollgate-request-id')!, t.auth(merchant.secretKey));
+    expect(record.status).toBe('completed');
+    return parseMoney(record.total_merchant_cost) + parseMoney(record.total_wallet_cost);
+  }
+
+  it("serves a hot wallet's requests from one lease with no hold row per request, charges them exactly, and gives the lease back once idle", async () => {
+    const merchant = await t.newMerchant('Leased');
+    const hold = await holdFor(merchant, body);
+    const funded = hold * 1000n;
+    await creditWallet(t.storage, merchant.walletId, funded);
+
+    let charged = 0n;
+    const ids: string[] = [];
+    for (let i = 0; i < 10; i++) {
+      const res = await post(base, merchant.secretKey, body);
+      ids.push(res.headers.get('x-tollgate-request-id')!);
+      charged += await settledCost(merchant, res);
+    }
+
+    // One lease of 64 requests' holds (a quarter of the wallet is more), and not one hold row per request.
+    const [lease, ...others] = await leasesOf(merchant.walletId);
+    expect(others).toEqual([]);
+    expect(lease).toBeDefined();
+    const everyHold = await t.storage.db.selectFrom('holds').select('reference').where('wallet_id', '=', merchant.walletId).execute();
+    expect(everyHold.map((h) => h.reference)).toEqual([lease!.id]);
+    // Each settlement moved its request's share out of the lease: what is held is what the lease has left.
+    expect(BigInt(lease!.amount)).toBe(hold * 64n - hold * 10n);
+    const during = await wallet(merchant.walletId);
+    expect(during).toMatchObject({ balance: funded - charged, held: BigInt(lease!.amount) });
+    expect((await verifyLedger(t.storage)).problems).toEqual([]);
+
+    await until(async () => (await leasesOf(merchant.walletId)).length === 0, 'the idle lease is given back');
+    expect(await wallet(merchant.walletId)).toMatchObject({ balance: funded - charged, held: 0n });
+    const given = await t.storage.db.selectFrom('holds').select('status').where('id', '=', lease!.id).executeTakeFirstOrThrow();
+    expect(given.status).toBe('released');
+    expect((await verifyLedger(t.storage)).problems).toEqual([]);
+  });
+
+  it('two instances sharing a wallet that covers 3 holds admit exactly 3 of 20 concurrent requests', async () => {
+    const other = await startTestApp('postgres', { database: t.database, env: { ...LEASE_ENV, UPSTREAM_OVERRIDES: JSON.stringify({ 'api.openai.com': upstream.url }), PROVIDER_KEYS: JSON.stringify({ openai: 'sk-managed-openai' }) } });
+    try {
+      const otherBase = await other.listen();
+      const merchant = await t.newMerchant('Shared');
+      const hold = await holdFor(merchant, body);
+      // Room for 3 holds and half of another: a lease never takes more than a quarter of what is
+      // available beyond what its request needs, so each instance's leases grow one hold at a time.
+      const funded = hold * 3n + hold / 2n;
+      await creditWallet(t.storage, merchant.walletId, funded);
+
+      upstream.setNext({ path: '/chat/completions', delayMs: 500, times: 20 });
+      const before = upstream.requests.length;
+      const responses = await Promise.all(Array.from({ length: 20 }, (_, i) => post(i % 2 === 0 ? base : otherBase, merchant.secretKey, body)));
+      const admitted = responses.filter((res) => res.status === 200);
+      const refused = responses.filter((res) => res.status === 402);
+      expect(admitted.length).toBe(3);
+      expect(refused.length).toBe(17);
+      for (const res of refused) await res.arrayBuffer();
+      let charged = 0n;
+      for (const res of admitted) charged += await settledCost(merchant, res);
+      expect(upstream.requests.length - before).toBe(3);
+
+      await until(async () => (await leasesOf(merchant.walletId)).length === 0, 'both instances gave their leases back');
+      expect(await wallet(merchant.walletId)).toMatchObject({ balance: funded - charged, held: 0n });
+      expect((await verifyLedger(t.storage)).problems).toEqual([]);
+    } finally {
+      await other.close();
+    }
+  });
+
+  it('a request costing more than its hold takes the excess out of the lease, so other instances can admit no more than before', async () => {
+    const merchant = await t.newMerchant('Overrun');
+    const hold = await holdFor(merchant, costly);
+    await creditWallet(t.storage, merchant.walletId, hold * 1000n);
+
+    const actual = await settledCost(merchant, await post(base, merchant.secretKey, costly));
+    expect(actual).toBeGreaterThan(hold);
+    const [lease] = await leasesOf(merchant.walletId);
+    // The lease was 64 holds; the request's hold and its excess both left it.
+    expect(BigInt(lease!.amount)).toBe(hold * 64n - actual);
+    const after = await wallet(merchant.walletId);
+    // What others may admit (balance − held) is what it was once the lease was taken.
+    expect(after.balance - after.held).toBe(hold * 1000n - hold * 64n);
+    expect((await verifyLedger(t.storage)).problems).toEqual([]);
+  });
+
+  it('a request still running after the write delay gets its own hold, carved out of the lease', async () => {
+    const merchant = await t.newMerchant('Slow');
+    const hold = await holdFor(merchant, body);
+    await creditWallet(t.storage, merchant.walletId, hold * 1000n);
+
+    upstream.setNext({ path: '/chat/completions', delayMs: 400, times: 1 });
+    const pending = post(base, merchant.secretKey, body);
+    await until(async () => (await activeHolds(merchant.walletId)).some((h) => h.reference !== h.id), 'the running request has a hold row');
+    const holds = await activeHolds(merchant.walletId);
+    const own = holds.find((h) => h.reference !== h.id)!;
+    const [lease] = holds.filter((h) => h.reference === h.id);
+    expect(BigInt(own.amount)).toBe(hold);
+    expect(BigInt(lease!.amount)).toBe(hold * 63n);
+    // Carving moves the share; nothing more is held.
+    expect((await wallet(merchant.walletId)).held).toBe(hold * 64n);
+    const running = await t.app.inject({ method: 'GET', url: `/v1/requests/${own.reference}`, headers: t.auth(merchant.secretKey) });
+    expect(running.json()).toMatchObject({ status: 'pending' });
+
+    const res = await pending;
+    const actual = await settledCost(merchant, res);
+    expect(res.headers.get('x-tollgate-request-id')).toBe(own.reference);
+    const settled = await t.storage.db.selectFrom('holds').select('status').where('id', '=', own.id).executeTakeFirstOrThrow();
+    expect(settled.status).toBe('settled');
+    // (The lease itself may be given back by now: it has been idle since the request was taken.)
+    expect((await wallet(merchant.walletId)).balance).toBe(hold * 1000n - actual);
+    expect((await verifyLedger(t.storage)).problems).toEqual([]);
+  });
+
+  it('a lease that expired is not settled against: the request is charged exactly and a new lease replaces it', async () => {
+    const merchant = await t.newMerchant('Expired');
+    const hold = await holdFor(merchant, body);
+    const funded = hold * 1000n;
+    await creditWallet(t.storage, merchant.walletId, funded);
+    let charged = await settledCost(merchant, await post(base, merchant.secretKey, body));
+    const [first] = await leasesOf(merchant.walletId);
+
+    // As if this instance had stopped renewing it: the sweeper expires the lease.
+    await t.storage.db.updateTable('holds').set({ expires_at: new Date(Date.now() - 1000).toISOString() }).where('id', '=', first!.id).execute();
+    await sweepExpiredHolds(t.storage);
+    expect((await wallet(merchant.walletId)).held).toBe(0n);
+
+    // The instance still believes in its lease: the settlement finds it gone and holds the request anew.
+    charged += await settledCost(merchant, await post(base, merchant.secretKey, body));
+    expect((await wallet(merchant.walletId)).balance).toBe(funded - charged);
+    expect((await verifyLedger(t.storage)).problems).toEqual([]);
+
+    charged += await settledCost(merchant, await post(base, merchant.secretKey, body));
+    const [second] = await leasesOf(merchant.walletId);
+    expect(second!.id).not.toBe(first!.id);
+    expect(await wallet(merchant.walletId)).toMatchObject({ balance: funded - charged, held: BigInt(second!.amount) });
+    expect((await verifyLedger(t.storage)).problems).toEqual([]);
+  });
+
+  it('a graceful shutdown gives every lease back', async () => {
+    const gateway = await startGatewayOnMock('postgres', {
+      providerHosts: ['api.openai.com'],
+      providerKeys: { openai: 'sk-managed-openai' },
+      env: { ...LEASE_ENV, WALLET_LEASE_IDLE_MS: '600000' },
+    });
+    try {
+      const merchant = await gateway.t.newMerchant('Closing');
+      await creditWallet(gateway.t.storage, merchant.walletId, parseMoney('100'));
+      const res = await post(gateway.base, merchant.secretKey, body);
+      expect(res.status).toBe(200);
+      await res.arrayBuffer();
+      await gateway.t.settledRecord(res.headers.get('x-tollgate-request-id')!, gateway.t.auth(merchant.secretKey));
+      expect((await findWallet(gateway.t.storage, merchant.walletId))!.held).toBeGreaterThan(0n);
+
+      await gateway.t.app.close();
+      const { rows } = await sql<{ held: string }>`select held from wallets where id = ${merchant.walletId}`.execute(gateway.t.storage.db);
+      expect(BigInt(rows[0]!.held)).toBe(0n);
+      const active = await gateway.t.storage.db.selectFrom('holds').select('id').where('wallet_id', '=', merchant.walletId).where('status', '=', 'active').execute();
+      expect(active).toEqual([]);
+      expect((await verifyLedger(gateway.t.storage)).problems).toEqual([]);
+    } finally {
+      await gateway.t.storage.close();
+      await gateway.upstream.close();
+    }
+  });
+});
