@@ -19,6 +19,8 @@ import { availableOf, lockWallets } from './wallets.ts';
 
 /** A top-up asks for this many times the request's share, so most requests find the slice ready. */
 const REQUESTS_PER_TOP_UP = 64n;
+/** A wallet is hot after more than `hotAfter` admissions within this long of the first one counted. */
+const HOT_WINDOW_MS = 1000;
 /** No top-up takes more than this share of what the wallet has available (beyond what it needs). */
 const MAX_SHARE_OF_AVAILABLE = 4n;
 
@@ -44,8 +46,8 @@ export class WalletLeases {
   readonly #log: Pick<FastifyBaseLogger, 'warn'>;
   readonly #leases = new Map<string, Lease>();
   readonly #topUps = new Map<string, Promise<boolean>>();
-  /** Admissions per wallet in the current second: what makes a wallet hot. */
-  readonly #hits = new Map<string, { second: number; count: number }>();
+  /** Admissions per wallet in its current window: what makes a wallet hot. */
+  readonly #hits = new Map<string, { since: number; count: number }>();
   readonly #releases = new Set<Promise<void>>();
   readonly #released = new WeakSet<Lease>();
   readonly #timer: NodeJS.Timeout;
@@ -64,13 +66,13 @@ export class WalletLeases {
    * so the admission is served from leases.
    */
   serves(walletIds: readonly string[]): boolean {
-    const second = Math.floor(Date.now() / 1000);
+    const now = Date.now();
     let hot = walletIds.length > 0;
     for (const walletId of walletIds) {
       let hits = this.#hits.get(walletId);
-      if (!hits || hits.second !== second) {
-        if (this.#hits.size > 10_000) this.#forgetOldHits(second);
-        hits = { second, count: 0 };
+      if (!hits || now - hits.since >= HOT_WINDOW_MS) {
+        if (this.#hits.size > 10_000) this.#forgetOldHits(now);
+        hits = { since: now, count: 0 };
         this.#hits.set(walletId, hits);
       }
       hits.count += 1;
@@ -216,8 +218,8 @@ export class WalletLeases {
     }
   }
 
-  #forgetOldHits(second: number): void {
-    for (const [walletId, hits] of this.#hits) if (hits.second !== second) this.#hits.delete(walletId);
+  #forgetOldHits(now: number): void {
+    for (const [walletId, hits] of this.#hits) if (now - hits.since >= HOT_WINDOW_MS) this.#hits.delete(walletId);
   }
 }
 

@@ -223,6 +223,31 @@ describe.skipIf(!process.env.TEST_DATABASE_URL)('wallet leases on postgres', () 
     expect((await verifyLedger(t.storage)).problems).toEqual([]);
   });
 
+  it('a wallet is served from a lease only once it turns hot; before that every request holds on its own', async () => {
+    const cool = await startTestApp('postgres', { database: t.database, env: { ...LEASE_ENV, WALLET_LEASE_HOT_AFTER: '3', UPSTREAM_OVERRIDES: JSON.stringify({ 'api.openai.com': upstream.url }), PROVIDER_KEYS: JSON.stringify({ openai: 'sk-managed-openai' }) } });
+    try {
+      const coolBase = await cool.listen();
+      const merchant = await t.newMerchant('Warming');
+      await creditWallet(t.storage, merchant.walletId, parseMoney('100'));
+      // Sent one after the other, well within the one-second window; settled afterwards.
+      const responses: Response[] = [];
+      for (let i = 0; i < 5; i++) {
+        const res = await post(coolBase, merchant.secretKey, body);
+        await res.arrayBuffer();
+        responses.push(res);
+      }
+      const references = responses.map((res) => res.headers.get('x-tollgate-request-id')!);
+      for (const id of references) expect((await t.settledRecord(id, t.auth(merchant.secretKey))).status).toBe('completed');
+      const holds = await t.storage.db.selectFrom('holds').select(['id', 'reference']).where('wallet_id', '=', merchant.walletId).orderBy('created_at').execute();
+      // The first three were admitted in the database, each with its own hold; the rest from one lease.
+      const own = holds.filter((h) => h.reference !== h.id).map((h) => h.reference);
+      expect(own.sort()).toEqual(references.slice(0, 3).sort());
+      expect(holds.filter((h) => h.reference === h.id)).toHaveLength(1);
+    } finally {
+      await cool.close();
+    }
+  });
+
   it('a graceful shutdown gives every lease back', async () => {
     const gateway = await startGatewayOnMock('postgres', {
       providerHosts: ['api.openai.com'],
