@@ -430,7 +430,10 @@ async function carveFromLeases(trx: Transaction<Database>, holds: HoldRow[], lea
   const byLease = new Map<Lease, HoldRow[]>();
   for (const hold of holds) {
     const lease = leaseOf(hold);
-    if (lease) byLease.set(lease, [...(byLease.get(lease) ?? []), hold]);
+    if (!lease) continue;
+    const leased = byLease.get(lease);
+    if (leased) leased.push(hold);
+    else byLease.set(lease, [hold]);
   }
   const carved = new Set<HoldRow>();
   for (const [lease, leased] of byLease) {

@@ -142,7 +142,7 @@ export class WalletLeases {
     try {
       const opened = current ? null : newId('hold');
       const granted = await this.#storage.db.transaction().execute(async (trx) => {
-        const wallet = (await lockWallets(trx, 'postgres', [walletId])).get(walletId);
+        const wallet = (await lockWallets(trx, this.#storage.dialect, [walletId])).get(walletId);
         if (!wallet) return 0n;
         const available = availableOf(wallet);
         if (available < need || available <= 0n) return 0n;

@@ -1,5 +1,4 @@
 import { setTimeout as sleep } from 'node:timers/promises';
-import { sql } from 'kysely';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { parseMoney } from '../../src/domain/money.ts';
 import { lookupBasePrices } from '../../src/domain/prices.ts';
@@ -50,6 +49,18 @@ describe.skipIf(!process.env.TEST_DATABASE_URL)('wallet leases on postgres', () 
     t.storage.db.selectFrom('holds').select(['id', 'reference', 'amount']).where('wallet_id', '=', walletId).where('status', '=', 'active').execute();
   /** A lease is a hold whose reference is its own id. */
   const leasesOf = async (walletId: string) => (await activeHolds(walletId)).filter((h) => h.reference === h.id);
+
+  /** A second instance on the same database and mock upstream; `env` over the lease settings. */
+  const anotherInstance = (env: Record<string, string>) =>
+    startTestApp('postgres', {
+      database: t.database,
+      env: {
+        ...LEASE_ENV,
+        UPSTREAM_OVERRIDES: JSON.stringify({ 'api.openai.com': upstream.url }),
+        PROVIDER_KEYS: JSON.stringify({ openai: 'sk-managed-openai' }),
+        ...env,
+      },
+    });
 
   async function until(check: () => Promise<boolean>, what: string): Promise<void> {
     const deadline = Date.now() + 5000;
@@ -124,7 +135,7 @@ describe.skipIf(!process.env.TEST_DATABASE_URL)('wallet leases on postgres', () 
   });
 
   it('two instances sharing a wallet that covers 3 holds admit exactly 3 of 20 concurrent requests', async () => {
-    const other = await startTestApp('postgres', { database: t.database, env: { ...LEASE_ENV, UPSTREAM_OVERRIDES: JSON.stringify({ 'api.openai.com': upstream.url }), PROVIDER_KEYS: JSON.stringify({ openai: 'sk-managed-openai' }) } });
+    const other = await anotherInstance({});
     try {
       const otherBase = await other.listen();
       const merchant = await t.newMerchant('Shared');
@@ -224,7 +235,7 @@ describe.skipIf(!process.env.TEST_DATABASE_URL)('wallet leases on postgres', () 
   });
 
   it('a wallet is served from a lease only once it turns hot; before that every request holds on its own', async () => {
-    const cool = await startTestApp('postgres', { database: t.database, env: { ...LEASE_ENV, WALLET_LEASE_HOT_AFTER: '3', UPSTREAM_OVERRIDES: JSON.stringify({ 'api.openai.com': upstream.url }), PROVIDER_KEYS: JSON.stringify({ openai: 'sk-managed-openai' }) } });
+    const cool = await anotherInstance({ WALLET_LEASE_HOT_AFTER: '3' });
     try {
       const coolBase = await cool.listen();
       const merchant = await t.newMerchant('Warming');
@@ -264,8 +275,7 @@ describe.skipIf(!process.env.TEST_DATABASE_URL)('wallet leases on postgres', () 
       expect((await findWallet(gateway.t.storage, merchant.walletId))!.held).toBeGreaterThan(0n);
 
       await gateway.t.app.close();
-      const { rows } = await sql<{ held: string }>`select held from wallets where id = ${merchant.walletId}`.execute(gateway.t.storage.db);
-      expect(BigInt(rows[0]!.held)).toBe(0n);
+      expect((await findWallet(gateway.t.storage, merchant.walletId))!.held).toBe(0n);
       const active = await gateway.t.storage.db.selectFrom('holds').select('id').where('wallet_id', '=', merchant.walletId).where('status', '=', 'active').execute();
       expect(active).toEqual([]);
       expect((await verifyLedger(gateway.t.storage)).problems).toEqual([]);
