@@ -200,7 +200,7 @@ async function standalone(): Promise<void> {
   const storage = openStorage(url, { poolSize: 4 });
   await migrateToLatest(storage);
   const port = 20_000 + Math.floor(Math.random() * 2000);
-  const nodeArgs = profileDir ? ['--cpu-prof', `--cpu-prof-dir=${profileDir}`] : [];
+  const nodeArgs = [...(profileDir ? ['--cpu-prof', `--cpu-prof-dir=${profileDir}`] : []), ...(process.env.BENCH_SERVER_NODE_ARGS?.split(' ').filter(Boolean) ?? [])];
   const server = spawn('node', [...nodeArgs, 'bin/tollgate.js', 'serve'], {
     env: {
       ...process.env,

@@ -7,7 +7,7 @@ import { ApiError, envelope, ERRORS } from './http/errors.ts';
 import { installErrorHandling } from './http/error-handler.ts';
 import { beginIdempotentRequest, finishIdempotentRequest } from './http/idempotency.ts';
 import { installJsonBodyParser } from './http/json-body.ts';
-import { loggerOptions } from './http/logging.ts';
+import { lazyRequestLogger, loggerOptions } from './http/logging.ts';
 import { rejectNulCharacters } from './http/nul-characters.ts';
 import { installMetrics } from './http/metrics.ts';
 import { documentSharedBehaviour } from './http/schemas.ts';
@@ -34,6 +34,7 @@ const RATE_WINDOW_MS = 60_000;
 export async function buildApp(deps: AppDeps): Promise<App> {
   const app = Fastify({
     logger: loggerOptions(deps.config.logLevel, deps.logStream),
+    childLoggerFactory: lazyRequestLogger,
     bodyLimit: BODY_LIMIT,
     genReqId: (req) => headerValue(req.headers['x-request-id']) ?? randomUUID(),
     // Fastify's own 503 while closing has its own body; closeConnectionsWhenShuttingDown answers

@@ -74,6 +74,7 @@ describe.each(databasesUnderTest())('log output of a running app on %s', (dialec
     // The failure is logged, with what an operator needs: its database error code and a stack.
     const failure = logs.lines().find((l) => l.msg === 'request failed');
     expect(failure).toBeDefined();
+    expect(failure!.reqId, 'the line names its request').toEqual(expect.any(String));
     const err = failure!.err as Record<string, unknown>;
     expect(err.code).toBe(dialect === 'postgres' ? '23514' : 'SQLITE_CONSTRAINT_TRIGGER');
     expect(String(err.stack)).toContain('\n');

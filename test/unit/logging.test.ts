@@ -1,7 +1,7 @@
 import { Writable } from 'node:stream';
 import pino, { type LoggerOptions } from 'pino';
 import { describe, expect, it } from 'vitest';
-import { loggerOptions, REDACTED_PATHS, redactUrl } from '../../src/http/logging.ts';
+import { lazyRequestLogger, loggerOptions, REDACTED_PATHS, redactUrl } from '../../src/http/logging.ts';
 
 /** A pino logger with Tollgate's options, writing into a string. */
 function capture(options: LoggerOptions): { log: pino.Logger; text: () => string } {
@@ -122,5 +122,49 @@ describe('loggerOptions', () => {
     expect(REDACTED_PATHS).toEqual(
       expect.arrayContaining(['req.headers.authorization', 'req.headers["x-api-key"]', '*.email']),
     );
+  });
+});
+
+describe('lazyRequestLogger', () => {
+  const lines = (text: string) =>
+    text
+      .split('\n')
+      .filter(Boolean)
+      .map((l) => JSON.parse(l) as Record<string, unknown>);
+
+  it('writes enabled lines with the request bindings and redaction, and nothing below the level', () => {
+    const { log, text } = capture(tollgateOptions('warn'));
+    const child = lazyRequestLogger(log, { reqId: 'req-1' }, {});
+    child.info('not written');
+    child.debug({ secret_key: SECRET }, 'not written either');
+    child.error({ secret_key: SECRET }, 'written');
+    const written = lines(text());
+    expect(written).toHaveLength(1);
+    expect(written[0]).toMatchObject({ reqId: 'req-1', msg: 'written', secret_key: '[Redacted]' });
+  });
+
+  it('reports the parent level until its own is set, which changes only the child', () => {
+    const { log, text } = capture(tollgateOptions('warn'));
+    const child = lazyRequestLogger(log, { reqId: 'req-2' }, {});
+    expect(child.level).toBe('warn');
+    child.level = 'info';
+    child.info('now enabled');
+    log.info('parent still at warn');
+    expect(child.level).toBe('info');
+    expect(log.level).toBe('warn');
+    expect(lines(text()).map((l) => l.msg)).toEqual(['now enabled']);
+  });
+
+  it('gives its own children the request bindings too', () => {
+    const { log, text } = capture(tollgateOptions('info'));
+    lazyRequestLogger(log, { reqId: 'req-3' }, {}).child({ part: 'relay' }).info('nested');
+    expect(lines(text())[0]).toMatchObject({ reqId: 'req-3', part: 'relay', msg: 'nested' });
+  });
+
+  it('makes a child at once when the route sets its own level', () => {
+    const { log, text } = capture(tollgateOptions('warn'));
+    const child = lazyRequestLogger(log, { reqId: 'req-4' }, { level: 'debug' });
+    child.debug('route level');
+    expect(lines(text())[0]).toMatchObject({ reqId: 'req-4', msg: 'route level' });
   });
 });
