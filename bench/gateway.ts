@@ -164,7 +164,8 @@ export async function benchGateway(opts: {
 // ---------------------------------------------------------------------------------------------
 // Standalone: `node --import tsx bench/gateway.ts [--engine sqlite|postgres] [--seconds N]
 // [--cpu-prof DIR]` runs only the gateway scenarios against a fresh server (and, with --cpu-prof,
-// writes the server's V8 CPU profile to DIR when it exits).
+// writes the server's V8 CPU profile to DIR when it exits). BENCH_SERVER_NODE_ARGS adds node flags
+// to the server alone (`--inspect`, a V8 heap flag), leaving the load generator and mock as they are.
 
 async function standalone(): Promise<void> {
   const { mkdtempSync } = await import('node:fs');
