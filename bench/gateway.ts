@@ -219,7 +219,10 @@ async function standalone(): Promise<void> {
     try {
       if ((await fetch(`${serverUrl}/readyz`)).ok) break;
     } catch {
-      if (i > 100) throw new Error('server did not start');
+      if (i > 100 || server.exitCode !== null) {
+        mock.process.kill();
+        throw new Error('server did not start');
+      }
     }
     await new Promise((r) => setTimeout(r, 200));
   }
