@@ -207,6 +207,13 @@ async function lockKey(trx: Trx, dialect: Storage['dialect'], id: string): Promi
     .executeTakeFirst();
 }
 
+/** Locks spend keys in id order (PostgreSQL), as every writer that locks several does. */
+export async function lockSpendKeys(trx: Trx, dialect: Storage['dialect'], ids: string[]): Promise<void> {
+  const unique = [...new Set(ids)].sort();
+  if (unique.length === 0 || dialect !== 'postgres') return;
+  await trx.selectFrom('spend_keys').select('id').where('id', 'in', unique).orderBy('id').forUpdate().execute();
+}
+
 /** Counters rolled into the current cycle windows (an older window's counts become 0). */
 function rolled(key: SpendKeyRow, now: Date) {
   const spendStart = cycleStart(key.spend_limit_cycle, now);

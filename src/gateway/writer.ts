@@ -15,8 +15,11 @@
  */
 import type { FastifyBaseLogger } from 'fastify';
 import type { Transaction } from 'kysely';
+import { lockUsageCounters, type CounterKey } from '../ledger/charge.ts';
+import { lockWallets } from '../ledger/wallets.ts';
 import type { Storage } from '../storage/db.ts';
 import type { Database } from '../storage/schema.ts';
+import { lockSpendKeys } from './spend-key-guard.ts';
 
 /** Large enough for everything a busy instance has waiting, small enough for any engine's parameter limit. */
 const MAX_BATCH = 64;
@@ -39,7 +42,17 @@ export type BatchJob<I, O> = {
   inOneStatement?(storage: Storage, inputs: I[]): Promise<O[] | null>;
   /** Runs one member on its own (its own transaction), when its batch failed as a whole. */
   alone(storage: Storage, input: I): Promise<O>;
+  /**
+   * The rows its members lock. Each job locks its own in the global order (tier counters, then
+   * wallets, then hold rows, then spend keys), but one job's wallets locked before another job's
+   * counters or lower wallets would break that order across the batch, and a transaction elsewhere
+   * taking the same rows in order could deadlock with it. So on PostgreSQL a batch of several jobs
+   * first locks what all of them declare here, in that order.
+   */
+  locks(trx: Transaction<Database>, inputs: I[]): Promise<BatchLocks> | BatchLocks;
 };
+
+export type BatchLocks = { counters?: CounterKey[]; walletIds?: string[]; spendKeyIds?: string[] };
 
 /** Thrown by a job to have its batch rolled back and its members run alone, without a warning. */
 export class RunAlone extends Error {}
@@ -122,6 +135,7 @@ export class GatewayWriter {
     let outcomes: Map<Waiting, unknown>;
     try {
       outcomes = await this.#storage.db.transaction().execute(async (trx) => {
+        if (byJob.size > 1 && this.#storage.dialect === 'postgres') await lockForAllJobs(trx, byJob);
         const done = new Map<Waiting, unknown>();
         for (const [job, members] of byJob) {
           const results = await job.inTransaction(trx, this.#storage.dialect, members.map((m) => m.input));
@@ -143,4 +157,13 @@ export class GatewayWriter {
     }
     for (const waiting of batch) waiting.resolve(outcomes.get(waiting));
   }
+}
+
+/** Takes every lock the batch's jobs declare, in the global order (see BatchJob.locks). */
+async function lockForAllJobs(trx: Transaction<Database>, byJob: Map<BatchJob<unknown, unknown>, Waiting[]>): Promise<void> {
+  const declared = await Promise.all([...byJob].map(([job, members]) => job.locks(trx, members.map((m) => m.input))));
+  await lockUsageCounters(trx, 'postgres', declared.flatMap((d) => d.counters ?? []));
+  const walletIds = declared.flatMap((d) => d.walletIds ?? []);
+  if (walletIds.length > 0) await lockWallets(trx, 'postgres', walletIds);
+  await lockSpendKeys(trx, 'postgres', declared.flatMap((d) => d.spendKeyIds ?? []));
 }

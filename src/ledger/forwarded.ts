@@ -8,7 +8,7 @@ import { formatMoney, MAX_AMOUNT_UNITS } from '../domain/money.ts';
 import { baseCost, priceRequest, type BasePrices, type MeterPricing, type PricedRequest, type Usage } from '../domain/pricing.ts';
 import type { BillingContext } from '../gateway/credentials.ts';
 import { RunAlone, type BatchJob, type GatewayWriter } from '../gateway/writer.ts';
-import { finishReservation, lockSpendKeyForAdmission, reserveForRequest, type SpendKeyRequest } from '../gateway/spend-key-guard.ts';
+import { finishReservation, lockSpendKeyForAdmission, lockSpendKeys, reserveForRequest, type SpendKeyRequest } from '../gateway/spend-key-guard.ts';
 import { ApiError } from '../http/errors.ts';
 import { JsonRows } from '../storage/batch-write.ts';
 import { prepared, type Storage } from '../storage/db.ts';
@@ -147,16 +147,7 @@ export async function admitInTransaction(
   const partsOf = inputs.map((input) => holdParts(input.walletId, input.billing.merchantWalletId, input.estimate));
   const walletIds = partsOf.flatMap((parts) => parts.map((p) => p.walletId));
   const wallets = walletIds.length > 0 ? await lockWallets(trx, dialect, walletIds) : new Map<string, WalletRow>();
-  const keyIds = [...new Set(inputs.flatMap((input) => (input.billing.spendKey ? [input.billing.spendKey.id] : [])))].sort();
-  if (keyIds.length > 0) {
-    await trx
-      .selectFrom('spend_keys')
-      .select('id')
-      .where('id', 'in', keyIds)
-      .orderBy('id')
-      .$call((q) => (dialect === 'postgres' ? q.forUpdate() : q))
-      .execute();
-  }
+  await lockSpendKeys(trx, dialect, spendKeyIdsOf(inputs));
 
   const outcomes: AdmitOutcome[] = [];
   const holds: HoldRow[] = [];
@@ -451,7 +442,15 @@ async function carveFromLeases(trx: Transaction<Database>, holds: HoldRow[], lea
   return carved;
 }
 
-const writeDeferredAdmissions = (trx: Transaction<Database>, writes: AdmissionWrite[]) => {
+/** The wallets deferred admission writes change: those of their holds (carved from a lease or not). */
+function admissionWriteWalletIds(writes: AdmissionWrite[]): string[] {
+  return writes.flatMap((write) => write.holds.map((hold) => hold.wallet_id));
+}
+
+const writeDeferredAdmissions = async (trx: Transaction<Database>, dialect: Storage['dialect'], writes: AdmissionWrite[]) => {
+  // Wallets before the lease rows carving changes, as a lease's top-up and a settlement lock them.
+  const walletIds = admissionWriteWalletIds(writes);
+  if (dialect === 'postgres' && walletIds.length > 0) await lockWallets(trx, dialect, walletIds);
   const leaseOf = new Map<HoldRow, Lease>();
   for (const write of writes) {
     for (const hold of write.holds) {
@@ -476,16 +475,17 @@ function takeQueued(inputs: AdmissionWrite[]): AdmissionWrite[] {
 
 function writeAdmissionAlone(storage: Storage, input: AdmissionWrite): Promise<void> {
   return storage.db.transaction().execute(async (trx) => {
-    await writeDeferredAdmissions(trx, [input]);
+    await writeDeferredAdmissions(trx, storage.dialect, [input]);
   });
 }
 
 /** Deferred admission writes as a group-commit job: first in a batch, so settlements find them. */
 const WRITE_ADMISSION_JOB: BatchJob<AdmissionWrite, void> = {
   order: -1,
-  inTransaction: async (trx, _dialect, inputs) => {
+  locks: (_trx, inputs) => ({ walletIds: admissionWriteWalletIds(inputs) }),
+  inTransaction: async (trx, dialect, inputs) => {
     const queued = takeQueued(inputs);
-    if (queued.length > 0) await writeDeferredAdmissions(trx, queued);
+    if (queued.length > 0) await writeDeferredAdmissions(trx, dialect, queued);
     return inputs.map(() => undefined);
   },
   alone: async (storage, input) => {
@@ -496,6 +496,7 @@ const WRITE_ADMISSION_JOB: BatchJob<AdmissionWrite, void> = {
 /** Admission as a group-commit job (gateway/writer.ts). */
 export const ADMIT_JOB: BatchJob<AdmitInput, AdmitOutcome> = {
   order: 1,
+  locks: (_trx, inputs) => ({ walletIds: inputs.flatMap(payingWalletIds), spendKeyIds: spendKeyIdsOf(inputs) }),
   inTransaction: admitInTransaction,
   inOneStatement: admitInOneStatement,
   alone: admitRequest,
@@ -657,19 +658,20 @@ async function settleInTransaction(trx: Transaction<Database>, dialect: Storage[
   if (inputs.some((input) => !input.record)) throw new RunAlone();
 
   // Tier positions, locked.
-  const counterOf = (input: SettleInput): CounterKey | null =>
-    pricingFor(input.billing).meterPriced
-      ? { meterId: input.billing.meter!.id, connectionId: input.billing.connection?.id ?? '', periodStart }
-      : null;
+  const counterOf = (input: SettleInput) => settlementCounter(input, periodStart);
   const counterKeys = new Map<string, CounterKey>();
   for (const input of inputs) {
     const key = counterOf(input);
     if (key) counterKeys.set(counterId(key), key);
   }
   const positions = await lockUsageCounters(trx, dialect, [...counterKeys.values()]);
+  // Then the wallets, before anything else is written: a POST /requests charge locks its wallets
+  // before its rollups, and rollups written first here could deadlock with it.
+  const wallets = await lockWallets(trx, dialect, settlementWalletIds(inputs));
+  const lockedState = new Map([...wallets.values()].map((w) => [w.id, walletState(w)]));
 
-  // Phase 1, before any wallet is locked: price each request at its tier position, complete
-  // its record (a record no longer pending makes the batch run alone), roll it up.
+  // Price each request at its tier position, complete its record (a record no longer pending
+  // makes the batch run alone), roll it up.
   const priced: PricedRequest[] = [];
   const changedCounters = new Set<string>();
   for (const input of inputs) {
@@ -713,11 +715,7 @@ async function settleInTransaction(trx: Transaction<Database>, dialect: Storage[
   const counts = await executeWrites(trx, dialect, [...recordWrites, ...counterWrites, ...rollupWrites(trx, records), ...insertWrites(trx, mergedRecords)]);
   if (counts.slice(0, recordWrites.length).some((n) => n !== 1)) throw new RunAlone();
 
-  // Phase 2, as short as possible because admissions wait on these rows: lock the wallets,
-  // release the holds, debit, and write the ledger and the balance events.
-  const walletIds = inputs.flatMap((input) => [input.billing.connection?.wallet_id ?? input.billing.merchantWalletId, input.billing.merchantWalletId]);
-  const wallets = await lockWallets(trx, dialect, walletIds);
-  const lockedState = new Map([...wallets.values()].map((w) => [w.id, walletState(w)]));
+  // Release the holds, debit, and write the ledger and the balance events.
   const holdIds = inputs.flatMap((input) => (input.merged ? [] : input.holdIds));
   const released = holdIds.length
     ? await trx
@@ -798,6 +796,18 @@ async function settleInTransaction(trx: Transaction<Database>, dialect: Storage[
     .sort((a, b) => (a.input.billing.spendKey!.id < b.input.billing.spendKey!.id ? -1 : 1));
   for (const { input, outcome } of withKeys) await finishReservation(trx, dialect, input.recordId, spendOf(outcome));
   return outcomes;
+}
+
+/** The tier counter a settlement prices at, for the month it settles in; null when its meter has none. */
+function settlementCounter(input: SettleInput, periodStart: string): CounterKey | null {
+  return pricingFor(input.billing).meterPriced
+    ? { meterId: input.billing.meter!.id, connectionId: input.billing.connection?.id ?? '', periodStart }
+    : null;
+}
+
+/** Every wallet a settlement may change: its payer's and its merchant's. */
+function settlementWalletIds(inputs: SettleInput[]): string[] {
+  return inputs.flatMap((input) => [input.billing.connection?.wallet_id ?? input.billing.merchantWalletId, input.billing.merchantWalletId]);
 }
 
 /**
@@ -978,14 +988,14 @@ export type FailInput = { recordId: string; holdIds: string[] };
 
 async function failInTransaction(trx: Transaction<Database>, dialect: Storage['dialect'], inputs: FailInput[]): Promise<void[]> {
   const at = new Date().toISOString();
+  const holds = await holdsOf(trx, inputs.flatMap((input) => input.holdIds));
+  // Every member's wallets at once, in the global order, before any record or rollup is written.
+  const wallets = holds.length ? await lockWallets(trx, dialect, holds.map((h) => h.wallet_id)) : new Map<string, WalletRow>();
+  const found = new Set(holds.map((hold) => hold.id));
   for (const input of inputs) {
-    const holds = input.holdIds.length
-      ? await trx.selectFrom('holds').select(['id', 'wallet_id']).where('id', 'in', input.holdIds).execute()
-      : [];
-    // No holds (a zero estimate, or an expired hold's sweep): nothing to lock, and PostgreSQL
-    // rejects the empty `in ()` lockWallets would send.
-    const wallets = holds.length ? await lockWallets(trx, dialect, holds.map((h) => h.wallet_id)) : new Map<string, WalletRow>();
-    for (const hold of holds) await releaseHoldInTransaction(trx, hold.id, 'released', wallets);
+    for (const holdId of input.holdIds) {
+      if (found.has(holdId)) await releaseHoldInTransaction(trx, holdId, 'released', wallets);
+    }
     await failPendingRecord(trx, input.recordId, at);
     await finishReservation(trx, dialect, input.recordId, 0n);
   }
@@ -993,11 +1003,48 @@ async function failInTransaction(trx: Transaction<Database>, dialect: Storage['d
 }
 
 
+/**
+ * The hold rows by id (unlocked; their wallets are locked next). None for no ids: a zero estimate,
+ * or an expired hold's sweep, holds nothing, and PostgreSQL rejects an empty `in ()`.
+ */
+async function holdsOf(trx: Transaction<Database>, holdIds: string[]): Promise<{ id: string; wallet_id: string }[]> {
+  return holdIds.length ? trx.selectFrom('holds').select(['id', 'wallet_id']).where('id', 'in', holdIds).execute() : [];
+}
+
 /** Settlement and failure as group-commit jobs (gateway/writer.ts); they run before admissions. */
 export const SETTLE_JOB: BatchJob<SettleInput, ChargeOutcome> = {
   order: 0,
+  locks: (_trx, inputs) => {
+    const periodStart = monthStart(new Date());
+    return {
+      counters: inputs.flatMap((input) => settlementCounter(input, periodStart) ?? []),
+      walletIds: settlementWalletIds(inputs),
+      spendKeyIds: spendKeyIdsOf(inputs),
+    };
+  },
   waitMs: SETTLEMENT_WAIT_MS,
   inTransaction: settleInTransaction,
   alone: settleRequest,
 };
-export const FAIL_JOB: BatchJob<FailInput, void> = { order: 0, waitMs: SETTLEMENT_WAIT_MS, inTransaction: failInTransaction, alone: failRequest };
+export const FAIL_JOB: BatchJob<FailInput, void> = {
+  order: 0,
+  waitMs: SETTLEMENT_WAIT_MS,
+  locks: async (trx, inputs) => ({
+    walletIds: (await holdsOf(trx, inputs.flatMap((input) => input.holdIds))).map((hold) => hold.wallet_id),
+    spendKeyIds: await reservedSpendKeyIds(trx, inputs.map((input) => input.recordId)),
+  }),
+  inTransaction: failInTransaction,
+  alone: failRequest,
+};
+
+/** The spend keys requests name (admissions and settlements know theirs). */
+function spendKeyIdsOf(inputs: { billing: BillingContext }[]): string[] {
+  return inputs.flatMap((input) => (input.billing.spendKey ? [input.billing.spendKey.id] : []));
+}
+
+/** The spend keys that hold a reservation for these records (a failure knows only its record). */
+async function reservedSpendKeyIds(trx: Transaction<Database>, recordIds: string[]): Promise<string[]> {
+  if (recordIds.length === 0) return [];
+  const rows = await trx.selectFrom('spend_key_reservations').select('spend_key_id').where('request_pk', 'in', recordIds).execute();
+  return rows.map((row) => row.spend_key_id);
+}

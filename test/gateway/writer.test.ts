@@ -28,6 +28,7 @@ describe.each(databasesUnderTest())('gateway writer on %s', (dialect) => {
     const batches: string[][] = [];
     const job: BatchJob<string, string> = {
       order: 0,
+      locks: () => ({}),
       inTransaction: async (_trx, _dialect, inputs) => {
         batches.push(inputs);
         if (inputs.includes('bad')) throw new Error('one bad member');
@@ -57,6 +58,7 @@ describe.each(databasesUnderTest())('gateway writer on %s', (dialect) => {
     const firstBatchHeld = new Promise<void>((r) => (release = r));
     const lazy: BatchJob<string, string> = {
       order: 0,
+      locks: () => ({}),
       waitMs: 1000,
       inTransaction: async (_trx, _dialect, inputs) => {
         batches.push(inputs);
@@ -92,6 +94,7 @@ describe.each(databasesUnderTest())('gateway writer on %s', (dialect) => {
     const firstBatchHeld = new Promise<void>((r) => (release = r));
     const lazy: BatchJob<number, number> = {
       order: 0,
+      locks: () => ({}),
       waitMs: 10_000,
       inTransaction: async (_trx, _dialect, inputs) => {
         sizes.push(inputs.length);
