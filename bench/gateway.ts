@@ -168,11 +168,9 @@ export async function benchGateway(opts: {
 // to the server alone (`--inspect`, a V8 heap flag), leaving the load generator and mock as they are.
 
 async function standalone(): Promise<void> {
-  const { mkdtempSync } = await import('node:fs');
-  const { tmpdir } = await import('node:os');
-  const { join } = await import('node:path');
   const { openStorage } = await import('../src/storage/db.ts');
   const { migrateToLatest } = await import('../src/storage/migrate.ts');
+  const { benchPostgresUrl, freshPostgresSchema, freshSqlite } = await import('./databases.ts');
   const arg = (name: string) => {
     const i = process.argv.indexOf(name);
     return i >= 0 ? process.argv[i + 1] : undefined;
@@ -180,22 +178,10 @@ async function standalone(): Promise<void> {
   const engine = arg('--engine') ?? 'sqlite';
   const seconds = Number(arg('--seconds') ?? 3);
   const profileDir = arg('--cpu-prof');
-  let url: string;
-  if (engine === 'postgres') {
-    const base = process.env.BENCH_DATABASE_URL ?? process.env.TEST_DATABASE_URL;
-    if (!base) throw new Error('set TEST_DATABASE_URL');
-    const pg = (await import('pg')).default;
-    const schema = `benchgw_${Date.now()}`;
-    const client = new pg.Client({ connectionString: base });
-    await client.connect();
-    await client.query(`create schema ${schema}`);
-    await client.end();
-    const u = new URL(base);
-    u.searchParams.set('options', `-c search_path=${schema}`);
-    url = u.toString();
-  } else {
-    url = `sqlite:${join(mkdtempSync(join(tmpdir(), 'tollgate-gwbench-')), 'bench.db')}`;
-  }
+  const base = benchPostgresUrl();
+  if (engine === 'postgres' && !base) throw new Error('set TEST_DATABASE_URL');
+  const database = engine === 'postgres' ? await freshPostgresSchema(base!) : freshSqlite();
+  const url = database.url;
   const mock = await startMock();
   process.env.BENCH_MOCK_URL = mock.url;
   const storage = openStorage(url, { poolSize: 4 });
@@ -244,6 +230,7 @@ async function standalone(): Promise<void> {
     await exited;
     mock.process.kill('SIGTERM');
     await storage.close();
+    await database.drop();
   }
 }
 

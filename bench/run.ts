@@ -14,17 +14,15 @@
  * The report is printed and written to bench/results/latest.md.
  */
 import { spawn, type ChildProcess } from 'node:child_process';
-import { mkdirSync, mkdtempSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { mkdirSync, writeFileSync } from 'node:fs';
 import autocannon from 'autocannon';
 import { sql } from 'kysely';
-import pg from 'pg';
 import { parseMoney } from '../src/domain/money.ts';
 import { creditWallet } from '../src/ledger/wallets.ts';
 import { openStorage, type Storage } from '../src/storage/db.ts';
 import { createMerchant } from '../src/storage/merchants.ts';
 import { migrateToLatest } from '../src/storage/migrate.ts';
+import { benchPostgresUrl, freshPostgresSchema, freshSqlite } from './databases.ts';
 import { benchGateway, startMock } from './gateway.ts';
 
 const quick = process.argv.includes('--quick');
@@ -52,12 +50,15 @@ type Row = { scenario: string; engine: string; result: string; target: string };
 const report: Row[] = [];
 
 async function main(): Promise<void> {
-  const engines: { name: string; url: string }[] = [{ name: 'sqlite', url: `sqlite:${join(mkdtempSync(join(tmpdir(), 'tollgate-bench-')), 'bench.db')}` }];
-  const pgBase = process.env.BENCH_DATABASE_URL ?? process.env.TEST_DATABASE_URL;
-  if (pgBase) engines.push({ name: 'postgres', url: await freshPgSchema(pgBase) });
+  const engines: { name: string; url: string; drop(): Promise<void> }[] = [{ name: 'sqlite', ...freshSqlite() }];
+  const pgBase = benchPostgresUrl();
+  if (pgBase) engines.push({ name: 'postgres', ...(await freshPostgresSchema(pgBase)) });
   else console.warn('No BENCH_DATABASE_URL / TEST_DATABASE_URL: PostgreSQL scenarios skipped.');
 
-  if (onlyEngines) engines.splice(0, engines.length, ...engines.filter((e) => onlyEngines.includes(e.name)));
+  if (onlyEngines) {
+    for (const skipped of engines.filter((e) => !onlyEngines.includes(e.name))) await skipped.drop();
+    engines.splice(0, engines.length, ...engines.filter((e) => onlyEngines.includes(e.name)));
+  }
   const mock = await startMock();
   process.env.BENCH_MOCK_URL = mock.url;
   for (const engine of engines) {
@@ -81,19 +82,9 @@ async function main(): Promise<void> {
       await storage.close();
     }
   }
+  for (const engine of engines) await engine.drop();
   mock.process.kill('SIGTERM');
   writeReport();
-}
-
-async function freshPgSchema(base: string): Promise<string> {
-  const schema = `bench_${Date.now()}`;
-  const client = new pg.Client({ connectionString: base });
-  await client.connect();
-  await client.query(`create schema ${schema}`);
-  await client.end();
-  const url = new URL(base);
-  url.searchParams.set('options', `-c search_path=${schema}`);
-  return url.toString();
 }
 
 async function withServer(databaseUrl: string, mockUrl: string, work: (server: { url: string; process: ChildProcess }) => Promise<void>) {
