@@ -54,7 +54,7 @@ export async function buildApp(deps: AppDeps): Promise<App> {
   app.setSerializerCompiler(() => (data) => JSON.stringify(data));
   installJsonBodyParser(app, BODY_LIMIT);
   installErrorHandling(app);
-  installMetrics(app);
+  installMetrics(app, { token: deps.config.metricsToken });
   closeConnectionsWhenShuttingDown(app);
 
   await app.register(fastifySwagger, {

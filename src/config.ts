@@ -69,6 +69,8 @@ export const configSchema = z.object({
   WALLET_LEASE_HOT_AFTER: z.union([z.literal('off'), z.coerce.number().int().min(0)]).default(32),
   /** A wallet lease unused this long is given back. */
   WALLET_LEASE_IDLE_MS: z.coerce.number().int().min(10).default(2000),
+  /** When set, GET /metrics answers only `Authorization: Bearer <this token>`. */
+  METRICS_TOKEN: z.string().min(16, 'must be at least 16 characters').optional(),
   /** Output tokens assumed for the hold when a request sets no max_tokens. */
   DEFAULT_MAX_OUTPUT_TOKENS: z.coerce.number().int().min(1).default(4096),
   OPENAI_API_KEY: z.string().min(1).optional(),
@@ -96,6 +98,7 @@ export type Config = {
   walletLeaseHotAfter: number | null;
   walletLeaseIdleMs: number;
   defaultMaxOutputTokens: number;
+  metricsToken: string | undefined;
 };
 
 export const DEFAULT_DATABASE_URL = 'sqlite:./data/tollgate.db';
@@ -132,6 +135,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     walletLeaseHotAfter: c.WALLET_LEASE_HOT_AFTER === 'off' ? null : c.WALLET_LEASE_HOT_AFTER,
     walletLeaseIdleMs: c.WALLET_LEASE_IDLE_MS,
     defaultMaxOutputTokens: c.DEFAULT_MAX_OUTPUT_TOKENS,
+    metricsToken: c.METRICS_TOKEN,
   };
 }
 

@@ -1,11 +1,14 @@
-import type { FastifyInstance } from 'fastify';
+import { timingSafeEqual } from 'node:crypto';
+import type { FastifyInstance, FastifyRequest } from 'fastify';
 import { collectDefaultMetrics, Histogram, Registry } from 'prom-client';
+import { ApiError } from './errors.ts';
 
 /**
  * Prometheus metrics at /metrics. Each app gets its own registry, so several apps in one
- * process (tests, two instances) never fight over metric names.
+ * process (tests, two instances) never fight over metric names. With a token, only a scraper
+ * that sends it may read them (route names and traffic volumes are not for everyone).
  */
-export function installMetrics(app: FastifyInstance): Registry {
+export function installMetrics(app: FastifyInstance, opts: { token?: string | undefined } = {}): Registry {
   const registry = new Registry();
   collectDefaultMetrics({ register: registry, prefix: 'tollgate_' });
   const duration = new Histogram({
@@ -23,9 +26,20 @@ export function installMetrics(app: FastifyInstance): Registry {
     );
   });
 
-  app.get('/metrics', { config: { public: true }, schema: { hide: true } }, async (_request, reply) => {
+  app.get('/metrics', { config: { public: true }, schema: { hide: true } }, async (request, reply) => {
+    if (opts.token !== undefined && !bearerMatches(request, opts.token)) {
+      throw new ApiError('unauthorized', 'GET /metrics needs Authorization: Bearer <METRICS_TOKEN>.');
+    }
     reply.type(registry.contentType);
     return registry.metrics();
   });
   return registry;
+}
+
+function bearerMatches(request: FastifyRequest, token: string): boolean {
+  const header = request.headers.authorization;
+  if (!header?.startsWith('Bearer ')) return false;
+  const sent = Buffer.from(header.slice('Bearer '.length));
+  const expected = Buffer.from(token);
+  return sent.length === expected.length && timingSafeEqual(sent, expected);
 }

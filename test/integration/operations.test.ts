@@ -57,6 +57,24 @@ describe.each(databasesUnderTest())('operational endpoints on %s', (dialect) => 
     expect(res.body).toMatch(/^tollgate_process_cpu_user_seconds_total /m);
   });
 
+  it('GET /metrics with METRICS_TOKEN set answers only a scraper that sends the token', async () => {
+    const token = 'metrics-token-0123456789';
+    const guarded = await startTestApp(dialect, { env: { METRICS_TOKEN: token } });
+    try {
+      const read = (authorization?: string) =>
+        guarded.app.inject({ method: 'GET', url: '/metrics', headers: authorization ? { authorization } : {} });
+      for (const refused of [await read(), await read(`Bearer ${token}x`), await read(token), await read(`Bearer ${guarded.merchant.secretKey}`)]) {
+        expect(refused.statusCode).toBe(401);
+        expect(refused.json().error.code).toBe('unauthorized');
+      }
+      const allowed = await read(`Bearer ${token}`);
+      expect(allowed.statusCode).toBe(200);
+      expect(allowed.body).toContain('# TYPE tollgate_http_request_duration_seconds histogram');
+    } finally {
+      await guarded.close();
+    }
+  });
+
   it('GET /v1/openapi.json is an OpenAPI 3.1 document generated from the route schemas', async () => {
     const res = await t.app.inject({ method: 'GET', url: '/v1/openapi.json' });
     expect(res.statusCode).toBe(200);

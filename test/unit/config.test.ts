@@ -23,6 +23,7 @@ describe('loadConfig', () => {
     expect(c.rateLimitPerMinute).toBe(1000);
     expect(c.upstreamOverrides).toEqual({});
     expect(c.providerKeys).toEqual({});
+    expect(c.metricsToken).toBeUndefined();
   });
 
   it('treats an exported but empty variable as unset', () => {
@@ -45,6 +46,7 @@ describe('loadConfig', () => {
       OPENAI_API_KEY: 'sk-o',
       ANTHROPIC_API_KEY: 'sk-a',
       GOOGLE_API_KEY: 'g',
+      METRICS_TOKEN: 'scrape-0123456789abc',
     });
     expect(c).toMatchObject({
       port: 0,
@@ -55,6 +57,7 @@ describe('loadConfig', () => {
       rateLimitPerMinute: 60,
       upstreamOverrides: { 'api.openai.com': 'http://127.0.0.1:9999' },
       providerKeys: { openai: 'sk-o', anthropic: 'sk-a', google: 'g' },
+      metricsToken: 'scrape-0123456789abc',
     });
   });
 
@@ -95,6 +98,12 @@ describe('loadConfig', () => {
   it('names every offending variable at once', () => {
     const err = configError({ PORT: 'abc', DATABASE_URL: 'mysql://x', LOG_LEVEL: 'loud' });
     for (const name of ['PORT', 'DATABASE_URL', 'LOG_LEVEL']) expect(err.message).toContain(name);
+  });
+
+  it('rejects a METRICS_TOKEN too short to resist guessing, without repeating it', () => {
+    const err = configError({ METRICS_TOKEN: 'short-tok' });
+    expect(err.message).toContain('METRICS_TOKEN');
+    expect(err.message).not.toContain('short-tok');
   });
 
   it('does not repeat a secret value in the error message', () => {
