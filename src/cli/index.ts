@@ -6,7 +6,7 @@ import { creditWallet } from '../ledger/wallets.ts';
 import { startServer, stopOnSignals } from '../main.ts';
 import { openStorage, type Storage } from '../storage/db.ts';
 import { isUniqueViolation } from '../storage/errors.ts';
-import { createMerchant, setServiceChargeRate } from '../storage/merchants.ts';
+import { createMerchant, normalizedEmail, setServiceChargeRate } from '../storage/merchants.ts';
 import { verifyLedger } from '../ledger/verify.ts';
 import { migrateToLatest } from '../storage/migrate.ts';
 
@@ -49,7 +49,7 @@ admin
       await migrateToLatest(storage);
       const { merchant, secretKey } = await createMerchant(storage, opts).catch((e: unknown) => {
         // The only unique value a new merchant brings is its e-mail.
-        if (isUniqueViolation(e)) fail(`A merchant with the email ${opts.email} already exists.`);
+        if (isUniqueViolation(e)) fail(`A merchant with the email ${normalizedEmail(opts.email!)} already exists.`);
         throw e;
       });
       const out = { merchant_id: merchant.id, secret_key: secretKey, wallet_id: merchant.wallet_id };

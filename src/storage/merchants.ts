@@ -22,7 +22,7 @@ export async function createMerchant(
     const merchant: MerchantRow = {
       id: merchantId,
       name: input.name,
-      email: input.email ?? null,
+      email: input.email === undefined ? null : normalizedEmail(input.email),
       password_hash: input.password ? hashPassword(input.password) : null,
       service_charge_rate: null,
       wallet_id: wallet.id,
@@ -32,6 +32,14 @@ export async function createMerchant(
     const { row, secret } = await insertSecretKey(trx, merchantId, 'Default');
     return { merchant, secretKey: secret, secretKeyId: row.id };
   });
+}
+
+/**
+ * Login emails are compared as one would type them: `Ops@Acme.example` and `ops@acme.example` are
+ * the same person, so they are stored lower-cased (and the unique index sees them as one).
+ */
+export function normalizedEmail(email: string): string {
+  return email.trim().toLowerCase();
 }
 
 export async function findMerchant(storage: Storage, id: string): Promise<MerchantRow | undefined> {

@@ -75,7 +75,7 @@ describe('tollgate CLI', () => {
       expect(unknown.stderr).toContain('wal_nope');
     });
 
-    it('creates a merchant with a dashboard login, and refuses a second one with the same email clearly', async () => {
+    it('creates a merchant with a dashboard login, and refuses a second one with the same email in any case clearly', async () => {
       const { url } = await freshDatabase(dialect);
       const env = { DATABASE_URL: url };
       const login = ['--email', 'ops@acme.example', '--password', 'correct horse battery'];
@@ -83,7 +83,8 @@ describe('tollgate CLI', () => {
       expect(created.code, created.stderr).toBe(0);
       const { merchant_id } = JSON.parse(created.stdout) as { merchant_id: string };
 
-      const duplicate = await tollgate(['admin', 'create-merchant', '--name', 'Acme again', ...login, '--json'], env);
+      const sameInOtherCase = ['--email', ' Ops@ACME.example', '--password', 'another password'];
+      const duplicate = await tollgate(['admin', 'create-merchant', '--name', 'Acme again', ...sameInOtherCase, '--json'], env);
       expect(duplicate.code).not.toBe(0);
       expect(duplicate.stdout).toBe('');
       expect(duplicate.stderr.trim()).toBe('A merchant with the email ops@acme.example already exists.');
