@@ -107,10 +107,14 @@ export async function updateConnection(
   return findConnection(storage, merchantId, id);
 }
 
+/**
+ * Deletes a customer: its id, wallet and records stay (the ledger and usage still name it), but
+ * its contact details and metadata are erased, since nobody can read them any more.
+ */
 export async function softDeleteConnection(storage: Storage, merchantId: string, id: string): Promise<boolean> {
   const result = await storage.db
     .updateTable('connections')
-    .set({ deleted_at: nowIso() })
+    .set({ deleted_at: nowIso(), first_name: null, last_name: null, email: null, phone: null, metadata: null })
     .where('merchant_id', '=', merchantId)
     .where('id', '=', id)
     .where('deleted_at', 'is', null)

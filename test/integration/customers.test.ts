@@ -391,7 +391,7 @@ describe.each(databasesUnderTest())('customers on %s', (dialect) => {
   });
 
   it('deletes with {success:true}; retrieve, patch and a second delete then answer 404', async () => {
-    const c = await createOk({ name: 'Short Lived' });
+    const c = await createOk({ name: 'Short Lived', email: 'short.lived@example.com', phone: '+15550100999', metadata: { plan: 'pro' } });
     const url = `/v1/customers/${c.customer_id}`;
     const res = await del(url);
     expect(res.statusCode).toBe(200);
@@ -403,6 +403,11 @@ describe.each(databasesUnderTest())('customers on %s', (dialect) => {
     expect(gone.json<ErrorBody>().error).toMatchObject({ code: 'not_found', status: 404 });
     expect((await patch(c.customer_id, { name: 'Back' })).statusCode).toBe(404);
     expect((await del(url)).statusCode).toBe(404);
+
+    // What identifies it for the ledger stays; its contact details and metadata are erased.
+    const stored = await t.storage.db.selectFrom('connections').selectAll().where('id', '=', c.customer_id).executeTakeFirstOrThrow();
+    expect(stored).toMatchObject({ first_name: null, last_name: null, email: null, phone: null, metadata: null, wallet_id: c.wallet.wallet_id });
+    expect(stored.deleted_at).toEqual(expect.any(String));
   });
 
   it('requires a secret key', async () => {
