@@ -36,12 +36,18 @@ type RawProvider = {
   url: string;
   /** Per slow stream: when the socket closed, whether it closed before the stream ended, chunks written. */
   streams: { closedAt: number | null; closedEarly: boolean; written: number }[];
+  /** Bytes the 'flood' mode managed to write so far. */
+  flooded: () => number;
   close(): Promise<void>;
 };
+
+/** What the 'flood' mode offers at most: far more than every socket buffer on the way can hold. */
+const FLOOD_BYTES = 256 * 1024 * 1024;
 
 /** Answers by the x-test-mode request header (which, not being a credential, passes through). */
 async function startRawProvider(): Promise<RawProvider> {
   const streams: RawProvider['streams'] = [];
+  let flooded = 0;
   const sockets = new Set<import('node:net').Socket>();
   const server: Server = createServer((req: IncomingMessage, res: ServerResponse) => {
     res.on('error', () => {});
@@ -69,6 +75,16 @@ async function startRawProvider(): Promise<RawProvider> {
     if (mode === 'no-usage') {
       res.writeHead(200, { 'content-type': 'application/json' });
       res.end(NO_USAGE_JSON);
+      return;
+    }
+    if (mode === 'flood') {
+      // As fast as it is allowed to: only back-pressure slows it down.
+      const chunk = Buffer.alloc(65_536, 'x');
+      res.writeHead(200, { 'content-type': 'application/octet-stream' });
+      for (flooded = 0; flooded < FLOOD_BYTES && !res.destroyed; flooded += chunk.length) {
+        if (!res.write(chunk)) await new Promise((r) => { res.once('drain', r); res.once('close', r); });
+      }
+      res.end();
       return;
     }
     if (mode === 'big') {
@@ -105,6 +121,7 @@ async function startRawProvider(): Promise<RawProvider> {
   return {
     url: `http://127.0.0.1:${port}`,
     streams,
+    flooded: () => flooded,
     close: () =>
       new Promise<void>((resolve) => {
         for (const socket of sockets) socket.destroy();
@@ -295,6 +312,18 @@ describe.each(databasesUnderTest())('forward gateway relay on %s', (dialect) => 
       const got = Buffer.from(await res.arrayBuffer());
       expect(got.length).toBe(BIG_BODY.length);
       expect(createHash('sha256').update(got).digest('hex')).toBe(createHash('sha256').update(BIG_BODY).digest('hex'));
+    });
+
+    it('a client that does not read slows the provider down instead of growing the gateway', async () => {
+      const aborted = new AbortController();
+      const res = await post(MISTRAL_CHAT, '{"model":"mistral-small-latest"}', { 'x-test-mode': 'flood' }, base, aborted.signal);
+      expect(res.status).toBe(200);
+      // The body is not read: the provider may fill the sockets' buffers on the way, and no more.
+      await sleep(500);
+      const written = raw.flooded();
+      expect(written).toBeGreaterThan(0);
+      expect(written).toBeLessThan(64 * 1024 * 1024);
+      aborted.abort();
     });
 
     it('relays binary audio from the mock byte for byte', async () => {
