@@ -164,8 +164,9 @@ class UpstreamExchange implements Dispatcher.DispatchHandler {
     const relaying = this.#relaying;
     if (this.#done || !relaying) return;
     if (relaying.kind === 'stream') {
-      relaying.meter.push(chunk);
+      // The client gets the event first; metering it can wait until it is on its way.
       this.#write(relaying.filter ? relaying.filter.push(chunk) : chunk);
+      relaying.meter.push(chunk);
       return;
     }
     if (relaying.isJson && relaying.ok) relaying.kept.push(chunk);
