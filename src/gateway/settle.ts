@@ -1,7 +1,7 @@
 import type { FastifyBaseLogger } from 'fastify';
 import { toSeconds, type Usage } from '../domain/pricing.ts';
 import type { AppDeps } from '../http/types.ts';
-import { FAIL_JOB, releaseDeferredHolds, SETTLE_JOB, takeOverAdmission, type AdmissionWrite } from '../ledger/forwarded.ts';
+import { FAIL_JOB, releaseDeferredHolds, SETTLE_JOB, takeOverAdmission, type AdmissionWrite, type SettleInput } from '../ledger/forwarded.ts';
 import { expireHolds } from '../ledger/holds.ts';
 import type { Storage } from '../storage/db.ts';
 import { estimateInputTokensFromRequest, estimateOutputTokensFromResponse, estimateTokensFromCharacters, isUsageBilledRequest } from '../providers/estimate.ts';
@@ -33,8 +33,18 @@ export class Settlements {
     const billed = billedUsage(plan, outcome);
     // A charge whose admission is still queued takes it over: one record written, no hold rows.
     const merged = billed && takeOverAdmission(plan.deferred) ? plan.deferred : undefined;
-    const work = (merged ? Promise.resolve(true) : this.#afterAdmissionWrite(plan))
-      .then((ready) => (ready ? this.#withRetries(() => settleOnce(deps, this.#writer, plan, outcome, billed, merged), plan.requestId) : undefined))
+    const { requestId, deferred } = plan;
+    let write: (writer: GatewayWriter) => Promise<void>;
+    try {
+      // Built now, so the request's and the answer's bodies are not kept while the settlement waits.
+      write = settlementWrite(deps, plan, outcome, billed, merged);
+    } catch (err) {
+      this.#log.error({ err, requestId }, 'settlement failed; the hold will expire');
+      if (merged) releaseDeferredHolds(merged);
+      return;
+    }
+    const work = (merged ? Promise.resolve(true) : this.#afterAdmissionWrite(deferred, requestId))
+      .then((ready) => (ready ? this.#withRetries(() => write(this.#writer), requestId) : undefined))
       .finally(() => {
         if (merged) releaseDeferredHolds(merged);
         this.#inFlight.delete(work);
@@ -43,13 +53,13 @@ export class Settlements {
   }
 
   /** False when a deferred admission could not be written: there is no record to settle then. */
-  async #afterAdmissionWrite(plan: ForwardPlan): Promise<boolean> {
-    if (!plan.deferred) return true;
+  async #afterAdmissionWrite(deferred: AdmissionWrite | undefined, requestId: string): Promise<boolean> {
+    if (!deferred) return true;
     try {
-      await plan.deferred.written;
+      await deferred.written;
       return true;
     } catch (err) {
-      this.#log.error({ err, requestId: plan.requestId }, 'the admission of a forwarded request could not be written; it is not recorded');
+      this.#log.error({ err, requestId }, 'the admission of a forwarded request could not be written; it is not recorded');
       return false;
     }
   }
@@ -75,23 +85,25 @@ export class Settlements {
   }
 }
 
-/** Through the group-commit writer: settlements that finish together share one transaction. */
-async function settleOnce(
+/**
+ * What the request's settlement writes, through the group-commit writer (settlements that finish
+ * together share one transaction): its charge, or its failure when nothing is billed.
+ */
+function settlementWrite(
   deps: AppDeps,
-  writer: GatewayWriter,
   plan: ForwardPlan,
   outcome: RelayOutcome,
   billed: BilledUsage | null,
   merged: AdmissionWrite | undefined,
-): Promise<void> {
+): (writer: GatewayWriter) => Promise<void> {
   if (!billed) {
-    await writer.run(FAIL_JOB, { recordId: plan.recordId, holdIds: plan.holdIds });
-    return;
+    const failure = { recordId: plan.recordId, holdIds: plan.holdIds };
+    return (writer) => writer.run(FAIL_JOB, failure);
   }
   const { usage, estimated } = billed;
   const responseBody = outcome.kind === 'answered' ? outcome.responseBody : null;
   const model = plan.target.provider.modelFrom(plan.requestJson, plan.target.publicUrl, responseBody) ?? plan.model;
-  await writer.run(SETTLE_JOB, {
+  const settlement: SettleInput = {
     recordId: plan.recordId,
     holdIds: plan.holdIds,
     billing: plan.billing,
@@ -111,7 +123,10 @@ async function settleOnce(
       created_at: plan.admittedAt,
     },
     merged,
-  });
+  };
+  return async (writer) => {
+    await writer.run(SETTLE_JOB, settlement);
+  };
 }
 
 function isEstimated(usage: UsageReport | StreamUsage | null): boolean {
