@@ -19,6 +19,12 @@ import { availableOf, lockWallets } from './wallets.ts';
 
 /** A top-up asks for this many times the request's share, so most requests find the slice ready. */
 const REQUESTS_PER_TOP_UP = 64n;
+/**
+ * A lease with less than this many times the request's share left is topped up in the background,
+ * so admissions keep taking from what is left instead of waiting for the top-up's transaction
+ * (which waits in turn for a settlement holding the wallet's lock).
+ */
+const REFILL_BELOW_REQUESTS = 16n;
 /** A wallet is hot after more than `hotAfter` admissions within this long of the first one counted. */
 const HOT_WINDOW_MS = 1000;
 /** No top-up takes more than this share of what the wallet has available (beyond what it needs). */
@@ -97,19 +103,36 @@ export class WalletLeases {
       if (lease && lease.free >= amount && lease.free > 0n) {
         lease.free -= amount;
         lease.inFlight += 1;
+        if (lease.free < amount * REFILL_BELOW_REQUESTS) this.#refill(walletId, amount);
         return lease;
       }
       // One top-up per wallet at a time; whoever waited looks again at what it left.
       const pending = this.#topUps.get(walletId);
       if (pending) {
-        await pending;
+        await pending.catch(() => false);
         continue;
       }
-      const topUp = this.#topUp(walletId, amount - (lease?.free ?? 0n), amount * REQUESTS_PER_TOP_UP);
-      this.#topUps.set(walletId, topUp);
-      const granted = await topUp.finally(() => this.#topUps.delete(walletId));
+      const granted = await this.#startTopUp(walletId, amount - (lease?.free ?? 0n), amount * REQUESTS_PER_TOP_UP);
       if (!granted) return null;
     }
+  }
+
+  /**
+   * Tops a running-low lease up while admissions still take from it. Nothing is needed yet, so a
+   * wallet with nothing more available is simply not topped up (its next admission that finds the
+   * lease short is refused as usual), and a failure is only logged.
+   */
+  #refill(walletId: string, amount: bigint): void {
+    if (this.#topUps.has(walletId)) return;
+    this.#startTopUp(walletId, 0n, amount * REQUESTS_PER_TOP_UP).catch((err: unknown) =>
+      this.#log.warn({ err, walletId }, 'a wallet lease could not be topped up in the background'),
+    );
+  }
+
+  #startTopUp(walletId: string, need: bigint, want: bigint): Promise<boolean> {
+    const topUp = this.#topUp(walletId, need, want).finally(() => this.#topUps.delete(walletId));
+    this.#topUps.set(walletId, topUp);
+    return topUp;
   }
 
   /** An admission taken from the lease was refused elsewhere: its share goes back. */
@@ -127,6 +150,7 @@ export class WalletLeases {
   /** Gives every lease back (shutdown, after every settlement was written). */
   async close(): Promise<void> {
     clearInterval(this.#timer);
+    await Promise.allSettled([...this.#topUps.values()]);
     for (const lease of [...this.#leases.values()]) this.#retire(lease);
     while (this.#releases.size > 0) await Promise.allSettled([...this.#releases]);
   }

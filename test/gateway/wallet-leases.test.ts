@@ -101,6 +101,22 @@ describe.skipIf(!process.env.TEST_DATABASE_URL)('wallet leases on postgres', () 
     return parseMoney(record.total_merchant_cost) + parseMoney(record.total_wallet_cost);
   }
 
+  it('tops a lease up in the background once fewer than 16 requests are left in it, before any request has to wait', async () => {
+    const merchant = await t.newMerchant('Refilled');
+    const hold = await holdFor(merchant, body);
+    const funded = hold * 1000n;
+    await creditWallet(t.storage, merchant.walletId, funded);
+
+    // The lease opens with 64 holds; after the 49th request 15 are left, and 64 more are added.
+    let charged = 0n;
+    for (let i = 0; i < 50; i++) charged += await settledCost(merchant, await post(base, merchant.secretKey, body));
+
+    await until(async () => BigInt((await leasesOf(merchant.walletId))[0]?.amount ?? 0) === hold * (64n + 64n - 50n), 'the lease is topped up');
+    expect(await leasesOf(merchant.walletId)).toHaveLength(1);
+    expect(await wallet(merchant.walletId)).toMatchObject({ balance: funded - charged, held: hold * 78n });
+    expect((await verifyLedger(t.storage)).problems).toEqual([]);
+  });
+
   it("serves a hot wallet's requests from one lease with no hold row per request, charges them exactly, and gives the lease back once idle", async () => {
     const merchant = await t.newMerchant('Leased');
     const hold = await holdFor(merchant, body);
