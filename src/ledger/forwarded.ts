@@ -2,7 +2,7 @@
  * The money side of a forwarded request: admit (hold + pending record), then settle (charge the
  * actual cost against the holds) or fail (release the holds, record `error`, charge nothing).
  */
-import { CompiledQuery, sql, type Compilable, type Transaction } from 'kysely';
+import { CompiledQuery, sql, type Compilable, type Insertable, type Transaction } from 'kysely';
 import { newId } from '../domain/ids.ts';
 import { formatMoney, MAX_AMOUNT_UNITS } from '../domain/money.ts';
 import { baseCost, priceRequest, type BasePrices, type MeterPricing, type PricedRequest, type Usage } from '../domain/pricing.ts';
@@ -10,7 +10,7 @@ import type { BillingContext } from '../gateway/credentials.ts';
 import { RunAlone, type BatchJob, type GatewayWriter } from '../gateway/writer.ts';
 import { finishReservation, lockSpendKeyForAdmission, lockSpendKeys, reserveForRequest, type SpendKeyRequest } from '../gateway/spend-key-guard.ts';
 import { ApiError } from '../http/errors.ts';
-import { JsonRows } from '../storage/batch-write.ts';
+import { JsonRows, valuesInsert } from '../storage/batch-write.ts';
 import { prepared, type Storage } from '../storage/db.ts';
 import type { MeterRow } from '../storage/meters.ts';
 import type { Database } from '../storage/schema.ts';
@@ -712,7 +712,7 @@ async function settleInTransaction(trx: Transaction<Database>, dialect: Storage[
         .where('period_start', '=', key.periodStart),
     };
   });
-  const counts = await executeWrites(trx, dialect, [...recordWrites, ...counterWrites, ...rollupWrites(trx, records), ...insertWrites(trx, mergedRecords)]);
+  const counts = await executeWrites(trx, dialect, [...recordWrites, ...counterWrites, ...rollupWrites(trx, records), ...insertWrites(trx, dialect, mergedRecords)]);
   if (counts.slice(0, recordWrites.length).some((n) => n !== 1)) throw new RunAlone();
 
   // Release the holds, debit, and write the ledger and the balance events.
@@ -784,8 +784,8 @@ async function settleInTransaction(trx: Transaction<Database>, dialect: Storage[
   const written = await executeWrites(trx, dialect, [
     ...leaseWrites,
     ...walletWrites,
-    ...ledgerWrites(trx, transactions, at),
-    ...(events.length > 0 ? [{ query: trx.insertInto('events').values(events) }] : []),
+    ...ledgerWrites(trx, dialect, transactions, at),
+    ...(events.length > 0 ? [insertRows(trx, dialect, 'events', events)] : []),
   ]);
   // A lease that expired meanwhile: each member alone writes its admission as its own hold first.
   if (written.slice(0, leaseWrites.length).some((n) => n !== 1)) throw new RunAlone();
@@ -841,18 +841,16 @@ function debit(wallet: WalletRow, amount: bigint): Leg[] {
 }
 
 /** Settled records whose admissions were never written (merged): the records and their metadata. */
-function insertWrites(trx: Transaction<Database>, records: RequestRow[]): Write[] {
+function insertWrites(trx: Transaction<Database>, dialect: Storage['dialect'], records: RequestRow[]): Write[] {
   if (records.length === 0) return [];
   const metadata = metadataRows(records);
-  return [
-    { query: trx.insertInto('requests').values(records) },
-    ...(metadata.length > 0 ? [{ query: trx.insertInto('request_metadata').values(metadata) }] : []),
-  ];
+  return [insertRows(trx, dialect, 'requests', records), ...(metadata.length > 0 ? [insertRows(trx, dialect, 'request_metadata', metadata)] : [])];
 }
 
 /** Balanced ledger transactions (legs summing to zero, zero legs left out): their two inserts. */
 function ledgerWrites(
   trx: Transaction<Database>,
+  dialect: Storage['dialect'],
   transactions: { id: string; reference: string; description: string; merchantId: string; legs: Leg[] }[],
   at: string,
 ): Write[] {
@@ -865,14 +863,22 @@ function ledgerWrites(
     for (const leg of legs) postings.push({ id: newId('posting'), transaction_id: t.id, account: leg.account, amount: leg.amount, created_at: at });
   }
   const rows = transactions.map((t) => ({ id: t.id, kind: 'request_charge', merchant_id: t.merchantId, reference: t.reference, description: t.description, created_at: at }));
-  return [
-    { query: trx.insertInto('ledger_transactions').values(rows) },
-    ...(postings.length > 0 ? [{ query: trx.insertInto('ledger_postings').values(postings) }] : []),
-  ];
+  return [insertRows(trx, dialect, 'ledger_transactions', rows), ...(postings.length > 0 ? [insertRows(trx, dialect, 'ledger_postings', postings)] : [])];
 }
 
 /** A write statement of a batch; `counted` ones return a row per row they changed. */
-type Write = { query: Compilable & { execute(): Promise<unknown[]> }; counted?: boolean };
+/** A write of a batch: a Kysely query, or on SQLite a multi-row insert compiled without Kysely. */
+type Write = { counted?: boolean } & ({ query: Compilable & { execute(): Promise<unknown[]> }; sqlite?: never } | { sqlite: CompiledQuery; query?: never });
+
+/** A multi-row insert: Kysely's query (embedded in PostgreSQL's statement), or its text made once for SQLite. */
+function insertRows<T extends 'requests' | 'request_metadata' | 'ledger_transactions' | 'ledger_postings' | 'events'>(
+  trx: Transaction<Database>,
+  dialect: Storage['dialect'],
+  table: T,
+  rows: Insertable<Database[T]>[],
+): Write {
+  return dialect === 'sqlite' ? { sqlite: valuesInsert(table, rows) } : { query: trx.insertInto(table).values(rows as never) };
+}
 
 /**
  * Runs a batch's writes. On PostgreSQL they go as one statement (each a data-modifying CTE), so
@@ -883,14 +889,14 @@ async function executeWrites(trx: Transaction<Database>, dialect: Storage['diale
   if (dialect === 'sqlite' || writes.length === 1) {
     const counts: number[] = [];
     for (const write of writes) {
-      const rows = await write.query.execute();
+      const rows = write.sqlite ? (await trx.executeQuery(write.sqlite)).rows : await write.query!.execute();
       counts.push(write.counted ? rows.length : 0);
     }
     return counts;
   }
   if (writes.length === 0) return [];
   const name = (i: number) => sql.ref(`w${i}`);
-  const ctes = sql.join(writes.map((write, i) => sql`${name(i)} as (${write.query})`));
+  const ctes = sql.join(writes.map((write, i) => sql`${name(i)} as (${write.query!})`));
   const counted = writes.map((write, i) => (write.counted ? sql`(select count(*) from ${name(i)})` : sql`0`));
   const { rows } = await sql<{ counts: string }>`with ${ctes} select concat_ws(',', ${sql.join(counted)}) as counts`.execute(trx);
   return rows[0]!.counts.split(',').map(Number);

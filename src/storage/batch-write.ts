@@ -157,6 +157,30 @@ export class JsonRows {
   }
 }
 
+/**
+ * A multi-row insert for SQLite as a compiled query, its text made once per table, columns and row
+ * count: Kysely would build it anew for every batch (by hand, ~7 % of what the gateway allocates).
+ * Values go to the driver as they are, as Kysely's would (a missing one as null).
+ */
+export function valuesInsert(table: string, rows: object[]): CompiledQuery {
+  const columns = columnsOf(rows);
+  const key = `${table}\n${columns.join(',')}\n${rows.length}`;
+  let text = valuesInsertTexts.get(key);
+  if (text === undefined) {
+    const row = `(${columns.map(() => '?').join(', ')})`;
+    text = `insert into "${table}" (${columns.map((c) => `"${c}"`).join(', ')}) values ${Array(rows.length).fill(row).join(', ')}`;
+    if (valuesInsertTexts.size >= MAX_VALUES_INSERT_TEXTS) valuesInsertTexts.clear();
+    valuesInsertTexts.set(key, text);
+  }
+  const values: unknown[] = [];
+  for (const row of rows) for (const column of columns) values.push((row as Record<string, unknown>)[column] ?? null);
+  return CompiledQuery.raw(text, values);
+}
+
+/** Enough for every table's batch sizes; a bound all the same, since the texts are kept. */
+const MAX_VALUES_INSERT_TEXTS = 2000;
+const valuesInsertTexts = new Map<string, string>();
+
 /** Every row of a list has the same columns (they are built by one function per table). */
 function columnsOf<T extends object>(rows: T[]): string[] {
   return Object.keys(rows[0]!);
