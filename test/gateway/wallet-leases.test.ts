@@ -101,11 +101,17 @@ describe.skipIf(!process.env.TEST_DATABASE_URL)('wallet leases on postgres', () 
     return parseMoney(record.total_merchant_cost) + parseMoney(record.total_wallet_cost);
   }
 
-  it('tops a lease up in the background once fewer than 16 requests are left in it, before any request has to wait', async () => {
-    const merchant = await t.newMerchant('Refilled');
+  /** A new merchant whose wallet holds 1000 times the hold of `body`. */
+  async function merchantFundedFor1000Holds(name: string) {
+    const merchant = await t.newMerchant(name);
     const hold = await holdFor(merchant, body);
     const funded = hold * 1000n;
     await creditWallet(t.storage, merchant.walletId, funded);
+    return { merchant, hold, funded };
+  }
+
+  it('tops a lease up in the background once fewer than 16 requests are left in it, before any request has to wait', async () => {
+    const { merchant, hold, funded } = await merchantFundedFor1000Holds('Refilled');
 
     // The lease opens with 64 holds; after the 49th request 15 are left, and 64 more are added.
     let charged = 0n;
@@ -118,10 +124,7 @@ describe.skipIf(!process.env.TEST_DATABASE_URL)('wallet leases on postgres', () 
   });
 
   it("serves a hot wallet's requests from one lease with no hold row per request, charges them exactly, and gives the lease back once idle", async () => {
-    const merchant = await t.newMerchant('Leased');
-    const hold = await holdFor(merchant, body);
-    const funded = hold * 1000n;
-    await creditWallet(t.storage, merchant.walletId, funded);
+    const { merchant, hold, funded } = await merchantFundedFor1000Holds('Leased');
 
     let charged = 0n;
     const ids: string[] = [];
