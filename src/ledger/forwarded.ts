@@ -866,8 +866,10 @@ function ledgerWrites(
   return [insertRows(trx, dialect, 'ledger_transactions', rows), ...(postings.length > 0 ? [insertRows(trx, dialect, 'ledger_postings', postings)] : [])];
 }
 
-/** A write statement of a batch; `counted` ones return a row per row they changed. */
-/** A write of a batch: a Kysely query, or on SQLite a multi-row insert compiled without Kysely. */
+/**
+ * A write statement of a batch: a Kysely query, or on SQLite a multi-row insert compiled without
+ * Kysely. `counted` ones return a row per row they changed.
+ */
 type Write = { counted?: boolean } & ({ query: Compilable & { execute(): Promise<unknown[]> }; sqlite?: never } | { sqlite: CompiledQuery; query?: never });
 
 /** A multi-row insert: Kysely's query (embedded in PostgreSQL's statement), or its text made once for SQLite. */

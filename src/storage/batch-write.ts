@@ -75,9 +75,9 @@ async function writeTableByTable(trx: Transaction<Database>, rows: BatchRows): P
       .onConflict((oc) => oc.columns(['meter_id', 'connection_id', 'period_start']).doUpdateSet((eb) => ({ units: eb.ref('excluded.units') })))
       .execute();
   }
-  if (rows.transactions.length > 0) await trx.insertInto('ledger_transactions').values(rows.transactions).execute();
-  if (rows.postings.length > 0) await trx.insertInto('ledger_postings').values(rows.postings).execute();
-  if (rows.events.length > 0) await trx.insertInto('events').values(rows.events).execute();
+  for (const [table, list] of [['ledger_transactions', rows.transactions], ['ledger_postings', rows.postings], ['events', rows.events]] as const) {
+    if (list.length > 0) await trx.executeQuery(valuesInsert(table, list));
+  }
   return new Set(inserted.map((r) => r.id));
 }
 
