@@ -71,6 +71,11 @@ export const configSchema = z.object({
   WALLET_LEASE_IDLE_MS: z.coerce.number().int().min(10).default(2000),
   /** When set, GET /metrics answers only `Authorization: Bearer <this token>`. */
   METRICS_TOKEN: z.string().min(16, 'must be at least 16 characters').optional(),
+  /**
+   * How far V8 lets the old generation grow past what survived its last full collection before
+   * collecting again, in percent; `off` keeps V8's own factor (decision 0015).
+   */
+  HEAP_GROWING_PERCENT: z.union([z.literal('off'), z.coerce.number().int().min(1).max(1000)]).default(30),
   /** Output tokens assumed for the hold when a request sets no max_tokens. */
   DEFAULT_MAX_OUTPUT_TOKENS: z.coerce.number().int().min(1).default(4096),
   OPENAI_API_KEY: z.string().min(1).optional(),
@@ -99,6 +104,8 @@ export type Config = {
   walletLeaseIdleMs: number;
   defaultMaxOutputTokens: number;
   metricsToken: string | undefined;
+  /** Null when V8 keeps its own heap growing factor. */
+  heapGrowingPercent: number | null;
 };
 
 export const DEFAULT_DATABASE_URL = 'sqlite:./data/tollgate.db';
@@ -136,6 +143,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     walletLeaseIdleMs: c.WALLET_LEASE_IDLE_MS,
     defaultMaxOutputTokens: c.DEFAULT_MAX_OUTPUT_TOKENS,
     metricsToken: c.METRICS_TOKEN,
+    heapGrowingPercent: c.HEAP_GROWING_PERCENT === 'off' ? null : c.HEAP_GROWING_PERCENT,
   };
 }
 

@@ -1,3 +1,4 @@
+import v8 from 'node:v8';
 import { Redis } from 'ioredis';
 import { buildApp } from './app.ts';
 import { sweepExpiredHolds } from './gateway/settle.ts';
@@ -17,6 +18,7 @@ export async function startServer(
   config: Config,
   opts: { sweepIntervalMs?: number } = {},
 ): Promise<RunningServer> {
+  limitHeapGrowth(config.heapGrowingPercent);
   const storage = openStorage(config.databaseUrl);
   await migrateToLatest(storage);
   let reportOutage = (_err: unknown) => {};
@@ -34,6 +36,23 @@ export async function startServer(
       await shutdown(app, storage, limiter, redis);
     },
   };
+}
+
+/**
+ * Under load most of what V8 promotes to its old generation is request garbage that merely outlived
+ * two scavenges, and V8 lets that generation grow to several times what its last full collection
+ * kept before collecting again: a gateway with ~35 MB live peaked at ~250 MB resident. A lower
+ * growing factor collects sooner, for a few full collections a second (decision 0015). V8 reads
+ * the factor at every collection, so setting it now still takes effect; a value the operator gave
+ * node itself wins. Returns whether it set one.
+ */
+export function limitHeapGrowth(
+  percent: number | null,
+  nodeFlags: string[] = [...process.execArgv, ...(process.env.NODE_OPTIONS?.split(/\s+/) ?? [])],
+): boolean {
+  if (percent === null || nodeFlags.some((flag) => /^--heap[-_]growing[-_]percent\b/.test(flag))) return false;
+  v8.setFlagsFromString(`--heap-growing-percent=${percent}`);
+  return true;
 }
 
 /**

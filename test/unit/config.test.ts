@@ -24,6 +24,12 @@ describe('loadConfig', () => {
     expect(c.upstreamOverrides).toEqual({});
     expect(c.providerKeys).toEqual({});
     expect(c.metricsToken).toBeUndefined();
+    expect(c.heapGrowingPercent).toBe(30);
+  });
+
+  it('reads HEAP_GROWING_PERCENT as a percentage, or off for V8\'s own factor', () => {
+    expect(loadConfig({ HEAP_GROWING_PERCENT: '50' }).heapGrowingPercent).toBe(50);
+    expect(loadConfig({ HEAP_GROWING_PERCENT: 'off' }).heapGrowingPercent).toBeNull();
   });
 
   it('treats an exported but empty variable as unset', () => {
@@ -75,6 +81,8 @@ describe('loadConfig', () => {
     ['SERVICE_CHARGE_RATE', '1.23456789012'],
     ['SERVICE_CHARGE_RATE', '-1'],
     ['RATE_LIMIT_PER_MINUTE', '0'],
+    ['HEAP_GROWING_PERCENT', '0'],
+    ['HEAP_GROWING_PERCENT', 'less'],
   ])('rejects %s=%s with a ConfigError naming the variable', (name, value) => {
     const err = configError({ [name]: value });
     expect(err.message).toContain(name);
