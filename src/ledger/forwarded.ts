@@ -10,7 +10,7 @@ import type { BillingContext } from '../gateway/credentials.ts';
 import { RunAlone, type BatchJob, type GatewayWriter } from '../gateway/writer.ts';
 import { finishReservation, lockSpendKeyForAdmission, lockSpendKeys, reserveForRequest, type SpendKeyRequest } from '../gateway/spend-key-guard.ts';
 import { ApiError } from '../http/errors.ts';
-import { JsonRows, valuesInsert } from '../storage/batch-write.ts';
+import { JsonRows, valuesInserts } from '../storage/batch-write.ts';
 import { prepared, type Storage } from '../storage/db.ts';
 import type { MeterRow } from '../storage/meters.ts';
 import type { Database } from '../storage/schema.ts';
@@ -867,19 +867,19 @@ function ledgerWrites(
 }
 
 /**
- * A write statement of a batch: a Kysely query, or on SQLite a multi-row insert compiled without
- * Kysely. `counted` ones return a row per row they changed.
+ * A write of a batch: a Kysely query, or on SQLite multi-row inserts compiled without Kysely.
+ * `counted` ones return a row per row they changed.
  */
-type Write = { counted?: boolean } & ({ query: Compilable & { execute(): Promise<unknown[]> }; sqlite?: never } | { sqlite: CompiledQuery; query?: never });
+type Write = { counted?: boolean } & ({ query: Compilable & { execute(): Promise<unknown[]> }; sqlite?: never } | { sqlite: CompiledQuery[]; query?: never });
 
-/** A multi-row insert: Kysely's query (embedded in PostgreSQL's statement), or its text made once for SQLite. */
+/** A multi-row insert: Kysely's query (embedded in PostgreSQL's statement), or its texts made once for SQLite. */
 function insertRows<T extends 'requests' | 'request_metadata' | 'ledger_transactions' | 'ledger_postings' | 'events'>(
   trx: Transaction<Database>,
   dialect: Storage['dialect'],
   table: T,
   rows: Insertable<Database[T]>[],
 ): Write {
-  return dialect === 'sqlite' ? { sqlite: valuesInsert(table, rows) } : { query: trx.insertInto(table).values(rows as never) };
+  return dialect === 'sqlite' ? { sqlite: valuesInserts(table, rows) } : { query: trx.insertInto(table).values(rows as never) };
 }
 
 /**
@@ -891,8 +891,13 @@ async function executeWrites(trx: Transaction<Database>, dialect: Storage['diale
   if (dialect === 'sqlite' || writes.length === 1) {
     const counts: number[] = [];
     for (const write of writes) {
-      const rows = write.sqlite ? (await trx.executeQuery(write.sqlite)).rows : await write.query!.execute();
-      counts.push(write.counted ? rows.length : 0);
+      if (write.sqlite) {
+        for (const insert of write.sqlite) await trx.executeQuery(insert);
+        counts.push(0);
+      } else {
+        const rows = await write.query.execute();
+        counts.push(write.counted ? rows.length : 0);
+      }
     }
     return counts;
   }
