@@ -2,7 +2,7 @@
  * The money side of a forwarded request: admit (hold + pending record), then settle (charge the
  * actual cost against the holds) or fail (release the holds, record `error`, charge nothing).
  */
-import { CompiledQuery, sql, type Compilable, type Insertable, type Transaction } from 'kysely';
+import { CompiledQuery, sql, type Compilable, type Insertable, type RawBuilder, type Transaction } from 'kysely';
 import { newId } from '../domain/ids.ts';
 import { formatMoney, MAX_AMOUNT_UNITS } from '../domain/money.ts';
 import { baseCost, priceRequest, type BasePrices, type MeterPricing, type PricedRequest, type Usage } from '../domain/pricing.ts';
@@ -10,7 +10,7 @@ import type { BillingContext } from '../gateway/credentials.ts';
 import { RunAlone, type BatchJob, type GatewayWriter } from '../gateway/writer.ts';
 import { finishReservation, lockSpendKeyForAdmission, lockSpendKeys, reserveForRequest, type SpendKeyRequest } from '../gateway/spend-key-guard.ts';
 import { ApiError } from '../http/errors.ts';
-import { JsonRows, valuesInserts } from '../storage/batch-write.ts';
+import { jsonInsert, JsonRows, valuesInserts } from '../storage/batch-write.ts';
 import { prepared, type Storage } from '../storage/db.ts';
 import type { MeterRow } from '../storage/meters.ts';
 import type { Database } from '../storage/schema.ts';
@@ -712,7 +712,7 @@ async function settleInTransaction(trx: Transaction<Database>, dialect: Storage[
         .where('period_start', '=', key.periodStart),
     };
   });
-  const counts = await executeWrites(trx, dialect, [...recordWrites, ...counterWrites, ...rollupWrites(trx, records), ...insertWrites(trx, dialect, mergedRecords)]);
+  const counts = await executeWrites(trx, dialect, [...recordWrites, ...counterWrites, ...rollupWrites(trx, records), ...insertWrites(dialect, mergedRecords)]);
   if (counts.slice(0, recordWrites.length).some((n) => n !== 1)) throw new RunAlone();
 
   // Release the holds, debit, and write the ledger and the balance events.
@@ -784,8 +784,8 @@ async function settleInTransaction(trx: Transaction<Database>, dialect: Storage[
   const written = await executeWrites(trx, dialect, [
     ...leaseWrites,
     ...walletWrites,
-    ...ledgerWrites(trx, dialect, transactions, at),
-    ...(events.length > 0 ? [insertRows(trx, dialect, 'events', events)] : []),
+    ...ledgerWrites(dialect, transactions, at),
+    ...(events.length > 0 ? [insertRows(dialect, 'events', events)] : []),
   ]);
   // A lease that expired meanwhile: each member alone writes its admission as its own hold first.
   if (written.slice(0, leaseWrites.length).some((n) => n !== 1)) throw new RunAlone();
@@ -841,15 +841,14 @@ function debit(wallet: WalletRow, amount: bigint): Leg[] {
 }
 
 /** Settled records whose admissions were never written (merged): the records and their metadata. */
-function insertWrites(trx: Transaction<Database>, dialect: Storage['dialect'], records: RequestRow[]): Write[] {
+function insertWrites(dialect: Storage['dialect'], records: RequestRow[]): Write[] {
   if (records.length === 0) return [];
   const metadata = metadataRows(records);
-  return [insertRows(trx, dialect, 'requests', records), ...(metadata.length > 0 ? [insertRows(trx, dialect, 'request_metadata', metadata)] : [])];
+  return [insertRows(dialect, 'requests', records), ...(metadata.length > 0 ? [insertRows(dialect, 'request_metadata', metadata)] : [])];
 }
 
 /** Balanced ledger transactions (legs summing to zero, zero legs left out): their two inserts. */
 function ledgerWrites(
-  trx: Transaction<Database>,
   dialect: Storage['dialect'],
   transactions: { id: string; reference: string; description: string; merchantId: string; legs: Leg[] }[],
   at: string,
@@ -863,23 +862,26 @@ function ledgerWrites(
     for (const leg of legs) postings.push({ id: newId('posting'), transaction_id: t.id, account: leg.account, amount: leg.amount, created_at: at });
   }
   const rows = transactions.map((t) => ({ id: t.id, kind: 'request_charge', merchant_id: t.merchantId, reference: t.reference, description: t.description, created_at: at }));
-  return [insertRows(trx, dialect, 'ledger_transactions', rows), ...(postings.length > 0 ? [insertRows(trx, dialect, 'ledger_postings', postings)] : [])];
+  return [insertRows(dialect, 'ledger_transactions', rows), ...(postings.length > 0 ? [insertRows(dialect, 'ledger_postings', postings)] : [])];
 }
 
 /**
- * A write of a batch: a Kysely query, or on SQLite multi-row inserts compiled without Kysely.
- * `counted` ones return a row per row they changed.
+ * A write of a batch: a Kysely query, or a multi-row insert made without Kysely (on SQLite its
+ * chunks' statements, on PostgreSQL one statement with the rows as JSON). `counted` ones return a
+ * row per row they changed.
  */
-type Write = { counted?: boolean } & ({ query: Compilable & { execute(): Promise<unknown[]> }; sqlite?: never } | { sqlite: CompiledQuery[]; query?: never });
+type Write = { counted?: boolean } & (
+  | { query: Compilable & { execute(): Promise<unknown[]> }; sqlite?: never; json?: never }
+  | { sqlite: CompiledQuery[]; query?: never; json?: never }
+  | { json: RawBuilder<unknown>; query?: never; sqlite?: never }
+);
 
-/** A multi-row insert: Kysely's query (embedded in PostgreSQL's statement), or its texts made once for SQLite. */
 function insertRows<T extends 'requests' | 'request_metadata' | 'ledger_transactions' | 'ledger_postings' | 'events'>(
-  trx: Transaction<Database>,
   dialect: Storage['dialect'],
   table: T,
   rows: Insertable<Database[T]>[],
 ): Write {
-  return dialect === 'sqlite' ? { sqlite: valuesInserts(table, rows) } : { query: trx.insertInto(table).values(rows as never) };
+  return dialect === 'sqlite' ? { sqlite: valuesInserts(table, rows) } : { json: jsonInsert(table, rows) };
 }
 
 /**
@@ -894,6 +896,9 @@ async function executeWrites(trx: Transaction<Database>, dialect: Storage['diale
       if (write.sqlite) {
         for (const insert of write.sqlite) await trx.executeQuery(insert);
         counts.push(0);
+      } else if (write.json) {
+        await write.json.execute(trx);
+        counts.push(0);
       } else {
         const rows = await write.query.execute();
         counts.push(write.counted ? rows.length : 0);
@@ -903,7 +908,7 @@ async function executeWrites(trx: Transaction<Database>, dialect: Storage['diale
   }
   if (writes.length === 0) return [];
   const name = (i: number) => sql.ref(`w${i}`);
-  const ctes = sql.join(writes.map((write, i) => sql`${name(i)} as (${write.query!})`));
+  const ctes = sql.join(writes.map((write, i) => sql`${name(i)} as (${write.json ?? write.query!})`));
   const counted = writes.map((write, i) => (write.counted ? sql`(select count(*) from ${name(i)})` : sql`0`));
   const { rows } = await sql<{ counts: string }>`with ${ctes} select concat_ws(',', ${sql.join(counted)}) as counts`.execute(trx);
   return rows[0]!.counts.split(',').map(Number);

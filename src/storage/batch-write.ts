@@ -1,4 +1,4 @@
-import { CompiledQuery, sql, type Kysely, type Transaction } from 'kysely';
+import { CompiledQuery, sql, type Kysely, type RawBuilder, type Transaction } from 'kysely';
 import { prepared } from './db.ts';
 import {
   insertMetadataRows,
@@ -197,6 +197,16 @@ function valuesInsertText(table: string, columns: string[], count: number): stri
 /** Enough for every table's chunk sizes; a bound all the same, since the texts are kept. */
 const MAX_VALUES_INSERT_TEXTS = 500;
 const valuesInsertTexts = new Map<string, string>();
+
+/**
+ * A multi-row insert for PostgreSQL whose rows travel as one JSON parameter, typed by the table's
+ * own row type (as JsonRows does): Kysely would make, and pg serialize, a parameter per value,
+ * which cost the gateway more CPU than the insert saves PostgreSQL in parsing.
+ */
+export function jsonInsert(table: string, rows: object[]): RawBuilder<unknown> {
+  const columns = sql.join(columnsOf(rows).map((column) => sql.ref(column)));
+  return sql`insert into ${sql.table(table)} (${columns}) select ${columns} from json_populate_recordset(null::${sql.table(table)}, ${jsonRows(rows)}::json)`;
+}
 
 /** Every row of a list has the same columns (they are built by one function per table). */
 function columnsOf<T extends object>(rows: T[]): string[] {
