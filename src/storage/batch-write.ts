@@ -200,8 +200,10 @@ const valuesInsertTexts = new Map<string, string>();
 
 /**
  * A multi-row insert for PostgreSQL whose rows travel as one JSON parameter, typed by the table's
- * own row type (as JsonRows does): Kysely would make, and pg serialize, a parameter per value,
- * which cost the gateway more CPU than the insert saves PostgreSQL in parsing.
+ * own row type (as JsonRows does). Kysely would make, and pg serialize, a parameter per value; on
+ * PostgreSQL the gateway's own CPU, not the database's, bounds its throughput (by hand, at 32
+ * connections: ~1.0 core for the gateway, ~0.4 for PostgreSQL), so PostgreSQL's extra JSON work is
+ * the cheaper side (A/B: ~10 % more requests per second).
  */
 export function jsonInsert(table: string, rows: object[]): RawBuilder<unknown> {
   const columns = sql.join(columnsOf(rows).map((column) => sql.ref(column)));
