@@ -18,7 +18,7 @@ export async function startServer(
   config: Config,
   opts: { sweepIntervalMs?: number } = {},
 ): Promise<RunningServer> {
-  limitHeapGrowth(config.heapGrowingPercent);
+  const heapGrowthLimited = limitHeapGrowth(config.heapGrowingPercent);
   const storage = openStorage(config.databaseUrl);
   await migrateToLatest(storage);
   let reportOutage = (_err: unknown) => {};
@@ -27,7 +27,10 @@ export async function startServer(
   reportOutage = (err) => app.log.warn({ err }, 'Redis is unreachable: rate limits are counted per instance until it is back');
   const url = await app.listen({ port: config.port, host: config.host });
   const sweeper = startSweeper(storage, app, opts.sweepIntervalMs ?? SWEEP_INTERVAL_MS);
-  app.log.info({ database: storage.describe, redis: Boolean(redis) }, `Tollgate listening on ${url}`);
+  app.log.info(
+    { database: storage.describe, redis: Boolean(redis), heapGrowingPercent: heapGrowthLimited ? config.heapGrowingPercent : 'not set by Tollgate' },
+    `Tollgate listening on ${url}`,
+  );
   return {
     app,
     url,
