@@ -17,6 +17,12 @@ export type Storage = {
    * COMMIT), so a batch pays two round trips instead of four (pipelined-transaction.ts).
    */
   pipeline?: pg.Pool;
+  /**
+   * SQLite only: how many statements that write this handle has run so far. A row read through
+   * it is still what the database holds while this has not moved, but for what another process
+   * wrote meanwhile (decision 0011).
+   */
+  writeCount?: () => number;
   close(): Promise<void>;
 };
 
@@ -41,11 +47,13 @@ function openSqlite(path: string): Storage {
   sqlite.pragma('foreign_keys = ON');
   // Money is BIGINT; numbers above 2^53 must never pass through a JS number.
   sqlite.defaultSafeIntegers(true);
-  const db = new Kysely<Database>({ dialect: new ImmediateSqliteDialect({ database: withStatementCache(sqlite) }) });
+  const writes = { count: 0 };
+  const db = new Kysely<Database>({ dialect: new ImmediateSqliteDialect({ database: withStatementCache(sqlite, writes) }) });
   return {
     db,
     dialect: 'sqlite',
     describe: `sqlite:${inMemory ? ':memory:' : path}`,
+    writeCount: () => writes.count,
     close: () => db.destroy(),
   };
 }
@@ -127,9 +135,10 @@ const STATEMENT_CACHE_SIZE = 500;
 
 /**
  * Kysely prepares every query anew; preparing costs more than running most of ours. The app issues
- * a small, fixed set of SQL texts, so prepared statements are kept and reused.
+ * a small, fixed set of SQL texts, so prepared statements are kept and reused. Every run of a
+ * statement that writes is counted in `writes` (Storage.writeCount).
  */
-function withStatementCache(sqlite: SqliteDatabase.Database): SqliteDialectConfig['database'] {
+function withStatementCache(sqlite: SqliteDatabase.Database, writes: { count: number }): SqliteDialectConfig['database'] {
   const cache = new Map<string, SqliteDatabase.Statement>();
   return {
     close: () => sqlite.close(),
@@ -137,12 +146,28 @@ function withStatementCache(sqlite: SqliteDatabase.Database): SqliteDialectConfi
       let statement = cache.get(text);
       if (!statement) {
         statement = sqlite.prepare(text);
+        if (!statement.readonly) countRuns(statement, writes);
         if (cache.size >= STATEMENT_CACHE_SIZE) cache.delete(cache.keys().next().value!);
         cache.set(text, statement);
       }
       return statement;
     },
   };
+}
+
+/**
+ * Counts each run of a statement that writes, however Kysely runs it (`run`, or `all` for one with
+ * RETURNING). Counted before it runs: a statement that fails may still have written part of a
+ * transaction that is rolled back later, and a count too many only costs a read.
+ */
+function countRuns(statement: SqliteDatabase.Statement, writes: { count: number }): void {
+  for (const method of ['run', 'all', 'get', 'iterate'] as const) {
+    const original = statement[method] as (...args: unknown[]) => unknown;
+    (statement as unknown as Record<string, unknown>)[method] = (...args: unknown[]) => {
+      writes.count++;
+      return original.apply(statement, args);
+    };
+  }
 }
 
 /**

@@ -7,6 +7,7 @@ import { GatewayWriter, type BatchJob } from '../../src/gateway/writer.ts';
 import { ADMIT_JOB, admitDeferred, admitRequest, failRequest, releaseDeferredHolds, takeOverAdmission, pricingFor, SETTLE_JOB, settleRequest, type SettleInput } from '../../src/ledger/forwarded.ts';
 import { verifyLedger } from '../../src/ledger/verify.ts';
 import { creditWallet, findWallet } from '../../src/ledger/wallets.ts';
+import { openStorage } from '../../src/storage/db.ts';
 import { startTestApp, type TestApp } from '../helpers/app.ts';
 import { databasesUnderTest } from '../helpers/databases.ts';
 import { admissionOf, CHAT_FACTS, settlementOf, tokenUsage } from '../helpers/settle.ts';
@@ -403,6 +404,53 @@ describe.each(databasesUnderTest())('gateway writer on %s', (dialect) => {
       releaseDeferredHolds(admitted.deferred!);
       await creditWallet(t.storage, customer.walletId, parseMoney('0.24'));
       expect((await admitDeferred(t.storage, background, admission('0.01'))).outcome).toBe('admitted');
+      await background.drain();
+    },
+  );
+
+  it.runIf(dialect === 'sqlite')(
+    'embedded admission decides on the wallet it last read while nothing was written, reads it again after a write of this process',
+    async () => {
+      const { customer, billing, background, record, admission } = await embeddedCustomer('0.05', {});
+      const reads = vi.spyOn(t.storage.db, 'connection');
+      try {
+        const first = await admitDeferred(t.storage, background, admission('0.02'));
+        if (first.outcome !== 'admitted') throw new Error(first.outcome);
+        expect(reads).toHaveBeenCalledTimes(1);
+        const second = await admitDeferred(t.storage, background, admission('0.02'));
+        if (second.outcome !== 'admitted') throw new Error(second.outcome);
+        expect(reads).toHaveBeenCalledTimes(1);
+
+        // Both settle at 0.25 each (the per-request meter): the wallet is at -0.45 once they are written.
+        for (const admitted of [first, second]) {
+          expect(takeOverAdmission(admitted.deferred)).toBe(true);
+          await background.run(SETTLE_JOB, { ...settlementOf(admitted, { billing, usage: tokenUsage(10, 5), record }), merged: admitted.deferred });
+          releaseDeferredHolds(admitted.deferred!);
+        }
+        // The row read before those writes said 0.05 with nothing held: it is not used again.
+        expect((await admitDeferred(t.storage, background, admission('0.001'))).outcome).toBe('insufficient_balance');
+        expect(reads).toHaveBeenCalledTimes(2);
+      } finally {
+        reads.mockRestore();
+      }
+      expect((await findWallet(t.storage, customer.walletId))!.balance).toBe(parseMoney('-0.45'));
+      await background.drain();
+    },
+  );
+
+  it.runIf(dialect === 'sqlite')(
+    'embedded admission takes a refusal against a fresh read: a credit another process made (the CLI) is seen',
+    async () => {
+      const { customer, background, admission } = await embeddedCustomer('0.05', {});
+      expect((await admitDeferred(t.storage, background, admission('0.01'))).outcome).toBe('admitted');
+      // This process does not see another's writes: its last read of the wallet says 0.04 is left.
+      const cli = openStorage(t.database.url);
+      try {
+        await creditWallet(cli, customer.walletId, parseMoney('1'));
+      } finally {
+        await cli.close();
+      }
+      expect((await admitDeferred(t.storage, background, admission('0.5'))).outcome).toBe('admitted');
       await background.drain();
     },
   );
