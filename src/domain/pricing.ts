@@ -190,6 +190,8 @@ export function toSeconds(value: number | string): Seconds {
 
 /** Exact microseconds of a `Seconds` string; more than 6 fractional digits is an error. */
 export function secondsToMicros(seconds: Seconds): bigint {
+  // Most usage has no duration: "0" needs no parsing.
+  if (seconds === '0') return 0n;
   return decimalToInteger(seconds, MICROS_PER_SECOND, 'exact');
 }
 
@@ -248,6 +250,8 @@ export function feeUnits(meter: Pick<MeterPricing, 'tierType' | 'tokenBasis'>, u
 
 /** A tier's `start` in accumulation units; rounded up, because the first unit it covers is whole. */
 export function tierStartUnits(start: number, tierType: TierType): bigint {
+  // Every request prices its meter's tiers: whole starts (most) need no decimal parsing.
+  if (Number.isSafeInteger(start) && start >= 0) return BigInt(start) * START_MULTIPLIER[tierType];
   return decimalToInteger(start, START_MULTIPLIER[tierType], 'ceil');
 }
 
