@@ -47,7 +47,9 @@ export function createGateway(deps: AppDeps, app: App): Gateway {
   // Admissions never share a batch with settlements: the next request's admission would wait for
   // the previous request's settlement.
   const writer = new GatewayWriter(deps.storage, app.log);
-  const background = new GatewayWriter(deps.storage, app.log);
+  // SQLite takes any number of rows in a statement and pays per page a commit writes: a settlement
+  // batch four times the default writes fewer pages per request (decision 0008).
+  const background = new GatewayWriter(deps.storage, app.log, { maxBatch: deps.storage.dialect === 'sqlite' ? 256 : undefined });
   const holds = new HoldKeeper(deps.storage, deps.config.holdTtlMs, app.log);
   const { walletLeaseHotAfter: hotAfter, walletLeaseIdleMs: idleMs, holdTtlMs: ttlMs } = deps.config;
   const gateway: Gateway = {

@@ -22,7 +22,7 @@ import type { Database } from '../storage/schema.ts';
 import { lockSpendKeys } from './spend-key-guard.ts';
 
 /** Large enough for everything a busy instance has waiting, small enough for any engine's parameter limit. */
-const MAX_BATCH = 64;
+const DEFAULT_MAX_BATCH = 64;
 
 export type BatchJob<I, O> = {
   /** Jobs run in this order inside a batch: settlements (which release holds) before admissions. */
@@ -67,10 +67,12 @@ export class GatewayWriter {
   /** Set while only work that may wait is queued (see BatchJob.waitMs). */
   #lazy: NodeJS.Timeout | undefined;
   #drained: (() => void)[] = [];
+  readonly #maxBatch: number;
 
-  constructor(storage: Storage, log?: Pick<FastifyBaseLogger, 'warn'>) {
+  constructor(storage: Storage, log?: Pick<FastifyBaseLogger, 'warn'>, opts: { maxBatch?: number } = {}) {
     this.#storage = storage;
     this.#log = log;
+    this.#maxBatch = opts.maxBatch ?? DEFAULT_MAX_BATCH;
   }
 
   run<I, O>(job: BatchJob<I, O>, input: I): Promise<O> {
@@ -101,12 +103,12 @@ export class GatewayWriter {
   async #writeWhileQueued(): Promise<void> {
     try {
       while (this.#queue.length > 0) {
-        await this.#write(this.#queue.splice(0, MAX_BATCH));
+        await this.#write(this.#queue.splice(0, this.#maxBatch));
         // Work that may wait, queued while that batch was written, waits for more to join it
         // instead of following at once: a writer kept busy by batches of one would hold the hot
         // wallets' rows locked nearly all the time, and the admissions on them would queue. A
         // full batch goes at once, so a backlog cannot grow while the writer waits.
-        const mayWait = this.#queue.length < MAX_BATCH && this.#queue.every((w) => w.job.waitMs !== undefined);
+        const mayWait = this.#queue.length < this.#maxBatch && this.#queue.every((w) => w.job.waitMs !== undefined);
         if (this.#drained.length === 0 && mayWait) break;
       }
     } finally {

@@ -88,8 +88,11 @@ describe.each(databasesUnderTest())('gateway writer on %s', (dialect) => {
     expect(Date.now() - started).toBeLessThan(900);
   });
 
-  it('a full batch of work that may wait goes at once, so a backlog cannot build up while the writer waits', async () => {
-    const writer = new GatewayWriter(t.storage);
+  it.each([
+    { maxBatch: undefined, full: 64 },
+    { maxBatch: 256, full: 256 },
+  ])('a full batch ($full) of work that may wait goes at once, so a backlog cannot build up while the writer waits', async ({ maxBatch, full }) => {
+    const writer = new GatewayWriter(t.storage, undefined, { maxBatch });
     const sizes: number[] = [];
     let release!: () => void;
     const firstBatchHeld = new Promise<void>((r) => (release = r));
@@ -106,15 +109,16 @@ describe.each(databasesUnderTest())('gateway writer on %s', (dialect) => {
     };
     const first = writer.run({ ...lazy, waitMs: undefined }, 0);
     await vi.waitFor(() => expect(sizes).toEqual([1]));
-    // 64 (a full batch) and more arrive while the first batch is written.
-    const backlog = Array.from({ length: 70 }, (_, i) => writer.run(lazy, i + 1));
+    // A full batch and more arrive while the first batch is written.
+    const total = full + 6;
+    const backlog = Array.from({ length: total }, (_, i) => writer.run(lazy, i + 1));
     release();
     await first;
-    const full = Promise.all(backlog.slice(0, 64)).then(() => 'written');
-    expect(await Promise.race([full, new Promise((r) => setTimeout(() => r('still waiting'), 3_000))])).toBe('written');
-    expect(sizes.slice(0, 2)).toEqual([1, 64]);
+    const written = Promise.all(backlog.slice(0, full)).then(() => 'written');
+    expect(await Promise.race([written, new Promise((r) => setTimeout(() => r('still waiting'), 3_000))])).toBe('written');
+    expect(sizes.slice(0, 2)).toEqual([1, full]);
     await writer.drain();
-    expect(await Promise.all(backlog)).toEqual(Array.from({ length: 70 }, (_, i) => i + 1));
+    expect(await Promise.all(backlog)).toEqual(Array.from({ length: total }, (_, i) => i + 1));
   });
 
   it('a batch of settlements with a duplicate member: the others settle, the duplicate charges nothing', async () => {
@@ -158,6 +162,35 @@ describe.each(databasesUnderTest())('gateway writer on %s', (dialect) => {
       const transactions = await t.storage.db.selectFrom('ledger_transactions').select('id').where('reference', '=', a.recordId).execute();
       expect(transactions.length).toBe(1);
     }
+    expect((await verifyLedger(t.storage)).problems).toEqual([]);
+    await writer.drain();
+  });
+
+  it('a batch of 256 settlements (an embedded instance\'s largest) is written in one transaction, each charged once', async () => {
+    const merchant = await t.newMerchant('Big batch');
+    await creditWallet(t.storage, merchant.walletId, parseMoney('100'));
+    const billing = await resolveForwardCredential(t.storage, merchant.secretKey);
+    const { walletId } = pricingFor(billing);
+    const record = { provider: 'openai', endpoint: 'POST https://api.openai.com/v1/chat/completions', provider_key_type: 'managed' as const, metadata: { team: 'a' } };
+    const admitted = await Promise.all(Array.from({ length: 256 }, () => new GatewayWriter(t.storage).run(ADMIT_JOB, admissionOf(billing, walletId, { hold: '0.01', facts: record }))));
+    const prices = lookupBasePrices('openai', 'gpt-4o', { overrides: t.config.priceOverrides });
+
+    const sizes: number[] = [];
+    const counted: typeof SETTLE_JOB = { ...SETTLE_JOB, inTransaction: (trx, d, inputs) => (sizes.push(inputs.length), SETTLE_JOB.inTransaction(trx, d, inputs)) };
+    const writer = new GatewayWriter(t.storage, undefined, { maxBatch: 256 });
+    const outcomes = await Promise.all(
+      admitted.map((a) => {
+        if (a.outcome !== 'admitted') throw new Error(a.outcome);
+        return writer.run(counted, settlementOf(a, { billing, usage: tokenUsage(100, 50), prices, baseCostCharged: true, record }));
+      }),
+    );
+    expect(sizes).toEqual([256]);
+    expect(outcomes.every((o) => o.outcome === 'recorded')).toBe(true);
+    const charged = outcomes.reduce((sum, o) => sum + (o.outcome === 'recorded' ? o.priced.totals.merchant + o.priced.totals.wallet : 0n), 0n);
+    expect(charged).toBeGreaterThan(0n);
+    expect(await findWallet(t.storage, merchant.walletId)).toMatchObject({ balance: parseMoney('100') - charged, held: 0n });
+    const completed = await t.storage.db.selectFrom('requests').select('id').where('merchant_id', '=', merchant.merchantId).where('status', '=', 'completed').execute();
+    expect(completed.length).toBe(256);
     expect((await verifyLedger(t.storage)).problems).toEqual([]);
     await writer.drain();
   });
