@@ -264,13 +264,48 @@ const SETTLEMENT_WAIT_MS = 25;
 const ADMISSION_WRITE_DELAY_MS = 50;
 
 /**
+ * Runs work a fixed delay after it was handed in: one queue and one timer for every deferred
+ * admission, where a timer and a chain of promises each cost more than the admission's decision.
+ * Work handed in later is due later, so the queue is in due order.
+ */
+class DelayQueue {
+  readonly #delayMs: number;
+  #entries: { due: number; run: () => void }[] = [];
+  #timer: NodeJS.Timeout | undefined;
+
+  constructor(delayMs: number) {
+    this.#delayMs = delayMs;
+  }
+
+  add(run: () => void): void {
+    this.#entries.push({ due: performance.now() + this.#delayMs, run });
+    this.#timer ??= setTimeout(() => this.#runDue(), this.#delayMs);
+  }
+
+  #runDue(): void {
+    // Timers count from the event loop's clock, which may run a little behind performance.now().
+    const now = performance.now() + 1;
+    let count = 0;
+    while (count < this.#entries.length && this.#entries[count]!.due <= now) count++;
+    const due = this.#entries.splice(0, count);
+    const next = this.#entries[0];
+    this.#timer = next ? setTimeout(() => this.#runDue(), Math.max(1, next.due - now)) : undefined;
+    for (const entry of due) entry.run();
+  }
+}
+
+const admissionWriteDelay = new DelayQueue(ADMISSION_WRITE_DELAY_MS);
+
+/**
  * What a deferred admission leaves to write: its holds and its pending record. `queued` until a
  * batch takes it (`writing`), unless its settlement comes first and takes it over (`merged`):
  * then the settled record is written directly and no hold row is ever written.
  */
 export type AdmissionWrite = {
   holds: HoldRow[];
-  record: RequestRow;
+  /** The admission, from which its pending record is made when it is written (most never are). */
+  admission: AdmitInput;
+  createdAt: string;
   state: 'queued' | 'writing' | 'merged';
   /** Settles once the holds and the pending record are committed (or failed to be, or were merged). */
   written: Promise<void>;
@@ -323,7 +358,7 @@ export async function admitDeferred(storage: Storage, writer: GatewayWriter, inp
     created_at: createdAt,
     expires_at: expiresAt,
   }));
-  const deferred: AdmissionWrite = { holds, record: pendingRecord(input, recordId, createdAt), state: 'queued', written: Promise.resolve() };
+  const deferred: AdmissionWrite = { holds, admission: input, createdAt, state: 'queued', written: Promise.resolve() };
 
   if (leases) {
     const taken = await takeFromLeases(leases, parts);
@@ -336,11 +371,18 @@ export async function admitDeferred(storage: Storage, writer: GatewayWriter, inp
 
   // Handed to the writer only once the request has run a while: most settle before that and take
   // their admission over. A merged admission's reservation ends with its settlement instead.
-  deferred.written = new Promise((resolve) => setTimeout(resolve, ADMISSION_WRITE_DELAY_MS))
-    .then(() => (deferred.state === 'queued' ? writer.run(WRITE_ADMISSION_JOB, deferred) : undefined))
-    .finally(() => {
-      if (deferred.state !== 'merged') releaseDeferredHolds(deferred);
+  deferred.written = new Promise<void>((resolve, reject) => {
+    admissionWriteDelay.add(() => {
+      const done = () => {
+        if (deferred.state !== 'merged') releaseDeferredHolds(deferred);
+      };
+      if (deferred.state !== 'queued') return (done(), resolve());
+      writer.run(WRITE_ADMISSION_JOB, deferred).then(
+        () => (done(), resolve()),
+        (error: unknown) => (done(), reject(error)),
+      );
     });
+  });
   // Its failure is reported where it is awaited (the settlement); never as an unhandled rejection.
   deferred.written.catch(() => undefined);
   return { outcome: 'admitted', recordId, holdIds: holds.map((hold) => hold.id), createdAt, deferred };
@@ -514,7 +556,7 @@ const writeDeferredAdmissions = async (trx: Transaction<Database>, dialect: Stor
   return writeAdmissionRows(
     trx,
     writes.flatMap((write) => write.holds),
-    writes.map((write) => write.record),
+    writes.map((write) => pendingRecord(write.admission, write.admission.requestId, write.createdAt)),
     (hold) => leaseOf.get(hold),
   );
 };
