@@ -323,14 +323,13 @@ function basisBaseCost(tokenBasis: TokenBasis, base: { input: bigint; output: bi
  * A `requests` slice is the whole request, so it shows all of the request's usage.
  */
 function sliceUsage(meter: MeterPricing, slice: Slice, usage: Usage): Omit<BreakdownItem, 'tier' | 'cost'> {
-  const none = { tokens: 0, characters: 0, seconds: '0' };
   switch (meter.tierType) {
     case 'tokens_1m':
-      return { ...none, tokens: Number(slice.units) };
+      return { tokens: Number(slice.units), characters: 0, seconds: '0' };
     case 'characters_1m':
-      return { ...none, characters: Number(slice.units) };
+      return { tokens: 0, characters: Number(slice.units), seconds: '0' };
     case 'minutes':
-      return { ...none, seconds: formatMicros(slice.units) };
+      return { tokens: 0, characters: 0, seconds: formatMicros(slice.units) };
     case 'requests':
       return {
         tokens: Number(basisTokens(meter.tokenBasis, usage)),
@@ -355,11 +354,16 @@ export function priceRequest(input: PriceRequestInput): PricedRequest {
   const base = { input: input.baseCost.input, output: input.baseCost.output, total: input.baseCost.input + input.baseCost.output };
   const units = feeUnits(meter, usage);
   const basisCost = basisBaseCost(meter.tokenBasis, base);
-  const breakdown = sliceByTiers(meter, accumulatedUnits, units).map((slice) => ({
-    tier: { start: slice.tier.start, rate: slice.tier.rate, type: meter.tierType },
-    ...sliceUsage(meter, slice, usage),
-    cost: sliceCost(meter, slice, units, basisCost),
-  }));
+  const breakdown = sliceByTiers(meter, accumulatedUnits, units).map((slice): BreakdownItem => {
+    const shown = sliceUsage(meter, slice, usage);
+    return {
+      tier: { start: slice.tier.start, rate: slice.tier.rate, type: meter.tierType },
+      tokens: shown.tokens,
+      characters: shown.characters,
+      seconds: shown.seconds,
+      cost: sliceCost(meter, slice, units, basisCost),
+    };
+  });
   let fee = 0n;
   for (const item of breakdown) fee += item.cost;
   const serviceCharge = divRoundHalfUp(serviceChargeRate * fee, PERCENT);

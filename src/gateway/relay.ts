@@ -149,12 +149,12 @@ class UpstreamExchange implements Dispatcher.DispatchHandler {
     // one piece leaves with its headers in one write.
     const length = isStream ? null : contentLength(statusCode, headers);
     this.#status = statusCode;
-    r.res.writeHead(statusCode, {
-      ...responseHeaders(headers),
-      ...(length === null ? {} : { 'content-length': String(length) }),
-      ...r.extraHeaders,
-      ...shutdownHeaders(r.closing),
-    });
+    // Added to the fresh copy one by one: spreading several objects into one literal is slow in V8.
+    const relayed = responseHeaders(headers);
+    if (length !== null) relayed['content-length'] = String(length);
+    Object.assign(relayed, r.extraHeaders);
+    if (r.closing?.()) relayed.connection = 'close';
+    r.res.writeHead(statusCode, relayed);
     this.#relaying = isStream
       ? { kind: 'stream', meter: r.provider.createStreamMeter(r.meterContext), filter: r.hideInjectedUsage ? this.#usageFilter() : null }
       : { kind: 'body', isJson: contentType.includes('json'), ok, length, kept: [], received: 0, last: undefined };
@@ -200,15 +200,16 @@ class UpstreamExchange implements Dispatcher.DispatchHandler {
   #answered(cut: boolean): RelayOutcome {
     const relaying = this.#relaying!;
     const clientAborted = this.#clientGone;
-    const answered = { kind: 'answered' as const, status: this.#status, clientAborted };
-    if (relaying.kind === 'stream') return { ...answered, usage: relaying.meter.finish(), responseBody: null, cutBody: null };
-    if (!relaying.ok) return { ...answered, usage: null, responseBody: null, cutBody: null };
+    // Object literals without spreads: V8 builds `{ ...a, b }` through a slow path (~1-2 µs).
+    const status = this.#status;
+    if (relaying.kind === 'stream') return { kind: 'answered', status, clientAborted, usage: relaying.meter.finish(), responseBody: null, cutBody: null };
+    if (!relaying.ok) return { kind: 'answered', status, clientAborted, usage: null, responseBody: null, cutBody: null };
     const cutBody = cut || clientAborted ? { characters: charactersOf(relaying.kept, relaying.received) } : null;
     const responseBody = relaying.isJson && !cutBody ? parseJson(Buffer.concat(relaying.kept)) : null;
     const usage = relaying.isJson
       ? this.#r.provider.usageFromJson(responseBody, this.#r.meterContext)
       : this.#r.provider.usageFromRequest(this.#r.meterContext);
-    return { ...answered, usage, responseBody, cutBody };
+    return { kind: 'answered', status, clientAborted, usage, responseBody, cutBody };
   }
 
   #usageFilter(): ReturnType<typeof createSseEventFilter> {

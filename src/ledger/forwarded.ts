@@ -54,12 +54,14 @@ function cachedMeterPricing(meter: MeterRow): MeterPricing {
   return pricing;
 }
 
+/** A customer's spend key: the customer's wallet pays the provider's base cost, and no fee. */
+const CUSTOMER_SPEND_KEY_PRICING: MeterPricing = { ...MERCHANT_ONLY_PRICING, baseCostPayer: 'wallet' };
+
 /** Who pays what for a forwarded request, by billing mode. */
 export function pricingFor(billing: BillingContext): { pricing: MeterPricing; walletId: string; meterPriced: boolean } {
   const walletId = billing.connection?.wallet_id ?? billing.merchantWalletId;
   if (billing.spendKey && billing.connection) {
-    // A spend key of a customer's wallet: the customer pays the provider's base cost, no fee.
-    return { pricing: { ...MERCHANT_ONLY_PRICING, baseCostPayer: 'wallet' }, walletId, meterPriced: false };
+    return { pricing: CUSTOMER_SPEND_KEY_PRICING, walletId, meterPriced: false };
   }
   if (billing.meter && billing.mode !== 'billing_disabled') {
     return { pricing: cachedMeterPricing(billing.meter), walletId, meterPriced: true };
@@ -1017,7 +1019,7 @@ function balanceEvent(wallet: WalletRow, connectionId: string | null, at: string
     id: newId('event'),
     merchant_id: wallet.merchant_id,
     type: customer ? 'customer.wallet.balance.updated' : 'merchant.wallet.balance.updated',
-    payload: JSON.stringify(customer ? { customer_id: connectionId, connection_id: connectionId, ...balance } : balance),
+    payload: JSON.stringify(customer ? { customer_id: connectionId, connection_id: connectionId, wallet_id: balance.wallet_id, balance: balance.balance, held: balance.held } : balance),
     created_at: at,
   };
 }

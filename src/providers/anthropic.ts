@@ -99,7 +99,12 @@ function mergeUsage(rawUsage: JsonObject, usage: JsonObject | undefined, tally: 
   for (const [key, value] of Object.entries(usage)) if (value !== null) rawUsage[key] = value;
   const tokens = normaliseUsage(rawUsage);
   // Only a count present in THIS event resets the "text after the last output count" estimate.
-  tally.report({ ...tokens, outputTokens: countAt(usage, 'output_tokens') });
+  tally.report({
+    inputTokens: tokens.inputTokens,
+    outputTokens: countAt(usage, 'output_tokens'),
+    cachedInputTokens: tokens.cachedInputTokens,
+    cacheWriteInputTokens: tokens.cacheWriteInputTokens,
+  });
 }
 
 /** Text, tool-input JSON and thinking deltas all become output tokens. */

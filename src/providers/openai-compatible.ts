@@ -187,7 +187,10 @@ export function requestStreamUsage(body: unknown, url: URL): PreparedStreamReque
   }
   const streamOptions = objectAt(body, 'stream_options');
   if (streamOptions?.include_usage === true) return { body, injectedUsage: false };
-  return { body: { ...body, stream_options: { ...streamOptions, include_usage: true } }, injectedUsage: true };
+  // Copies, then set: `{ ...body, stream_options }` takes V8's slow path; the members keep their order.
+  const withUsage: JsonObject = Object.assign({}, body);
+  withUsage.stream_options = Object.assign({}, streamOptions, { include_usage: true });
+  return { body: withUsage, injectedUsage: true };
 }
 
 /** The usage-only chunk include_usage adds: empty `choices` and a `usage` object. */

@@ -24,7 +24,9 @@ export type ReportedTokens = {
 /** A usage report from reported token counts; null when the provider reported neither direction. */
 export function reportFromTokens(tokens: ReportedTokens): UsageReport | null {
   if (tokens.inputTokens === undefined && tokens.outputTokens === undefined) return null;
-  const report: UsageReport = { ...emptyUsage(), inputTokens: tokens.inputTokens ?? 0, outputTokens: tokens.outputTokens ?? 0 };
+  const report = emptyUsage();
+  report.inputTokens = tokens.inputTokens ?? 0;
+  report.outputTokens = tokens.outputTokens ?? 0;
   if (tokens.cachedInputTokens !== undefined) report.cachedInputTokens = tokens.cachedInputTokens;
   if (tokens.cacheWriteInputTokens !== undefined) report.cacheWriteInputTokens = tokens.cacheWriteInputTokens;
   return report;
@@ -109,7 +111,16 @@ function buildStreamUsage(state: TallyState): StreamUsage {
   const inputEstimated = reported.inputTokens === undefined;
   const inputTokens = reported.inputTokens ?? estimateInputTokensFromRequest(state.ctx.requestBody);
 
-  const usage: StreamUsage = { ...emptyUsage(), inputTokens, outputTokens, complete, estimated: outputEstimated || inputEstimated };
+  const usage: StreamUsage = {
+    inputTokens,
+    outputTokens,
+    inputCharacters: 0,
+    outputCharacters: 0,
+    inputSeconds: 0,
+    outputSeconds: 0,
+    complete,
+    estimated: outputEstimated || inputEstimated,
+  };
   if (reported.cachedInputTokens !== undefined) usage.cachedInputTokens = reported.cachedInputTokens;
   if (reported.cacheWriteInputTokens !== undefined) usage.cacheWriteInputTokens = reported.cacheWriteInputTokens;
   if (state.model !== undefined) usage.model = state.model;
