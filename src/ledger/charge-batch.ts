@@ -171,7 +171,7 @@ async function chargeBatchInTransaction(steps: BatchSteps, { inputs, duplicates,
       continue;
     }
     const key = counterKeys.get(input);
-    const decision = decide({ ...input, meter }, key ? (positions.get(counterId(key)) ?? 0n) : 0n, wallets, at);
+    const decision = decide(Object.assign({}, input, { meter }), key ? (positions.get(counterId(key)) ?? 0n) : 0n, wallets, at);
     if ('outcome' in decision) {
       outcomes.set(input, decision);
       continue;
@@ -181,7 +181,7 @@ async function chargeBatchInTransaction(steps: BatchSteps, { inputs, duplicates,
     outcomes.set(input, { outcome: 'recorded', row: decision.record, priced: decision.priced });
     if (key) {
       positions.set(counterId(key), decision.priced.accumulatedUnits);
-      changedCounters.set(counterId(key), { ...key, units: decision.priced.accumulatedUnits });
+      changedCounters.set(counterId(key), { meterId: key.meterId, connectionId: key.connectionId, periodStart: key.periodStart, units: decision.priced.accumulatedUnits });
     }
   }
 

@@ -154,7 +154,7 @@ async function chargeInTransaction(
     ...(merchantWallet ? await applyDebit(trx, merchantWallet, priced.totals.merchant) : []),
   ]);
   await appendTransaction(trx, chargeTransaction(input, requestPk, legs, at));
-  if (counter) await saveUsageCounters(trx, [{ ...counter, units: priced.accumulatedUnits }]);
+  if (counter) await saveUsageCounters(trx, [{ meterId: counter.meterId, connectionId: counter.connectionId, periodStart: counter.periodStart, units: priced.accumulatedUnits }]);
 
   const record = buildRequestRecord(input, priced, requestPk, at);
   const row = input.pendingRecordId

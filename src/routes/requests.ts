@@ -75,7 +75,7 @@ const createQuery = z.object({
 function withOutsideMetadata(body: CreateBody, fromQuery: string | undefined, fromHeader: string | string[] | undefined): CreateBody {
   const outside = outsideMetadata(fromQuery, fromHeader);
   if (Object.keys(outside).length === 0) return body;
-  return { ...body, metadata: mergeMetadata(outside, body.metadata) };
+  return Object.assign({}, body, { metadata: mergeMetadata(outside, body.metadata) });
 }
 
 const breakdownItem = z.object({

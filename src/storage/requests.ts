@@ -97,7 +97,7 @@ export function rollupAdditions(rows: RequestRow[]): UsageRollupsTable[] {
       meter_id: row.meter_id ?? '',
     };
     const id = `${key.merchant_id}\n${key.bucket_start}\n${key.connection_id}\n${key.meter_id}`;
-    const sum = byKey.get(id) ?? { ...key, ...ZERO_ROLLUP };
+    const sum = byKey.get(id) ?? withZeroSums(key);
     addRecordTo(sum, row);
     byKey.set(id, sum);
   }
@@ -126,7 +126,7 @@ export function metadataRollupAdditions(rows: RequestRow[]): UsageRollupsByMetad
       };
       // JSON, not a separator: keys and values are caller text and must not run into each other.
       const id = JSON.stringify(Object.values(keyColumns));
-      const sum = byKey.get(id) ?? { ...keyColumns, ...ZERO_ROLLUP };
+      const sum = byKey.get(id) ?? withZeroSums(keyColumns);
       addRecordTo(sum, row);
       byKey.set(id, sum);
     }
@@ -213,16 +213,20 @@ export async function upsertMetadataRollups(trx: Transaction<Database>, addition
   if (additions.length > 0) await metadataRollupUpsert(trx, additions).execute();
 }
 
-const ZERO_ROLLUP: Record<RollupSum, bigint> = {
-  requests: 0n,
-  tokens: 0n,
-  usage_cost: 0n,
-  fee: 0n,
-  service_charge: 0n,
-  request_cost: 0n,
-  wallet_cost: 0n,
-  merchant_cost: 0n,
-};
+/** A new rollup row: its key columns with every sum at zero (assigned, not spread: V8 spreads slowly). */
+function withZeroSums<K extends object>(key: K): K & Record<RollupSum, bigint> {
+  const sums: Record<RollupSum, bigint> = {
+    requests: 0n,
+    tokens: 0n,
+    usage_cost: 0n,
+    fee: 0n,
+    service_charge: 0n,
+    request_cost: 0n,
+    wallet_cost: 0n,
+    merchant_cost: 0n,
+  };
+  return Object.assign(key, sums);
+}
 
 export async function findRequestByRequestId(
   db: Transaction<Database> | import('kysely').Kysely<Database>,
