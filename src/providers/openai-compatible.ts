@@ -154,17 +154,10 @@ function meterChatChunk(chunk: JsonObject, tally: UsageTally): void {
 /** Every generated string of one streamed choice: content, reasoning, refusals, tool arguments. */
 function choiceText(choice: unknown): string {
   const delta = objectAt(choice, 'delta');
-  const toolArguments = (arrayAt(delta, 'tool_calls') ?? []).map((call) =>
-    textOf(objectAt(call, 'function')?.arguments),
-  );
-  return [
-    textOf(stringAt(choice, 'text')),
-    textOf(delta?.content),
-    textOf(delta?.reasoning_content),
-    textOf(delta?.reasoning),
-    textOf(delta?.refusal),
-    ...toolArguments,
-  ].join('');
+  // Concatenated as it goes: this runs for every chunk of every stream.
+  let text = textOf(stringAt(choice, 'text')) + textOf(delta?.content) + textOf(delta?.reasoning_content) + textOf(delta?.reasoning) + textOf(delta?.refusal);
+  for (const call of arrayAt(delta, 'tool_calls') ?? []) text += textOf(objectAt(call, 'function')?.arguments);
+  return text;
 }
 
 /** Content is a string, or (Mistral, some reasoning models) a list of `{text}` parts. */

@@ -55,7 +55,8 @@ export function createUsageTally(ctx: MeterContext): UsageTally {
   let complete = false;
   let model: string | undefined;
   let responseId: string | undefined;
-  let completedAt: string | undefined;
+  /** Kept as milliseconds and written out once: streams report it in every chunk. */
+  let completedAtMs: number | undefined;
 
   return {
     report(tokens) {
@@ -74,14 +75,14 @@ export function createUsageTally(ctx: MeterContext): UsageTally {
       responseId ??= value || undefined;
     },
     noteCompletedAt(value) {
-      completedAt = timestampFromUnixSeconds(value) ?? completedAt;
+      completedAtMs = plausibleProviderMs(value) ?? completedAtMs;
     },
     markComplete() {
       complete = true;
     },
     result() {
       const usage = buildStreamUsage({ ctx, reported, charactersAfterLastOutputCount, complete, model, responseId });
-      if (completedAt !== undefined) usage.completedAt = completedAt;
+      if (completedAtMs !== undefined) usage.completedAt = new Date(completedAtMs).toISOString();
       return usage;
     },
   };
@@ -134,10 +135,16 @@ const PROVIDER_CLOCK_SKEW_MS = 24 * 60 * 60 * 1000;
 
 /** A provider's Unix-seconds time as ISO 8601; undefined when absent or implausible. */
 export function timestampFromUnixSeconds(seconds: number | undefined, now = Date.now()): string | undefined {
+  const ms = plausibleProviderMs(seconds, now);
+  return ms === undefined ? undefined : new Date(ms).toISOString();
+}
+
+/** A provider's Unix-seconds time in milliseconds; undefined when absent or implausible. */
+function plausibleProviderMs(seconds: number | undefined, now = Date.now()): number | undefined {
   if (seconds === undefined || !Number.isFinite(seconds)) return undefined;
   const ms = Math.round(seconds * 1000);
   if (ms < EARLIEST_PROVIDER_TIME_MS || ms > now + PROVIDER_CLOCK_SKEW_MS) return undefined;
-  return new Date(ms).toISOString();
+  return ms;
 }
 
 /** Adds model and response id to a report, when known. */
