@@ -186,10 +186,13 @@ export function requestStreamUsage(body: unknown, url: URL): PreparedStreamReque
   return { body: withUsage, injectedUsage: true };
 }
 
+const EMPTY_CHOICES = /"choices"\s*:\s*\[\s*\]/;
+
 /** The usage-only chunk include_usage adds: empty `choices` and a `usage` object. */
 export function isInjectedUsageChunk(event: SseEvent): boolean {
-  // Cheap test first: the relay calls this for every event of the stream.
-  if (!event.data.includes('"usage"')) return false;
+  // Cheap tests first: the relay calls this for every event of the stream, and once the gateway
+  // asked for usage every chunk carries a `"usage":null`; only the usage chunk has empty choices.
+  if (!event.data.includes('"usage"') || !EMPTY_CHOICES.test(event.data)) return false;
   const chunk = parseJson(event.data);
   return isObject(chunk) && Array.isArray(chunk.choices) && chunk.choices.length === 0 && isObject(chunk.usage);
 }

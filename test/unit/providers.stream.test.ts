@@ -365,6 +365,9 @@ describe('asking for stream usage, and hiding the injected chunk', () => {
     // Usage riding on a chunk with content is not the injected one: the client must get it.
     expect(isInjectedUsageChunk({ data: '{"choices":[{"delta":{"content":"x"}}],"usage":{"prompt_tokens":1}}' })).toBe(false);
     expect(isInjectedUsageChunk({ data: '{"choices":[],"usage":null}' })).toBe(false);
+    // Spaced JSON is still recognised; a nested empty `choices` with a top-level one full is not it.
+    expect(isInjectedUsageChunk({ data: '{"choices": [ ], "usage": {"prompt_tokens": 1}}' })).toBe(true);
+    expect(isInjectedUsageChunk({ data: '{"choices":[{"x":{"choices":[]}}],"usage":{"prompt_tokens":1}}' })).toBe(false);
     expect(provider('https://api.anthropic.com/v1').isInjectedUsageEvent({ data: '{"choices":[],"usage":{}}' })).toBe(false);
   });
 });
