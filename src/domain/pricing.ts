@@ -349,8 +349,7 @@ function sliceUsage(meter: MeterPricing, slice: Slice, usage: Usage): Omit<Break
 export function priceRequest(input: PriceRequestInput): PricedRequest {
   const { meter, usage, accumulatedUnits, serviceChargeRate, baseCostCharged } = input;
   assertPricingInput(input);
-  // Built field by field: V8 clones a spread object with BigInt members through its slow path
-  // (~1.5 µs a request, measured).
+  // Built member by member: V8 builds a spread with further members through a slow path (decision 0008).
   const base = { input: input.baseCost.input, output: input.baseCost.output, total: input.baseCost.input + input.baseCost.output };
   const units = feeUnits(meter, usage);
   const basisCost = basisBaseCost(meter.tokenBasis, base);
