@@ -28,18 +28,17 @@ export async function recordWalletBalanceEvent(
 
 /** The balance-updated event of a wallet in the state given: its customer's, or its merchant's. */
 export function walletBalanceEvent(wallet: WalletState, connectionId: string | null, at: string): NewEvent {
-  const balance = {
-    wallet_id: wallet.id,
-    balance: formatMoney(BigInt(wallet.balance)),
-    held: formatMoney(BigInt(wallet.held)),
-  };
+  const balance = formatMoney(BigInt(wallet.balance));
+  const held = formatMoney(BigInt(wallet.held));
+  // Written member by member: every charge makes one or two of these, and V8 builds a spread with
+  // further members slowly (decision 0008).
   if (wallet.owner_type === 'connection' && connectionId) {
     return {
       merchantId: wallet.merchant_id,
       type: 'customer.wallet.balance.updated',
-      data: { customer_id: connectionId, connection_id: connectionId, ...balance },
+      data: { customer_id: connectionId, connection_id: connectionId, wallet_id: wallet.id, balance, held },
       at,
     };
   }
-  return { merchantId: wallet.merchant_id, type: 'merchant.wallet.balance.updated', data: balance, at };
+  return { merchantId: wallet.merchant_id, type: 'merchant.wallet.balance.updated', data: { wallet_id: wallet.id, balance, held }, at };
 }

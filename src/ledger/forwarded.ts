@@ -41,6 +41,8 @@ import { UnbalancedTransactionError, type Leg } from './postings.ts';
 import { insertHold, releaseHoldInTransaction, type HoldRow } from './holds.ts';
 import { availableOf, lockWallets, releaseUnwritten, reserveUnwritten, splitDebit, type WalletRow } from './wallets.ts';
 import { markLeaseLost, type Lease, type WalletLeases } from './leases.ts';
+import { walletBalanceEvent } from './events.ts';
+import { eventRows, type NewEvent } from '../webhooks/outbox.ts';
 
 /** A meter's pricing, parsed once per meter row (cached credentials share their rows). */
 const pricingOfMeter = new WeakMap<MeterRow, MeterPricing>();
@@ -829,7 +831,7 @@ async function settleInTransaction(trx: Transaction<Database>, dialect: Storage[
   const outcomes: ChargeOutcome[] = [];
   const leaseShrinks = new Map<Lease, bigint>();
   const transactions: { id: string; reference: string; description: string; merchantId: string; legs: Leg[] }[] = [];
-  const events: { id: string; merchant_id: string; type: string; payload: string; created_at: string }[] = [];
+  const events: NewEvent[] = [];
   const changedWallets = new Set<WalletRow>();
   for (const [i, input] of inputs.entries()) {
     const price = priced[i]!;
@@ -857,7 +859,7 @@ async function settleInTransaction(trx: Transaction<Database>, dialect: Storage[
       const pays = (wallet === customerWallet ? price.totals.wallet : 0n) + (wallet === merchantWallet ? price.totals.merchant : 0n);
       if (pays === 0n && input.holdIds.length === 0) continue;
       changedWallets.add(wallet);
-      events.push(balanceEvent(wallet, wallet === customerWallet ? (input.billing.connection?.id ?? null) : null, at));
+      events.push(walletBalanceEvent(wallet, wallet === customerWallet ? (input.billing.connection?.id ?? null) : null, at));
     }
   }
 
@@ -882,7 +884,7 @@ async function settleInTransaction(trx: Transaction<Database>, dialect: Storage[
     ...leaseWrites,
     ...walletWrites,
     ...ledgerWrites(dialect, transactions, at),
-    ...(events.length > 0 ? [insertRows(dialect, 'events', events)] : []),
+    ...(events.length > 0 ? [insertRows(dialect, 'events', eventRows(events))] : []),
   ]);
   // A lease that expired meanwhile: each member alone writes its admission as its own hold first.
   if (written.slice(0, leaseWrites.length).some((n) => n !== 1)) throw new RunAlone();
@@ -1009,19 +1011,6 @@ async function executeWrites(trx: Transaction<Database>, dialect: Storage['diale
   const counted = writes.map((write, i) => (write.counted ? sql`(select count(*) from ${name(i)})` : sql`0`));
   const { rows } = await sql<{ counts: string }>`with ${ctes} select concat_ws(',', ${sql.join(counted)}) as counts`.execute(trx);
   return rows[0]!.counts.split(',').map(Number);
-}
-
-/** A wallet's balance-updated event row (customer or merchant), as events.ts writes it. */
-function balanceEvent(wallet: WalletRow, connectionId: string | null, at: string) {
-  const balance = { wallet_id: wallet.id, balance: formatMoney(wallet.balance), held: formatMoney(wallet.held) };
-  const customer = wallet.owner_type === 'connection' && connectionId;
-  return {
-    id: newId('event'),
-    merchant_id: wallet.merchant_id,
-    type: customer ? 'customer.wallet.balance.updated' : 'merchant.wallet.balance.updated',
-    payload: JSON.stringify(customer ? { customer_id: connectionId, connection_id: connectionId, wallet_id: balance.wallet_id, balance: balance.balance, held: balance.held } : balance),
-    created_at: at,
-  };
 }
 
 /** The completed record a settlement writes over the pending one (as chargeRequest builds it). */
