@@ -13,6 +13,7 @@ import {
   buildRequestRecord,
   chargeLegs,
   chargeTransaction,
+  counterAt,
   counterId,
   counterKeyOf,
   countersInKeyOrder,
@@ -181,7 +182,7 @@ async function chargeBatchInTransaction(steps: BatchSteps, { inputs, duplicates,
     outcomes.set(input, { outcome: 'recorded', row: decision.record, priced: decision.priced });
     if (key) {
       positions.set(counterId(key), decision.priced.accumulatedUnits);
-      changedCounters.set(counterId(key), { meterId: key.meterId, connectionId: key.connectionId, periodStart: key.periodStart, units: decision.priced.accumulatedUnits });
+      changedCounters.set(counterId(key), counterAt(key, decision.priced.accumulatedUnits));
     }
   }
 

@@ -154,7 +154,7 @@ async function chargeInTransaction(
     ...(merchantWallet ? await applyDebit(trx, merchantWallet, priced.totals.merchant) : []),
   ]);
   await appendTransaction(trx, chargeTransaction(input, requestPk, legs, at));
-  if (counter) await saveUsageCounters(trx, [{ meterId: counter.meterId, connectionId: counter.connectionId, periodStart: counter.periodStart, units: priced.accumulatedUnits }]);
+  if (counter) await saveUsageCounters(trx, [counterAt(counter, priced.accumulatedUnits)]);
 
   const record = buildRequestRecord(input, priced, requestPk, at);
   const row = input.pendingRecordId
@@ -336,6 +336,11 @@ export function monthStart(now: Date): string {
 }
 
 export type CounterKey = { meterId: string; connectionId: string; periodStart: string };
+
+/** A tier counter at its new position, member by member (a spread with more members is slow in V8, decision 0008). */
+export function counterAt(key: CounterKey, units: bigint): CounterKey & { units: bigint } {
+  return { meterId: key.meterId, connectionId: key.connectionId, periodStart: key.periodStart, units };
+}
 
 /** The tier position a request prices at; only where a meter's own pricing applies. */
 export function counterKeyOf(input: ChargeInput, now: Date): CounterKey | null {
