@@ -269,8 +269,8 @@ const ADMISSION_WRITE_DELAY_MS = 50;
 
 /**
  * Runs work a fixed delay after it was handed in: one queue and one timer for every deferred
- * admission, where a timer and a chain of promises each cost more than the admission's decision.
- * Work handed in later is due later, so the queue is in due order.
+ * admission, instead of a timer and a chain of promises for each (every embedded request makes
+ * one). Work handed in later is due later, so the queue is in due order.
  */
 class DelayQueue {
   readonly #delayMs: number;
