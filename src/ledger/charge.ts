@@ -257,12 +257,11 @@ export function chargeTransaction(input: ChargeInput, requestPk: string, legs: L
 }
 
 export function buildRequestRecord(input: ChargeInput, priced: PricedRequest, requestPk: string, at: string): RequestRow {
-  return {
+  const identity: RecordIdentity = {
     id: requestPk,
     merchant_id: input.merchant.id,
     request_id: input.requestId,
     body_hash: input.bodyHash,
-    status: 'completed',
     connection_id: input.connection?.id ?? null,
     meter_id: input.meter?.id ?? null,
     provider: input.provider,
@@ -272,14 +271,58 @@ export function buildRequestRecord(input: ChargeInput, priced: PricedRequest, re
     response_id: input.responseId ?? null,
     provider_timestamp: input.providerTimestamp ?? null,
     metadata: JSON.stringify(input.metadata),
-    input_tokens: BigInt(input.usage.inputTokens),
-    output_tokens: BigInt(input.usage.outputTokens),
-    cached_input_tokens: BigInt(input.usage.cachedInputTokens ?? 0),
-    cache_write_input_tokens: BigInt(input.usage.cacheWriteInputTokens ?? 0),
-    input_characters: BigInt(input.usage.inputCharacters),
-    output_characters: BigInt(input.usage.outputCharacters),
-    input_seconds: input.usage.inputSeconds,
-    output_seconds: input.usage.outputSeconds,
+    created_at: at,
+  };
+  return completedRequestRow(identity, input.usage, priced, input.usageEstimated ?? false, at);
+}
+
+/** The columns of a completed record that name it; the others follow from its usage and price. */
+export type RecordIdentity = Pick<
+  RequestRow,
+  | 'id'
+  | 'merchant_id'
+  | 'request_id'
+  | 'body_hash'
+  | 'connection_id'
+  | 'meter_id'
+  | 'provider'
+  | 'model'
+  | 'endpoint'
+  | 'provider_key_type'
+  | 'response_id'
+  | 'provider_timestamp'
+  | 'metadata'
+  | 'created_at'
+>;
+
+/**
+ * A completed request record, as both ways of charging write it (POST /requests and the forward
+ * gateway's settlement). One literal, column by column: no spread on this path (decision 0008).
+ */
+export function completedRequestRow(identity: RecordIdentity, usage: Usage, priced: PricedRequest, usageEstimated: boolean, completedAt: string): RequestRow {
+  return {
+    id: identity.id,
+    merchant_id: identity.merchant_id,
+    request_id: identity.request_id,
+    body_hash: identity.body_hash,
+    status: 'completed',
+    connection_id: identity.connection_id,
+    meter_id: identity.meter_id,
+    provider: identity.provider,
+    model: identity.model,
+    endpoint: identity.endpoint,
+    provider_key_type: identity.provider_key_type,
+    response_id: identity.response_id,
+    provider_timestamp: identity.provider_timestamp,
+    metadata: identity.metadata,
+    input_tokens: BigInt(usage.inputTokens),
+    output_tokens: BigInt(usage.outputTokens),
+    cached_input_tokens: BigInt(usage.cachedInputTokens ?? 0),
+    cache_write_input_tokens: BigInt(usage.cacheWriteInputTokens ?? 0),
+    input_characters: BigInt(usage.inputCharacters),
+    output_characters: BigInt(usage.outputCharacters),
+    input_seconds: usage.inputSeconds,
+    output_seconds: usage.outputSeconds,
     input_cost: priced.baseCost.input,
     output_cost: priced.baseCost.output,
     base_cost_charged: priced.baseCost.charged ? 1 : 0,
@@ -301,9 +344,9 @@ export function buildRequestRecord(input: ChargeInput, priced: PricedRequest, re
     total_request_cost: priced.totals.request,
     total_wallet_cost: priced.totals.wallet,
     total_merchant_cost: priced.totals.merchant,
-    usage_estimated: input.usageEstimated ? 1 : 0,
-    created_at: at,
-    completed_at: at,
+    usage_estimated: usageEstimated ? 1 : 0,
+    created_at: identity.created_at,
+    completed_at: completedAt,
   };
 }
 

@@ -4,7 +4,7 @@
  */
 import { CompiledQuery, sql, type Compilable, type Insertable, type RawBuilder, type Transaction } from 'kysely';
 import { newId } from '../domain/ids.ts';
-import { formatMoney, MAX_AMOUNT_UNITS } from '../domain/money.ts';
+import { MAX_AMOUNT_UNITS } from '../domain/money.ts';
 import { baseCost, priceRequest, type BasePrices, type MeterPricing, type PricedRequest, type Usage } from '../domain/pricing.ts';
 import type { BillingContext } from '../gateway/credentials.ts';
 import { RunAlone, type BatchJob, type GatewayWriter } from '../gateway/writer.ts';
@@ -28,6 +28,7 @@ import {
 import { merchantRevenueAccount, providerCostsAccount, serviceChargesAccount, BUCKET_ORDER, walletAccount } from './accounts.ts';
 import {
   chargeRequest,
+  completedRequestRow,
   counterId,
   lockUsageCounters,
   MERCHANT_ONLY_PRICING,
@@ -36,6 +37,7 @@ import {
   type ChargeInput,
   type ChargeOutcome,
   type CounterKey,
+  type RecordIdentity,
 } from './charge.ts';
 import { UnbalancedTransactionError, type Leg } from './postings.ts';
 import { insertHold, releaseHoldInTransaction, type HoldRow } from './holds.ts';
@@ -1013,14 +1015,13 @@ async function executeWrites(trx: Transaction<Database>, dialect: Storage['diale
   return rows[0]!.counts.split(',').map(Number);
 }
 
-/** The completed record a settlement writes over the pending one (as chargeRequest builds it). */
+/** The completed record a settlement writes over the pending one. */
 function completedRecord(input: SettleInput, pending: PendingFacts, priced: PricedRequest, at: string): RequestRow {
-  return {
+  const identity: RecordIdentity = {
     id: input.recordId,
     merchant_id: input.billing.merchantId,
     request_id: input.recordId,
     body_hash: null,
-    status: 'completed',
     connection_id: input.billing.connection?.id ?? null,
     meter_id: input.billing.meter?.id ?? null,
     provider: pending.provider,
@@ -1030,39 +1031,9 @@ function completedRecord(input: SettleInput, pending: PendingFacts, priced: Pric
     response_id: input.responseId,
     provider_timestamp: input.providerTimestamp ?? at,
     metadata: JSON.stringify(pending.metadata),
-    input_tokens: BigInt(input.usage.inputTokens),
-    output_tokens: BigInt(input.usage.outputTokens),
-    cached_input_tokens: BigInt(input.usage.cachedInputTokens ?? 0),
-    cache_write_input_tokens: BigInt(input.usage.cacheWriteInputTokens ?? 0),
-    input_characters: BigInt(input.usage.inputCharacters),
-    output_characters: BigInt(input.usage.outputCharacters),
-    input_seconds: input.usage.inputSeconds,
-    output_seconds: input.usage.outputSeconds,
-    input_cost: priced.baseCost.input,
-    output_cost: priced.baseCost.output,
-    base_cost_charged: priced.baseCost.charged ? 1 : 0,
-    base_cost_payer: priced.baseCost.payer,
-    fee_amount: priced.fee.amount,
-    rate_type: priced.fee.rateType,
-    token_basis: priced.fee.tokenBasis,
-    breakdown: JSON.stringify(
-      priced.fee.breakdown.map((b) => ({
-        tier: { start: b.tier.start, rate: formatMoney(b.tier.rate), type: b.tier.type },
-        tokens: b.tokens,
-        characters: b.characters,
-        seconds: Number(b.seconds),
-        cost: formatMoney(b.cost),
-      })),
-    ),
-    service_charge_amount: priced.serviceCharge.amount,
-    service_charge_payer: priced.serviceCharge.payer,
-    total_request_cost: priced.totals.request,
-    total_wallet_cost: priced.totals.wallet,
-    total_merchant_cost: priced.totals.merchant,
-    usage_estimated: input.usageEstimated ? 1 : 0,
     created_at: pending.created_at,
-    completed_at: at,
   };
+  return completedRequestRow(identity, input.usage, priced, input.usageEstimated, at);
 }
 
 /**
