@@ -25,7 +25,7 @@ import {
   rollupUpsert,
   type RequestRow,
 } from '../storage/requests.ts';
-import { merchantRevenueAccount, providerCostsAccount, serviceChargesAccount, BUCKET_ORDER, walletAccount } from './accounts.ts';
+import { merchantRevenueAccount, providerCostsAccount, serviceChargesAccount } from './accounts.ts';
 import {
   chargeRequest,
   completedRequestRow,
@@ -41,7 +41,7 @@ import {
 } from './charge.ts';
 import { UnbalancedTransactionError, type Leg } from './postings.ts';
 import { insertHold, releaseHoldInTransaction, type HoldRow } from './holds.ts';
-import { availableOf, lockWallets, releaseUnwritten, reserveUnwritten, splitDebit, type WalletRow } from './wallets.ts';
+import { availableOf, debitInMemory, lockWallets, releaseUnwritten, reserveUnwritten, type WalletRow } from './wallets.ts';
 import { markLeaseLost, type Lease, type WalletLeases } from './leases.ts';
 import { walletBalanceEvent } from './events.ts';
 import { eventRows, type NewEvent } from '../webhooks/outbox.ts';
@@ -847,8 +847,8 @@ async function settleInTransaction(trx: Transaction<Database>, dialect: Storage[
     if (input.merged?.leased) settleLeasedShares(input.merged, price, customerWallet, merchantWallet, leaseShrinks);
     const merchantId = input.billing.merchantId;
     const legs: Leg[] = [
-      ...debit(customerWallet, price.totals.wallet),
-      ...debit(merchantWallet, price.totals.merchant),
+      ...debitInMemory(customerWallet, price.totals.wallet),
+      ...debitInMemory(merchantWallet, price.totals.merchant),
       { account: providerCostsAccount(merchantId), amount: price.baseCost.charged ? price.baseCost.total : 0n },
       { account: merchantRevenueAccount(merchantId), amount: price.fee.amount },
       { account: serviceChargesAccount(), amount: price.serviceCharge.amount },
@@ -930,16 +930,6 @@ function settleLeasedShares(write: AdmissionWrite, price: PricedRequest, custome
 }
 
 const walletState = (w: WalletRow) => `${w.balance} ${w.cycle_credit} ${w.bundle_credit} ${w.held}`;
-
-/** Takes `amount` out of a locked wallet in memory, bucket by bucket; the legs that record it. */
-function debit(wallet: WalletRow, amount: bigint): Leg[] {
-  if (amount === 0n) return [];
-  const split = splitDebit(wallet, amount);
-  wallet.balance -= amount;
-  wallet.cycle_credit -= split.cycle;
-  wallet.bundle_credit -= split.bundle;
-  return BUCKET_ORDER.map((b) => ({ account: walletAccount(wallet.id, b), amount: -split[b] }));
-}
 
 /** Settled records whose admissions were never written (merged): the records and their metadata. */
 function insertWrites(dialect: Storage['dialect'], records: RequestRow[]): Write[] {

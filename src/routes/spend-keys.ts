@@ -70,19 +70,7 @@ const createBody = optionalBody(z.strictObject({
   expires_at: settingsFields.expires_at.optional(),
   ...walletFields,
 }));
-const updateBody = optionalBody(
-  z.strictObject({
-    name: settingsFields.name.optional(),
-    status: settingsFields.status.optional(),
-    request_shape: settingsFields.request_shape.optional(),
-    allowed_models: settingsFields.allowed_models.optional(),
-    allowed_providers: settingsFields.allowed_providers.optional(),
-    spend_limit: settingsFields.spend_limit.optional(),
-    request_limit: settingsFields.request_limit.optional(),
-    rate_limit: settingsFields.rate_limit.optional(),
-    expires_at: settingsFields.expires_at.optional(),
-  }),
-);
+const updateBody = optionalBody(z.strictObject(settingsFields).partial());
 
 const limitSchema = (field: z.ZodType) => z.object({ amount: field, cycle }).nullable();
 export const spendKeySchema = z.object({

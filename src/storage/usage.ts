@@ -8,17 +8,10 @@ import { dayIndexOf, type UsageRange } from '../domain/usage-window.ts';
 import { requestConditions, type MetadataPair, type RequestFilters } from './request-queries.ts';
 import type { Database } from './schema.ts';
 import type { Storage } from './db.ts';
+import { ROLLUP_SUMS } from './requests.ts';
 
-export const USAGE_FIELDS = [
-  'requests',
-  'tokens',
-  'usage_cost',
-  'fee',
-  'service_charge',
-  'request_cost',
-  'wallet_cost',
-  'merchant_cost',
-] as const;
+/** A usage report's sums are the rollups' accumulating columns, by the same names. */
+export const USAGE_FIELDS = ROLLUP_SUMS;
 type UsageField = (typeof USAGE_FIELDS)[number];
 
 /** Counts and money (1e-10 units), all exact bigints. */
