@@ -105,14 +105,28 @@ const SLICE_SECONDS = 2;
  * ratio of two separate runs mostly noise. Rates are the slices' mean (they are of equal length);
  * percentiles are exact for sequential runs and the median of the slices' for autocannon's.
  */
-async function measureAlternating(direct: Endpoint, via: Endpoint, body: string, connections: number, seconds: number) {
+async function measureAlternating(direct: Endpoint, via: Endpoint, body: string, connections: number, seconds: number, mockPid: number | undefined) {
   const slices = Math.max(1, Math.round(seconds / SLICE_SECONDS));
   const runs = { direct: [] as Measured[], via: [] as Measured[] };
+  let mockCpuMs = 0;
   for (let i = 0; i < slices; i++) {
+    const mockBefore = mockPid === undefined ? 0 : cpuMs(mockPid);
     runs.direct.push(await measure(direct.url, direct.headers, body, connections, seconds / slices));
+    if (mockPid !== undefined) mockCpuMs += cpuMs(mockPid) - mockBefore;
     runs.via.push(await measure(via.url, via.headers, body, connections, seconds / slices));
   }
-  return { direct: combined(runs.direct), via: combined(runs.via) };
+  return { direct: combined(runs.direct), via: combined(runs.via), mockCpuMs: mockPid === undefined ? null : mockCpuMs };
+}
+
+/**
+ * The mock provider's own CPU per direct request: a plain Node HTTP server answering the same
+ * call on the same host. Milliseconds of CPU differ from host to host (stop 15's host ran this
+ * code ~1.7x slower than stop 14's), so the gateway's figure is also given as a multiple of it.
+ */
+function hostReference(mockCpuMs: number | null, direct: Measured, gatewayCpuPerRequest: number): string {
+  if (mockCpuMs === null) return '';
+  const mockPerRequest = mockCpuMs / Math.max(1, direct.ok);
+  return ` (${(gatewayCpuPerRequest / Math.max(mockPerRequest, 1e-9)).toFixed(1)}x the mock's ${mockPerRequest.toFixed(3)} ms per direct request)`;
 }
 
 function combined(slices: Measured[]): Measured {
@@ -150,6 +164,8 @@ export async function benchGateway(opts: {
   storage: Storage;
   serverUrl: string;
   serverPid: number;
+  /** The mock provider's process: its CPU per direct request is reported as the host's reference. */
+  mockPid?: number;
   seconds: number;
   /** Defaults to [1, 32]. */
   connections?: number[];
@@ -187,12 +203,13 @@ export async function benchGateway(opts: {
       // The gateway idles through the direct slices; its CPU over the whole run is the gateway slices'.
       const cpuBefore = cpuMs(opts.serverPid);
       const ticksBefore = machineTicks();
-      const { direct, via } = await measureAlternating(
+      const { direct, via, mockCpuMs } = await measureAlternating(
         { url: `${mockUrl}/v1/chat/completions`, headers: { 'content-type': 'application/json', authorization: 'Bearer x' } },
         { url: forwardUrl, headers: forwardHeaders },
         body,
         connections,
         opts.seconds,
+        opts.mockPid,
       );
       await waitForSettlements(storage, merchant.id);
       const cpuPerRequest = (cpuMs(opts.serverPid) - cpuBefore) / Math.max(1, via.ok);
@@ -201,7 +218,7 @@ export async function benchGateway(opts: {
       const result =
         `added p50 ${(via.p50 - direct.p50).toFixed(2)} ms, p99 ${(via.p99 - direct.p99).toFixed(2)} ms; ` +
         `${via.perSecond.toFixed(0)} req/s vs direct ${direct.perSecond.toFixed(0)} (${(ratio * 100).toFixed(1)} %); ` +
-        `gateway CPU ${cpuPerRequest.toFixed(3)} ms/request (settlements included); ${via.non2xx} non-2xx; RSS now ${rssMb(opts.serverPid).toFixed(0)} MB; ` +
+        `gateway CPU ${cpuPerRequest.toFixed(3)} ms/request (settlements included)${hostReference(mockCpuMs, direct, cpuPerRequest)}; ${via.non2xx} non-2xx; RSS now ${rssMb(opts.serverPid).toFixed(0)} MB; ` +
         `host steal ${stealPercent(ticksBefore).toFixed(1)} %`;
       console.log(`${label}: ${result}`);
       rows.push({
@@ -279,6 +296,7 @@ async function standalone(): Promise<void> {
       storage,
       serverUrl,
       serverPid: server.pid!,
+      mockPid: mock.process.pid,
       seconds,
       connections: list('--connections')?.map(Number),
       streams: list('--streams')?.map((v) => v === 'true'),
