@@ -107,9 +107,12 @@ function relayAndMeter(r: RelayRequest): Promise<RelayOutcome> {
   });
 }
 
+/** A stream the usage filter rewrites: decoded once, the text going to the filter and the meter alike. */
+type FilteredStream = { decoder: TextDecoder; events: ReturnType<typeof createSseEventFilter> };
+
 /** What is known of the upstream body while it is relayed. */
 type Relaying =
-  | { kind: 'stream'; meter: StreamMeter; filter: ReturnType<typeof createSseEventFilter> | null }
+  | { kind: 'stream'; meter: StreamMeter; filter: FilteredStream | null }
   | { kind: 'body'; isJson: boolean; ok: boolean; length: number | null; kept: Buffer[]; received: number; last: Buffer | undefined };
 
 class UpstreamExchange implements Dispatcher.DispatchHandler {
@@ -165,8 +168,15 @@ class UpstreamExchange implements Dispatcher.DispatchHandler {
     if (this.#done || !relaying) return;
     if (relaying.kind === 'stream') {
       // The client gets the event first; metering it can wait until it is on its way.
-      this.#write(relaying.filter ? relaying.filter.push(chunk) : chunk);
-      relaying.meter.push(chunk);
+      const { filter } = relaying;
+      if (!filter) {
+        this.#write(chunk);
+        relaying.meter.push(chunk);
+        return;
+      }
+      const text = filter.decoder.decode(chunk, { stream: true });
+      this.#write(filter.events.push(text));
+      relaying.meter.push(text);
       return;
     }
     if (relaying.isJson && relaying.ok) relaying.kept.push(chunk);
@@ -179,7 +189,7 @@ class UpstreamExchange implements Dispatcher.DispatchHandler {
   onResponseEnd(): void {
     if (this.#done) return;
     const relaying = this.#relaying!;
-    if (relaying.kind === 'stream' && relaying.filter) this.#write(relaying.filter.end());
+    if (relaying.kind === 'stream' && relaying.filter) this.#write(relaying.filter.events.push(this.#flushDecoder(relaying)) + relaying.filter.events.end());
     endResponse(this.#r.res, false, relaying.kind === 'body' ? relaying.last : undefined);
     this.#finish(this.#answered(false));
   }
@@ -202,7 +212,10 @@ class UpstreamExchange implements Dispatcher.DispatchHandler {
     const clientAborted = this.#clientGone;
     // Object literals without spreads: V8 builds `{ ...a, b }` through a slow path (decision 0008).
     const status = this.#status;
-    if (relaying.kind === 'stream') return { kind: 'answered', status, clientAborted, usage: relaying.meter.finish(), responseBody: null, cutBody: null };
+    if (relaying.kind === 'stream') {
+      this.#flushDecoder(relaying);
+      return { kind: 'answered', status, clientAborted, usage: relaying.meter.finish(), responseBody: null, cutBody: null };
+    }
     if (!relaying.ok) return { kind: 'answered', status, clientAborted, usage: null, responseBody: null, cutBody: null };
     const cutBody = cut || clientAborted ? { characters: charactersOf(relaying.kept, relaying.received) } : null;
     const responseBody = relaying.isJson && !cutBody ? parseJson(Buffer.concat(relaying.kept)) : null;
@@ -212,9 +225,17 @@ class UpstreamExchange implements Dispatcher.DispatchHandler {
     return { kind: 'answered', status, clientAborted, usage, responseBody, cutBody };
   }
 
-  #usageFilter(): ReturnType<typeof createSseEventFilter> {
+  #usageFilter(): FilteredStream {
     const { provider } = this.#r;
-    return createSseEventFilter((event, raw) => (provider.isInjectedUsageEvent(event) ? null : (provider.stripInjectedUsageFields?.(raw) ?? raw)));
+    const events = createSseEventFilter((event, raw) => (provider.isInjectedUsageEvent(event) ? null : (provider.stripInjectedUsageFields?.(raw) ?? raw)));
+    return { decoder: new TextDecoder(), events };
+  }
+
+  /** The end of a filtered stream's text (a character cut in two, when the stream was cut), also given to the meter. */
+  #flushDecoder(relaying: Extract<Relaying, { kind: 'stream' }>): string {
+    const rest = relaying.filter?.decoder.decode() ?? '';
+    if (rest) relaying.meter.push(rest);
+    return rest;
   }
 
   /**

@@ -7,44 +7,69 @@ import type { SseEvent } from '../providers/types.ts';
  * every other stream is relayed as raw bytes, untouched.
  *
  * Each complete event (up to its blank line) is forwarded as soon as its last byte arrives, with
- * its original bytes; only an incomplete tail waits for the next chunk.
+ * its original bytes; only an incomplete tail waits for the next chunk. The filter takes text:
+ * the relay decodes each chunk once and hands the same text to the stream meter.
  */
 export function createSseEventFilter(keep: (event: SseEvent, raw: string) => string | null) {
-  const decoder = new TextDecoder();
   let pending = '';
 
   const emitComplete = (flushAll: boolean): string => {
     let out = '';
+    let from = 0;
+    // The first carriage return at or after `from`, looked up again only once passed.
+    let cr = pending.indexOf('\r');
     for (;;) {
-      const boundary = /\r?\n\r?\n/.exec(pending);
-      if (!boundary) break;
-      const end = boundary.index + boundary[0].length;
-      const raw = pending.slice(0, end);
-      pending = pending.slice(end);
-      out += keep(parseEvent(raw), raw) ?? '';
+      if (cr >= 0 && cr < from) cr = pending.indexOf('\r', from);
+      const end = eventEnd(pending, from, cr);
+      if (end < 0) break;
+      const raw = pending.slice(from, end);
+      out += keep(parseSseEvent(raw), raw) ?? '';
+      from = end;
     }
+    pending = from === 0 ? pending : pending.slice(from);
     if (flushAll && pending) {
-      out += keep(parseEvent(pending), pending) ?? '';
+      out += keep(parseSseEvent(pending), pending) ?? '';
       pending = '';
     }
     return out;
   };
 
   return {
-    /** Returns the text to forward for this chunk (possibly empty). */
-    push(chunk: Uint8Array): string {
-      pending += decoder.decode(chunk, { stream: true });
+    /** Returns the text to forward for this piece of the stream (possibly empty). */
+    push(text: string): string {
+      pending += text;
       return emitComplete(false);
     },
     /** Returns whatever was left when the stream ended. */
     end(): string {
-      pending += decoder.decode();
       return emitComplete(true);
     },
   };
 }
 
-function parseEvent(raw: string): SseEvent {
+const BLANK_LINE = /\r?\n\r?\n/g;
+
+/**
+ * Where the first event at or after `from` ends (just past its blank line); -1 when none has yet.
+ * `cr`: the first carriage return at or after `from`, -1 for none.
+ */
+function eventEnd(text: string, from: number, cr: number): number {
+  // The usual case first: events separated by "\n\n" with no carriage return before the boundary.
+  const lf = text.indexOf('\n\n', from);
+  if (cr < 0) return lf < 0 ? -1 : lf + 2;
+  if (lf >= 0 && lf < cr) return lf + 2;
+  BLANK_LINE.lastIndex = from;
+  const boundary = BLANK_LINE.exec(text);
+  return boundary ? boundary.index + boundary[0].length : -1;
+}
+
+/** The `event` and `data` fields of one raw event (up to and including its blank line). */
+export function parseSseEvent(raw: string): SseEvent {
+  // One `data: …` line, as nearly every provider sends: no split needed.
+  const firstNewline = raw.indexOf('\n');
+  if (raw.startsWith('data: ') && firstNewline === raw.length - 2 && raw.charCodeAt(firstNewline - 1) !== 0x0d) {
+    return { event: undefined, data: raw.slice(6, firstNewline) };
+  }
   const data: string[] = [];
   let event: string | undefined;
   for (const line of raw.split(/\r?\n/)) {

@@ -2,7 +2,7 @@ import { applyKey } from './auth.ts';
 import { arrayAt, countAt, firstString, isObject, objectAt, parseJson, stringAt, type JsonObject } from './json.ts';
 import { routeFromBaseUrl } from './route.ts';
 import { createSseMeter } from './sse.ts';
-import { emptyUsage, reportFromTokens, timestampFromUnixSeconds, withIdentity, type ReportedTokens, type UsageTally } from './usage.ts';
+import { emptyUsage, plausibleProviderMs, reportFromTokens, timestampFromUnixSeconds, withIdentity, type ReportedTokens, type UsageTally } from './usage.ts';
 import type { AuthStyle, MeterContext, PreparedStreamRequest, ProviderModule, SseEvent, UsageReport } from './types.ts';
 
 /**
@@ -39,7 +39,7 @@ export function createOpenAICompatibleProvider(options: OpenAICompatibleOptions)
     applyAuth: (headers, key) => applyKey(headers, authStyle, key),
     usageFromJson,
     usageFromRequest,
-    createStreamMeter: (ctx) => createSseMeter(ctx, meterOpenAIEvent, modelFrom(ctx.requestBody, ctx.url)),
+    createStreamMeter: (ctx) => createOpenAIStreamMeter(ctx),
     modelFrom,
     responseId: (body) => stringAt(body, 'id') ?? null,
     prepareStreamRequest: (body, url) =>
@@ -115,12 +115,70 @@ const TERMINAL_EVENT_TYPES = new Set([
   'transcript.text.done',
 ]);
 
-function meterOpenAIEvent(event: SseEvent, tally: UsageTally): void {
-  if (event.data.trim() === '[DONE]') {
-    tally.markComplete();
-    return;
+/** Past this much text, events put aside are metered at once: a long stream holds no more. */
+const MAX_ASIDE_CHARACTERS = 1024 * 1024;
+
+/**
+ * Meters a stream of the OpenAI format without parsing most of its events. Once the model and the
+ * response id are known, a chat chunk without usage can change only the response time (the latest
+ * wins) and the count of text after the last output count; a later chunk that reports an output
+ * count and a time overrides both. So such chunks are put aside unparsed, and dropped when that
+ * chunk comes (the usage chunk `include_usage` adds at the end); anything else (another event, or
+ * the end of a stream that never reported usage) first meters them, in order, as if each had been
+ * metered on arrival.
+ */
+function createOpenAIStreamMeter(ctx: MeterContext) {
+  const aside: string[] = [];
+  let asideCharacters = 0;
+  const meterAside = (tally: UsageTally) => {
+    for (const data of aside) meterEventData(data, tally);
+    aside.length = 0;
+    asideCharacters = 0;
+  };
+  const onEvent = (event: SseEvent, tally: UsageTally) => {
+    const { data } = event;
+    if (asideCharacters < MAX_ASIDE_CHARACTERS && tally.knowsIdentity() && mayBePutAside(data)) {
+      aside.push(data);
+      asideCharacters += data.length;
+      return;
+    }
+    // [DONE] only marks the stream complete, which nothing put aside can change.
+    if (aside.length === 0 || data.trim() === '[DONE]') return meterEventData(data, tally);
+    const chunk = parseJson(data);
+    if (isObject(chunk) && overridesChunksBefore(chunk)) {
+      aside.length = 0;
+      asideCharacters = 0;
+    } else {
+      meterAside(tally);
+    }
+    meterChunk(chunk, tally);
+  };
+  return createSseMeter(ctx, onEvent, modelFrom(ctx.requestBody, ctx.url), meterAside);
+}
+
+/** A chat chunk with no usage in it: an object, no `type` member, every `usage` null. */
+function mayBePutAside(data: string): boolean {
+  if (data.charCodeAt(0) !== 0x7b /* { */ || data.includes('"type"')) return false;
+  for (let at = data.indexOf('"usage"'); at >= 0; at = data.indexOf('"usage"', at + 1)) {
+    if (!data.startsWith('"usage":null', at)) return false;
   }
-  const chunk = parseJson(event.data);
+  return true;
+}
+
+/** A chat chunk that reports an output count and a believable time: what came before it no longer counts. */
+function overridesChunksBefore(chunk: JsonObject): boolean {
+  if (stringAt(chunk, 'type') !== undefined && !Array.isArray(chunk.choices)) return false;
+  const usage = usageObjectOf(chunk);
+  return usage !== undefined && tokensFromUsageObject(usage).outputTokens !== undefined && plausibleProviderMs(countAt(chunk, 'created')) !== undefined;
+}
+
+/** Meters one event's data on arrival: what the stream meter does, as if it put nothing aside. */
+export function meterEventData(data: string, tally: UsageTally): void {
+  if (data.trim() === '[DONE]') tally.markComplete();
+  else meterChunk(parseJson(data), tally);
+}
+
+function meterChunk(chunk: unknown, tally: UsageTally): void {
   if (!isObject(chunk)) return;
   const type = stringAt(chunk, 'type');
   if (type !== undefined && !Array.isArray(chunk.choices)) meterTypedEvent(type, chunk, tally);
@@ -204,6 +262,10 @@ export function isInjectedUsageChunk(event: SseEvent): boolean {
  * Only a `usage` member of the chunk object itself is removed, never one nested deeper.
  */
 export function stripNullUsage(raw: string): string {
+  // Every chunk of an OpenAI stream: one `data:` line ending in the member, then the blank line.
+  if (raw.endsWith(TRAILING_NULL_USAGE_EVENT) && raw.startsWith('data:') && raw.indexOf('\n') === raw.length - 2) {
+    return `${raw.slice(0, raw.length - TRAILING_NULL_USAGE_EVENT.length)}}\n\n`;
+  }
   if (!raw.includes('"usage"')) return raw;
   const lines = raw.split('\n');
   let changed = false;
@@ -225,6 +287,7 @@ export function stripNullUsage(raw: string): string {
 
 const NULL_USAGE = /^"usage"\s*:\s*null\s*/;
 const TRAILING_NULL_USAGE = ',"usage":null}';
+const TRAILING_NULL_USAGE_EVENT = `${TRAILING_NULL_USAGE}\n\n`;
 
 /** The JSON object text without its top-level `"usage": null` member, or null when it has none. */
 function removeTopLevelNullUsage(json: string): string | null {

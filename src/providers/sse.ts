@@ -42,12 +42,14 @@ export function createSseReader(onEvent: (event: SseEvent) => void): SseReader {
 
 /**
  * A stream meter made of an SSE reader and a usage tally; `onEvent` is the family's quirks.
- * `fallbackModel` (from the request or URL) names the model when no event did.
+ * `fallbackModel` (from the request or URL) names the model when no event did. `beforeResult`
+ * runs once the stream is over, before the tally is read (a family that put events aside).
  */
 export function createSseMeter(
   ctx: MeterContext,
   onEvent: (event: SseEvent, tally: UsageTally) => void,
   fallbackModel: string | null,
+  beforeResult?: (tally: UsageTally) => void,
 ): StreamMeter {
   const tally = createUsageTally(ctx);
   const reader = createSseReader((event) => onEvent(event, tally));
@@ -57,7 +59,10 @@ export function createSseMeter(
       if (!finished) reader.push(chunk);
     },
     finish() {
-      if (!finished) reader.end();
+      if (!finished) {
+        reader.end();
+        beforeResult?.(tally);
+      }
       finished = true;
       const usage = tally.result();
       if (usage.model === undefined && fallbackModel) usage.model = fallbackModel;

@@ -46,6 +46,8 @@ export type UsageTally = {
   /** The provider's own time for the response, Unix seconds; the latest one reported wins. */
   noteCompletedAt(unixSeconds: number | undefined): void;
   markComplete(): void;
+  /** True once a model and a response id were noted: later events cannot change either. */
+  knowsIdentity(): boolean;
   result(): StreamUsage;
 };
 
@@ -79,6 +81,9 @@ export function createUsageTally(ctx: MeterContext): UsageTally {
     },
     markComplete() {
       complete = true;
+    },
+    knowsIdentity() {
+      return model !== undefined && responseId !== undefined;
     },
     result() {
       const usage = buildStreamUsage({ ctx, reported, charactersAfterLastOutputCount, complete, model, responseId });
@@ -140,7 +145,7 @@ export function timestampFromUnixSeconds(seconds: number | undefined, now = Date
 }
 
 /** A provider's Unix-seconds time in milliseconds; undefined when absent or implausible. */
-function plausibleProviderMs(seconds: number | undefined, now = Date.now()): number | undefined {
+export function plausibleProviderMs(seconds: number | undefined, now = Date.now()): number | undefined {
   if (seconds === undefined || !Number.isFinite(seconds)) return undefined;
   const ms = Math.round(seconds * 1000);
   if (ms < EARLIEST_PROVIDER_TIME_MS || ms > now + PROVIDER_CLOCK_SKEW_MS) return undefined;
