@@ -51,7 +51,10 @@ export type MeterContext = {
   requestBody: unknown;
 };
 
-/** Accumulates usage from a response stream as it is relayed; never holds the stream's text. */
+/**
+ * Accumulates usage from a response stream as it is relayed. It holds no more of the stream's text
+ * than a bounded part (events the OpenAI meter put aside, at most 1 MiB).
+ */
 export type StreamMeter = {
   /** Accepts the stream in any split: an event across chunks, or several events in one chunk. */
   push(chunk: string | Uint8Array): void;
