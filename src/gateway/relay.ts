@@ -189,7 +189,7 @@ class UpstreamExchange implements Dispatcher.DispatchHandler {
   onResponseEnd(): void {
     if (this.#done) return;
     const relaying = this.#relaying!;
-    if (relaying.kind === 'stream' && relaying.filter) this.#write(relaying.filter.events.push(this.#flushDecoder(relaying)) + relaying.filter.events.end());
+    if (relaying.kind === 'stream') this.#write(this.#endFilteredStream(relaying));
     endResponse(this.#r.res, false, relaying.kind === 'body' ? relaying.last : undefined);
     this.#finish(this.#answered(false));
   }
@@ -213,7 +213,7 @@ class UpstreamExchange implements Dispatcher.DispatchHandler {
     // Object literals without spreads: V8 builds `{ ...a, b }` through a slow path (decision 0008).
     const status = this.#status;
     if (relaying.kind === 'stream') {
-      this.#flushDecoder(relaying);
+      this.#endFilteredStream(relaying);
       return { kind: 'answered', status, clientAborted, usage: relaying.meter.finish(), responseBody: null, cutBody: null };
     }
     if (!relaying.ok) return { kind: 'answered', status, clientAborted, usage: null, responseBody: null, cutBody: null };
@@ -231,11 +231,17 @@ class UpstreamExchange implements Dispatcher.DispatchHandler {
     return { decoder: new TextDecoder(), events };
   }
 
-  /** The end of a filtered stream's text (a character cut in two, when the stream was cut), also given to the meter. */
-  #flushDecoder(relaying: Extract<Relaying, { kind: 'stream' }>): string {
-    const rest = relaying.filter?.decoder.decode() ?? '';
+  /**
+   * The rest of a filtered stream: the decoder's last bytes (a character cut in two, when the
+   * stream was cut), which the meter is given too, and an event that lacked its blank line.
+   * Returns what the client is still owed; '' once called, and for a stream that is not filtered.
+   */
+  #endFilteredStream(relaying: Extract<Relaying, { kind: 'stream' }>): string {
+    const { filter } = relaying;
+    if (!filter) return '';
+    const rest = filter.decoder.decode();
     if (rest) relaying.meter.push(rest);
-    return rest;
+    return filter.events.push(rest) + filter.events.end();
   }
 
   /**

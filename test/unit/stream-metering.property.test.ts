@@ -100,6 +100,7 @@ function referenceEvents(whole: string, flushTail: boolean): string[] {
   return events;
 }
 
+/** The line-by-line parse every event once went through: the oracle for the one-line fast path. */
 function referenceParse(raw: string) {
   const data: string[] = [];
   let event: string | undefined;
