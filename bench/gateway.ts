@@ -159,6 +159,73 @@ async function waitForSettlements(storage: Storage, merchantId: string): Promise
   throw new Error('settlements did not finish');
 }
 
+/** A merchant, a customer with a funded wallet and a meter: the forward URL and headers that bill them. */
+async function forwardClient(storage: Storage, serverUrl: string) {
+  const { secretKey, merchant } = await createMerchant(storage, { name: 'Gateway bench' });
+  await creditWallet(storage, merchant.wallet_id, parseMoney('1000000'));
+  const h = { authorization: `Bearer ${secretKey}`, 'content-type': 'application/json' };
+  const post = async (path: string, b: object) =>
+    (await (await fetch(`${serverUrl}/v1${path}`, { method: 'POST', headers: h, body: JSON.stringify(b) })).json()) as unknown;
+  const customer = (await post('/customers', {})) as { customer_id: string; wallet: { wallet_id: string } };
+  const meter = (await post('/meters', { name: 'Bench chat', rate_type: 'fixed', tiers: [{ start: '0', rate: '1' }] })) as { meter_slug: string };
+  await creditWallet(storage, customer.wallet.wallet_id, parseMoney('1000000'));
+  const token = Buffer.from(JSON.stringify({ secret_key: secretKey, customer_id: customer.customer_id, meter_slug: meter.meter_slug })).toString('base64');
+  return {
+    forwardUrl: `${serverUrl}/v1/forward?u=${encodeURIComponent('https://api.openai.com/v1/chat/completions')}`,
+    forwardHeaders: { 'content-type': 'application/json', authorization: `Bearer ${token}` },
+    merchantId: merchant.id,
+  };
+}
+
+/** Steady state is what is measured: a short warm-up lets the JIT compile the gateway's path. */
+async function warmUp(storage: Storage, forwardUrl: string, forwardHeaders: Record<string, string>, merchantId: string): Promise<void> {
+  for (const stream of [false, true]) {
+    const body = JSON.stringify({ model: 'gpt-4o', stream, max_tokens: 8, messages: [{ role: 'user', content: 'Warm up' }] });
+    await load(forwardUrl, forwardHeaders, body, 8, 1);
+  }
+  await waitForSettlements(storage, merchantId);
+}
+
+const chatBody = (stream: boolean) =>
+  JSON.stringify({ model: 'gpt-4o', stream, max_tokens: 8, messages: [{ role: 'user', content: 'Say something short please' }] });
+
+/** Read and write system calls and bytes written by a process so far (`/proc/<pid>/io`). */
+function ioCounts(pid: number): { syscr: number; syscw: number; wchar: number } {
+  const fields = Object.fromEntries(
+    readFileSync(`/proc/${pid}/io`, 'utf8')
+      .trim()
+      .split('\n')
+      .map((line) => line.split(': ') as [string, string]),
+  );
+  return { syscr: Number(fields.syscr), syscw: Number(fields.syscw), wchar: Number(fields.wchar) };
+}
+
+/**
+ * A fixed number of requests through the gateway alone, at one load, after every settlement: the
+ * gateway's CPU, system calls and bytes written per request. Comparing two builds means running
+ * this for each, alternately, several times: on this VM one run moves by ±10–15 %.
+ */
+export async function measureFixedCount(opts: { storage: Storage; serverUrl: string; serverPid: number; requests: number; connections: number; stream: boolean }): Promise<string> {
+  const { forwardUrl, forwardHeaders, merchantId } = await forwardClient(opts.storage, opts.serverUrl);
+  await warmUp(opts.storage, forwardUrl, forwardHeaders, merchantId);
+  const body = chatBody(opts.stream);
+  await autocannon({ url: forwardUrl, method: 'POST', headers: forwardHeaders, body, connections: opts.connections, amount: Math.min(5000, opts.requests) });
+  await waitForSettlements(opts.storage, merchantId);
+  const cpuBefore = cpuMs(opts.serverPid);
+  const ioBefore = ioCounts(opts.serverPid);
+  const result = await autocannon({ url: forwardUrl, method: 'POST', headers: forwardHeaders, body, connections: opts.connections, amount: opts.requests });
+  await waitForSettlements(opts.storage, merchantId);
+  const answered = Math.max(1, result['2xx']);
+  const io = ioCounts(opts.serverPid);
+  const per = (n: number) => (n / answered).toFixed(2);
+  return (
+    `${opts.stream ? 'streaming' : 'non-streaming'}, ${opts.connections} connections, ${result['2xx']} answered (${result.non2xx} non-2xx): ` +
+    `gateway CPU ${((cpuMs(opts.serverPid) - cpuBefore) / answered).toFixed(3)} ms/request (settlements included); ` +
+    `per request ${per(io.syscr - ioBefore.syscr)} read and ${per(io.syscw - ioBefore.syscw)} write system calls, ` +
+    `${((io.wchar - ioBefore.wchar) / answered / 1024).toFixed(1)} KiB written`
+  );
+}
+
 export async function benchGateway(opts: {
   engine: string;
   storage: Storage;
@@ -173,33 +240,17 @@ export async function benchGateway(opts: {
   streams?: boolean[];
 }): Promise<GatewayRow[]> {
   const rows: GatewayRow[] = [];
-  const { storage, serverUrl } = opts;
-  const { secretKey, merchant } = await createMerchant(storage, { name: 'Gateway bench' });
-  await creditWallet(storage, merchant.wallet_id, parseMoney('1000000'));
-  const h = { authorization: `Bearer ${secretKey}`, 'content-type': 'application/json' };
-  const post = async (path: string, b: object) =>
-    (await (await fetch(`${serverUrl}/v1${path}`, { method: 'POST', headers: h, body: JSON.stringify(b) })).json()) as unknown;
-  const customer = (await post('/customers', {})) as { customer_id: string; wallet: { wallet_id: string } };
-  const meter = (await post('/meters', { name: 'Bench chat', rate_type: 'fixed', tiers: [{ start: '0', rate: '1' }] })) as { meter_slug: string };
-  await creditWallet(storage, customer.wallet.wallet_id, parseMoney('1000000'));
-  const token = Buffer.from(JSON.stringify({ secret_key: secretKey, customer_id: customer.customer_id, meter_slug: meter.meter_slug })).toString('base64');
-
+  const { storage } = opts;
+  const { forwardUrl, forwardHeaders, merchantId } = await forwardClient(storage, opts.serverUrl);
   const mockUrl = process.env.BENCH_MOCK_URL!;
-  const forwardUrl = `${serverUrl}/v1/forward?u=${encodeURIComponent('https://api.openai.com/v1/chat/completions')}`;
-  const forwardHeaders = { 'content-type': 'application/json', authorization: `Bearer ${token}` };
-  // Steady state is what is measured: a short warm-up lets the JIT compile the gateway's path.
-  for (const stream of [false, true]) {
-    const body = JSON.stringify({ model: 'gpt-4o', stream, max_tokens: 8, messages: [{ role: 'user', content: 'Warm up' }] });
-    await load(forwardUrl, forwardHeaders, body, 8, 1);
-  }
-  await waitForSettlements(storage, merchant.id);
+  await warmUp(storage, forwardUrl, forwardHeaders, merchantId);
   for (const stream of opts.streams ?? [false, true]) {
-    const body = JSON.stringify({ model: 'gpt-4o', stream, max_tokens: 8, messages: [{ role: 'user', content: 'Say something short please' }] });
+    const body = chatBody(stream);
     for (const connections of opts.connections ?? [1, 32]) {
       // A second of this very load first: one connection runs other paths (batches of one) than
       // the warm-up above, and the JIT settles on them before the measured run.
       await measure(forwardUrl, forwardHeaders, body, connections, 1);
-      await waitForSettlements(storage, merchant.id);
+      await waitForSettlements(storage, merchantId);
       // The gateway idles through the direct slices; its CPU over the whole run is the gateway slices'.
       const cpuBefore = cpuMs(opts.serverPid);
       const ticksBefore = machineTicks();
@@ -211,7 +262,7 @@ export async function benchGateway(opts: {
         opts.seconds,
         opts.mockPid,
       );
-      await waitForSettlements(storage, merchant.id);
+      await waitForSettlements(storage, merchantId);
       const cpuPerRequest = (cpuMs(opts.serverPid) - cpuBefore) / Math.max(1, via.ok);
       const ratio = via.perSecond / Math.max(1, direct.perSecond);
       const label = `forward ${stream ? 'streaming' : 'non-streaming'} chat, ${connections} connection${connections > 1 ? 's' : ''}`;
@@ -241,8 +292,11 @@ export async function benchGateway(opts: {
 // ---------------------------------------------------------------------------------------------
 // Standalone: `node --import tsx bench/gateway.ts [--engine sqlite|postgres] [--seconds N]
 // [--cpu-prof DIR]` runs only the gateway scenarios against a fresh server (and, with --cpu-prof,
-// writes the server's V8 CPU profile to DIR when it exits). BENCH_SERVER_NODE_ARGS adds node flags
-// to the server alone (`--inspect`, a V8 heap flag), leaving the load generator and mock as they are.
+// writes the server's V8 CPU profile to DIR when it exits). `--requests N` instead sends N
+// requests per load (`--streams`, `--connections`, default 32) through the gateway alone and
+// reports its CPU, system calls and bytes written per request: for A/B runs of two builds.
+// BENCH_SERVER_NODE_ARGS adds node flags to the server alone (`--inspect`, a V8 heap flag),
+// leaving the load generator and mock as they are.
 
 async function standalone(): Promise<void> {
   const { openStorage } = await import('../src/storage/db.ts');
@@ -291,6 +345,15 @@ async function standalone(): Promise<void> {
   }
   try {
     const list = (name: string) => arg(name)?.split(',');
+    const requests = arg('--requests');
+    if (requests) {
+      for (const stream of list('--streams')?.map((v) => v === 'true') ?? [false, true]) {
+        for (const connections of list('--connections')?.map(Number) ?? [32]) {
+          console.log(await measureFixedCount({ storage, serverUrl, serverPid: server.pid!, requests: Number(requests), connections, stream }));
+        }
+      }
+      return;
+    }
     const rows = await benchGateway({
       engine,
       storage,
