@@ -201,7 +201,9 @@ class UpstreamExchange implements Dispatcher.DispatchHandler {
       else this.#finish({ kind: 'failed', reason: isTimeout(error) ? 'timeout' : 'unreachable' });
       return;
     }
-    // The client left (abort) or the provider cut the body: settle from what was seen.
+    // The client left (abort) or the provider cut the body: settle from what was seen, a cut
+    // stream's unfinished last event included (the client's response ends before it).
+    if (this.#relaying.kind === 'stream') this.#endFilteredStream(this.#relaying);
     const cut = !this.#clientGone;
     endResponse(this.#r.res, cut, this.#relaying.kind === 'body' ? this.#relaying.last : undefined);
     this.#finish(this.#answered(cut));
@@ -212,10 +214,7 @@ class UpstreamExchange implements Dispatcher.DispatchHandler {
     const clientAborted = this.#clientGone;
     // Object literals without spreads: V8 builds `{ ...a, b }` through a slow path (decision 0008).
     const status = this.#status;
-    if (relaying.kind === 'stream') {
-      this.#endFilteredStream(relaying);
-      return { kind: 'answered', status, clientAborted, usage: relaying.meter.finish(), responseBody: null, cutBody: null };
-    }
+    if (relaying.kind === 'stream') return { kind: 'answered', status, clientAborted, usage: relaying.meter.finish(), responseBody: null, cutBody: null };
     if (!relaying.ok) return { kind: 'answered', status, clientAborted, usage: null, responseBody: null, cutBody: null };
     const cutBody = cut || clientAborted ? { characters: charactersOf(relaying.kept, relaying.received) } : null;
     const responseBody = relaying.isJson && !cutBody ? parseJson(Buffer.concat(relaying.kept)) : null;
@@ -234,7 +233,7 @@ class UpstreamExchange implements Dispatcher.DispatchHandler {
   /**
    * The rest of a filtered stream: the decoder's last bytes (a character cut in two, when the
    * stream was cut), which the meter is given too, and an event that lacked its blank line.
-   * Returns what the client is still owed; '' once called, and for a stream that is not filtered.
+   * Returns what the client is still owed; '' for a stream that is not filtered.
    */
   #endFilteredStream(relaying: Extract<Relaying, { kind: 'stream' }>): string {
     const { filter } = relaying;

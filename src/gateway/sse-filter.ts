@@ -70,6 +70,11 @@ export function parseSseEvent(raw: string): SseEvent {
   if (raw.startsWith('data: ') && firstNewline === raw.length - 2 && raw.charCodeAt(firstNewline - 1) !== 0x0d) {
     return { event: undefined, data: raw.slice(6, firstNewline) };
   }
+  return parseSseEventLines(raw);
+}
+
+/** The same, line by line: any event. */
+export function parseSseEventLines(raw: string): SseEvent {
   const data: string[] = [];
   let event: string | undefined;
   for (const line of raw.split(/\r?\n/)) {

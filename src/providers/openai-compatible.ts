@@ -115,7 +115,7 @@ const TERMINAL_EVENT_TYPES = new Set([
   'transcript.text.done',
 ]);
 
-/** Past this much text, events put aside are metered at once: a long stream holds no more. */
+/** Once this many characters are put aside, the next event meters them: a long stream holds about this much at most. */
 const MAX_ASIDE_CHARACTERS = 1024 * 1024;
 
 /**
@@ -130,10 +130,13 @@ const MAX_ASIDE_CHARACTERS = 1024 * 1024;
 function createOpenAIStreamMeter(ctx: MeterContext) {
   const aside: string[] = [];
   let asideCharacters = 0;
-  const meterAside = (tally: UsageTally) => {
-    for (const data of aside) meterEventData(data, tally);
+  const dropAside = () => {
     aside.length = 0;
     asideCharacters = 0;
+  };
+  const meterAside = (tally: UsageTally) => {
+    for (const data of aside) meterEventData(data, tally);
+    dropAside();
   };
   const onEvent = (event: SseEvent, tally: UsageTally) => {
     const { data } = event;
@@ -145,12 +148,8 @@ function createOpenAIStreamMeter(ctx: MeterContext) {
     // [DONE] only marks the stream complete, which nothing put aside can change.
     if (aside.length === 0 || data.trim() === '[DONE]') return meterEventData(data, tally);
     const chunk = parseJson(data);
-    if (isObject(chunk) && overridesChunksBefore(chunk)) {
-      aside.length = 0;
-      asideCharacters = 0;
-    } else {
-      meterAside(tally);
-    }
+    if (isObject(chunk) && overridesChunksBefore(chunk)) dropAside();
+    else meterAside(tally);
     meterChunk(chunk, tally);
   };
   return createSseMeter(ctx, onEvent, modelFrom(ctx.requestBody, ctx.url), meterAside);
@@ -167,7 +166,7 @@ function mayBePutAside(data: string): boolean {
 
 /** A chat chunk that reports an output count and a believable time: what came before it no longer counts. */
 function overridesChunksBefore(chunk: JsonObject): boolean {
-  if (stringAt(chunk, 'type') !== undefined && !Array.isArray(chunk.choices)) return false;
+  if (isTypedEvent(chunk)) return false;
   const usage = usageObjectOf(chunk);
   return usage !== undefined && tokensFromUsageObject(usage).outputTokens !== undefined && plausibleProviderMs(countAt(chunk, 'created')) !== undefined;
 }
@@ -180,9 +179,13 @@ export function meterEventData(data: string, tally: UsageTally): void {
 
 function meterChunk(chunk: unknown, tally: UsageTally): void {
   if (!isObject(chunk)) return;
-  const type = stringAt(chunk, 'type');
-  if (type !== undefined && !Array.isArray(chunk.choices)) meterTypedEvent(type, chunk, tally);
+  if (isTypedEvent(chunk)) meterTypedEvent(stringAt(chunk, 'type')!, chunk, tally);
   else meterChatChunk(chunk, tally);
+}
+
+/** A Responses API or transcription event (a `type`, no `choices`), not a chat chunk. */
+function isTypedEvent(chunk: JsonObject): boolean {
+  return stringAt(chunk, 'type') !== undefined && !Array.isArray(chunk.choices);
 }
 
 /** Responses API: text arrives in `*.delta` events, usage in `response.completed`. */

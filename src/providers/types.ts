@@ -53,7 +53,7 @@ export type MeterContext = {
 
 /**
  * Accumulates usage from a response stream as it is relayed. It holds no more of the stream's text
- * than a bounded part (events the OpenAI meter put aside, at most 1 MiB).
+ * than a bounded part (events the OpenAI meter put aside: about a mebibyte of characters at most).
  */
 export type StreamMeter = {
   /** Accepts the stream in any split: an event across chunks, or several events in one chunk. */

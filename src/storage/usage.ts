@@ -10,9 +10,8 @@ import type { Database } from './schema.ts';
 import type { Storage } from './db.ts';
 import { ROLLUP_SUMS } from './requests.ts';
 
-/** A usage report's sums are the rollups' accumulating columns, by the same names. */
-export const USAGE_FIELDS = ROLLUP_SUMS;
-type UsageField = (typeof USAGE_FIELDS)[number];
+/** A usage report's sums are the rollups' accumulating columns (ROLLUP_SUMS), by the same names. */
+type UsageField = (typeof ROLLUP_SUMS)[number];
 
 /** Counts and money (1e-10 units), all exact bigints. */
 export type UsageSums = Record<UsageField, bigint>;
@@ -20,11 +19,11 @@ export type UsageSums = Record<UsageField, bigint>;
 type BucketRow = { bucket: string } & Record<UsageField, unknown>;
 
 export function emptySums(): UsageSums {
-  return Object.fromEntries(USAGE_FIELDS.map((f) => [f, 0n])) as UsageSums;
+  return Object.fromEntries(ROLLUP_SUMS.map((f) => [f, 0n])) as UsageSums;
 }
 
 export function addSums(into: UsageSums, add: Record<UsageField, unknown>): void {
-  for (const f of USAGE_FIELDS) into[f] += toBigInt(add[f]);
+  for (const f of ROLLUP_SUMS) into[f] += toBigInt(add[f]);
 }
 
 /** SUM over BIGINT is NUMERIC on PostgreSQL (a string) and INTEGER on SQLite (a bigint). */
@@ -79,7 +78,7 @@ async function bucketsFromRollups(
     .selectFrom(pair ? 'usage_rollups_by_metadata' : 'usage_rollups')
     .select((eb) => [
       'bucket_start as bucket',
-      ...USAGE_FIELDS.map((f) => eb.fn.sum<string | number | bigint | null>(f).as(f)),
+      ...ROLLUP_SUMS.map((f) => eb.fn.sum<string | number | bigint | null>(f).as(f)),
     ])
     .where('merchant_id', '=', merchantId)
     // Only the per-pair table has these columns, and only it is read when there is a pair.
