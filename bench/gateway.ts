@@ -26,10 +26,16 @@ export async function startMock(): Promise<{ url: string; process: ChildProcess 
   return { url, process: child };
 }
 
+/** A process's CPU time so far in milliseconds: in user mode, in the kernel (system calls), and both. */
+function cpuTimes(pid: number): { user: number; system: number } {
+  const fields = readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1]!.split(' ');
+  return { user: (Number(fields[11]) * 1000) / CLOCK_TICKS_PER_SECOND, system: (Number(fields[12]) * 1000) / CLOCK_TICKS_PER_SECOND };
+}
+
 /** utime + stime of a process, in milliseconds. */
 function cpuMs(pid: number): number {
-  const fields = readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1]!.split(' ');
-  return ((Number(fields[11]) + Number(fields[12])) * 1000) / CLOCK_TICKS_PER_SECOND;
+  const { user, system } = cpuTimes(pid);
+  return user + system;
 }
 
 function statusMb(pid: number, field: 'VmHWM' | 'VmRSS'): number {
@@ -144,16 +150,27 @@ function combined(slices: Measured[]): Measured {
   };
 }
 
-/** Settlements run after the response; the CPU they cost belongs to the requests measured. */
+/**
+ * Settlements run after the response; the CPU they cost belongs to the requests measured. A
+ * request answered within its admission's write delay has no row at all until its settlement
+ * writes it completed (decision 0011), so "no record pending" alone says nothing of settlements
+ * still queued in the server: the merchant's records must also stop growing, over longer than the
+ * settlement writer waits for company (25 ms) and the admission write delay (50 ms).
+ */
 async function waitForSettlements(storage: Storage, merchantId: string): Promise<void> {
-  for (let i = 0; i < 200; i++) {
-    const pending = await storage.db
+  const STEADY_POLLS = 3;
+  let last = -1;
+  let steady = 0;
+  for (let i = 0; i < 1200; i++) {
+    const counts = await storage.db
       .selectFrom('requests')
-      .select((eb) => eb.fn.countAll<number>().as('n'))
+      .select((eb) => [eb.fn.countAll<number>().as('all'), eb.fn.sum<number>(eb.case().when('status', '=', 'pending').then(1).else(0).end()).as('pending')])
       .where('merchant_id', '=', merchantId)
-      .where('status', '=', 'pending')
       .executeTakeFirstOrThrow();
-    if (Number(pending.n) === 0) return;
+    const all = Number(counts.all);
+    steady = Number(counts.pending ?? 0) === 0 && all === last ? steady + 1 : 0;
+    if (steady >= STEADY_POLLS) return;
+    last = all;
     await new Promise((r) => setTimeout(r, 50));
   }
   throw new Error('settlements did not finish');
@@ -211,18 +228,25 @@ export async function measureFixedCount(opts: { storage: Storage; serverUrl: str
   const body = chatBody(opts.stream);
   await autocannon({ url: forwardUrl, method: 'POST', headers: forwardHeaders, body, connections: opts.connections, amount: Math.min(5000, opts.requests) });
   await waitForSettlements(opts.storage, merchantId);
-  const cpuBefore = cpuMs(opts.serverPid);
+  const cpuBefore = cpuTimes(opts.serverPid);
   const ioBefore = ioCounts(opts.serverPid);
+  const started = performance.now();
   const result = await autocannon({ url: forwardUrl, method: 'POST', headers: forwardHeaders, body, connections: opts.connections, amount: opts.requests });
+  const answeredAfterMs = performance.now() - started;
   await waitForSettlements(opts.storage, merchantId);
+  const settledAfterMs = performance.now() - started;
   const answered = Math.max(1, result['2xx']);
   const io = ioCounts(opts.serverPid);
+  const cpu = cpuTimes(opts.serverPid);
   const per = (n: number) => (n / answered).toFixed(2);
+  const user = (cpu.user - cpuBefore.user) / answered;
+  const system = (cpu.system - cpuBefore.system) / answered;
   return (
     `${opts.stream ? 'streaming' : 'non-streaming'}, ${opts.connections} connections, ${result['2xx']} answered (${result.non2xx} non-2xx): ` +
-    `gateway CPU ${((cpuMs(opts.serverPid) - cpuBefore) / answered).toFixed(3)} ms/request (settlements included); ` +
+    `${((answered * 1000) / answeredAfterMs).toFixed(0)} answered/s, ${((answered * 1000) / settledAfterMs).toFixed(0)}/s counting until all are settled; ` +
+    `gateway CPU ${(user + system).toFixed(3)} ms/request (${user.toFixed(3)} user, ${system.toFixed(3)} system; settlements included); ` +
     `per request ${per(io.syscr - ioBefore.syscr)} read and ${per(io.syscw - ioBefore.syscw)} write system calls, ` +
-    `${((io.wchar - ioBefore.wchar) / answered / 1024).toFixed(1)} KiB written`
+    `${((io.wchar - ioBefore.wchar) / answered / 1024).toFixed(1)} KiB written; peak RSS ${peakRssMb(opts.serverPid).toFixed(0)} MB`
   );
 }
 
