@@ -17,14 +17,27 @@ import type { Storage } from '../storage/db.ts';
 import { releaseHold } from './holds.ts';
 import { availableOf, lockWallets } from './wallets.ts';
 
-/** A top-up asks for this many times the request's share, so most requests find the slice ready. */
-const REQUESTS_PER_TOP_UP = 64n;
 /**
- * A lease with less than this many times the request's share left is topped up in the background,
- * so admissions keep taking from what is left instead of waiting for the top-up's transaction
- * (which waits in turn for a settlement holding the wallet's lock).
+ * A lease is sized by time, not by count: a top-up asks for about this long of the wallet's
+ * admissions, at the rate the lease saw since its previous top-up, and never for fewer than
+ * MIN_REQUESTS_PER_TOP_UP requests' shares. At a few thousand admissions a second a fixed 64 shares
+ * lasted ~10 ms, and the refill started ~3 ms before the lease ran dry, less than a top-up takes
+ * while a settlement batch holds the wallet's lock: admissions then waited on the response path.
  */
-const REFILL_BELOW_REQUESTS = 16n;
+const TOP_UP_COVERS_MS = 100;
+/** A lease with about this long of admissions left is topped up in the background. */
+const REFILL_LEAD_MS = 25;
+/** A top-up asks for at least this many times the request's share, so most requests find the slice ready. */
+const MIN_REQUESTS_PER_TOP_UP = 64;
+/**
+ * A lease with less than this many times the request's share left is topped up in the background
+ * (or sooner, at a high rate: REFILL_LEAD_MS), so admissions keep taking from what is left instead
+ * of waiting for the top-up's transaction (which waits in turn for a settlement holding the
+ * wallet's lock).
+ */
+const MIN_REFILL_BELOW_REQUESTS = 16;
+/** A bound on one top-up however fast the wallet's requests come (each top-up is also capped by MAX_SHARE_OF_AVAILABLE). */
+const MAX_REQUESTS_PER_TOP_UP = 4096;
 /** A wallet is hot after more than `hotAfter` admissions within this long of the first one counted. */
 const HOT_WINDOW_MS = 1000;
 /** No top-up takes more than this share of what the wallet has available (beyond what it needs). */
@@ -41,6 +54,12 @@ export type Lease = {
   lastUsed: number;
   /** Given back, or found expired: nothing more is taken from it. */
   retired: boolean;
+  /** Admissions taken since the last top-up began, and when it began: the lease's rate. */
+  takenSinceTopUp: number;
+  topUpStartedAt: number;
+  /** Requests' shares the next top-up asks for, and the shares left below which it starts. */
+  requestsPerTopUp: number;
+  refillBelowRequests: number;
 };
 
 export type LeaseOptions = { hotAfter: number; idleMs: number; ttlMs: number };
@@ -103,7 +122,8 @@ export class WalletLeases {
       if (lease && lease.free >= amount && lease.free > 0n) {
         lease.free -= amount;
         lease.inFlight += 1;
-        if (lease.free < amount * REFILL_BELOW_REQUESTS) this.#refill(walletId, amount);
+        lease.takenSinceTopUp += 1;
+        if (lease.free < amount * BigInt(lease.refillBelowRequests)) this.#refill(walletId, amount);
         return lease;
       }
       // One top-up per wallet at a time; whoever waited looks again at what it left.
@@ -112,7 +132,7 @@ export class WalletLeases {
         await pending.catch(() => false);
         continue;
       }
-      const granted = await this.#startTopUp(walletId, amount - (lease?.free ?? 0n), amount * REQUESTS_PER_TOP_UP);
+      const granted = await this.#startTopUp(walletId, amount - (lease?.free ?? 0n), amount);
       if (!granted) return null;
     }
   }
@@ -124,13 +144,16 @@ export class WalletLeases {
    */
   #refill(walletId: string, amount: bigint): void {
     if (this.#topUps.has(walletId)) return;
-    this.#startTopUp(walletId, 0n, amount * REQUESTS_PER_TOP_UP).catch((err: unknown) =>
+    this.#startTopUp(walletId, 0n, amount).catch((err: unknown) =>
       this.#log.warn({ err, walletId }, 'a wallet lease could not be topped up in the background'),
     );
   }
 
-  #startTopUp(walletId: string, need: bigint, want: bigint): Promise<boolean> {
-    const topUp = this.#topUp(walletId, need, want).finally(() => this.#topUps.delete(walletId));
+  /** Starts the wallet's one top-up, asking for `need` at least and for the lease's size in shares of `share`. */
+  #startTopUp(walletId: string, need: bigint, share: bigint): Promise<boolean> {
+    const lease = this.#leases.get(walletId);
+    if (lease) sizeByRate(lease, Date.now());
+    const topUp = this.#topUp(walletId, need, share * BigInt(lease?.requestsPerTopUp ?? MIN_REQUESTS_PER_TOP_UP)).finally(() => this.#topUps.delete(walletId));
     this.#topUps.set(walletId, topUp);
     return topUp;
   }
@@ -209,7 +232,19 @@ export class WalletLeases {
 
   /** A new lease row is committed: admissions take from it from now on, and it is renewed. */
   #open(holdId: string, walletId: string): Lease {
-    const lease: Lease = { holdId, walletId, free: 0n, inFlight: 0, lastUsed: Date.now(), retired: false };
+    const now = Date.now();
+    const lease: Lease = {
+      holdId,
+      walletId,
+      free: 0n,
+      inFlight: 0,
+      lastUsed: now,
+      retired: false,
+      takenSinceTopUp: 0,
+      topUpStartedAt: now,
+      requestsPerTopUp: MIN_REQUESTS_PER_TOP_UP,
+      refillBelowRequests: MIN_REFILL_BELOW_REQUESTS,
+    };
     this.#leases.set(walletId, lease);
     this.#keeper.add([holdId]);
     return lease;
@@ -245,6 +280,20 @@ export class WalletLeases {
   #forgetOldHits(now: number): void {
     for (const [walletId, hits] of this.#hits) if (now - hits.since >= HOT_WINDOW_MS) this.#hits.delete(walletId);
   }
+}
+
+/**
+ * Sizes the lease's next top-up by the admissions it saw since its previous top-up began: enough
+ * for TOP_UP_COVERS_MS of them, refilled when about REFILL_LEAD_MS of them are left, within the
+ * bounds (at a low rate, 64 shares refilled at 16, as before rates counted).
+ */
+export function sizeByRate(lease: Lease, now: number): void {
+  const perSecond = (lease.takenSinceTopUp * 1000) / Math.max(1, now - lease.topUpStartedAt);
+  lease.requestsPerTopUp = Math.min(MAX_REQUESTS_PER_TOP_UP, Math.max(MIN_REQUESTS_PER_TOP_UP, Math.ceil((perSecond * TOP_UP_COVERS_MS) / 1000)));
+  // The same share of a top-up at every rate, so a lease just topped up is never already due for another.
+  lease.refillBelowRequests = Math.max(MIN_REFILL_BELOW_REQUESTS, Math.ceil((lease.requestsPerTopUp * REFILL_LEAD_MS) / TOP_UP_COVERS_MS));
+  lease.takenSinceTopUp = 0;
+  lease.topUpStartedAt = now;
 }
 
 /**

@@ -4,8 +4,10 @@ import { parseMoney } from '../../src/domain/money.ts';
 import { lookupBasePrices } from '../../src/domain/prices.ts';
 import { resolveForwardCredential } from '../../src/gateway/credentials.ts';
 import { estimateHold } from '../../src/gateway/estimate.ts';
+import { HoldKeeper } from '../../src/gateway/hold-keeper.ts';
 import { sweepExpiredHolds } from '../../src/gateway/settle.ts';
 import { pricingFor } from '../../src/ledger/forwarded.ts';
+import { WalletLeases, type Lease } from '../../src/ledger/leases.ts';
 import { verifyLedger } from '../../src/ledger/verify.ts';
 import { creditWallet, findWallet } from '../../src/ledger/wallets.ts';
 import { startTestApp, type Merchant, type TestApp } from '../helpers/app.ts';
@@ -120,6 +122,31 @@ describe.skipIf(!process.env.TEST_DATABASE_URL)('wallet leases on postgres', () 
     await until(async () => BigInt((await leasesOf(merchant.walletId))[0]?.amount ?? 0) === hold * (64n + 64n - 50n), 'the lease is topped up');
     expect(await leasesOf(merchant.walletId)).toHaveLength(1);
     expect(await wallet(merchant.walletId)).toMatchObject({ balance: funded - charged, held: hold * 78n });
+    expect((await verifyLedger(t.storage)).problems).toEqual([]);
+  });
+
+  it('a wallet admitting fast gets top-ups sized to its rate (about 100 ms of it), not 64 requests at a time', async () => {
+    const { merchant, hold } = await merchantFundedFor1000Holds('Fast');
+    await creditWallet(t.storage, merchant.walletId, hold * 100_000n);
+    const keeper = new HoldKeeper(t.storage, 60_000, t.app.log);
+    const leases = new WalletLeases(t.storage, keeper, { hotAfter: 0, idleMs: 600_000, ttlMs: 60_000 }, t.app.log);
+    try {
+      // The lease opens with 64 shares; 49 admissions taken in a moment leave 15, the refill starts,
+      // and it is sized by their rate: far above 640 a second, so far more than 64 shares.
+      const taken: Lease[] = [];
+      for (let i = 0; i < 49; i++) taken.push((await leases.take(merchant.walletId, hold))!);
+      await until(async () => BigInt((await leasesOf(merchant.walletId))[0]?.amount ?? 0) > hold * 64n, 'the lease is topped up');
+      const [lease] = await leasesOf(merchant.walletId);
+      expect(BigInt(lease!.amount) % hold).toBe(0n);
+      const shares = BigInt(lease!.amount) / hold - 64n;
+      expect(shares).toBeGreaterThan(64n);
+      expect(shares).toBeLessThanOrEqual(4096n);
+      for (const share of taken) leases.giveBack(share, hold);
+    } finally {
+      await leases.close();
+      await keeper.close();
+    }
+    expect((await wallet(merchant.walletId)).held).toBe(0n);
     expect((await verifyLedger(t.storage)).problems).toEqual([]);
   });
 
