@@ -47,9 +47,10 @@ export function createGateway(deps: AppDeps, app: App): Gateway {
   // Admissions never share a batch with settlements: the next request's admission would wait for
   // the previous request's settlement.
   const writer = new GatewayWriter(deps.storage, app.log);
-  // SQLite takes any number of rows in a statement and pays per page a commit writes: a settlement
-  // batch four times the default writes fewer pages per request (decision 0008).
-  const background = new GatewayWriter(deps.storage, app.log, { maxBatch: deps.storage.dialect === 'sqlite' ? 256 : undefined });
+  // Settlement batches take up to 256 members (decision 0008): SQLite pays per page a commit
+  // writes, and PostgreSQL a few round trips per batch, so a larger batch costs less per request.
+  // A batch is only that large when that much is queued.
+  const background = new GatewayWriter(deps.storage, app.log, { maxBatch: SETTLEMENT_MAX_BATCH });
   const holds = new HoldKeeper(deps.storage, deps.config.holdTtlMs, app.log);
   const { walletLeaseHotAfter: hotAfter, walletLeaseIdleMs: idleMs, holdTtlMs: ttlMs } = deps.config;
   const gateway: Gateway = {
@@ -83,6 +84,9 @@ export function createGateway(deps: AppDeps, app: App): Gateway {
   });
   return gateway;
 }
+
+/** The background writer's largest batch (settlements, failures, deferred admission writes). */
+const SETTLEMENT_MAX_BATCH = 256;
 
 const METHODS = ['GET', 'POST', 'PUT', 'PATCH', 'DELETE'] as const;
 const REQUEST_ID_HEADER = 'x-tollgate-request-id';
@@ -212,6 +216,10 @@ async function planForward(
   { target, billing, metadata }: ForwardCall,
 ): Promise<ForwardPlan> {
   const { config, storage } = deps;
+  // Every forwarded request ends in background work (its settlement or failure, maybe its
+  // admission's write): while that writer is behind, new requests wait for it.
+  const room = gateway.background.room();
+  if (room) await room;
 
   let body = Buffer.isBuffer(request.body) && request.body.length > 0 ? request.body : undefined;
   let requestJson = parseJsonBody(request, body);

@@ -23,6 +23,12 @@ import { lockSpendKeys } from './spend-key-guard.ts';
 
 /** Large enough for everything a busy instance has waiting, small enough for any engine's parameter limit. */
 const DEFAULT_MAX_BATCH = 64;
+/**
+ * Queued work beyond this many full batches makes the producers wait (see `room`): a writer that
+ * cannot keep up must slow the requests down, not hold an ever longer queue in memory, all of it
+ * lost with the process.
+ */
+const HIGH_WATER_BATCHES = 4;
 
 export type BatchJob<I, O> = {
   /** Jobs run in this order inside a batch: settlements (which release holds) before admissions. */
@@ -68,11 +74,24 @@ export class GatewayWriter {
   #lazy: NodeJS.Timeout | undefined;
   #drained: (() => void)[] = [];
   readonly #maxBatch: number;
+  readonly #highWater: number;
+  /** Producers waiting for the queue to fall below the high-water mark. */
+  #waitingForRoom: (() => void)[] = [];
 
   constructor(storage: Storage, log?: Pick<FastifyBaseLogger, 'warn'>, opts: { maxBatch?: number } = {}) {
     this.#storage = storage;
     this.#log = log;
     this.#maxBatch = opts.maxBatch ?? DEFAULT_MAX_BATCH;
+    this.#highWater = this.#maxBatch * HIGH_WATER_BATCHES;
+  }
+
+  /**
+   * Back-pressure: undefined while the queue is below its high-water mark, else a promise that
+   * resolves once a batch has taken it below. A producer awaits it before making more work.
+   */
+  room(): Promise<void> | undefined {
+    if (this.#queue.length < this.#highWater) return undefined;
+    return new Promise((resolve) => this.#waitingForRoom.push(resolve));
   }
 
   run<I, O>(job: BatchJob<I, O>, input: I): Promise<O> {
@@ -103,7 +122,9 @@ export class GatewayWriter {
   async #writeWhileQueued(): Promise<void> {
     try {
       while (this.#queue.length > 0) {
-        await this.#write(this.#queue.splice(0, this.#maxBatch));
+        const batch = this.#queue.splice(0, this.#maxBatch);
+        if (this.#queue.length < this.#highWater) for (const resolve of this.#waitingForRoom.splice(0)) resolve();
+        await this.#write(batch);
         // Work that may wait, queued while that batch was written, waits for more to join it
         // instead of following at once: a writer kept busy by batches of one would hold the hot
         // wallets' rows locked nearly all the time, and the admissions on them would queue. A

@@ -121,6 +121,42 @@ describe.each(databasesUnderTest())('gateway writer on %s', (dialect) => {
     expect(await Promise.all(backlog)).toEqual(Array.from({ length: total }, (_, i) => i + 1));
   });
 
+  it('past four full batches queued, new work is told to wait for room, until a batch takes the queue below that', async () => {
+    const writer = new GatewayWriter(t.storage, undefined, { maxBatch: 2 });
+    const sizes: number[] = [];
+    let release!: () => void;
+    const firstBatchHeld = new Promise<void>((r) => (release = r));
+    const job: BatchJob<number, number> = {
+      order: 0,
+      locks: () => ({}),
+      inTransaction: async (_trx, _dialect, inputs) => {
+        sizes.push(inputs.length);
+        if (sizes.length === 1) await firstBatchHeld;
+        return inputs;
+      },
+      alone: async (_storage, input) => input,
+    };
+    const first = writer.run(job, 0);
+    await vi.waitFor(() => expect(sizes).toEqual([1]));
+    // Seven queued behind the held batch: below 4 × 2, so no producer waits.
+    const queued = Array.from({ length: 7 }, (_, i) => writer.run(job, i + 1));
+    expect(writer.room()).toBeUndefined();
+    queued.push(writer.run(job, 8));
+    const room = writer.room();
+    expect(room).toBeInstanceOf(Promise);
+    let roomMade = false;
+    void room!.then(() => (roomMade = true));
+    await new Promise((r) => setTimeout(r, 50));
+    expect(roomMade).toBe(false);
+
+    release();
+    await first;
+    await vi.waitFor(() => expect(roomMade).toBe(true));
+    expect(await Promise.all(queued)).toEqual([1, 2, 3, 4, 5, 6, 7, 8]);
+    expect(writer.room()).toBeUndefined();
+    await writer.drain();
+  });
+
   it('a batch of settlements with a duplicate member: the others settle, the duplicate charges nothing', async () => {
     const { merchant, secretKey } = await t.newMerchant('Batch').then((m) => ({ merchant: m, secretKey: m.secretKey }));
     await creditWallet(t.storage, merchant.walletId, parseMoney('5'));
