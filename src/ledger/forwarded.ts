@@ -744,8 +744,8 @@ export async function settleRequest(storage: Storage, input: SettleInput): Promi
 /**
  * Settlements of several requests inside one (group-commit) transaction, set-based: the same
  * charge settleRequest makes for each (chargeRequest's pricing, tier positions, bucket order,
- * ledger legs, record, rollup and balance events), taken in the order given, with each table
- * written in a fixed number of statements for the whole batch. Locks are taken in the global
+ * ledger legs, record and rollup), taken in the order given, with each table written in a fixed
+ * number of statements for the whole batch, and one balance event per wallet the batch changed. Locks are taken in the global
  * order every writer uses: tier counters, then wallets, then spend keys.
  *
  * Anything but a plain settlement (a hold no longer active, a record no longer pending, a price
@@ -833,8 +833,8 @@ async function settleInTransaction(trx: Transaction<Database>, dialect: Storage[
   const outcomes: ChargeOutcome[] = [];
   const leaseShrinks = new Map<Lease, bigint>();
   const transactions: { id: string; reference: string; description: string; merchantId: string; legs: Leg[] }[] = [];
-  const events: NewEvent[] = [];
-  const changedWallets = new Set<WalletRow>();
+  /** Each wallet the batch changed, with its customer (null for a merchant's wallet). */
+  const changedWallets = new Map<WalletRow, string | null>();
   for (const [i, input] of inputs.entries()) {
     const price = priced[i]!;
     const customerWallet = wallets.get(input.billing.connection?.wallet_id ?? input.billing.merchantWalletId)!;
@@ -856,16 +856,19 @@ async function settleInTransaction(trx: Transaction<Database>, dialect: Storage[
     transactions.push({ id: newId('transaction'), reference: input.recordId, description: `Request ${input.recordId}`, merchantId, legs });
     outcomes.push({ outcome: 'recorded', row: records[i]!, priced: price });
 
-    // One balance event per wallet this request changed, with the balance it left (as chargeRequest).
     for (const wallet of new Set<WalletRow>([customerWallet, merchantWallet])) {
       const pays = (wallet === customerWallet ? price.totals.wallet : 0n) + (wallet === merchantWallet ? price.totals.merchant : 0n);
       if (pays === 0n && input.holdIds.length === 0) continue;
-      changedWallets.add(wallet);
-      events.push(walletBalanceEvent(wallet, wallet === customerWallet ? (input.billing.connection?.id ?? null) : null, at));
+      changedWallets.set(wallet, wallet === customerWallet ? (input.billing.connection?.id ?? null) : null);
     }
   }
+  // One balance event per wallet the batch changed, with the balance the batch left: what a
+  // webhook receiver acts on is the latest balance, and a busy wallet's batch holds hundreds of
+  // requests (decision 0008).
+  const events: NewEvent[] = [];
+  for (const [wallet, connectionId] of changedWallets) events.push(walletBalanceEvent(wallet, connectionId, at));
 
-  const walletWrites = [...changedWallets]
+  const walletWrites = [...changedWallets.keys()]
     .filter((wallet) => lockedState.get(wallet.id) !== walletState(wallet))
     .map((wallet) => ({
       query: trx
@@ -1001,7 +1004,9 @@ async function executeWrites(trx: Transaction<Database>, dialect: Storage['diale
   const name = (i: number) => sql.ref(`w${i}`);
   const ctes = sql.join(writes.map((write, i) => sql`${name(i)} as (${write.json ?? write.query!})`));
   const counted = writes.map((write, i) => (write.counted ? sql`(select count(*) from ${name(i)})` : sql`0`));
-  const { rows } = await sql<{ counts: string }>`with ${ctes} select concat_ws(',', ${sql.join(counted)}) as counts`.execute(trx);
+  // An array, not a function of one argument per write: PostgreSQL functions take at most 100
+  // arguments, and a batch of 256 settlements updates as many pending records.
+  const { rows } = await sql<{ counts: string }>`with ${ctes} select array_to_string(array[${sql.join(counted)}]::bigint[], ',') as counts`.execute(trx);
   return rows[0]!.counts.split(',').map(Number);
 }
 

@@ -214,6 +214,9 @@ describe.each(databasesUnderTest())('gateway writer on %s', (dialect) => {
     const sizes: number[] = [];
     const counted: typeof SETTLE_JOB = { ...SETTLE_JOB, inTransaction: (trx, d, inputs) => (sizes.push(inputs.length), SETTLE_JOB.inTransaction(trx, d, inputs)) };
     const writer = new GatewayWriter(t.storage, undefined, { maxBatch: 256 });
+    const balanceEvents = () =>
+      t.storage.db.selectFrom('events').select(['id', 'payload']).where('merchant_id', '=', merchant.merchantId).where('type', '=', 'merchant.wallet.balance.updated').orderBy('id').execute();
+    const eventsBefore = (await balanceEvents()).length;
     const outcomes = await Promise.all(
       admitted.map((a) => {
         if (a.outcome !== 'admitted') throw new Error(a.outcome);
@@ -227,6 +230,11 @@ describe.each(databasesUnderTest())('gateway writer on %s', (dialect) => {
     expect(await findWallet(t.storage, merchant.walletId)).toMatchObject({ balance: parseMoney('100') - charged, held: 0n });
     const completed = await t.storage.db.selectFrom('requests').select('id').where('merchant_id', '=', merchant.merchantId).where('status', '=', 'completed').execute();
     expect(completed.length).toBe(256);
+    // One balance event for the batch, not one per request (a batch that failed and ran member by
+    // member would have written one each): the balance and held it left.
+    const events = await balanceEvents();
+    expect(events.length).toBe(eventsBefore + 1);
+    expect(JSON.parse(events.at(-1)!.payload)).toEqual({ wallet_id: merchant.walletId, balance: formatMoney(parseMoney('100') - charged), held: formatMoney(0n) });
     expect((await verifyLedger(t.storage)).problems).toEqual([]);
     await writer.drain();
   });
