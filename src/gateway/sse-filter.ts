@@ -23,7 +23,7 @@ export function createSseEventFilter(keep: (event: SseEvent, raw: string) => str
       const end = eventEnd(pending, from, cr);
       if (end < 0) break;
       const raw = pending.slice(from, end);
-      out += keep(parseSseEvent(raw), raw) ?? '';
+      out += keep(parseSseEvent(raw, cr >= 0 && cr < end), raw) ?? '';
       from = end;
     }
     pending = from === 0 ? pending : pending.slice(from);
@@ -47,7 +47,8 @@ export function createSseEventFilter(keep: (event: SseEvent, raw: string) => str
   };
 }
 
-const BLANK_LINE = /\r?\n\r?\n/g;
+/** Two line ends in a row: each CRLF, LF or a lone CR, as the event-stream format allows. */
+const BLANK_LINE = /(?:\r\n|\r(?!\n)|\n)(?:\r\n|\r(?!\n)|\n)/g;
 
 /**
  * Where the first event at or after `from` ends (just past its blank line); -1 when none has yet.
@@ -60,24 +61,29 @@ function eventEnd(text: string, from: number, cr: number): number {
   if (lf >= 0 && lf < cr) return lf + 2;
   BLANK_LINE.lastIndex = from;
   const boundary = BLANK_LINE.exec(text);
-  return boundary ? boundary.index + boundary[0].length : -1;
+  if (!boundary) return -1;
+  const end = boundary.index + boundary[0].length;
+  // A carriage return that ends the text so far may be the first half of a CRLF still to come.
+  return end === text.length && text.charCodeAt(end - 1) === 0x0d ? -1 : end;
 }
 
-/** The `event` and `data` fields of one raw event (up to and including its blank line). */
-export function parseSseEvent(raw: string): SseEvent {
-  // One `data: …` line, as nearly every provider sends: no split needed.
-  const firstNewline = raw.indexOf('\n');
-  if (raw.startsWith('data: ') && firstNewline === raw.length - 2 && raw.charCodeAt(firstNewline - 1) !== 0x0d) {
-    return { event: undefined, data: raw.slice(6, firstNewline) };
+/**
+ * The `event` and `data` fields of one raw event (up to and including its blank line).
+ * `hasCarriageReturn`: whether the event holds a CR, when the caller knows already.
+ */
+export function parseSseEvent(raw: string, hasCarriageReturn = raw.includes('\r')): SseEvent {
+  // One `data: …` line ended by "\n\n", as nearly every provider sends: no split needed.
+  if (!hasCarriageReturn && raw.startsWith('data: ') && raw.indexOf('\n') === raw.length - 2) {
+    return { event: undefined, data: raw.slice(6, raw.length - 2) };
   }
   return parseSseEventLines(raw);
 }
 
-/** The same, line by line: any event. */
+/** The same, line by line: any event, its lines ended by CRLF, LF or a lone CR. */
 export function parseSseEventLines(raw: string): SseEvent {
   const data: string[] = [];
   let event: string | undefined;
-  for (const line of raw.split(/\r?\n/)) {
+  for (const line of raw.split(/\r\n|\r|\n/)) {
     if (line.startsWith('data:')) data.push(line.slice(line.startsWith('data: ') ? 6 : 5));
     else if (line.startsWith('event:')) event = line.slice(6).trim();
   }

@@ -270,9 +270,10 @@ export function stripNullUsage(raw: string): string {
     return `${raw.slice(0, raw.length - TRAILING_NULL_USAGE_EVENT.length)}}\n\n`;
   }
   if (!raw.includes('"usage"')) return raw;
-  const lines = raw.split('\n');
+  // Lines at even places, each line end (CRLF, LF or a lone CR) kept at the odd place after it.
+  const lines = raw.split(/(\r\n|\r|\n)/);
   let changed = false;
-  for (let i = 0; i < lines.length; i++) {
+  for (let i = 0; i < lines.length; i += 2) {
     const line = lines[i]!;
     if (!line.startsWith('data:')) continue;
     const start = line.startsWith('data: ') ? 6 : 5;
@@ -285,7 +286,7 @@ export function stripNullUsage(raw: string): string {
       changed = true;
     }
   }
-  return changed ? lines.join('\n') : raw;
+  return changed ? lines.join('') : raw;
 }
 
 const NULL_USAGE = /^"usage"\s*:\s*null\s*/;

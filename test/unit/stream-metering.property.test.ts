@@ -88,15 +88,31 @@ describe('OpenAI stream meter', () => {
   });
 });
 
-/** The events of a stream as the blank-line rule cuts them: the reference the filter is held to. */
+/**
+ * The events of a stream as the event-stream format cuts them, read line end by line end (CRLF, LF
+ * or a lone CR): an event ends with the line end that follows another. A CR that ends the text may
+ * be half of a CRLF, so what it ends is left for the tail. The reference the filter is held to.
+ */
 function referenceEvents(whole: string, flushTail: boolean): string[] {
   const events: string[] = [];
-  let rest = whole;
-  for (let m = /\r?\n\r?\n/.exec(rest); m; m = /\r?\n\r?\n/.exec(rest)) {
-    events.push(rest.slice(0, m.index + m[0].length));
-    rest = rest.slice(m.index + m[0].length);
+  let start = 0;
+  let afterLineEnd = false;
+  for (let i = 0; i < whole.length; ) {
+    const c = whole[i];
+    if (c !== '\r' && c !== '\n') {
+      afterLineEnd = false;
+      i++;
+      continue;
+    }
+    if (c === '\r' && i + 1 === whole.length) break;
+    i += c === '\r' && whole[i + 1] === '\n' ? 2 : 1;
+    if (afterLineEnd) {
+      events.push(whole.slice(start, i));
+      start = i;
+    }
+    afterLineEnd = !afterLineEnd;
   }
-  if (flushTail && rest) events.push(rest);
+  if (flushTail && start < whole.length) events.push(whole.slice(start));
   return events;
 }
 
@@ -106,7 +122,7 @@ describe('SSE event filter', () => {
     fc.string({ unit: fc.constantFrom('a', 'b'), maxLength: 4 }).map((s) => `data:${s}`),
     fc.constantFrom('event: ping', ': comment', 'id: 7', 'data: {"usage":null}', 'data: {"a":1,"usage":null}'),
   );
-  const anEvent = fc.tuple(fc.array(line, { minLength: 1, maxLength: 3 }), fc.constantFrom('\n', '\r\n'), fc.constantFrom('\n', '\r\n'));
+  const anEvent = fc.tuple(fc.array(line, { minLength: 1, maxLength: 3 }), fc.constantFrom('\n', '\r\n', '\r'), fc.constantFrom('\n', '\r\n', '\r'));
 
   it('hands every event over whole, with its own bytes, however the stream is split', () => {
     fc.assert(
@@ -130,7 +146,7 @@ describe('SSE event filter', () => {
   });
 
   it('parses a one-line event and its general form alike', () => {
-    for (const raw of ['data: {"a":1}\n\n', 'data: \n\n', 'data:x\n\n', 'data: x\r\n\r\n', 'data: x\n\r\n', 'event: e\ndata: y\n\n', 'data: x']) {
+    for (const raw of ['data: {"a":1}\n\n', 'data: \n\n', 'data:x\n\n', 'data: x\r\n\r\n', 'data: x\n\r\n', 'event: e\ndata: y\n\n', 'data: x', 'data: a\rdata: b\n\n', 'data: x\r\r']) {
       expect(parseSseEvent(raw)).toEqual(parseSseEventLines(raw));
     }
   });
@@ -140,5 +156,6 @@ describe('SSE event filter', () => {
     expect(stripNullUsage(raw)).toBe('data: {"id":"a","choices":[{"delta":{"content":"hi"}}]}\n\n');
     expect(stripNullUsage(raw.replace('\n\n', '\r\n\r\n'))).toBe('data: {"id":"a","choices":[{"delta":{"content":"hi"}}]}\r\n\r\n');
     expect(stripNullUsage(`event: x\n${raw}`)).toBe('event: x\ndata: {"id":"a","choices":[{"delta":{"content":"hi"}}]}\n\n');
+    expect(stripNullUsage(`event: x\r${raw.replace('\n\n', '\r\r')}`)).toBe('event: x\rdata: {"id":"a","choices":[{"delta":{"content":"hi"}}]}\r\r');
   });
 });
