@@ -745,8 +745,9 @@ export async function settleRequest(storage: Storage, input: SettleInput): Promi
  * Settlements of several requests inside one (group-commit) transaction, set-based: the same
  * charge settleRequest makes for each (chargeRequest's pricing, tier positions, bucket order,
  * ledger legs, record and rollup), taken in the order given, with each table written in a fixed
- * number of statements for the whole batch, and one balance event per wallet the batch changed. Locks are taken in the global
- * order every writer uses: tier counters, then wallets, then spend keys.
+ * number of statements for the whole batch, and one balance event per wallet the batch changed.
+ * Locks are taken in the global order every writer uses: tier counters, then wallets, then spend
+ * keys.
  *
  * Anything but a plain settlement (a hold no longer active, a record no longer pending, a price
  * past the limit) rolls the whole batch back (RunAlone), and every member is then settled alone by
