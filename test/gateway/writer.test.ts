@@ -14,6 +14,28 @@ import { admissionOf, CHAT_FACTS, settlementOf, tokenUsage } from '../helpers/se
 
 /** The gateway's group-commit writer: batching, isolation of a failing member, and real settlements. */
 
+/**
+ * A job that records each batch it is given and holds the first one until `release()`, so a test
+ * can queue work behind a batch being written. `waitMs` makes it work that may wait.
+ */
+function jobHoldingFirstBatch<T>(waitMs?: number) {
+  const batches: T[][] = [];
+  let release!: () => void;
+  const firstBatchHeld = new Promise<void>((r) => (release = r));
+  const job: BatchJob<T, T> = {
+    order: 0,
+    locks: () => ({}),
+    waitMs,
+    inTransaction: async (_trx, _dialect, inputs) => {
+      batches.push(inputs);
+      if (batches.length === 1) await firstBatchHeld;
+      return inputs;
+    },
+    alone: async (_storage, input) => input,
+  };
+  return { job, batches, release };
+}
+
 describe.each(databasesUnderTest())('gateway writer on %s', (dialect) => {
   let t: TestApp;
 
@@ -54,20 +76,7 @@ describe.each(databasesUnderTest())('gateway writer on %s', (dialect) => {
 
   it('work that may wait, queued while a batch is written, waits for more to join it instead of following at once', async () => {
     const writer = new GatewayWriter(t.storage);
-    const batches: string[][] = [];
-    let release!: () => void;
-    const firstBatchHeld = new Promise<void>((r) => (release = r));
-    const lazy: BatchJob<string, string> = {
-      order: 0,
-      locks: () => ({}),
-      waitMs: 1000,
-      inTransaction: async (_trx, _dialect, inputs) => {
-        batches.push(inputs);
-        if (batches.length === 1) await firstBatchHeld;
-        return inputs;
-      },
-      alone: async (_storage, input) => input,
-    };
+    const { job: lazy, batches, release } = jobHoldingFirstBatch<string>(1000);
     const eager: BatchJob<string, string> = { ...lazy, waitMs: undefined };
     const first = writer.run(eager, 'a');
     await vi.waitFor(() => expect(batches).toEqual([['a']]));
@@ -93,22 +102,10 @@ describe.each(databasesUnderTest())('gateway writer on %s', (dialect) => {
     { maxBatch: 256, full: 256 },
   ])('a full batch ($full) of work that may wait goes at once, so a backlog cannot build up while the writer waits', async ({ maxBatch, full }) => {
     const writer = new GatewayWriter(t.storage, undefined, { maxBatch });
-    const sizes: number[] = [];
-    let release!: () => void;
-    const firstBatchHeld = new Promise<void>((r) => (release = r));
-    const lazy: BatchJob<number, number> = {
-      order: 0,
-      locks: () => ({}),
-      waitMs: 10_000,
-      inTransaction: async (_trx, _dialect, inputs) => {
-        sizes.push(inputs.length);
-        if (sizes.length === 1) await firstBatchHeld;
-        return inputs;
-      },
-      alone: async (_storage, input) => input,
-    };
+    const { job: lazy, batches, release } = jobHoldingFirstBatch<number>(10_000);
+    const sizes = () => batches.map((b) => b.length);
     const first = writer.run({ ...lazy, waitMs: undefined }, 0);
-    await vi.waitFor(() => expect(sizes).toEqual([1]));
+    await vi.waitFor(() => expect(sizes()).toEqual([1]));
     // A full batch and more arrive while the first batch is written.
     const total = full + 6;
     const backlog = Array.from({ length: total }, (_, i) => writer.run(lazy, i + 1));
@@ -116,28 +113,16 @@ describe.each(databasesUnderTest())('gateway writer on %s', (dialect) => {
     await first;
     const written = Promise.all(backlog.slice(0, full)).then(() => 'written');
     expect(await Promise.race([written, new Promise((r) => setTimeout(() => r('still waiting'), 3_000))])).toBe('written');
-    expect(sizes.slice(0, 2)).toEqual([1, full]);
+    expect(sizes().slice(0, 2)).toEqual([1, full]);
     await writer.drain();
     expect(await Promise.all(backlog)).toEqual(Array.from({ length: total }, (_, i) => i + 1));
   });
 
   it('past four full batches queued, new work is told to wait for room, until a batch takes the queue below that', async () => {
     const writer = new GatewayWriter(t.storage, undefined, { maxBatch: 2 });
-    const sizes: number[] = [];
-    let release!: () => void;
-    const firstBatchHeld = new Promise<void>((r) => (release = r));
-    const job: BatchJob<number, number> = {
-      order: 0,
-      locks: () => ({}),
-      inTransaction: async (_trx, _dialect, inputs) => {
-        sizes.push(inputs.length);
-        if (sizes.length === 1) await firstBatchHeld;
-        return inputs;
-      },
-      alone: async (_storage, input) => input,
-    };
+    const { job, batches, release } = jobHoldingFirstBatch<number>();
     const first = writer.run(job, 0);
-    await vi.waitFor(() => expect(sizes).toEqual([1]));
+    await vi.waitFor(() => expect(batches).toEqual([[0]]));
     // Seven queued behind the held batch: below 4 × 2, so no producer waits.
     const queued = Array.from({ length: 7 }, (_, i) => writer.run(job, i + 1));
     expect(writer.room()).toBeUndefined();
