@@ -82,7 +82,7 @@ async function startRawProvider(): Promise<RawProvider> {
       const chunk = Buffer.alloc(65_536, 'x');
       res.writeHead(200, { 'content-type': 'application/octet-stream' });
       for (flooded = 0; flooded < FLOOD_BYTES && !res.destroyed; flooded += chunk.length) {
-        if (!res.write(chunk)) await new Promise((r) => { res.once('drain', r); res.once('close', r); });
+        if (!res.write(chunk)) await drainedOrClosed(res);
       }
       res.end();
       return;
@@ -131,6 +131,19 @@ async function startRawProvider(): Promise<RawProvider> {
 }
 
 /** A TCP server that accepts connections and never says a word: a TLS handshake with it never ends. */
+/** Waits until the response can take more, or is gone; whichever comes first removes the other listener. */
+function drainedOrClosed(res: ServerResponse): Promise<void> {
+  return new Promise((resolve) => {
+    const done = () => {
+      res.off('drain', done);
+      res.off('close', done);
+      resolve();
+    };
+    res.once('drain', done);
+    res.once('close', done);
+  });
+}
+
 async function startSilentServer(): Promise<{ port: number; connections: () => number; close(): Promise<void> }> {
   const sockets = new Set<import('node:net').Socket>();
   let connections = 0;
