@@ -57,9 +57,8 @@ export type Lease = {
   /** Admissions taken since the last top-up began, and when it began: the lease's rate. */
   takenSinceTopUp: number;
   topUpStartedAt: number;
-  /** Requests' shares the next top-up asks for, and the shares left below which it starts. */
+  /** Requests' shares the next top-up asks for (see refillBelowRequests for when it starts). */
   requestsPerTopUp: number;
-  refillBelowRequests: number;
 };
 
 export type LeaseOptions = { hotAfter: number; idleMs: number; ttlMs: number };
@@ -123,7 +122,7 @@ export class WalletLeases {
         lease.free -= amount;
         lease.inFlight += 1;
         lease.takenSinceTopUp += 1;
-        if (lease.free < amount * BigInt(lease.refillBelowRequests)) this.#refill(walletId, amount);
+        if (lease.free < amount * BigInt(refillBelowRequests(lease))) this.#refill(walletId, amount);
         return lease;
       }
       // One top-up per wallet at a time; whoever waited looks again at what it left.
@@ -243,7 +242,6 @@ export class WalletLeases {
       takenSinceTopUp: 0,
       topUpStartedAt: now,
       requestsPerTopUp: MIN_REQUESTS_PER_TOP_UP,
-      refillBelowRequests: MIN_REFILL_BELOW_REQUESTS,
     };
     this.#leases.set(walletId, lease);
     this.#keeper.add([holdId]);
@@ -290,10 +288,16 @@ export class WalletLeases {
 export function sizeByRate(lease: Lease, now: number): void {
   const perSecond = (lease.takenSinceTopUp * 1000) / Math.max(1, now - lease.topUpStartedAt);
   lease.requestsPerTopUp = Math.min(MAX_REQUESTS_PER_TOP_UP, Math.max(MIN_REQUESTS_PER_TOP_UP, Math.ceil((perSecond * TOP_UP_COVERS_MS) / 1000)));
-  // The same share of a top-up at every rate, so a lease just topped up is never already due for another.
-  lease.refillBelowRequests = Math.max(MIN_REFILL_BELOW_REQUESTS, Math.ceil((lease.requestsPerTopUp * REFILL_LEAD_MS) / TOP_UP_COVERS_MS));
   lease.takenSinceTopUp = 0;
   lease.topUpStartedAt = now;
+}
+
+/**
+ * The requests' shares left below which the lease is topped up in the background: the same share
+ * of a top-up at every rate, so a lease just topped up is never already due for another.
+ */
+export function refillBelowRequests(lease: Pick<Lease, 'requestsPerTopUp'>): number {
+  return Math.max(MIN_REFILL_BELOW_REQUESTS, Math.ceil((lease.requestsPerTopUp * REFILL_LEAD_MS) / TOP_UP_COVERS_MS));
 }
 
 /**

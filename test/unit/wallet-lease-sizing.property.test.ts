@@ -1,6 +1,6 @@
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
-import { sizeByRate, type Lease } from '../../src/ledger/leases.ts';
+import { refillBelowRequests, sizeByRate, type Lease } from '../../src/ledger/leases.ts';
 
 /** Decision 0013: a lease's top-ups are sized by the rate of admissions it saw, within bounds. */
 
@@ -15,15 +15,15 @@ function leaseThatTook(taken: number, overMs: number, now: number): Lease {
     takenSinceTopUp: taken,
     topUpStartedAt: now - overMs,
     requestsPerTopUp: 64,
-    refillBelowRequests: 16,
   };
 }
 
-function sized(taken: number, overMs: number): Lease {
+/** The sizes a lease that took `taken` admissions over `overMs` gets: its top-up, and when it starts. */
+function sized(taken: number, overMs: number): { requestsPerTopUp: number; refillBelowRequests: number } {
   const now = 1_000_000;
   const lease = leaseThatTook(taken, overMs, now);
   sizeByRate(lease, now);
-  return lease;
+  return { requestsPerTopUp: lease.requestsPerTopUp, refillBelowRequests: refillBelowRequests(lease) };
 }
 
 describe('sizing a wallet lease by its rate', () => {
