@@ -40,6 +40,9 @@ export type Gateway = {
   targets: Map<string, ResolvedTarget>;
 };
 
+/** The background writer's largest batch (settlements, failures, deferred admission writes). */
+const SETTLEMENT_MAX_BATCH = 256;
+
 /** The forward gateway's shared parts; closing the app waits for settlements in flight. */
 export function createGateway(deps: AppDeps, app: App): Gateway {
   // Installed now, before any request: every credential change from here on empties the cache.
@@ -84,9 +87,6 @@ export function createGateway(deps: AppDeps, app: App): Gateway {
   });
   return gateway;
 }
-
-/** The background writer's largest batch (settlements, failures, deferred admission writes). */
-const SETTLEMENT_MAX_BATCH = 256;
 
 const METHODS = ['GET', 'POST', 'PUT', 'PATCH', 'DELETE'] as const;
 const REQUEST_ID_HEADER = 'x-tollgate-request-id';
