@@ -15,10 +15,12 @@ import type { App, AppDeps } from './http/types.ts';
 import { registerDropInRoutes } from './gateway/drop-in.ts';
 import { createGateway, registerForwardRoutes } from './gateway/forward.ts';
 import { registerConnectionRoutes } from './routes/connections.ts';
+import { registerCreditBundleRoutes } from './routes/credit-bundles.ts';
 import { registerCustomerRoutes } from './routes/customers.ts';
 import { registerHealthRoutes } from './routes/health.ts';
 import { registerMeterRoutes } from './routes/meters.ts';
 import { registerOpenApiRoute } from './routes/openapi.ts';
+import { registerPlanRoutes } from './routes/plans.ts';
 import { registerRequestRoutes } from './routes/requests.ts';
 import { registerSecretKeyRoutes } from './routes/secret-keys.ts';
 import { registerSpendKeyRoutes } from './routes/spend-keys.ts';
@@ -109,6 +111,8 @@ export async function buildApp(deps: AppDeps): Promise<App> {
       registerUsageRoutes(api, deps);
       registerSpendKeyRoutes(api, deps);
       registerWalletKeyRoutes(api, deps);
+      registerPlanRoutes(api, deps);
+      registerCreditBundleRoutes(api, deps);
     },
     { prefix: '/v1' },
   );

@@ -35,6 +35,12 @@ export const ID_PREFIX = {
   event: 'evt_',
   spendKey: 'spk_',
   walletKey: 'wk_',
+  plan: 'pln_',
+  creditBundle: 'cb_',
+  subscription: 'sub_',
+  paymentMethod: 'pm_',
+  payment: 'pay_',
+  checkoutSession: 'cs_',
 } as const;
 
 export function newId(kind: keyof typeof ID_PREFIX): string {
@@ -48,6 +54,7 @@ export const SECRET_PREFIX = {
   meter: 'mets_',
   spendKey: 'spk_live_',
   walletKey: 'wk_live_',
+  checkoutSession: 'css_',
 } as const;
 
 export function newSecret(kind: keyof typeof SECRET_PREFIX, bytes = 24): string {

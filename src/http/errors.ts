@@ -30,6 +30,7 @@ export const ERRORS = {
   last_secret_key: { status: 409, message: 'The last secret key of a merchant cannot be deleted.' },
   meter_slug_taken: { status: 409, message: 'Another meter of this merchant already uses this slug.' },
   reference_id_taken: { status: 409, message: 'Another customer of this merchant already uses this reference_id.' },
+  plan_in_use: { status: 409, message: 'Live subscriptions use this plan; cancel them before deleting it.' },
   request_id_conflict: { status: 409, message: 'This request_id was already recorded with a different body.' },
   idempotency_key_in_use: { status: 409, message: 'A request with this Idempotency-Key is still in progress.' },
   payload_too_large: { status: 413, message: 'The request body is too large.' },

@@ -261,6 +261,113 @@ export interface WalletKeysTable {
   revoked_at: string | null;
 }
 
+export type BillingInterval = 'day' | 'week' | 'month' | 'year';
+export type RolloverType = 'full' | 'none';
+
+export interface PlansTable {
+  id: string;
+  merchant_id: string;
+  name: string;
+  period_amount: bigint;
+  included_credit: bigint;
+  billing_interval: BillingInterval;
+  rollover_type: RolloverType;
+  bundle_rollover_type: RolloverType;
+  default_auto_top_up_bundle_id: string | null;
+  created_at: string;
+  deleted_at: string | null;
+}
+
+export interface PlanMetersTable {
+  plan_id: string;
+  meter_id: string;
+}
+
+export interface CreditBundlesTable {
+  id: string;
+  merchant_id: string;
+  plan_id: string;
+  name: string;
+  cost: bigint;
+  credit_amount: bigint;
+  created_at: string;
+  deleted_at: string | null;
+}
+
+export interface PaymentMethodsTable {
+  id: string;
+  merchant_id: string;
+  connection_id: string;
+  provider: string;
+  provider_ref: string;
+  provider_customer_ref: string | null;
+  label: string;
+  created_at: string;
+}
+
+export type SubscriptionStatus = 'active' | 'past_due' | 'cancelled';
+
+export interface SubscriptionsTable {
+  id: string;
+  merchant_id: string;
+  connection_id: string;
+  plan_id: string;
+  status: SubscriptionStatus;
+  auto_top_up_bundle_id: string | null;
+  started_at: string;
+  cancelled_at: string | null;
+  cycle_start_at: string;
+  cycle_end_at: string;
+  pending_plan_id: string | null;
+  cancel_at_cycle_end: number | bigint;
+  claimed_until: string | null;
+  failed_attempts: number | bigint;
+  next_attempt_at: string | null;
+  created_at: string;
+}
+
+export type PaymentStatus = 'pending' | 'requires_action' | 'succeeded' | 'failed';
+
+export interface PaymentsTable {
+  id: string;
+  merchant_id: string;
+  connection_id: string | null;
+  provider: string;
+  provider_ref: string | null;
+  purpose: 'checkout' | 'renewal' | 'auto_top_up';
+  reference: string;
+  amount: bigint;
+  status: PaymentStatus;
+  failure_reason: string | null;
+  created_at: string;
+  updated_at: string;
+}
+
+export type CheckoutMode = 'onboarding' | 'topup' | 'subscription' | 'credit_bundle';
+
+export interface CheckoutSessionsTable {
+  id: string;
+  merchant_id: string;
+  mode: CheckoutMode;
+  origin_url: string;
+  reference_id: string | null;
+  connection_id: string | null;
+  plan_id: string | null;
+  credit_bundle_id: string | null;
+  subscription_id: string | null;
+  token_hash: string;
+  expires_at: string;
+  completed_at: string | null;
+  created_at: string;
+}
+
+export interface ProviderEventsTable {
+  provider: string;
+  event_id: string;
+  type: string;
+  received_at: string;
+}
+
 export interface Database {
   merchants: MerchantsTable;
   wallets: WalletsTable;
@@ -280,4 +387,12 @@ export interface Database {
   spend_keys: SpendKeysTable;
   spend_key_reservations: SpendKeyReservationsTable;
   wallet_keys: WalletKeysTable;
+  plans: PlansTable;
+  plan_meters: PlanMetersTable;
+  credit_bundles: CreditBundlesTable;
+  payment_methods: PaymentMethodsTable;
+  subscriptions: SubscriptionsTable;
+  payments: PaymentsTable;
+  checkout_sessions: CheckoutSessionsTable;
+  provider_events: ProviderEventsTable;
 }

@@ -1,0 +1,67 @@
+import { Lava } from '@lavapayments/nodejs';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { verifyLedger } from '../../src/ledger/verify.ts';
+import { startTestApp, type TestApp } from '../helpers/app.ts';
+import { databasesUnderTest } from '../helpers/databases.ts';
+
+/** The published client (`@lavapayments/nodejs` 11.2) driving plans, credit bundles, subscriptions and checkout. */
+describe.each(databasesUnderTest())('published Lava client: commerce on %s', (dialect) => {
+  let t: TestApp;
+  let base: string;
+  const client = (key: string) => new Lava(key, { baseUrl: `${base}/v1/` });
+
+  beforeAll(async () => {
+    t = await startTestApp(dialect);
+    base = await t.listen();
+  });
+  afterAll(async () => {
+    expect((await verifyLedger(t.storage)).problems).toEqual([]);
+    await t?.close();
+  });
+
+  it('creates, lists, retrieves, updates and deletes plans, and reads their credit bundles', async () => {
+    const m = await t.newMerchant();
+    const lava = client(m.secretKey);
+    const meter = await lava.meters.create({ name: 'Tokens', rate_type: 'fixed', tier_type: 'tokens_1m', tiers: [{ start: '0', rate: '2' }] });
+
+    const plan = await lava.subscriptions.createPlan({
+      name: 'Starter',
+      period_amount: '9.99',
+      billing_interval: 'month',
+      rollover_type: 'none',
+      meter_ids: [meter.meter_id],
+      credit_bundles: [{ name: 'Boost', cost: '5', credit_amount: '6' }],
+      default_auto_top_up_bundle_index: 0,
+    });
+    expect(plan).toMatchObject({
+      name: 'Starter',
+      period_amount: '9.9900000000',
+      included_credit: '9.9900000000',
+      rollover_type: 'none',
+      bundle_rollover_type: 'full',
+      linked_meters: [{ meter_id: meter.meter_id, name: 'Tokens' }],
+      credit_bundles: [{ name: 'Boost', cost: '5.0000000000', credit_amount: '6.0000000000' }],
+    });
+    const boostId = plan.credit_bundles[0]!.credit_bundle_id;
+    expect(plan.default_auto_top_up_bundle_id).toBe(boostId);
+
+    expect(await lava.subscriptions.retrievePlan(plan.plan_id)).toEqual(plan);
+    expect((await lava.subscriptions.listPlans()).data.map((p) => p.plan_id)).toEqual([plan.plan_id]);
+
+    const updated = await lava.subscriptions.updatePlan(plan.plan_id, {
+      name: 'Starter v2',
+      included_credit: '12',
+      credit_bundles: [{ name: 'Mega', cost: '20', credit_amount: '25' }],
+      default_auto_top_up_bundle_id: null,
+    });
+    expect(updated).toMatchObject({ name: 'Starter v2', included_credit: '12.0000000000', default_auto_top_up_bundle_id: null });
+    expect(updated.credit_bundles.map((b) => b.name)).toEqual(['Boost', 'Mega']);
+
+    const bundles = await lava.creditBundles.list({ plan_id: plan.plan_id });
+    expect(bundles.data.map((b) => b.name)).toEqual(['Mega', 'Boost']);
+    expect(await lava.creditBundles.retrieve(boostId)).toMatchObject({ credit_bundle_id: boostId, plan_id: plan.plan_id, cost: '5.0000000000' });
+
+    expect(await lava.subscriptions.deletePlan(plan.plan_id)).toEqual({ id: plan.plan_id, deleted: true });
+    await expect(lava.subscriptions.retrievePlan(plan.plan_id)).rejects.toThrow(/404/);
+  });
+});
