@@ -26,6 +26,7 @@ import { registerSecretKeyRoutes } from './routes/secret-keys.ts';
 import { registerSpendKeyRoutes } from './routes/spend-keys.ts';
 import { authenticateApiKey, registerWalletKeyRoutes } from './routes/wallet-keys.ts';
 import { registerUsageRoutes } from './routes/usage.ts';
+import { registerWebhookRoutes } from './routes/webhooks.ts';
 
 export type { AppDeps } from './http/types.ts';
 
@@ -113,6 +114,7 @@ export async function buildApp(deps: AppDeps): Promise<App> {
       registerWalletKeyRoutes(api, deps);
       registerPlanRoutes(api, deps);
       registerCreditBundleRoutes(api, deps);
+      registerWebhookRoutes(api, deps);
     },
     { prefix: '/v1' },
   );

@@ -20,6 +20,8 @@ function jsonOf<T extends z.ZodType>(schema: T, message: string) {
   });
 }
 
+const flag = z.enum(['true', 'false', '1', '0'], { error: 'must be true, false, 1 or 0' }).transform((v) => v === 'true' || v === '1');
+
 const decimalRate = z
   .string()
   .regex(/^\d+(\.\d{1,10})?$/, 'must be a non-negative decimal with at most 10 fractional digits');
@@ -78,6 +80,12 @@ export const configSchema = z.object({
   HEAP_GROWING_PERCENT: z.union([z.literal('off'), z.coerce.number().int().min(1).max(1000)]).default(30),
   /** Output tokens assumed for the hold when a request sets no max_tokens. */
   DEFAULT_MAX_OUTPUT_TOKENS: z.coerce.number().int().min(1).default(4096),
+  /** Development only: webhooks may use plain http to loopback (and deliveries may reach loopback). */
+  WEBHOOK_ALLOW_HTTP_LOOPBACK: flag.default(false),
+  /** How long a webhook delivery waits for the receiver's answer. */
+  WEBHOOK_TIMEOUT_MS: z.coerce.number().int().min(100).max(60_000).default(10_000),
+  /** Webhook deliveries in flight at once in this process, over all endpoints. */
+  WEBHOOK_MAX_CONCURRENCY: z.coerce.number().int().min(1).max(1024).default(64),
   OPENAI_API_KEY: z.string().min(1).optional(),
   ANTHROPIC_API_KEY: z.string().min(1).optional(),
   GOOGLE_API_KEY: z.string().min(1).optional(),
@@ -106,6 +114,7 @@ export type Config = {
   metricsToken: string | undefined;
   /** Null when V8 keeps its own heap growing factor. */
   heapGrowingPercent: number | null;
+  webhooks: { allowHttpLoopback: boolean; timeoutMs: number; maxConcurrency: number };
 };
 
 export const DEFAULT_DATABASE_URL = 'sqlite:./data/tollgate.db';
@@ -144,6 +153,11 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     defaultMaxOutputTokens: c.DEFAULT_MAX_OUTPUT_TOKENS,
     metricsToken: c.METRICS_TOKEN,
     heapGrowingPercent: c.HEAP_GROWING_PERCENT === 'off' ? null : c.HEAP_GROWING_PERCENT,
+    webhooks: {
+      allowHttpLoopback: c.WEBHOOK_ALLOW_HTTP_LOOPBACK,
+      timeoutMs: c.WEBHOOK_TIMEOUT_MS,
+      maxConcurrency: c.WEBHOOK_MAX_CONCURRENCY,
+    },
   };
 }
 

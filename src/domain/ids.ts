@@ -41,6 +41,8 @@ export const ID_PREFIX = {
   paymentMethod: 'pm_',
   payment: 'pay_',
   checkoutSession: 'cs_',
+  webhook: 'wh_',
+  delivery: 'whd_',
 } as const;
 
 export function newId(kind: keyof typeof ID_PREFIX): string {
@@ -55,6 +57,7 @@ export const SECRET_PREFIX = {
   spendKey: 'spk_live_',
   walletKey: 'wk_live_',
   checkoutSession: 'css_',
+  webhook: 'whsec_',
 } as const;
 
 export function newSecret(kind: keyof typeof SECRET_PREFIX, bytes = 24): string {

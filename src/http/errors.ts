@@ -10,6 +10,8 @@ export const ERRORS = {
   forward_token_json_invalid: { status: 400, message: 'The forward token is not valid base64-encoded JSON.' },
   forward_token_invalid: { status: 400, message: 'The forward token combines members in a way no client may send.' },
   unsupported_provider: { status: 400, message: 'The forward target is not a supported provider URL.' },
+  webhook_limit_reached: { status: 400, message: 'A merchant may have at most 3 webhooks; delete one first.' },
+  webhook_url_refused: { status: 400, message: 'Webhooks may only call public https URLs.' },
   provider_key_missing: {
     status: 400,
     message: 'No managed key is configured for this provider; pass provider_key in the forward token.',

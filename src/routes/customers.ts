@@ -128,7 +128,7 @@ export function registerCustomerRoutes(app: App, deps: AppDeps): void {
         metadata: null,
         ...toFields(request.body),
       };
-      const row = await insertConnection(storage, principalOf(request).merchantId, fields);
+      const row = await insertConnection(storage, principalOf(request).merchantId, fields, presentCustomer);
       if (row === 'reference_taken') throw referenceTaken();
       return reply.status(201).send(presentCustomer(row));
     },
@@ -201,7 +201,7 @@ export function registerCustomerReadRoutes(app: App, { storage }: AppDeps, base:
     `${base}/:id`,
     { schema: { tags, params: idParams, response: { 200: successResponse, ...standardErrors } } },
     async (request) => {
-      const deleted = await softDeleteConnection(storage, principalOf(request).merchantId, request.params.id);
+      const deleted = await softDeleteConnection(storage, principalOf(request).merchantId, request.params.id, presentCustomer);
       if (!deleted) throw notFound(noun, request.params.id);
       return { success: true as const };
     },

@@ -2,22 +2,30 @@ import { newId, newSecret } from '../domain/ids.ts';
 import { insertWallet } from '../ledger/wallets.ts';
 import type { Storage } from './db.ts';
 import { isUniqueViolation } from './errors.ts';
+import { enqueueEvent } from '../webhooks/outbox.ts';
 import type { ConnectionsTable } from './schema.ts';
 import { nowIso } from './time.ts';
 
 export type ConnectionRow = ConnectionsTable;
 export type ConnectionWithBalance = ConnectionRow & { balance: bigint };
 
+/**
+ * Builds the `data` of a customer event from the row the change left (the customer as the API shows
+ * it). The caller supplies it: the shape belongs to the route layer, the transaction to this one.
+ */
+export type CustomerEventData = (row: ConnectionWithBalance) => Record<string, unknown>;
+
 export type ConnectionFields = Pick<
   ConnectionRow,
   'reference_id' | 'first_name' | 'last_name' | 'email' | 'phone' | 'metadata'
 >;
 
-/** A connection (customer) and its own wallet, created together. */
+/** A connection (customer) and its own wallet, created together, with its `customer.created` event. */
 export async function insertConnection(
   storage: Storage,
   merchantId: string,
   fields: ConnectionFields,
+  eventData: CustomerEventData,
 ): Promise<ConnectionWithBalance | 'reference_taken'> {
   try {
     return await storage.db.transaction().execute(async (trx) => {
@@ -33,7 +41,9 @@ export async function insertConnection(
         deleted_at: null,
       };
       await trx.insertInto('connections').values(row).execute();
-      return { ...row, balance: wallet.balance };
+      const created = { ...row, balance: wallet.balance };
+      await enqueueEvent(trx, { merchantId, type: 'customer.created', data: eventData(created), at: createdAt });
+      return created;
     });
   } catch (e) {
     if (isUniqueViolation(e)) return 'reference_taken';
@@ -109,17 +119,37 @@ export async function updateConnection(
 
 /**
  * Deletes a customer: its id, wallet and records stay (the ledger and usage still name it), but
- * its contact details and metadata are erased, since nobody can read them any more.
+ * its contact details and metadata are erased, since nobody can read them any more. The
+ * `customer.deleted` event carries the customer as the deletion left it (ids, reference, wallet),
+ * so the erased details do not live on in the event.
  */
-export async function softDeleteConnection(storage: Storage, merchantId: string, id: string): Promise<boolean> {
-  const result = await storage.db
-    .updateTable('connections')
-    .set({ deleted_at: nowIso(), first_name: null, last_name: null, email: null, phone: null, metadata: null })
-    .where('merchant_id', '=', merchantId)
-    .where('id', '=', id)
-    .where('deleted_at', 'is', null)
-    .executeTakeFirst();
-  return Number(result.numUpdatedRows) === 1;
+export async function softDeleteConnection(
+  storage: Storage,
+  merchantId: string,
+  id: string,
+  eventData: CustomerEventData,
+): Promise<boolean> {
+  return storage.db.transaction().execute(async (trx) => {
+    const deletedAt = nowIso();
+    const erased = { first_name: null, last_name: null, email: null, phone: null, metadata: null };
+    const result = await trx
+      .updateTable('connections')
+      .set({ deleted_at: deletedAt, ...erased })
+      .where('merchant_id', '=', merchantId)
+      .where('id', '=', id)
+      .where('deleted_at', 'is', null)
+      .executeTakeFirst();
+    if (Number(result.numUpdatedRows) !== 1) return false;
+    const row = await trx
+      .selectFrom('connections')
+      .innerJoin('wallets', 'wallets.id', 'connections.wallet_id')
+      .selectAll('connections')
+      .select('wallets.balance')
+      .where('connections.id', '=', id)
+      .executeTakeFirstOrThrow();
+    await enqueueEvent(trx, { merchantId, type: 'customer.deleted', data: eventData({ ...row, balance: BigInt(row.balance) }), at: deletedAt });
+    return true;
+  });
 }
 
 /** The older request body and forward token name a connection by its secret. */

@@ -10,6 +10,7 @@ import * as m0006 from './migrations/0006_request_cache_tokens.ts';
 import * as m0007 from './migrations/0007_usage_rollups_by_metadata.ts';
 import * as m0008 from './migrations/0008_ledger_balance_per_statement.ts';
 import * as m0009 from './migrations/0009_commerce.ts';
+import * as m0010 from './migrations/0010_webhooks.ts';
 
 /** The ordered, frozen list. New migrations are appended, never inserted or edited. */
 const MIGRATIONS: Record<string, Migration> = {
@@ -22,6 +23,7 @@ const MIGRATIONS: Record<string, Migration> = {
   '0007_usage_rollups_by_metadata': m0007,
   '0008_ledger_balance_per_statement': m0008,
   '0009_commerce': m0009,
+  '0010_webhooks': m0010,
 };
 
 const provider: MigrationProvider = { getMigrations: async () => MIGRATIONS };

@@ -203,6 +203,39 @@ export interface EventsTable {
   /** JSON of the event's data object. */
   payload: string;
   created_at: string;
+  /** Set once the webhook dispatcher made the event's deliveries; written only by it. */
+  dispatched_at?: string | null;
+}
+
+export interface WebhooksTable {
+  id: string;
+  merchant_id: string;
+  name: string;
+  url: string;
+  /** JSON array of chosen event names, or null for every event. */
+  events: string | null;
+  secret: string;
+  previous_secret: string | null;
+  previous_secret_expires_at: string | null;
+  failing_since: string | null;
+  disabled_at: string | null;
+  created_at: string;
+}
+
+export type DeliveryState = 'pending' | 'succeeded' | 'failed';
+
+export interface WebhookDeliveriesTable {
+  id: string;
+  webhook_id: string;
+  event_id: string;
+  event_type: string;
+  state: DeliveryState;
+  attempts: number;
+  next_attempt_at: string | null;
+  last_attempt_at: string | null;
+  last_status_code: number | null;
+  last_error: string | null;
+  created_at: string;
 }
 
 export interface SpendKeysTable {
@@ -384,6 +417,8 @@ export interface Database {
   usage_rollups_by_metadata: UsageRollupsByMetadataTable;
   meter_usage_counters: MeterUsageCountersTable;
   events: EventsTable;
+  webhooks: WebhooksTable;
+  webhook_deliveries: WebhookDeliveriesTable;
   spend_keys: SpendKeysTable;
   spend_key_reservations: SpendKeyReservationsTable;
   wallet_keys: WalletKeysTable;

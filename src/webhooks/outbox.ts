@@ -1,19 +1,21 @@
 import type { Transaction } from 'kysely';
 import { newId } from '../domain/ids.ts';
 import type { Database, EventsTable } from '../storage/schema.ts';
+import type { EventType } from './events.ts';
 
-export type EventType =
-  | 'customer.created'
-  | 'customer.deleted'
-  | 'customer.wallet.balance.updated'
-  | 'merchant.wallet.balance.updated'
-  | 'spend_key.limit_reached';
+export type { EventType } from './events.ts';
 
+/**
+ * An event to write. `data` is what receivers get as the payload's `data`: give the object as the
+ * API returns it (e.g. a subscription as GET /v1/subscriptions/{id} shows it), never a secret of
+ * Tollgate's own; `at` is the time of the change (the payload's `created_at`).
+ */
 export type NewEvent = { merchantId: string; type: EventType; data: Record<string, unknown>; at: string };
 
 /**
  * Writes an event row in the caller's transaction, so an event exists exactly when the change
- * that caused it committed. Delivery to webhooks reads these rows later.
+ * that caused it committed. The webhook dispatcher (dispatcher.ts) fans it out to the merchant's
+ * webhooks later; nothing else needs to be called.
  */
 export async function enqueueEvent(trx: Transaction<Database>, input: NewEvent): Promise<string> {
   const [id] = await enqueueEvents(trx, [input]);
@@ -28,7 +30,7 @@ export async function enqueueEvents(trx: Transaction<Database>, inputs: NewEvent
   return rows.map((r) => r.id);
 }
 
-/** The rows of new events, with fresh ids. */
+/** The rows of new events, with fresh ids (for callers that write them with their own batch statement). */
 export function eventRows(inputs: NewEvent[]): EventsTable[] {
   return inputs.map((input) => ({
     id: newId('event'),

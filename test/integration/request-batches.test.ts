@@ -5,6 +5,7 @@ import { ChargeWriter } from '../../src/ledger/charge-writer.ts';
 import type { ChargeInput } from '../../src/ledger/charge.ts';
 import { verifyLedger } from '../../src/ledger/verify.ts';
 import { creditWallet, findWallet } from '../../src/ledger/wallets.ts';
+import { presentCustomer } from '../../src/routes/customers.ts';
 import { findConnection, softDeleteConnection } from '../../src/storage/connections.ts';
 import { findMerchant } from '../../src/storage/merchants.ts';
 import { findMeter, softDeleteMeter, updateMeter } from '../../src/storage/meters.ts';
@@ -134,7 +135,7 @@ describe.each(databasesUnderTest())('batched request charges on %s', (dialect) =
     const s = await setup(['1', '1']);
     const stale = await s.input(0, tokens(1000));
     const current = await s.input(1, tokens(1000));
-    await softDeleteConnection(t.storage, s.m.merchantId, s.customers[0]!.id);
+    await softDeleteConnection(t.storage, s.m.merchantId, s.customers[0]!.id, presentCustomer);
     await updateMeter(t.storage, s.m.merchantId, s.meter.meter_id, { tiers: serializeTiers([{ start: 0, rate: usd('10') }]) });
 
     const outcomes = await chargeBatch(t.storage, [stale, current]);

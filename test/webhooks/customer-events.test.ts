@@ -1,0 +1,57 @@
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { startTestApp, type TestApp } from '../helpers/app.ts';
+import { databasesUnderTest } from '../helpers/databases.ts';
+
+describe.each(databasesUnderTest())('customer events on %s', (dialect) => {
+  let t: TestApp;
+  beforeAll(async () => {
+    t = await startTestApp(dialect);
+  });
+  afterAll(async () => t?.close());
+
+  const eventsOf = async (merchantId: string) =>
+    (await t.storage.db.selectFrom('events').selectAll().where('merchant_id', '=', merchantId).orderBy('id').execute()).map((e) => ({
+      type: e.type,
+      data: JSON.parse(e.payload),
+      created_at: e.created_at,
+    }));
+
+  it('writes customer.created with the customer as GET /v1/customers/{id} shows it', async () => {
+    const m = await t.newMerchant();
+    const res = await t.app.inject({
+      method: 'POST',
+      url: '/v1/customers',
+      headers: t.auth(m.secretKey),
+      payload: { name: 'Ada Lovelace', email: 'ada@example.com', reference_id: 'u-1', metadata: { plan: 'pro' } },
+    });
+    const customer = res.json();
+    const shown = (await t.app.inject({ method: 'GET', url: `/v1/customers/${customer.customer_id}`, headers: t.auth(m.secretKey) })).json();
+    const events = await eventsOf(m.merchantId);
+    expect(events).toHaveLength(1);
+    expect(events[0]).toEqual({ type: 'customer.created', data: shown, created_at: customer.created_at });
+  });
+
+  it('writes customer.deleted carrying the customer as the deletion left it, without the erased details', async () => {
+    const m = await t.newMerchant();
+    const customer = (
+      await t.app.inject({ method: 'POST', url: '/v1/customers', headers: t.auth(m.secretKey), payload: { email: 'gone@example.com', reference_id: 'u-2' } })
+    ).json();
+    await t.app.inject({ method: 'DELETE', url: `/v1/customers/${customer.customer_id}`, headers: t.auth(m.secretKey) });
+    const events = await eventsOf(m.merchantId);
+    expect(events.map((e) => e.type)).toEqual(['customer.created', 'customer.deleted']);
+    const deleted = events[1]!.data;
+    expect(deleted).toMatchObject({ customer_id: customer.customer_id, reference_id: 'u-2', contact: { email: null } });
+    expect(JSON.stringify(deleted)).not.toContain('gone@example.com');
+    // Deleting again finds nothing and emits nothing more.
+    await t.app.inject({ method: 'DELETE', url: `/v1/customers/${customer.customer_id}`, headers: t.auth(m.secretKey) });
+    expect(await eventsOf(m.merchantId)).toHaveLength(2);
+  });
+
+  it('writes no event when the change does not commit (a reference_id already taken)', async () => {
+    const m = await t.newMerchant();
+    const create = () => t.app.inject({ method: 'POST', url: '/v1/customers', headers: t.auth(m.secretKey), payload: { reference_id: 'dup' } });
+    expect((await create()).statusCode).toBe(201);
+    expect((await create()).json().error.code).toBe('reference_id_taken');
+    expect((await eventsOf(m.merchantId)).map((e) => e.type)).toEqual(['customer.created']);
+  });
+});
