@@ -9,7 +9,7 @@ import type { FastifyRequest } from 'fastify';
 import { ApiError } from '../http/errors.ts';
 import type { App, AppDeps } from '../http/types.ts';
 import type { ProviderModule } from '../providers/types.ts';
-import { extractCredential, resolveCredential } from './credentials.ts';
+import { extractCredential, resolveCredential, type BillingContext } from './credentials.ts';
 import { forwardRequest, metadataOf, type Gateway } from './forward.ts';
 import { authenticateSpendKey, checkRequestShape, modelAllowed, providerAllowed } from './spend-key-guard.ts';
 import { resolveTarget } from './target.ts';
@@ -33,15 +33,24 @@ const MODEL_PREFIXES: readonly [RegExp, string][] = [
 export function registerDropInRoutes(app: App, deps: AppDeps, gateway: Gateway): void {
   app.removeAllContentTypeParsers();
   app.addContentTypeParser('*', { parseAs: 'buffer' }, (_request, body, done) => done(null, body));
+  // Authenticated before the body is read (onRequest runs before parsing): a caller without a
+  // valid key never makes the server buffer up to the body limit.
+  const callers = new WeakMap<FastifyRequest, Caller>();
+  app.addHook('onRequest', async (request) => {
+    callers.set(request, await authenticate(deps, request));
+  });
+  const callerOf = async (request: FastifyRequest) => callers.get(request) ?? (await authenticate(deps, request));
 
   for (const path of OPENAI_PATHS) {
-    app.post(path, { schema: { hide: true } }, (request, reply) => dropIn(deps, gateway, request, reply, 'openai', path));
+    app.post(path, { schema: { hide: true } }, async (request, reply) =>
+      dropIn(deps, gateway, request, reply, { shape: 'openai', path, caller: await callerOf(request) }),
+    );
   }
-  app.post('/messages', { schema: { hide: true } }, (request, reply) =>
-    dropIn(deps, gateway, request, reply, 'anthropic', '/messages'),
+  app.post('/messages', { schema: { hide: true } }, async (request, reply) =>
+    dropIn(deps, gateway, request, reply, { shape: 'anthropic', path: '/messages', caller: await callerOf(request) }),
   );
   app.get('/models', { exposeHeadRoute: false, schema: { hide: true } }, async (request) => {
-    const { billing, token } = await authenticate(deps, request);
+    const { billing, token } = await callerOf(request);
     // The cached key may be up to 2 s old: one read of its row refuses a key just revoked,
     // rotated, paused or expired on another instance, and filters by its current allow-lists.
     const spendKey = billing.spendKey ? await authenticateSpendKey(deps.storage, token) : null;
@@ -60,7 +69,9 @@ export function registerDropInRoutes(app: App, deps: AppDeps, gateway: Gateway):
   });
 }
 
-async function authenticate(deps: AppDeps, request: FastifyRequest) {
+type Caller = { billing: BillingContext; token: string };
+
+async function authenticate(deps: AppDeps, request: FastifyRequest): Promise<Caller> {
   const credential = extractCredential(request.headers, null);
   if (!credential) throw new ApiError('unauthorized', 'Missing API key: send Authorization: Bearer <key> or x-api-key.');
   return { billing: await resolveCredential(deps.storage, credential.token), token: credential.token };
@@ -71,10 +82,8 @@ async function dropIn(
   gateway: Gateway,
   request: FastifyRequest,
   reply: Parameters<typeof forwardRequest>[3],
-  shape: Shape,
-  path: string,
+  { shape, path, caller: { billing } }: { shape: Shape; path: string; caller: Caller },
 ): Promise<void> {
-  const { billing } = await authenticate(deps, request);
   if (billing.spendKey) checkRequestShape(billing.spendKey, shape === 'anthropic' ? 'anthropic' : 'openai-compatible');
   const body = parseBody(request);
   const requested = typeof body.model === 'string' ? body.model : '';

@@ -100,6 +100,12 @@ export function registerForwardRoutes(app: App, deps: AppDeps, gateway: Gateway)
   app.removeAllContentTypeParsers();
   app.addContentTypeParser('*', { parseAs: 'buffer' }, (_request, body, done) => done(null, body));
 
+  // The call is authorised before its body is read (onRequest runs before parsing): a caller
+  // without a valid credential never makes the server buffer up to the body limit.
+  const calls = new WeakMap<FastifyRequest, ForwardCall>();
+  app.addHook('onRequest', async (request) => {
+    calls.set(request, await authorisedForwardCall(deps, gateway, request));
+  });
   app.route({
     method: [...METHODS],
     url: '/forward',
@@ -107,21 +113,26 @@ export function registerForwardRoutes(app: App, deps: AppDeps, gateway: Gateway)
     exposeHeadRoute: false,
     schema: { hide: true },
     handler: async (request, reply) => {
-      const { target: rawTarget, params } = splitForwardQuery(request.url);
-      if (!rawTarget) {
-        throw new ApiError('validation_error', 'The query parameter u (the provider URL to forward to) is required.', {
-          issues: [{ path: ['u'], message: 'is required' }],
-        });
-      }
-      const target = targetOf(gateway, rawTarget, deps.config.upstreamOverrides);
-      const credential = extractCredential(request.headers, target.strippedKey ?? params.get('key'));
-      if (!credential) {
-        throw new ApiError('unauthorized', 'Missing credential: send Authorization: Bearer <secret key or forward token>.');
-      }
-      const billing = await resolveCredential(deps.storage, credential.token);
-      await forwardRequest(deps, gateway, request, reply, { target, billing, metadata: metadataOf(request, params.get('metadata')) });
+      await forwardRequest(deps, gateway, request, reply, calls.get(request) ?? (await authorisedForwardCall(deps, gateway, request)));
     },
   });
+}
+
+/** The target, payer and metadata of a /v1/forward call, from its URL and headers alone. */
+async function authorisedForwardCall(deps: AppDeps, gateway: Gateway, request: FastifyRequest): Promise<ForwardCall> {
+  const { target: rawTarget, params } = splitForwardQuery(request.url);
+  if (!rawTarget) {
+    throw new ApiError('validation_error', 'The query parameter u (the provider URL to forward to) is required.', {
+      issues: [{ path: ['u'], message: 'is required' }],
+    });
+  }
+  const target = targetOf(gateway, rawTarget, deps.config.upstreamOverrides);
+  const credential = extractCredential(request.headers, target.strippedKey ?? params.get('key'));
+  if (!credential) {
+    throw new ApiError('unauthorized', 'Missing credential: send Authorization: Bearer <secret key or forward token>.');
+  }
+  const billing = await resolveCredential(deps.storage, credential.token);
+  return { target, billing, metadata: metadataOf(request, params.get('metadata')) };
 }
 
 /** How long a model's catalog price is reused (the catalog has dated prices; they change rarely). */
