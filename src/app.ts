@@ -57,7 +57,8 @@ export async function buildApp(deps: AppDeps): Promise<App> {
   app.setSerializerCompiler(() => (data) => JSON.stringify(data));
   installJsonBodyParser(app, BODY_LIMIT);
   installErrorHandling(app);
-  installMetrics(app, { token: deps.config.metricsToken });
+  // Background work (the webhook dispatcher) adds its metrics to the same registry.
+  app.decorate('metrics', installMetrics(app, { token: deps.config.metricsToken }));
   closeConnectionsWhenShuttingDown(app);
 
   await app.register(fastifySwagger, {

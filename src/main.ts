@@ -8,6 +8,7 @@ import type { App } from './http/types.ts';
 import { openStorage, type Storage } from './storage/db.ts';
 import { purgeExpiredIdempotencyKeys } from './storage/idempotency.ts';
 import { migrateToLatest } from './storage/migrate.ts';
+import { WebhookDispatcher } from './webhooks/dispatcher.ts';
 
 export type RunningServer = { app: App; url: string; stop(): Promise<void> };
 
@@ -27,6 +28,7 @@ export async function startServer(
   reportOutage = (err) => app.log.warn({ err }, 'Redis is unreachable: rate limits are counted per instance until it is back');
   const url = await app.listen({ port: config.port, host: config.host });
   const sweeper = startSweeper(storage, app, opts.sweepIntervalMs ?? SWEEP_INTERVAL_MS);
+  const webhooks = startWebhookDispatcher(config, storage, app);
   app.log.info(
     { database: storage.describe, redis: Boolean(redis), heapGrowingPercent: heapGrowthLimited ? config.heapGrowingPercent : 'not set by Tollgate' },
     `Tollgate listening on ${url}`,
@@ -36,6 +38,7 @@ export async function startServer(
     url,
     stop: async () => {
       clearInterval(sweeper);
+      await webhooks.stop();
       await shutdown(app, storage, limiter, redis);
     },
   };
@@ -72,6 +75,20 @@ function startSweeper(storage: Storage, app: App, intervalMs: number): NodeJS.Ti
   }, intervalMs);
   timer.unref();
   return timer;
+}
+
+/** Every server process delivers webhooks; instances sharing a PostgreSQL database split the work. */
+function startWebhookDispatcher(config: Config, storage: Storage, app: App): WebhookDispatcher {
+  const dispatcher = new WebhookDispatcher({
+    storage,
+    policy: { allowHttpLoopback: config.webhooks.allowHttpLoopback },
+    timeoutMs: config.webhooks.timeoutMs,
+    maxConcurrency: config.webhooks.maxConcurrency,
+    log: app.log.child({ component: 'webhooks' }),
+    registry: app.metrics,
+  });
+  dispatcher.start();
+  return dispatcher;
 }
 
 function makeRateLimiter(

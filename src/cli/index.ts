@@ -9,6 +9,8 @@ import { isUniqueViolation } from '../storage/errors.ts';
 import { createMerchant, normalizedEmail, setServiceChargeRate } from '../storage/merchants.ts';
 import { verifyLedger } from '../ledger/verify.ts';
 import { migrateToLatest } from '../storage/migrate.ts';
+import { ApiCallError } from './api-client.ts';
+import { webhookCommands } from './webhooks.ts';
 
 const program = new Command()
   .name('tollgate')
@@ -109,6 +111,18 @@ admin
       console.log(`Merchant ${opts.merchant} service charge: ${opts.default ? 'operator default' : `${formatMoney(opts.rate!)} %`}`);
     });
   });
+
+program.addCommand(webhookCommands(printApiAnswer));
+
+/** Prints what an API command answered as JSON, or its error message with exit code 1. */
+async function printApiAnswer(work: () => Promise<unknown>): Promise<void> {
+  try {
+    console.log(JSON.stringify(await work(), null, 2));
+  } catch (e) {
+    if (e instanceof ApiCallError) fail(e.message);
+    throw e;
+  }
+}
 
 /** Commander parser for a decimal amount: at most 10 fractional digits, never negative. */
 function amountParser({ allowZero }: { allowZero: boolean }) {

@@ -3,6 +3,13 @@ import type { FastifyInstance, FastifyRequest } from 'fastify';
 import { collectDefaultMetrics, Histogram, Registry } from 'prom-client';
 import { ApiError } from './errors.ts';
 
+declare module 'fastify' {
+  interface FastifyInstance {
+    /** The registry /metrics serves. */
+    metrics: Registry;
+  }
+}
+
 /**
  * Prometheus metrics at /metrics. Each app gets its own registry, so several apps in one
  * process (tests, two instances) never fight over metric names. With a token, only a scraper
