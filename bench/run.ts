@@ -5,11 +5,12 @@
  *   2. GET /v1/usage latency over 31 days with 1,000,000 stored requests, with and without a
  *      metadata filter (p50 / p95 / p99 of sequential calls).
  *   3. The forward gateway against a direct call to the same mock provider (bench/gateway.ts).
+ *   4. Webhook delivery: events per second to a local receiver and end-to-end lag (bench/webhooks.ts).
  *
  * PostgreSQL comes from BENCH_DATABASE_URL or TEST_DATABASE_URL (a fresh schema is created);
  * without either, only SQLite runs. `--quick` shrinks every size for a smoke run. While working on
  * one scenario, `--only records|usage|gateway` (comma-separated) and `--engine sqlite|postgres`
- * narrow the run; the report then holds only what ran. `--cpu-prof DIR` writes each server's V8
+ * narrow the run (also `webhooks`); the report then holds only what ran. `--cpu-prof DIR` writes each server's V8
  * CPU profile to DIR.
  * The report is printed and written to bench/results/latest.md.
  */
@@ -24,6 +25,7 @@ import { createMerchant } from '../src/storage/merchants.ts';
 import { migrateToLatest } from '../src/storage/migrate.ts';
 import { benchPostgresUrl, freshPostgresSchema, freshSqlite } from './databases.ts';
 import { benchGateway, startMock } from './gateway.ts';
+import { benchWebhooks } from './webhooks.ts';
 
 const quick = process.argv.includes('--quick');
 const optionList = (name: string) => {
@@ -31,7 +33,7 @@ const optionList = (name: string) => {
   return i >= 0 ? process.argv[i + 1]?.split(',') : undefined;
 };
 const only = optionList('--only');
-const runs = (scenario: 'records' | 'usage' | 'gateway') => !only || only.includes(scenario);
+const runs = (scenario: 'records' | 'usage' | 'gateway' | 'webhooks') => !only || only.includes(scenario);
 const onlyEngines = optionList('--engine');
 /** `--cpu-prof DIR`: each server writes its V8 CPU profile to DIR when it exits. */
 const profileDir = optionList('--cpu-prof')?.[0];
@@ -44,6 +46,8 @@ const SIZES = {
   storedRequests: quick ? 20_000 : 1_000_000,
   usageCalls: quick ? 20 : 200,
   gatewaySeconds: quick ? 2 : 10,
+  webhookBurst: quick ? 500 : 5_000,
+  webhookRateSeconds: quick ? 2 : 10,
 };
 
 type Row = { scenario: string; engine: string; result: string; target: string };
@@ -78,6 +82,9 @@ async function main(): Promise<void> {
           ...(await benchGateway({ engine: engine.name, storage, serverUrl: server.url, serverPid: server.process.pid!, mockPid: mock.process.pid, seconds: SIZES.gatewaySeconds })),
         );
       });
+      if (runs('webhooks')) await withServer(engine.url, mock.url, async (server) => {
+        report.push(...(await benchWebhooks({ engine: engine.name, storage, serverUrl: server.url, burst: SIZES.webhookBurst, rateSeconds: SIZES.webhookRateSeconds })));
+      });
     } finally {
       await storage.close();
     }
@@ -109,6 +116,8 @@ async function startServer(databaseUrl: string, mockUrl: string): Promise<{ url:
       RATE_LIMIT_PER_MINUTE: '100000000',
       UPSTREAM_OVERRIDES: JSON.stringify({ 'api.openai.com': mockUrl }),
       PROVIDER_KEYS: JSON.stringify({ openai: 'sk-bench' }),
+      // The webhook bench's receiver is a plain http server on loopback.
+      WEBHOOK_ALLOW_HTTP_LOOPBACK: 'true',
     },
     stdio: ['ignore', 'inherit', 'inherit'],
   });

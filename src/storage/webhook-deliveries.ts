@@ -18,6 +18,9 @@ const INSERT_CHUNK = 200;
  * the same transaction. Returns how many events it took (a full batch means more may wait).
  */
 export async function fanOutEvents(storage: Storage, at: string): Promise<{ events: number; deliveries: number }> {
+  // Most rounds find nothing: a plain read first, so an idle dispatcher takes no write lock (SQLite).
+  const any = await storage.db.selectFrom('events').select('id').where('dispatched_at', 'is', null).limit(1).executeTakeFirst();
+  if (!any) return { events: 0, deliveries: 0 };
   return storage.db.transaction().execute(async (trx) => {
     const events = await trx
       .selectFrom('events')
@@ -98,6 +101,14 @@ export async function claimDueDeliveries(
   storage: Storage,
   opts: { at: string; leaseUntil: string; limit: number; busy: string[]; roomFor: (webhookId: string) => number },
 ): Promise<ClaimedDelivery[]> {
+  const due = await storage.db
+    .selectFrom('webhook_deliveries')
+    .select('id')
+    .where('state', '=', 'pending')
+    .where('next_attempt_at', '<=', opts.at)
+    .limit(1)
+    .executeTakeFirst();
+  if (!due) return [];
   return storage.db.transaction().execute(async (trx) => {
     const candidates = await trx
       .selectFrom('webhook_deliveries')

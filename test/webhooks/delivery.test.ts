@@ -1,4 +1,5 @@
 import { createHmac, timingSafeEqual } from 'node:crypto';
+import { Writable } from 'node:stream';
 import { Webhook } from 'standardwebhooks';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { WebhookDispatcher } from '../../src/webhooks/dispatcher.ts';
@@ -387,6 +388,35 @@ describe('webhook metrics', () => {
     } finally {
       await d.stop();
       await ok.close();
+      await t.close();
+    }
+  });
+});
+
+describe('webhook delivery logs', () => {
+  it('log a failed attempt by ids and status only: no URL, secret or customer detail', async () => {
+    let text = '';
+    const stream = new Writable({
+      write(chunk, _enc, done) {
+        text += chunk.toString();
+        done();
+      },
+    });
+    const t = await startTestApp('sqlite', { env: { WEBHOOK_ALLOW_HTTP_LOOPBACK: 'true', LOG_LEVEL: 'info' }, logStream: stream });
+    const failing = await startReceiver(() => 500);
+    const d = new WebhookDispatcher({ storage: t.storage, policy: { allowHttpLoopback: true }, timeoutMs: 1_000, maxConcurrency: 4, log: t.app.log });
+    try {
+      const url = `${failing.url}?token=receiver-token-123`;
+      const hook = (await t.app.inject({ method: 'POST', url: '/v1/webhooks', headers: t.auth(), payload: { name: 'logs', url } })).json();
+      await t.app.inject({ method: 'POST', url: '/v1/customers', headers: t.auth(), payload: { email: 'private@example.com', name: 'Private Person' } });
+      await d.tick();
+      await d.drain();
+      const attempt = text.split('\n').filter(Boolean).map((l) => JSON.parse(l)).find((l) => l.msg === 'webhook delivery attempt failed');
+      expect(attempt).toMatchObject({ webhook_id: hook.webhook_id, attempt: 1, status: 500, state: 'pending' });
+      for (const secret of [hook.webhook_secret, 'receiver-token-123', 'private@example.com', 'Private', failing.url]) expect(text).not.toContain(secret);
+    } finally {
+      await d.stop();
+      await failing.close();
       await t.close();
     }
   });
