@@ -7,6 +7,7 @@
 import { findProvider as findCatalogProvider } from '@pydantic/genai-prices';
 import type { FastifyRequest } from 'fastify';
 import { ApiError } from '../http/errors.ts';
+import { assertJsonDepth } from '../http/json-depth.ts';
 import type { App, AppDeps } from '../http/types.ts';
 import type { ProviderModule } from '../providers/types.ts';
 import { extractCredential, resolveCredential, type BillingContext } from './credentials.ts';
@@ -99,8 +100,10 @@ async function dropIn(
 }
 
 function parseBody(request: FastifyRequest): Record<string, unknown> {
+  const text = Buffer.isBuffer(request.body) ? request.body.toString('utf8') : '';
+  assertJsonDepth(text);
   try {
-    const parsed: unknown = JSON.parse(Buffer.isBuffer(request.body) ? request.body.toString('utf8') : '');
+    const parsed: unknown = JSON.parse(text);
     if (typeof parsed === 'object' && parsed !== null && !Array.isArray(parsed)) return parsed as Record<string, unknown>;
   } catch {
     // fall through

@@ -4,7 +4,8 @@ import type { Dispatcher } from 'undici';
 import { newId } from '../domain/ids.ts';
 import { lookupBasePrices } from '../domain/prices.ts';
 import type { BasePrices } from '../domain/pricing.ts';
-import { ApiError, envelope, ERRORS, type ErrorCode } from '../http/errors.ts';
+import { ApiError, envelope, ERRORS, validationError, type ErrorCode } from '../http/errors.ts';
+import { assertJsonDepth } from '../http/json-depth.ts';
 import { METADATA_HEADER, outsideMetadata, type Metadata } from '../http/metadata.ts';
 import type { App, AppDeps } from '../http/types.ts';
 import { ADMIT_JOB, admitDeferred, payingWalletIds, pricingFor, type AdmissionWrite, type AdmitInput, type DeferredAdmission } from '../ledger/forwarded.ts';
@@ -256,6 +257,9 @@ async function planForward(
   target.provider.applyAuth(headers, providerKey);
 
   const model = target.provider.modelFrom(requestJson, target.publicUrl);
+  if (model?.includes('\u0000')) {
+    throw validationError([{ path: ['model'], message: 'must not contain the NUL character (\\u0000)' }]);
+  }
   const spendKeyRequest = { providerId: target.provider.id, family: target.provider.family, model };
   if (billing.spendKey) {
     checkSpendKeyRequest(billing.spendKey, spendKeyRequest);
@@ -373,8 +377,11 @@ export function metadataOf(request: FastifyRequest, fromQuery: string | null): M
 
 function parseJsonBody(request: FastifyRequest, body: Buffer | undefined): unknown {
   if (!body || !String(request.headers['content-type'] ?? '').includes('json')) return undefined;
+  const text = body.toString('utf8');
+  // Ours to judge: every estimate and usage walk over it must stay shallow.
+  assertJsonDepth(text);
   try {
-    return JSON.parse(body.toString('utf8'));
+    return JSON.parse(text);
   } catch {
     // Not ours to judge: the provider answers a malformed body itself.
     return undefined;

@@ -1,5 +1,6 @@
 import type { FastifyInstance } from 'fastify';
 import { ApiError } from './errors.ts';
+import { assertJsonDepth } from './json-depth.ts';
 
 declare module 'fastify' {
   interface FastifyRequest {
@@ -26,6 +27,11 @@ export function installJsonBodyParser(app: FastifyInstance, bodyLimit: number): 
       const text = String(body);
       request.rawBody = text;
       if (text.trim() === '') return done(null, undefined);
+      try {
+        assertJsonDepth(text);
+      } catch (e) {
+        return done(e as ApiError, undefined);
+      }
       try {
         done(null, JSON.parse(text));
       } catch (e) {

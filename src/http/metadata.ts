@@ -1,5 +1,6 @@
 import { z } from 'zod';
 import { ApiError, type Issue } from './errors.ts';
+import { jsonNestsDeeperThan, MAX_JSON_DEPTH } from './json-depth.ts';
 
 export const MAX_METADATA_PAIRS = 100;
 const KEY_PATTERN = /^[A-Za-z0-9_]+$/;
@@ -13,7 +14,10 @@ export const metadataKey = z
 export const metadataValue = z
   .string({ error: 'metadata values must be strings' })
   .min(1, 'metadata values must be 1 to 255 characters')
-  .max(255, 'metadata values must be 1 to 255 characters');
+  .max(255, 'metadata values must be 1 to 255 characters')
+  // Checked after JSON decoding: `\u0000` in a header or query parameter is a NUL only once
+  // decoded, and PostgreSQL text cannot hold one.
+  .refine((v) => !v.includes('\u0000'), 'metadata values must not contain the NUL character (\\u0000)');
 
 /** The metadata object accepted in bodies: at most 100 string pairs with restricted keys. */
 export const metadataSchema = z
@@ -59,6 +63,7 @@ export function mergeMetadata(...sources: (Metadata | undefined)[]): Metadata {
 export function parseJsonParam<T>(text: string, schema: z.ZodType<T>, where: string[]): T {
   let parsed: unknown;
   try {
+    if (jsonNestsDeeperThan(text, MAX_JSON_DEPTH)) throw new Error('too deep');
     parsed = JSON.parse(text);
   } catch {
     throw new ApiError('invalid_metadata', `${where.join('.')} is not valid JSON.`, {
