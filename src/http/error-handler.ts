@@ -1,5 +1,6 @@
 import type { FastifyError, FastifyInstance } from 'fastify';
 import { hasZodFastifySchemaValidationErrors } from 'fastify-type-provider-zod';
+import { isDatabaseUnavailable } from '../storage/errors.ts';
 import { ApiError, envelope, validationError, type ErrorCode, type Issue } from './errors.ts';
 
 /**
@@ -9,7 +10,8 @@ import { ApiError, envelope, validationError, type ErrorCode, type Issue } from 
 export function installErrorHandling(app: FastifyInstance): void {
   app.setErrorHandler((err: FastifyError | ApiError, request, reply) => {
     const apiError = toApiError(err);
-    if (apiError.status >= 500) request.log.error({ err }, 'request failed');
+    if (apiError.code === 'service_unavailable') request.log.warn({ err }, 'request refused: service unavailable');
+    else if (apiError.status >= 500) request.log.error({ err }, 'request failed');
     for (const [name, value] of Object.entries(apiError.headers)) reply.header(name, value);
     return reply.status(apiError.status).send(apiError.toEnvelope());
   });
@@ -61,8 +63,19 @@ function patternOf(url: string): RegExp {
   return new RegExp(`^${source}$`);
 }
 
+/** Seconds a client is asked to wait before retrying while the database is unreachable. */
+export const DATABASE_RETRY_AFTER_S = 1;
+
+/** 503 in the envelope for a request that failed because the database is unreachable. */
+export function databaseUnavailable(): ApiError {
+  return new ApiError('service_unavailable', 'The database is not reachable; retry shortly.', {
+    headers: { 'retry-after': String(DATABASE_RETRY_AFTER_S) },
+  });
+}
+
 function toApiError(err: unknown): ApiError {
   if (err instanceof ApiError) return err;
+  if (isDatabaseUnavailable(err)) return databaseUnavailable();
   if (hasZodFastifySchemaValidationErrors(err)) {
     const context = (err as { validationContext?: string }).validationContext;
     const issues: Issue[] = err.validation.flatMap((v) => {

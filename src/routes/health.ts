@@ -1,6 +1,6 @@
 import { sql } from 'kysely';
 import { z } from 'zod';
-import { ApiError } from '../http/errors.ts';
+import { databaseUnavailable } from '../http/error-handler.ts';
 import type { App, AppDeps } from '../http/types.ts';
 
 const healthResponse = z.object({ status: z.literal('ok') });
@@ -28,7 +28,7 @@ export function registerHealthRoutes(app: App, deps: AppDeps): void {
       try {
         await sql`select 1`.execute(deps.storage.db);
       } catch {
-        throw new ApiError('service_unavailable', 'The database is not reachable.');
+        throw databaseUnavailable();
       }
       const database = deps.storage.dialect;
       if (!deps.config.redisUrl) return { status: 'ready' as const, database };

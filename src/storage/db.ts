@@ -82,6 +82,10 @@ function postgresPool(url: string, max: number, pipeline: boolean): pg.Pool {
   const pool = new pg.Pool({
     connectionString: url,
     max,
+    // While the server is unreachable, a request waits this long for a connection at most, then
+    // fails (a 503), instead of queueing for as long as the outage lasts.
+    connectionTimeoutMillis: PG_CONNECT_TIMEOUT_MS,
+    keepAlive: true,
     Client: PreparingClient,
     pipeline,
     types: {
@@ -91,9 +95,26 @@ function postgresPool(url: string, max: number, pipeline: boolean): pg.Pool {
   } as pg.PoolConfig);
   // JIT compilation costs ~100 ms per query whose estimate crosses its threshold (the usage
   // report's record scans do), more than it ever saves on queries of our size.
-  pool.on('connect', (client) => void client.query('set jit = off').catch(() => undefined));
+  pool.on('connect', (client) => {
+    // A connection that breaks while checked out (its backend terminated, the server gone)
+    // emits `error` with no listener of the pool's attached: unheard, that would end the
+    // process. The query running on it fails where it is awaited, and the pool drops it on release.
+    client.on('error', ignoreConnectionError);
+    void client.query('set jit = off').catch(() => undefined);
+  });
+  // The same for an idle connection: the pool has already removed it.
+  pool.on('error', ignoreConnectionError);
   return pool;
 }
+
+/** How long a query waits for a connection from the pool (opening one included) before failing. */
+export const PG_CONNECT_TIMEOUT_MS = 5_000;
+
+/**
+ * A broken connection is not news of its own: whatever was using it fails with the error, and
+ * the next checkout opens a new one. (An `error` event nobody listens to would end the process.)
+ */
+function ignoreConnectionError(): void {}
 
 /**
  * Marks a statement text for PostgreSQL to keep prepared on each connection: parsed and planned
