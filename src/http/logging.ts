@@ -14,19 +14,49 @@ export const REDACTED_PATHS = [
   ...['email', 'phone', 'first_name', 'last_name', 'name'].flatMap((f) => [`*.${f}`, `*.*.${f}`]),
 ];
 
-/** Query parameters that may carry a credential (`key`) or customer data; masked in logged URLs. */
-const SENSITIVE_QUERY = new Set(['key', 'metadata']);
+/**
+ * Query parameters masked in logged URLs, by name: any that may carry a credential (`key`,
+ * `api_key`, `access_token`, `client_secret`, `password`, `auth`…) or customer data (`metadata`).
+ */
+const SENSITIVE_QUERY_NAME = /key|token|secret|passw|auth|credential|signature|metadata/i;
 
 export function redactUrl(url: string): string {
   const q = url.indexOf('?');
   if (q < 0) return url;
   const params = new URLSearchParams(url.slice(q + 1));
   for (const name of [...params.keys()]) {
-    if (SENSITIVE_QUERY.has(name)) params.set(name, '[Redacted]');
+    if (SENSITIVE_QUERY_NAME.test(name)) params.set(name, '[Redacted]');
     // The forward target may carry its own `key` (a provider key) when `u` is percent-encoded.
     else if (name === 'u') params.set(name, redactUrl(params.get(name)!));
   }
   return `${url.slice(0, q)}?${params.toString()}`;
+}
+
+/**
+ * Credentials recognised by their shape wherever they appear in a line: Tollgate's own secrets
+ * (secret, spend and wallet keys, connection, meter and checkout secrets, webhook secrets),
+ * providers' keys (OpenAI, Anthropic and DeepSeek `sk-`, ElevenLabs `sk_<hex>`, Google `AIza`,
+ * xAI `xai-`, Groq `gsk_`) and bearer tokens. The prefix stays, so a line still says what it was.
+ */
+const SECRET_SHAPES =
+  /\b((?:sk|spk|wk)_(?:live|test)_|cons_|mets_|css_|whsec_|sk-(?:proj-|ant-|svcacct-|admin-)?|sk_(?=[0-9a-f]{32})|AIza|xai-|gsk_)[A-Za-z0-9_-]{8,}|\b(Bearer\s+)[^\s"\\]+/g;
+
+/**
+ * Object members masked by name anywhere in a line (`"api_key":"…"`, `"accessToken":"…"`):
+ * a name holding key, token, secret, password or auth, except ids (`key_id`, `spendKeyId`).
+ */
+const SENSITIVE_MEMBER = /"((?:[^"\\]|\\.)*?(?:key|token|secret|passw|auth)(?:[^"\\]|\\.)*?)":"((?:[^"\\]|\\.)*)"/gi;
+const ID_NAME = /(?:_id|Id|_ids|Ids)$/;
+
+/**
+ * The last line of defence, applied to every serialized log line: whatever path a value took
+ * into a line (an error message, a nested object, a URL no serializer saw), a credential of a
+ * known shape or under a sensitive name is masked before the line is written.
+ */
+export function redactSecretsInLine(line: string): string {
+  return line
+    .replace(SECRET_SHAPES, (_match, prefix: string | undefined, bearer: string | undefined) => `${prefix ?? bearer}[Redacted]`)
+    .replace(SENSITIVE_MEMBER, (match, name: string) => (ID_NAME.test(name) ? match : `"${name}":"[Redacted]"`));
 }
 
 /**
@@ -62,6 +92,7 @@ export function loggerOptions(level: string, stream?: DestinationStream): Fastif
     level,
     ...(stream ? { stream } : {}),
     redact: { paths: REDACTED_PATHS, censor: '[Redacted]' },
+    hooks: { streamWrite: redactSecretsInLine },
     serializers: {
       req: (req: { method: string; url: string; id: string }) => ({
         id: req.id,

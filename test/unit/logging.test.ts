@@ -1,7 +1,7 @@
 import { Writable } from 'node:stream';
 import pino, { type LoggerOptions } from 'pino';
 import { describe, expect, it } from 'vitest';
-import { lazyRequestLogger, loggerOptions, REDACTED_PATHS, redactUrl } from '../../src/http/logging.ts';
+import { lazyRequestLogger, loggerOptions, REDACTED_PATHS, redactSecretsInLine, redactUrl } from '../../src/http/logging.ts';
 
 /** A pino logger with Tollgate's options, writing into a string. */
 function capture(options: LoggerOptions): { log: pino.Logger; text: () => string } {
@@ -56,6 +56,53 @@ describe('redactUrl', () => {
   it('leaves URLs without sensitive parameters as they are', () => {
     expect(redactUrl('/v1/meters')).toBe('/v1/meters');
     expect(redactUrl('/v1/meters?limit=2&cursor=met_1')).toBe('/v1/meters?limit=2&cursor=met_1');
+  });
+});
+
+describe('redaction by parameter name and value shape (issue 22, finding 7)', () => {
+  it.each(['api_key', 'apiKey', 'access_token', 'client_secret', 'password', 'auth', 'x-auth-token', 'refresh_token'])(
+    'masks the query parameter %s, also inside a raw forward target',
+    (name) => {
+      for (const url of [`/v1/meters?${name}=${SECRET}&model=gpt`, `/v1/forward?u=https://api.openai.com/v1/x?${name}=${SECRET}`]) {
+        const out = redactUrl(url);
+        expect(out).not.toContain(SECRET);
+        expect(out).not.toContain('SuperSecretValue');
+      }
+      expect(redactUrl(`/v1/meters?${name}=${SECRET}&model=gpt`)).toContain('model=gpt');
+    },
+  );
+
+  it.each([
+    ['a secret key', SECRET],
+    ['a spend key', 'spk_live_abcdefghijklmnop_QR'],
+    ['a wallet key', 'wk_live_abcdefghijklmnop-QR'],
+    ['a webhook secret', 'whsec_abcdefghijklmnop'],
+    ['a connection secret', 'cons_abcdefghijklmnop'],
+    ['an OpenAI key', PROVIDER_KEY],
+    ['an Anthropic key', 'sk-ant-api03-abcdefghijkl'],
+    ['a Google key', 'AIzaSyAbcdefghijklmnop123'],
+    ['an xAI key', 'xai-abcdefghijklmnop'],
+    ['an ElevenLabs key', 'sk_0123456789abcdef0123456789abcdef'],
+  ])('masks %s by its shape wherever it appears in a line', (_what, secret) => {
+    const line = JSON.stringify({ msg: `upstream said: invalid key ${secret}.`, err: { message: `bad ${secret}` }, note: secret });
+    const out = redactSecretsInLine(line);
+    expect(out).not.toContain(secret);
+    expect(out).toContain('[Redacted]');
+    expect(() => JSON.parse(out)).not.toThrow();
+  });
+
+  it('masks members named like credentials, keeps ids and ordinary fields', () => {
+    const line = JSON.stringify({ api_key: 'plain-value-1', accessToken: 'plain-value-2', Password: 'p', spend_key_id: 'spk_01ABC', keyId: 'sk_01', model: 'gpt' });
+    const out = JSON.parse(redactSecretsInLine(line));
+    expect(out).toEqual({ api_key: '[Redacted]', accessToken: '[Redacted]', Password: '[Redacted]', spend_key_id: 'spk_01ABC', keyId: 'sk_01', model: 'gpt' });
+  });
+
+  it('is applied to every line a Tollgate logger writes, messages included', () => {
+    const { log, text } = capture(tollgateOptions('info'));
+    log.info({ upstream: { api_key: 'plain-value-3' } }, `provider refused ${PROVIDER_KEY} and Bearer ${SECRET}`);
+    expect(text()).not.toContain(PROVIDER_KEY);
+    expect(text()).not.toContain('SuperSecretValue');
+    expect(text()).not.toContain('plain-value-3');
   });
 });
 
