@@ -8,7 +8,9 @@ import {
   releaseIdempotencyKey,
   type IdempotencyClaim,
 } from '../storage/idempotency.ts';
+import { bearerToken } from './auth.ts';
 import { ApiError } from './errors.ts';
+import { openResponse, sealResponse, type SealContext } from './sealed-response.ts';
 
 export const IDEMPOTENCY_TTL_MS = 24 * 60 * 60 * 1000;
 /**
@@ -57,12 +59,14 @@ export async function beginIdempotentRequest(
   if (existing.state !== 'done' || existing.response_status === null) {
     throw inUse(Math.ceil((Date.parse(existing.expires_at) - Date.now()) / 1000));
   }
+  const body = openResponse(existing.response_body ?? '', sealContext(request, claim));
+  if (body === null) throw new ApiError('internal_error', 'The stored response of this Idempotency-Key cannot be read.');
   // SQLite runs with safe integers, so the stored status may arrive as a bigint.
   await reply
     .status(Number(existing.response_status))
     .header('idempotent-replayed', 'true')
     .type('application/json; charset=utf-8')
-    .send(existing.response_body ?? '');
+    .send(body);
   return 'replayed';
 }
 
@@ -89,8 +93,14 @@ export async function finishIdempotentRequest(
     return;
   }
   const expiresAt = new Date(Date.parse(claim.created_at) + IDEMPOTENCY_TTL_MS).toISOString();
-  const stored = await completeIdempotencyKey(storage.db, claim, { status: statusCode, body: payload, expiresAt });
+  const body = sealResponse(payload, sealContext(request, claim));
+  const stored = await completeIdempotencyKey(storage.db, claim, { status: statusCode, body, expiresAt });
   if (!stored) request.log.warn({ idempotencyKey: claim.key }, 'idempotency claim outlived its lease and was taken over; response not stored');
+}
+
+/** Sealed under the caller's raw credential: only a retry by the same caller opens the response. */
+function sealContext(request: FastifyRequest, claim: IdempotencyClaim): SealContext {
+  return { credential: bearerToken(request) ?? '', scope: claim.scope, key: claim.key };
 }
 
 function readKey(request: FastifyRequest): string | null {
