@@ -1,7 +1,8 @@
+import type { Kysely } from 'kysely';
 import { newId } from '../domain/ids.ts';
 import { deliveredName } from '../webhooks/events.ts';
 import type { Storage } from './db.ts';
-import type { WebhookDeliveriesTable } from './schema.ts';
+import type { Database, WebhookDeliveriesTable } from './schema.ts';
 
 /**
  * The dispatcher's queries. Several processes may run them against one PostgreSQL database at
@@ -89,6 +90,8 @@ export type ClaimedDelivery = {
   secrets: string[];
   eventCreatedAt: string;
   payload: string;
+  /** The webhook had a run of failures when claimed: a success must end it. */
+  webhookFailing: boolean;
 };
 
 /**
@@ -111,55 +114,47 @@ export async function claimDueDeliveries(
   if (!due) return [];
   return storage.db.transaction().execute(async (trx) => {
     const candidates = await trx
-      .selectFrom('webhook_deliveries')
-      .select(['id', 'webhook_id', 'event_id', 'event_type', 'attempts'])
-      .where('state', '=', 'pending')
-      .where('next_attempt_at', '<=', opts.at)
-      .$if(opts.busy.length > 0, (q) => q.where('webhook_id', 'not in', opts.busy))
+      .selectFrom('webhook_deliveries as d')
+      .innerJoin('webhooks as w', 'w.id', 'd.webhook_id')
+      .innerJoin('events as e', 'e.id', 'd.event_id')
+      .select(['d.id', 'd.webhook_id', 'd.event_id', 'd.event_type', 'd.attempts'])
+      .select(['w.url', 'w.secret', 'w.previous_secret', 'w.previous_secret_expires_at', 'w.failing_since', 'e.created_at', 'e.payload'])
+      .where('d.state', '=', 'pending')
+      .where('d.next_attempt_at', '<=', opts.at)
       // A disabled webhook's deliveries wait; re-enabling it sends them.
-      .where('webhook_id', 'not in', (eb) => eb.selectFrom('webhooks').select('id').where('disabled_at', 'is not', null))
-      .orderBy('next_attempt_at')
+      .where('w.disabled_at', 'is', null)
+      .$if(opts.busy.length > 0, (q) => q.where('d.webhook_id', 'not in', opts.busy))
+      .orderBy('d.next_attempt_at')
       .limit(opts.limit * 4)
-      .$call((q) => (storage.dialect === 'postgres' ? q.forUpdate().skipLocked() : q))
+      .$call((q) => (storage.dialect === 'postgres' ? q.forUpdate('d').skipLocked() : q))
       .execute();
     const taken = new Map<string, number>();
-    const chosen = candidates.filter((c) => {
-      const n = taken.get(c.webhook_id) ?? 0;
-      if (n >= opts.roomFor(c.webhook_id)) return false;
-      taken.set(c.webhook_id, n + 1);
-      return true;
-    }).slice(0, opts.limit);
+    const chosen = candidates
+      .filter((c) => {
+        const n = taken.get(c.webhook_id) ?? 0;
+        if (n >= opts.roomFor(c.webhook_id)) return false;
+        taken.set(c.webhook_id, n + 1);
+        return true;
+      })
+      .slice(0, opts.limit);
     if (chosen.length === 0) return [];
     await trx
       .updateTable('webhook_deliveries')
       .set((eb) => ({ attempts: eb('attempts', '+', 1), next_attempt_at: opts.leaseUntil, last_attempt_at: opts.at }))
       .where('id', 'in', chosen.map((c) => c.id))
       .execute();
-    const details = await trx
-      .selectFrom('webhook_deliveries as d')
-      .innerJoin('webhooks as w', 'w.id', 'd.webhook_id')
-      .innerJoin('events as e', 'e.id', 'd.event_id')
-      .select(['d.id', 'w.url', 'w.secret', 'w.previous_secret', 'w.previous_secret_expires_at', 'e.created_at', 'e.payload'])
-      .where('d.id', 'in', chosen.map((c) => c.id))
-      .execute();
-    const byId = new Map(details.map((d) => [d.id, d]));
-    return chosen.flatMap((c) => {
-      const d = byId.get(c.id);
-      if (!d) return [];
-      const secrets = [d.secret];
-      if (d.previous_secret && d.previous_secret_expires_at && d.previous_secret_expires_at > opts.at) secrets.push(d.previous_secret);
-      return [{
-        id: c.id,
-        webhookId: c.webhook_id,
-        eventId: c.event_id,
-        eventType: c.event_type,
-        attempt: Number(c.attempts) + 1,
-        url: d.url,
-        secrets,
-        eventCreatedAt: d.created_at,
-        payload: d.payload,
-      }];
-    });
+    return chosen.map((c) => ({
+      id: c.id,
+      webhookId: c.webhook_id,
+      eventId: c.event_id,
+      eventType: c.event_type,
+      attempt: Number(c.attempts) + 1,
+      url: c.url,
+      secrets: c.previous_secret && c.previous_secret_expires_at && c.previous_secret_expires_at > opts.at ? [c.secret, c.previous_secret] : [c.secret],
+      eventCreatedAt: c.created_at,
+      payload: c.payload,
+      webhookFailing: c.failing_since !== null,
+    }));
   });
 }
 
@@ -181,12 +176,12 @@ export type AttemptOutcome = {
  */
 export async function recordOutcome(
   storage: Storage,
-  delivery: Pick<ClaimedDelivery, 'id' | 'webhookId' | 'attempt'>,
+  delivery: Pick<ClaimedDelivery, 'id' | 'webhookId' | 'attempt' | 'webhookFailing'>,
   outcome: AttemptOutcome,
 ): Promise<'succeeded' | 'pending' | 'failed' | 'superseded'> {
-  return storage.db.transaction().execute(async (trx) => {
-    const state = outcome.succeeded ? 'succeeded' : outcome.nextAttemptAt === null ? 'failed' : 'pending';
-    const result = await trx
+  const state = outcome.succeeded ? 'succeeded' : outcome.nextAttemptAt === null ? 'failed' : 'pending';
+  const markDelivery = async (db: Kysely<Database>) => {
+    const result = await db
       .updateTable('webhook_deliveries')
       .set({
         state,
@@ -198,9 +193,15 @@ export async function recordOutcome(
       .where('attempts', '=', delivery.attempt)
       .where('state', '=', 'pending')
       .executeTakeFirst();
-    if (Number(result.numUpdatedRows) !== 1) return 'superseded';
+    return Number(result.numUpdatedRows) === 1;
+  };
+  // The usual case, one statement: a success at a webhook that was not failing changes nothing else.
+  // (A failure recorded meanwhile by another send keeps its failing_since until the next success.)
+  if (outcome.succeeded && !delivery.webhookFailing) return (await markDelivery(storage.db)) ? state : 'superseded';
+  return storage.db.transaction().execute(async (trx) => {
+    if (!(await markDelivery(trx))) return 'superseded';
     if (outcome.succeeded) {
-      await trx.updateTable('webhooks').set({ failing_since: null }).where('id', '=', delivery.webhookId).where('failing_since', 'is not', null).execute();
+      await trx.updateTable('webhooks').set({ failing_since: null }).where('id', '=', delivery.webhookId).execute();
       return state;
     }
     const hook = await trx.selectFrom('webhooks').select(['failing_since']).where('id', '=', delivery.webhookId).executeTakeFirst();

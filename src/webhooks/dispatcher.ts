@@ -11,7 +11,7 @@ import { systemResolver, type Resolver, type UrlPolicy } from './url-safety.ts';
 
 /** Deliveries in flight to one endpoint from one process: a slow endpoint holds at most these. */
 export const PER_ENDPOINT_CONCURRENCY = 4;
-const DEFAULT_POLL_MS = 200;
+const DEFAULT_POLL_MS = 100;
 
 export type DispatcherOptions = {
   storage: Storage;
