@@ -1,3 +1,4 @@
+import type { DestinationStream } from 'pino';
 import { startTestApp, type TestApp } from './app.ts';
 import type { TestDatabase } from './databases.ts';
 import { startMockUpstream, type MockUpstream } from './mock-upstream.ts';
@@ -11,7 +12,7 @@ export type MockGateway = { upstream: MockUpstream; t: TestApp; base: string };
  */
 export async function startGatewayOnMock(
   dialect: TestDatabase['dialect'],
-  opts: { providerHosts: string[]; providerKeys: Record<string, string>; env?: Record<string, string> },
+  opts: { providerHosts: string[]; providerKeys: Record<string, string>; env?: Record<string, string>; logStream?: DestinationStream },
 ): Promise<MockGateway> {
   const upstream = await startMockUpstream();
   let t: TestApp | undefined;
@@ -22,6 +23,7 @@ export async function startGatewayOnMock(
         PROVIDER_KEYS: JSON.stringify(opts.providerKeys),
         ...opts.env,
       },
+      ...(opts.logStream ? { logStream: opts.logStream } : {}),
     });
     return { upstream, t, base: await t.listen() };
   } catch (error) {
