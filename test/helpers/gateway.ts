@@ -12,7 +12,7 @@ export type MockGateway = { upstream: MockUpstream; t: TestApp; base: string };
  */
 export async function startGatewayOnMock(
   dialect: TestDatabase['dialect'],
-  opts: { providerHosts: string[]; providerKeys: Record<string, string>; env?: Record<string, string>; logStream?: DestinationStream },
+  opts: { providerHosts: string[]; providerKeys: Record<string, string>; env?: Record<string, string>; logStream?: DestinationStream; database?: TestDatabase },
 ): Promise<MockGateway> {
   const upstream = await startMockUpstream();
   let t: TestApp | undefined;
@@ -24,6 +24,7 @@ export async function startGatewayOnMock(
         ...opts.env,
       },
       ...(opts.logStream ? { logStream: opts.logStream } : {}),
+      ...(opts.database ? { database: opts.database } : {}),
     });
     return { upstream, t, base: await t.listen() };
   } catch (error) {

@@ -2,7 +2,7 @@ import fc from 'fast-check';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { databasesUnderTest } from '../helpers/databases.ts';
 import type { MockGateway } from '../helpers/gateway.ts';
-import { printFigures, startSuiteGateway } from './harness.ts';
+import { leaksInSuiteLogs, printFigures, startSuiteGateway } from './harness.ts';
 
 /**
  * Fuzz: fast-check inputs over every operation in the OpenAPI document (path parameters, declared
@@ -96,7 +96,7 @@ const engines = databasesUnderTest();
 describe.each(engines)('fuzz on %s', (dialect) => {
   let gw: MockGateway;
   beforeAll(async () => {
-    gw = await startSuiteGateway(dialect);
+    gw = await startSuiteGateway(dialect, { env: { LOG_LEVEL: 'warn' } });
   });
   afterAll(async () => {
     await gw?.t.close();
@@ -150,5 +150,9 @@ describe.each(engines)('fuzz on %s', (dialect) => {
       statuses: [...statuses].sort(([a], [b]) => a - b).map(([s, c]) => `${s}:${c}`).join(','),
     });
     expect(serverErrors).toBe(0);
+  });
+
+  it('logged no secret, key or e-mail address', () => {
+    expect(leaksInSuiteLogs().leaks).toEqual([]);
   });
 });

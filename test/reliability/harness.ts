@@ -30,11 +30,15 @@ function logStream(): Writable {
 export const ALL_PROVIDER_HOSTS = [...new Set(BUILTIN_PROVIDERS.flatMap((p) => p.hosts))];
 
 /** A listening app on a mock upstream, logging at info into the suite's log, with a high rate limit. */
-export async function startSuiteGateway(dialect: TestDatabase['dialect'], env: Record<string, string> = {}): Promise<MockGateway> {
+export async function startSuiteGateway(
+  dialect: TestDatabase['dialect'],
+  opts: { env?: Record<string, string>; database?: TestDatabase } = {},
+): Promise<MockGateway> {
   return startGatewayOnMock(dialect, {
+    ...(opts.database ? { database: opts.database } : {}),
     providerHosts: ALL_PROVIDER_HOSTS,
     providerKeys: { openai: 'sk-managed-openai-suite', anthropic: 'sk-ant-managed-suite' },
-    env: { LOG_LEVEL: 'info', RATE_LIMIT_PER_MINUTE: '100000000', ...env },
+    env: { LOG_LEVEL: 'info', RATE_LIMIT_PER_MINUTE: '100000000', ...opts.env },
     logStream: logStream(),
   });
 }
@@ -45,4 +49,25 @@ export function printFigures(part: string, figures: Record<string, number | stri
     .map(([name, value]) => `${name}=${value}`)
     .join(' ');
   process.stdout.write(`[reliability] ${part}: ${text}\n`);
+}
+
+/** Credentials and personal data by shape: none may appear in any log line of the suite. */
+const LEAK_SHAPES: readonly [string, RegExp][] = [
+  ['secret key', /sk_live_[A-Za-z0-9_-]{8,}/],
+  ['spend key', /spk_live_[A-Za-z0-9_-]{8,}/],
+  ['wallet key', /wk_live_[A-Za-z0-9_-]{8,}/],
+  ['webhook secret', /whsec_[A-Za-z0-9_-]{8,}/],
+  ['managed provider key', /sk-managed-openai-suite|sk-ant-managed-suite/],
+  ['e-mail address', /[A-Za-z0-9._%+-]+@[A-Za-z0-9-]+(\.[A-Za-z0-9-]+)*\.[A-Za-z]{2,}/],
+];
+
+/** The log lines of this part that show a credential or an e-mail address (there must be none). */
+export function leaksInSuiteLogs(extraSecrets: readonly string[] = []): { lines: number; leaks: string[] } {
+  const lines = suiteLogText().split('\n').filter((l) => l.trim() !== '');
+  const leaks: string[] = [];
+  for (const line of lines) {
+    for (const [what, shape] of LEAK_SHAPES) if (shape.test(line)) leaks.push(`${what}: ${line.slice(0, 200)}`);
+    for (const secret of extraSecrets) if (line.includes(secret)) leaks.push(`a secret of the test: ${line.slice(0, 200)}`);
+  }
+  return { lines: lines.length, leaks };
 }

@@ -1,7 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { databasesUnderTest } from '../helpers/databases.ts';
 import type { MockGateway } from '../helpers/gateway.ts';
-import { printFigures, startSuiteGateway } from './harness.ts';
+import { leaksInSuiteLogs, printFigures, startSuiteGateway } from './harness.ts';
 
 /**
  * Idempotency race: 100 concurrent POSTs with one Idempotency-Key over loopback HTTP make exactly
@@ -43,5 +43,9 @@ describe.each(databasesUnderTest())('idempotency race on %s', (dialect) => {
     expect(created.length + replayed.length + inUse.length).toBe(RACERS);
     expect(await countCustomers()).toBe(before + 1);
     expect(discrepancies).toBe(0);
+  });
+
+  it('logged no secret, key or e-mail address', () => {
+    expect(leaksInSuiteLogs().leaks).toEqual([]);
   });
 });
