@@ -14,6 +14,7 @@ import { documentSharedBehaviour } from './http/schemas.ts';
 import type { App, AppDeps } from './http/types.ts';
 import { registerDropInRoutes } from './gateway/drop-in.ts';
 import { createGateway, registerForwardRoutes } from './gateway/forward.ts';
+import { registerAuthCallbackRoute } from './routes/auth-callback.ts';
 import { registerConnectionRoutes } from './routes/connections.ts';
 import { registerCreditBundleRoutes } from './routes/credit-bundles.ts';
 import { registerCustomerRoutes } from './routes/customers.ts';
@@ -26,6 +27,7 @@ import { registerSecretKeyRoutes } from './routes/secret-keys.ts';
 import { registerSpendKeyRoutes } from './routes/spend-keys.ts';
 import { authenticateApiKey, registerWalletKeyRoutes } from './routes/wallet-keys.ts';
 import { registerUsageRoutes } from './routes/usage.ts';
+import { registerWebRoutes } from './web/index.ts';
 import { registerWebhookRoutes } from './routes/webhooks.ts';
 
 export type { AppDeps } from './http/types.ts';
@@ -82,6 +84,7 @@ export async function buildApp(deps: AppDeps): Promise<App> {
 
   registerHealthRoutes(app, deps);
   registerOpenApiRoute(app);
+  await registerWebRoutes(app, deps);
 
   const gateway = createGateway(deps, app);
   await app.register(async (scope) => registerForwardRoutes(scope.withTypeProvider<ZodTypeProvider>(), deps, gateway), {
@@ -105,6 +108,7 @@ export async function buildApp(deps: AppDeps): Promise<App> {
         await finishIdempotentRequest(deps.storage, request, reply.statusCode, payload);
         return payload;
       });
+      registerAuthCallbackRoute(api, deps);
       registerSecretKeyRoutes(api, deps);
       registerMeterRoutes(api, deps);
       registerCustomerRoutes(api, deps);

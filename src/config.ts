@@ -86,6 +86,8 @@ export const configSchema = z.object({
   WEBHOOK_TIMEOUT_MS: z.coerce.number().int().min(100).max(60_000).default(10_000),
   /** Webhook deliveries in flight at once in this process, over all endpoints. */
   WEBHOOK_MAX_CONCURRENCY: z.coerce.number().int().min(1).max(1024).default(64),
+  /** Whether anyone reaching the dashboard may create a merchant account (sign-up page). */
+  DASHBOARD_SIGNUP: flag.default(false),
   OPENAI_API_KEY: z.string().min(1).optional(),
   ANTHROPIC_API_KEY: z.string().min(1).optional(),
   GOOGLE_API_KEY: z.string().min(1).optional(),
@@ -115,6 +117,7 @@ export type Config = {
   /** Null when V8 keeps its own heap growing factor. */
   heapGrowingPercent: number | null;
   webhooks: { allowHttpLoopback: boolean; timeoutMs: number; maxConcurrency: number };
+  dashboardSignup: boolean;
 };
 
 export const DEFAULT_DATABASE_URL = 'sqlite:./data/tollgate.db';
@@ -158,6 +161,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
       timeoutMs: c.WEBHOOK_TIMEOUT_MS,
       maxConcurrency: c.WEBHOOK_MAX_CONCURRENCY,
     },
+    dashboardSignup: c.DASHBOARD_SIGNUP,
   };
 }
 

@@ -58,6 +58,8 @@ export const SECRET_PREFIX = {
   walletKey: 'wk_live_',
   checkoutSession: 'css_',
   webhook: 'whsec_',
+  cliCode: 'cli_',
+  session: 'sess_',
 } as const;
 
 export function newSecret(kind: keyof typeof SECRET_PREFIX, bytes = 24): string {

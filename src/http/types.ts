@@ -3,6 +3,7 @@ import type { FastifyBaseLogger, FastifyInstance, RawServerDefault } from 'fasti
 import type { DestinationStream } from 'pino';
 import type { ZodTypeProvider } from 'fastify-type-provider-zod';
 import type { Config } from '../config.ts';
+import type { Clock } from '../domain/clock.ts';
 import type { Storage } from '../storage/db.ts';
 import type { RateLimiter } from './rate-limit.ts';
 
@@ -13,6 +14,8 @@ export type AppDeps = {
   config: Config;
   storage: Storage;
   rateLimiter: RateLimiter;
+  /** Decisions by time read this clock; the system's when absent. */
+  clock?: Clock;
   /** Where logs go instead of stdout (tests read them back). */
   logStream?: DestinationStream;
 };
@@ -22,4 +25,9 @@ declare module 'fastify' {
     /** Routes that need no merchant secret key (health, OpenAPI, CLI code exchange). */
     public?: boolean;
   }
+}
+
+/** The app's current time in milliseconds (the injected clock's, else the system's). */
+export function nowOf(deps: AppDeps): number {
+  return deps.clock ? deps.clock.now() : Date.now();
 }

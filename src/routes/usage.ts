@@ -11,6 +11,7 @@ import { principalOf } from '../http/auth.ts';
 import { validationError, type Issue } from '../http/errors.ts';
 import { standardErrors } from '../http/schemas.ts';
 import type { App, AppDeps } from '../http/types.ts';
+import type { Storage } from '../storage/db.ts';
 import { addSums, emptySums, usageByDay, type UsageSums } from '../storage/usage.ts';
 import { requestFilterQuery, requestFiltersOf } from './requests.ts';
 
@@ -102,11 +103,21 @@ export function registerUsageRoutes(app: App, { storage }: AppDeps): void {
     '/usage',
     { schema: { tags: ['usage'], querystring: usageQuery, response: { 200: usageResponseSchema, ...standardErrors } } },
     async (request) => {
-      const { merchantId } = principalOf(request);
-      const range = rangeOf(request.query, new Date());
-      const filters = requestFiltersOf(request.query);
-      const days = await usageByDay(storage, merchantId, range, filters);
-      return presentUsage(range, days);
+      return usageReport(storage, principalOf(request).merchantId, request.query, new Date());
     },
   );
+}
+
+export type UsageReport = { items: UsageItem[]; totals: UsageTotals };
+
+/** The GET /usage answer; the dashboard's overview shows exactly this. */
+export async function usageReport(
+  storage: Storage,
+  merchantId: string,
+  query: z.infer<typeof usageQuery>,
+  now: Date,
+): Promise<UsageReport> {
+  const range = rangeOf(query, now);
+  const days = await usageByDay(storage, merchantId, range, requestFiltersOf(query));
+  return presentUsage(range, days);
 }

@@ -110,7 +110,7 @@ export function registerWalletKeyRoutes(app: App, { storage }: AppDeps): void {
     async (request, reply) => {
       const { name, ...walletFields } = request.body;
       const wallet = await walletForNewKey(storage, request, walletFields);
-      const { row, secret } = await insertWalletKey(storage, { merchantId: principalOf(request).merchantId, wallet, name });
+      const { row, secret } = await insertWalletKey(storage.db, { merchantId: principalOf(request).merchantId, wallet, name });
       return reply.status(201).send({ ...present(row), key: secret });
     },
   );

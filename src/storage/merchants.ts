@@ -1,4 +1,5 @@
-import { scryptSync, randomBytes } from 'node:crypto';
+import { randomBytes, scrypt, scryptSync, timingSafeEqual } from 'node:crypto';
+import { promisify } from 'node:util';
 import { newId } from '../domain/ids.ts';
 import type { Storage } from './db.ts';
 import type { MerchantsTable } from './schema.ts';
@@ -50,6 +51,24 @@ export async function findMerchant(storage: Storage, id: string): Promise<Mercha
 export function hashPassword(password: string): string {
   const salt = randomBytes(16);
   return `scrypt$${salt.toString('base64')}$${scryptSync(password, salt, 32).toString('base64')}`;
+}
+
+const scryptAsync = promisify(scrypt) as (password: string, salt: Buffer, keylen: number) => Promise<Buffer>;
+
+/** A hash of a password nobody has: checked when the e-mail is unknown, so timing does not tell. */
+const DECOY_HASH = hashPassword(randomBytes(16).toString('hex'));
+
+/** Checks a password against a stored `scrypt$<salt>$<hash>` (off the event loop), in constant time. */
+export async function verifyPassword(password: string, stored: string | null): Promise<boolean> {
+  const [scheme, salt, hash] = (stored ?? DECOY_HASH).split('$');
+  if (scheme !== 'scrypt' || !salt || !hash) return false;
+  const expected = Buffer.from(hash, 'base64');
+  const actual = await scryptAsync(password, Buffer.from(salt, 'base64'), expected.length);
+  return timingSafeEqual(actual, expected) && stored !== null;
+}
+
+export async function findMerchantByEmail(storage: Storage, email: string): Promise<MerchantRow | undefined> {
+  return storage.db.selectFrom('merchants').selectAll().where('email', '=', normalizedEmail(email)).executeTakeFirst();
 }
 
 /** Per-merchant service-charge override (percent of the fee, 1e-10 units); null = operator default. */

@@ -11,6 +11,7 @@ import * as m0007 from './migrations/0007_usage_rollups_by_metadata.ts';
 import * as m0008 from './migrations/0008_ledger_balance_per_statement.ts';
 import * as m0009 from './migrations/0009_commerce.ts';
 import * as m0010 from './migrations/0010_webhooks.ts';
+import * as m0011 from './migrations/0011_dashboard.ts';
 
 /** The ordered, frozen list. New migrations are appended, never inserted or edited. */
 const MIGRATIONS: Record<string, Migration> = {
@@ -24,6 +25,7 @@ const MIGRATIONS: Record<string, Migration> = {
   '0008_ledger_balance_per_statement': m0008,
   '0009_commerce': m0009,
   '0010_webhooks': m0010,
+  '0011_dashboard': m0011,
 };
 
 const provider: MigrationProvider = { getMigrations: async () => MIGRATIONS };

@@ -401,6 +401,31 @@ export interface ProviderEventsTable {
   received_at: string;
 }
 
+/** A dashboard sign-in; the cookie carries the token, the table only its hash. */
+export interface DashboardSessionsTable {
+  token_hash: string;
+  merchant_id: string;
+  csrf_token: string;
+  created_at: string;
+  expires_at: string;
+}
+
+/** A one-time CLI authorization code (hash only): 60 s, single use. */
+export interface CliAuthCodesTable {
+  code_hash: string;
+  merchant_id: string;
+  created_at: string;
+  expires_at: string;
+  used_at: string | null;
+}
+
+/** Secrets generated once per installation (e.g. the cookie-signing key). */
+export interface ServerSecretsTable {
+  name: string;
+  value: string;
+  created_at: string;
+}
+
 export interface Database {
   merchants: MerchantsTable;
   wallets: WalletsTable;
@@ -430,4 +455,7 @@ export interface Database {
   payments: PaymentsTable;
   checkout_sessions: CheckoutSessionsTable;
   provider_events: ProviderEventsTable;
+  dashboard_sessions: DashboardSessionsTable;
+  cli_auth_codes: CliAuthCodesTable;
+  server_secrets: ServerSecretsTable;
 }

@@ -1,7 +1,8 @@
 import { newId, newSecret, SECRET_PREFIX } from '../domain/ids.ts';
 import { hashSecret, secretHint } from '../domain/secrets.ts';
 import type { Storage } from './db.ts';
-import type { WalletKeysTable } from './schema.ts';
+import type { Kysely, Transaction } from 'kysely';
+import type { Database, WalletKeysTable } from './schema.ts';
 import { nowIso } from './time.ts';
 
 export type WalletKeyRow = WalletKeysTable;
@@ -31,7 +32,7 @@ export async function findMerchantWallet(
 }
 
 export async function insertWalletKey(
-  storage: Storage,
+  db: Kysely<Database> | Transaction<Database>,
   input: { merchantId: string; wallet: WalletRef; name: string },
 ): Promise<{ row: WalletKeyRow; secret: string }> {
   const secret = newSecret('walletKey');
@@ -47,7 +48,7 @@ export async function insertWalletKey(
     created_at: nowIso(),
     revoked_at: null,
   };
-  await storage.db.insertInto('wallet_keys').values(row).execute();
+  await db.insertInto('wallet_keys').values(row).execute();
   return { row, secret };
 }
 

@@ -3,6 +3,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import type { DestinationStream } from 'pino';
 import { buildApp } from '../../src/app.ts';
 import { loadConfig, type Config } from '../../src/config.ts';
+import type { Clock } from '../../src/domain/clock.ts';
 import { parseMoney } from '../../src/domain/money.ts';
 import { MemoryRateLimiter, type RateLimiter } from '../../src/http/rate-limit.ts';
 import type { App } from '../../src/http/types.ts';
@@ -56,6 +57,7 @@ export async function startTestApp(
     database?: TestDatabase;
     /** Receives the app's log lines (set LOG_LEVEL in env, else nothing is logged). */
     logStream?: DestinationStream;
+    clock?: Clock;
   } = {},
 ): Promise<TestApp> {
   const database = opts.database ?? (await freshDatabase(dialect));
@@ -67,6 +69,7 @@ export async function startTestApp(
     storage,
     rateLimiter: opts.rateLimiter ?? new MemoryRateLimiter(),
     ...(opts.logStream ? { logStream: opts.logStream } : {}),
+    ...(opts.clock ? { clock: opts.clock } : {}),
   });
   await app.ready();
 

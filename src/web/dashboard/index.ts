@@ -1,0 +1,28 @@
+import type { FastifyInstance } from 'fastify';
+import type { AppDeps } from '../../http/types.ts';
+import { loadSession } from '../session.ts';
+import { registerOverviewPage } from './overview.ts';
+import { registerSecretKeyPages } from './secret-keys.ts';
+
+declare module 'fastify' {
+  interface FastifyRequest {
+    /** The signed-in merchant of a dashboard page. */
+    merchantId?: string;
+  }
+}
+
+/** Pages under /dashboard that need a signed-in merchant; others go to sign-in and come back. */
+export function registerDashboardRoutes(app: FastifyInstance, deps: AppDeps): void {
+  app.register(async (pages) => {
+    pages.addHook('preHandler', async (request, reply) => {
+      const session = await loadSession(deps, request);
+      if (!session) {
+        const next = request.method === 'GET' ? request.url : '/dashboard';
+        return reply.redirect(`/dashboard/sign-in?next=${encodeURIComponent(next)}`, 303);
+      }
+      request.merchantId = session.merchantId;
+    });
+    registerOverviewPage(pages, deps);
+    registerSecretKeyPages(pages, deps);
+  });
+}

@@ -1,0 +1,53 @@
+import fastifyCookie from '@fastify/cookie';
+import fastifyFormbody from '@fastify/formbody';
+import type { FastifyInstance } from 'fastify';
+import type { AppDeps } from '../http/types.ts';
+import { serverSecret } from '../storage/sessions.ts';
+import { registerAssetRoutes } from './assets.ts';
+import { registerCliConnectRoutes } from './cli-connect.ts';
+import { registerDashboardRoutes } from './dashboard/index.ts';
+import { html } from './html.ts';
+import { sendPage } from './layout.ts';
+import { registerSignInRoutes } from './sign-in.ts';
+import { WebError } from './session.ts';
+
+const FORM_BODY_LIMIT = 64 * 1024;
+
+/**
+ * Every HTML page and its assets: dashboard, sign-in, CLI authorization. Errors here are pages,
+ * not JSON envelopes; forms are URL-encoded and carry a CSRF token.
+ */
+export async function registerWebRoutes(app: FastifyInstance, deps: AppDeps): Promise<void> {
+  const cookieSecret = await serverSecret(deps.storage, 'cookie_signing');
+  await app.register(async (web) => {
+    // Pages are not API operations: none of them belongs in the OpenAPI document.
+    web.addHook('onRoute', (route) => {
+      route.schema = { ...route.schema, hide: true };
+    });
+    await web.register(fastifyCookie, { secret: cookieSecret });
+    await web.register(fastifyFormbody, { bodyLimit: FORM_BODY_LIMIT });
+    web.setErrorHandler((error, request, reply) => {
+      const status = error instanceof WebError ? error.status : (error as { statusCode?: number }).statusCode ?? 500;
+      if (status >= 500) request.log.error({ err: error }, 'page failed');
+      const message = status >= 500 || !(error instanceof WebError) ? pageErrorMessage(status) : error.message;
+      return sendPage(reply, {
+        title: status >= 500 ? 'Something went wrong' : 'Request refused',
+        status,
+        main: html`<div class="card narrow"><h1>${status >= 500 ? 'Something went wrong' : 'Request refused'}</h1>
+<p role="alert">${message}</p><p><a href="/dashboard">Back to the dashboard</a></p></div>`,
+      });
+    });
+    web.get('/', async (_request, reply) => reply.redirect('/dashboard'));
+    registerAssetRoutes(web);
+    registerSignInRoutes(web, deps);
+    registerCliConnectRoutes(web, deps);
+    registerDashboardRoutes(web, deps);
+  });
+}
+
+function pageErrorMessage(status: number): string {
+  if (status === 413) return 'The form is too large.';
+  if (status === 415) return 'Forms must be sent URL-encoded.';
+  if (status < 500) return 'The request could not be understood. Reload the page and try again.';
+  return 'The page could not be shown. Try again in a moment.';
+}

@@ -1,0 +1,80 @@
+import type { FastifyReply } from 'fastify';
+import { html, type SafeHtml } from './html.ts';
+
+/**
+ * The page shell every server-rendered page shares (dashboard, CLI authorization, hosted
+ * checkout): one stylesheet and scripts served by Tollgate itself, and headers that forbid
+ * everything else. No inline script or style is ever needed, so the policy has no 'unsafe-inline'.
+ */
+export type PageOptions = {
+  title: string;
+  main: SafeHtml;
+  /** Above <main>: e.g. the dashboard's navigation. */
+  header?: SafeHtml;
+  /** Paths under /assets/ of extra scripts (loaded deferred, same origin). */
+  scripts?: string[];
+  /** Paths under /assets/ of extra stylesheets. */
+  styles?: string[];
+  /**
+   * Origins a form on this page may submit (or be redirected) to besides our own, e.g. the CLI's
+   * loopback listener `http://127.0.0.1:53211`.
+   */
+  formTargets?: string[];
+  status?: number;
+};
+
+export const STYLESHEET = '/assets/tollgate.css';
+
+export function contentSecurityPolicy(formTargets: string[] = []): string {
+  return [
+    "default-src 'none'",
+    "script-src 'self'",
+    "style-src 'self'",
+    "img-src 'self' data:",
+    "connect-src 'self'",
+    "font-src 'self'",
+    `form-action 'self'${formTargets.map((t) => ` ${t}`).join('')}`,
+    "frame-ancestors 'none'",
+    "base-uri 'none'",
+  ].join('; ');
+}
+
+/** Headers of every HTML page: the policy above, no framing, no referrer, never cached. */
+export function pageHeaders(formTargets: string[] = []): Record<string, string> {
+  return {
+    'content-type': 'text/html; charset=utf-8',
+    'content-security-policy': contentSecurityPolicy(formTargets),
+    'x-content-type-options': 'nosniff',
+    'x-frame-options': 'DENY',
+    // The CLI authorization URL carries its state; a page never leaks its address onward.
+    'referrer-policy': 'no-referrer',
+    'cache-control': 'no-store',
+  };
+}
+
+export function renderPage(opts: PageOptions): string {
+  const styles = [STYLESHEET, ...(opts.styles ?? [])];
+  return `<!doctype html>${html`<html lang="en">
+<head>
+<meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<title>${opts.title} · Tollgate</title>
+${styles.map((href) => html`<link rel="stylesheet" href="${href}">`)}
+${(opts.scripts ?? []).map((src) => html`<script src="${src}" defer></script>`)}
+</head>
+<body>
+<a class="skip" href="#main">Skip to content</a>
+${opts.header}
+<main id="main" tabindex="-1">
+${opts.main}
+</main>
+</body>
+</html>`}`;
+}
+
+export function sendPage(reply: FastifyReply, opts: PageOptions): FastifyReply {
+  return reply
+    .status(opts.status ?? 200)
+    .headers(pageHeaders(opts.formTargets))
+    .send(renderPage(opts));
+}
