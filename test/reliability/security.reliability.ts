@@ -10,7 +10,8 @@ import { leaksInSuiteLogs, printFigures, startSuiteGateway } from './harness.ts'
  * the sweep hold no secret, key or e-mail address.
  */
 
-const PUBLIC = new Set(['GET /healthz', 'GET /readyz', 'GET /v1/openapi.json']);
+// POST /v1/auth/callback takes no key by the interface: its one-time code is the credential.
+const PUBLIC = new Set(['GET /healthz', 'GET /readyz', 'GET /v1/openapi.json', 'POST /v1/auth/callback']);
 /** Where a spend key is a valid credential (it is a drop-in provider key). */
 const GATEWAY_PATHS = ['/v1/forward', '/v1/chat/completions', '/v1/responses', '/v1/embeddings', '/v1/models', '/v1/messages'];
 
