@@ -13,6 +13,10 @@ export type RequestFilters = {
   connectionId?: string;
   meterId?: string;
   metadata: readonly MetadataPair[];
+  /** The dashboard's log also filters by status and creation time ([createdFrom, createdBefore), ISO UTC). */
+  status?: 'pending' | 'completed' | 'error';
+  createdFrom?: string;
+  createdBefore?: string;
 };
 
 /** The internal primary key of a record named by its caller-chosen request_id. */
@@ -39,6 +43,9 @@ export function requestConditions(
   const conditions: Expression<SqlBool>[] = [eb('requests.merchant_id', '=', merchantId)];
   if (filters.connectionId !== undefined) conditions.push(eb('requests.connection_id', '=', filters.connectionId));
   if (filters.meterId !== undefined) conditions.push(eb('requests.meter_id', '=', filters.meterId));
+  if (filters.status !== undefined) conditions.push(eb('requests.status', '=', filters.status));
+  if (filters.createdFrom !== undefined) conditions.push(eb('requests.created_at', '>=', filters.createdFrom));
+  if (filters.createdBefore !== undefined) conditions.push(eb('requests.created_at', '<', filters.createdBefore));
   for (const [key, value] of pairs) {
     conditions.push(
       eb.exists(

@@ -10,15 +10,21 @@ export const DASHBOARD_JS = `
     if (!island || typeof uPlot === 'undefined') return;
     var data = JSON.parse(island.textContent);
     var xs = data.days.map(function (d) { return Date.parse(d + 'T12:00:00Z') / 1000; });
+    var charts = [];
     [['requests-chart', 'Requests', data.requests], ['revenue-chart', 'Revenue', data.revenue]].forEach(function (spec) {
       var el = document.getElementById(spec[0]);
       if (!el) return;
-      var width = Math.max(280, el.clientWidth);
-      new uPlot({
-        width: width, height: 220, tzDate: function (ts) { return uPlot.tzDate(new Date(ts * 1e3), 'Etc/UTC'); },
-        series: [{}, { label: spec[1], stroke: '#0b5394', fill: 'rgba(11,83,148,0.12)' }],
+      charts.push({ el: el, plot: new uPlot({
+        width: el.clientWidth, height: 220, tzDate: function (ts) { return uPlot.tzDate(new Date(ts * 1e3), 'Etc/UTC'); },
+        // Half a day of margin on each side, so a range of one day is a point in the middle, not a stretched axis.
+        scales: { x: { time: true, range: function (u, min, max) { return [min - 43200, max + 43200]; } } },
+        series: [{}, { label: spec[1], stroke: '#0b5394', fill: 'rgba(11,83,148,0.12)', points: { size: 6 } }],
         axes: [{}, { size: 70 }], legend: { show: true }
-      }, [xs, spec[2]], el);
+      }, [xs, spec[2]], el) });
+    });
+    // The charts follow the page's width (a phone turned, a window resized).
+    window.addEventListener('resize', function () {
+      charts.forEach(function (c) { c.plot.setSize({ width: c.el.clientWidth, height: 220 }); });
     });
   }
   document.addEventListener('DOMContentLoaded', drawCharts);

@@ -40,7 +40,7 @@ td.num,th.num{text-align:right;font-variant-numeric:tabular-nums}
 .filters{display:flex;flex-wrap:wrap;gap:.5rem 1rem;align-items:flex-end}
 .filters label{margin:0}
 .filters input,.filters select{width:12rem}
-.chart{width:100%;min-height:220px}
+.chart{width:100%;min-height:220px;overflow:hidden}
 .stats{display:flex;flex-wrap:wrap;gap:1rem}
 .stats div{flex:1 1 10rem}
 .muted{color:#555}

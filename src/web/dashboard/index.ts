@@ -1,7 +1,9 @@
 import type { FastifyInstance } from 'fastify';
 import type { AppDeps } from '../../http/types.ts';
 import { loadSession } from '../session.ts';
+import { registerMeterPages } from './meters.ts';
 import { registerOverviewPage } from './overview.ts';
+import { registerRequestPages } from './requests.ts';
 import { registerSecretKeyPages } from './secret-keys.ts';
 
 declare module 'fastify' {
@@ -24,5 +26,7 @@ export function registerDashboardRoutes(app: FastifyInstance, deps: AppDeps): vo
     });
     registerOverviewPage(pages, deps);
     registerSecretKeyPages(pages, deps);
+    registerRequestPages(pages, deps);
+    registerMeterPages(pages, deps);
   });
 }

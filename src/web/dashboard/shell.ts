@@ -6,10 +6,8 @@ import { csrfTokenFor } from '../session.ts';
 export const NAV = [
   ['/dashboard', 'Overview'],
   ['/dashboard/requests', 'Requests'],
-  ['/dashboard/customers', 'Customers'],
   ['/dashboard/meters', 'Meters'],
   ['/dashboard/secret-keys', 'Secret keys'],
-  ['/dashboard/spend-keys', 'Spend keys'],
 ] as const;
 
 /** The hidden field every state-changing dashboard form carries. */

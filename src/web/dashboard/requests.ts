@@ -1,0 +1,151 @@
+import type { FastifyInstance } from 'fastify';
+import type { AppDeps } from '../../http/types.ts';
+import { presentRequest, type RequestRecord } from '../../routes/requests.ts';
+import { listMeters } from '../../storage/meters.ts';
+import { listRequests, type RequestFilters } from '../../storage/request-queries.ts';
+import { findRequestByRequestId, type RequestRow } from '../../storage/requests.ts';
+import { html } from '../html.ts';
+import { WebError } from '../session.ts';
+import { merchantOf, sendDashboardPage } from './shell.ts';
+
+const PAGE_SIZE = 25;
+const CSV_MAX_ROWS = 10_000;
+const CSV_BATCH = 500;
+const STATUSES = ['pending', 'completed', 'error'] as const;
+
+type LogQuery = { customer?: string; meter?: string; status?: string; metadata?: string; from?: string; to?: string; cursor?: string };
+
+const isDate = (v: string | undefined): v is string => typeof v === 'string' && /^\d{4}-\d{2}-\d{2}$/.test(v);
+const filled = (v: string | undefined) => (v && v.trim() ? v.trim() : undefined);
+
+/** The form's filters as the same RequestFilters GET /v1/requests uses (dates are UTC days). */
+function filtersOf(q: LogQuery): RequestFilters {
+  const metadata = filled(q.metadata);
+  const pair = metadata?.split('=');
+  if (metadata && (!pair || pair.length !== 2 || !pair[0] || !pair[1])) {
+    throw new WebError(400, 'Write the metadata filter as key=value, e.g. team=search.');
+  }
+  const status = STATUSES.find((s) => s === q.status);
+  return {
+    connectionId: filled(q.customer),
+    meterId: filled(q.meter),
+    metadata: pair && metadata ? [[pair[0]!, pair[1]!]] : [],
+    ...(status ? { status } : {}),
+    ...(isDate(q.from) ? { createdFrom: `${q.from}T00:00:00.000Z` } : {}),
+    ...(isDate(q.to) ? { createdBefore: new Date(Date.parse(`${q.to}T00:00:00Z`) + 86_400_000).toISOString() } : {}),
+  };
+}
+
+function queryString(q: LogQuery, extra: Record<string, string> = {}): string {
+  const params = new URLSearchParams();
+  for (const [k, v] of Object.entries({ ...q, ...extra })) if (v && k !== 'cursor') params.set(k, v);
+  if (extra.cursor) params.set('cursor', extra.cursor);
+  return params.toString();
+}
+
+export function registerRequestPages(app: FastifyInstance, deps: AppDeps): void {
+  app.get('/dashboard/requests', async (request, reply) => {
+    const q = request.query as LogQuery;
+    const merchantId = merchantOf(request);
+    const rows = await listRequests(deps.storage.db, merchantId, filtersOf(q), { beforePk: filled(q.cursor), limit: PAGE_SIZE });
+    const page = rows.slice(0, PAGE_SIZE);
+    const next = rows.length > PAGE_SIZE ? page[page.length - 1]!.id : null;
+    const meters = await listMeters(deps.storage, merchantId, undefined, 100);
+    return sendDashboardPage(request, reply, '/dashboard/requests', {
+      title: 'Requests',
+      main: html`<h1>Requests</h1>
+<form class="card filters" method="get" action="/dashboard/requests" aria-label="Filters">
+<div><label for="f-customer">Customer id</label><input id="f-customer" name="customer" value="${q.customer ?? ''}" placeholder="con_…"></div>
+<div><label for="f-meter">Meter</label><select id="f-meter" name="meter"><option value="">Any</option>
+${meters.slice(0, 100).map((m) => html`<option value="${m.id}"${m.id === q.meter ? html` selected` : ''}>${m.name} (${m.slug})</option>`)}</select></div>
+<div><label for="f-status">Status</label><select id="f-status" name="status"><option value="">Any</option>
+${STATUSES.map((s) => html`<option${s === q.status ? html` selected` : ''}>${s}</option>`)}</select></div>
+<div><label for="f-metadata">Metadata</label><input id="f-metadata" name="metadata" value="${q.metadata ?? ''}" placeholder="key=value"></div>
+<div><label for="f-from">From (UTC)</label><input id="f-from" name="from" type="date" value="${q.from ?? ''}"></div>
+<div><label for="f-to">To (UTC)</label><input id="f-to" name="to" type="date" value="${q.to ?? ''}"></div>
+<div><button type="submit">Filter</button><a class="button secondary" href="/dashboard/requests.csv?${queryString(q)}">Export CSV</a></div>
+</form>
+${page.length === 0 ? emptyLog() : logTable(page)}
+${next ? html`<p><a class="button secondary" href="/dashboard/requests?${queryString(q, { cursor: next })}" rel="next">Older requests</a></p>` : ''}`,
+    });
+  });
+
+  app.get('/dashboard/requests.csv', async (request, reply) => {
+    const merchantId = merchantOf(request);
+    const filters = filtersOf(request.query as LogQuery);
+    const lines = [CSV_COLUMNS.join(',')];
+    let beforePk: string | undefined;
+    while (lines.length <= CSV_MAX_ROWS) {
+      const rows = await listRequests(deps.storage.db, merchantId, filters, { beforePk, limit: CSV_BATCH });
+      for (const row of rows.slice(0, CSV_BATCH)) lines.push(csvLine(presentRequest(row)));
+      if (rows.length <= CSV_BATCH) break;
+      beforePk = rows[CSV_BATCH - 1]!.id;
+    }
+    return reply
+      .header('content-type', 'text/csv; charset=utf-8')
+      .header('content-disposition', 'attachment; filename="requests.csv"')
+      .header('cache-control', 'no-store')
+      .send(`${lines.slice(0, CSV_MAX_ROWS + 1).join('\r\n')}\r\n`);
+  });
+
+  app.get<{ Params: { id: string } }>('/dashboard/requests/:id', async (request, reply) => {
+    const row = await findRequestByRequestId(deps.storage.db, merchantOf(request), request.params.id);
+    if (!row) throw new WebError(404, `No request with id ${request.params.id}.`);
+    return sendDashboardPage(request, reply, '/dashboard/requests', { title: `Request ${row.request_id}`, main: detail(presentRequest(row)) });
+  });
+}
+
+function emptyLog() {
+  return html`<div class="card"><h2>No requests match</h2>
+<p>Requests appear here once your integration records them (<code>POST /v1/requests</code>) or forwards them through
+<code>/v1/forward</code>. Clear the filters to see every request.</p></div>`;
+}
+
+function logTable(rows: RequestRow[]) {
+  return html`<div class="card table-wrap"><table>
+<caption class="visually-hidden">Requests, newest first</caption>
+<thead><tr><th scope="col">Request</th><th scope="col">Status</th><th scope="col">Customer</th><th scope="col">Model</th><th scope="col" class="num">Tokens</th><th scope="col" class="num">Fee</th><th scope="col" class="num">Total cost</th><th scope="col">Created (UTC)</th></tr></thead>
+<tbody>
+${rows.map((row) => {
+  const r = presentRequest(row);
+  return html`<tr><td><a href="/dashboard/requests/${encodeURIComponent(r.request_id)}">${r.request_id}</a></td><td>${r.status}</td><td>${r.customer_id ?? '—'}</td><td>${r.model ?? '—'}</td>
+<td class="num">${r.model_usage.total_tokens}</td><td class="num">${r.fee.amount}</td><td class="num">${r.total_request_cost}</td><td>${r.created_at.slice(0, 19).replace('T', ' ')}</td></tr>`;
+})}
+</tbody></table></div>`;
+}
+
+function detail(r: RequestRecord) {
+  return html`<h1>Request <span class="secret">${r.request_id}</span></h1>
+<div class="card"><h2>Summary</h2><dl class="kv">
+<dt>Status</dt><dd>${r.status}</dd><dt>Customer</dt><dd>${r.customer_id ?? '—'}</dd><dt>Meter</dt><dd>${r.meter_id ?? '—'}</dd>
+<dt>Provider / model</dt><dd>${r.provider ?? '—'} / ${r.model ?? '—'}</dd><dt>Created</dt><dd>${r.created_at}</dd>
+<dt>Metadata</dt><dd>${Object.entries(r.metadata).map(([k, v]) => html`<code>${k}=${v}</code> `)}</dd>
+</dl></div>
+<div class="card"><h2>Cost breakdown</h2><dl class="kv">
+<dt>Input tokens</dt><dd>${r.model_usage.input_tokens}</dd><dt>Output tokens</dt><dd>${r.model_usage.output_tokens}</dd>
+<dt>Base cost</dt><dd>${r.model_usage.total_cost} (paid by ${r.model_usage.payer})</dd>
+<dt>Fee</dt><dd id="detail-fee">${r.fee.amount} (${r.fee.rate_type}, paid by the wallet)</dd>
+<dt>Service charge</dt><dd>${r.service_charge.amount} (paid by ${r.service_charge.payer})</dd>
+<dt>Customer wallet pays</dt><dd>${r.total_wallet_cost}</dd><dt>Merchant pays</dt><dd>${r.total_merchant_cost}</dd>
+<dt>Total</dt><dd id="detail-total">${r.total_request_cost}</dd>
+</dl>
+${r.fee.breakdown.length > 0 ? html`<h3>Fee tiers</h3><div class="table-wrap"><table><thead><tr><th scope="col">Tier start</th><th scope="col">Rate</th><th scope="col" class="num">Cost</th></tr></thead><tbody>
+${r.fee.breakdown.map((b) => html`<tr><td>${b.tier.start}</td><td>${b.tier.rate}</td><td class="num">${b.cost}</td></tr>`)}
+</tbody></table></div>` : ''}
+</div>
+<p><a href="/dashboard/requests">All requests</a></p>`;
+}
+
+const CSV_COLUMNS = ['request_id', 'status', 'customer_id', 'meter_id', 'provider', 'model', 'input_tokens', 'output_tokens', 'base_cost', 'fee', 'service_charge', 'total_request_cost', 'created_at'];
+
+function csvLine(r: RequestRecord): string {
+  const cells = [r.request_id, r.status, r.customer_id, r.meter_id, r.provider, r.model, r.model_usage.input_tokens, r.model_usage.output_tokens, r.model_usage.total_cost, r.fee.amount, r.service_charge.amount, r.total_request_cost, r.created_at];
+  return cells.map((c) => csvCell(c === null || c === undefined ? '' : String(c))).join(',');
+}
+
+/** Quoted when needed; a leading = + - @ is neutralised so a spreadsheet never runs it as a formula. */
+function csvCell(value: string): string {
+  const safe = /^[=+\-@\t\r]/.test(value) && !/^-?\d/.test(value) ? `'${value}` : value;
+  return /[",\r\n]/.test(safe) ? `"${safe.replace(/"/g, '""')}"` : safe;
+}
+
