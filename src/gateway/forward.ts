@@ -107,21 +107,33 @@ export function registerForwardRoutes(app: App, deps: AppDeps, gateway: Gateway)
   app.addHook('onRequest', async (request) => {
     calls.set(request, await authorisedForwardCall(deps, gateway, request));
   });
-  app.route({
-    method: [...METHODS],
-    url: '/forward',
-    // HEAD is not a forwarded verb: without this Fastify would answer it by running the GET route.
-    exposeHeadRoute: false,
-    schema: { hide: true },
-    handler: async (request, reply) => {
-      await forwardRequest(deps, gateway, request, reply, calls.get(request) ?? (await authorisedForwardCall(deps, gateway, request)));
-    },
-  });
+  // `/forward?u=<full url>`, and `/forward/<path>?u=<base url>` from clients that append their
+  // path to a base URL which is the forward URL (openai 7, @google/genai, …).
+  for (const url of ['/forward', '/forward/*']) {
+    app.route({
+      method: [...METHODS],
+      url,
+      // HEAD is not a forwarded verb: without this Fastify would answer it by running the GET route.
+      exposeHeadRoute: false,
+      schema: { hide: true },
+      handler: async (request, reply) => {
+        await forwardRequest(deps, gateway, request, reply, calls.get(request) ?? (await authorisedForwardCall(deps, gateway, request)));
+      },
+    });
+  }
+}
+
+/** What follows `/forward` in the request's path, as sent (`/chat/completions`), or ''. */
+function forwardPathOf(rawUrl: string): string {
+  const question = rawUrl.indexOf('?');
+  const path = question === -1 ? rawUrl : rawUrl.slice(0, question);
+  const at = path.indexOf('/forward');
+  return at === -1 ? '' : path.slice(at + '/forward'.length);
 }
 
 /** The target, payer and metadata of a /v1/forward call, from its URL and headers alone. */
 async function authorisedForwardCall(deps: AppDeps, gateway: Gateway, request: FastifyRequest): Promise<ForwardCall> {
-  const { target: rawTarget, params } = splitForwardQuery(request.url);
+  const { target: rawTarget, params } = splitForwardQuery(request.url, forwardPathOf(request.url));
   if (!rawTarget) {
     throw new ApiError('validation_error', 'The query parameter u (the provider URL to forward to) is required.', {
       issues: [{ path: ['u'], message: 'is required' }],

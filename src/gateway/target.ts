@@ -32,27 +32,40 @@ const RAW_TARGET = /^[a-z][a-z0-9+.-]*:\/\//i;
  * Splits the request's query string into the forward target and Tollgate's own parameters.
  *
  * Clients send `u` in two ways:
- * - **encoded** (`u=https%3A%2F%2Fapi.openai.com%2Fv1%2Fmodels%3Fa%3D1`, what `encodeURIComponent`
- *   and the official client's `gateway()` produce): standard form parsing; `u`'s value is decoded
- *   and parameters on both sides of it are Tollgate's.
+ * - **encoded** (`u=https%3A%2F%2Fapi.openai.com%2Fv1%2Fmodels%3Fa%3D1`, what `encodeURIComponent`,
+ *   the official client's `gateway()` and Stainless clients that re-serialise their base URL's query
+ *   produce): standard form parsing; `u`'s value is decoded and parameters on both sides of it are
+ *   Tollgate's (`key`, `metadata`) or the provider's (every other one).
  * - **raw** (`u=https://api.openai.com/v1/models?a=1&b=2`, what the official client's
  *   `providers.*` URLs produce by concatenation): the value after `u=` starts with a scheme and an
- *   unencoded `://`. The target is then everything after `u=` up to the end of the query string,
- *   taken verbatim (its own `?`, `&` and percent-escapes belong to it). Only parameters BEFORE `u`
- *   are Tollgate's; anything after it, `&key=` and `&metadata=` included, is part of the target.
+ *   unencoded `://`. The target is everything after `u=` up to the end of the query string (its own
+ *   `?`, `&` and percent-escapes belong to it), except Tollgate's own parameters (`key`,
+ *   `metadata`), which are always Tollgate's wherever they stand. A raw target without a `?` ends
+ *   at its first `&`: `u=https://api.anthropic.com/v1/messages&key=…` names /v1/messages.
  *
+ * `path` is what followed `/v1/forward` in the request path (`/chat/completions` when a client
+ * appended its path to a base URL that is the forward URL): it is joined to the target's path.
+ *
+ * The provider's parameters of both sides end in the target's query, each name=value pair once
+ * (a client that puts `alt=sse` both into u and beside it sends it once).
  * The first `u` names the target; a later `u` (encoded mode only) is left in `params`.
  * Names and values in `params` are form-decoded (`+` is a space), as URLSearchParams does.
  */
-export function splitForwardQuery(rawUrl: string): ForwardQuery {
+export function splitForwardQuery(rawUrl: string, path = ''): ForwardQuery {
   const params = new URLSearchParams();
   const queryStart = rawUrl.indexOf('?');
   if (queryStart === -1) return { target: null, params };
   const query = rawUrl.slice(queryStart + 1);
 
   let target: string | null = null;
-  let raw = false;
   const passThrough: string[] = [];
+  const takeSegment = (segment: string) => {
+    if (segment === '') return;
+    const equals = segment.indexOf('=');
+    const name = formDecode(equals === -1 ? segment : segment.slice(0, equals));
+    if (TOLLGATE_PARAMS.has(name)) params.append(name, formDecode(equals === -1 ? '' : segment.slice(equals + 1)));
+    else passThrough.push(segment);
+  };
   let position = 0;
   while (position <= query.length) {
     const ampersand = query.indexOf('&', position);
@@ -64,27 +77,76 @@ export function splitForwardQuery(rawUrl: string): ForwardQuery {
 
     if (name === 'u' && target === null) {
       if (RAW_TARGET.test(value)) {
-        target = query.slice(position + equals + 1);
-        raw = true;
+        const raw = splitRawTarget(query.slice(position + equals + 1));
+        target = raw.target;
+        for (const rawSegment of raw.query) takeSegment(rawSegment);
         break;
       }
       target = formDecode(value);
-    } else if (segment !== '') {
+    } else if (name === 'u') {
       params.append(name, formDecode(value));
-      if (!TOLLGATE_PARAMS.has(name)) passThrough.push(segment);
+    } else {
+      takeSegment(segment);
     }
     if (ampersand === -1) break;
     position = ampersand + 1;
   }
   if (!target) return { target: null, params };
-  // A client whose base URL is the forward URL puts its own query parameters (list cursors, page
-  // sizes) beside `u`: they belong to the provider request, so they join the target's query.
-  if (!raw && passThrough.length > 0) target += (target.includes('?') ? '&' : '?') + passThrough.join('&');
-  return { target, params };
+  return { target: withQuery(joinPath(target, path), passThrough), params };
+}
+
+/** A raw target: the URL up to its query, and its query's segments (after its `?`, or its first `&`). */
+function splitRawTarget(raw: string): { target: string; query: string[] } {
+  const question = raw.indexOf('?');
+  const cut = question === -1 ? raw.indexOf('&') : question;
+  if (cut === -1) return { target: raw, query: [] };
+  return { target: raw.slice(0, cut), query: raw.slice(cut + 1).split('&') };
+}
+
+/**
+ * The target with `path` appended to its path (before its query). The URL is parsed and its path
+ * set through the pathname setter, so nothing in `path` can change the host; a target that does
+ * not parse is returned as it is, for resolveTarget to refuse.
+ */
+function joinPath(target: string, path: string): string {
+  if (path === '' || path === '/') return target;
+  let url: URL;
+  try {
+    url = new URL(target);
+  } catch {
+    return target;
+  }
+  url.hash = '';
+  url.pathname = url.pathname.replace(/\/+$/, '') + (path.startsWith('/') ? path : `/${path}`);
+  return url.href;
+}
+
+/** Appends query segments to a target, leaving out every name=value pair it already has. */
+function withQuery(target: string, segments: readonly string[]): string {
+  if (segments.length === 0) return target;
+  const question = target.indexOf('?');
+  const existing = question === -1 ? [] : target.slice(question + 1).split('&');
+  const seen = new Set(existing.map(pairKey));
+  const added: string[] = [];
+  for (const segment of segments) {
+    const key = pairKey(segment);
+    if (seen.has(key)) continue;
+    seen.add(key);
+    added.push(segment);
+  }
+  if (added.length === 0) return target;
+  const separator = question === -1 ? '?' : target.endsWith('?') || target.endsWith('&') ? '' : '&';
+  return target + separator + added.join('&');
+}
+
+/** A query segment's decoded name and value, to compare `alt=sse` with `alt=%73se`. */
+function pairKey(segment: string): string {
+  const equals = segment.indexOf('=');
+  return equals === -1 ? `${formDecode(segment)}\n` : `${formDecode(segment.slice(0, equals))}\n${formDecode(segment.slice(equals + 1))}`;
 }
 
 /** Query parameters that are Tollgate's own on /v1/forward; every other one is the provider's. */
-const TOLLGATE_PARAMS = new Set(['u', 'metadata', 'key']);
+const TOLLGATE_PARAMS = new Set(['metadata', 'key']);
 
 /** application/x-www-form-urlencoded decoding, lenient about malformed escapes (as URLSearchParams is). */
 function formDecode(text: string): string {
@@ -131,7 +193,12 @@ export function resolveTarget(
   url.hash = '';
   const strippedKey = removeKeyParameter(url);
 
-  const provider = registry.findProvider(url);
+  let provider = registry.findProvider(url);
+  const canonical = provider?.canonicalPath?.(url.pathname);
+  if (provider && canonical !== undefined && canonical !== url.pathname) {
+    url.pathname = canonical;
+    provider = registry.findProvider(url);
+  }
   if (provider?.custom !== true && isAddressOrLocalName(url.hostname)) {
     throw refuse(`The forward target host ${url.hostname} is an IP address or a local name; only provider hosts are allowed.`);
   }

@@ -1,6 +1,6 @@
 import { applyKey } from './auth.ts';
 import { countAt, firstString, isObject, objectAt, parseJson, stringAt, type JsonObject } from './json.ts';
-import { routeFromBaseUrl } from './route.ts';
+import { collapseDoubledVersion, routeFromBaseUrl } from './route.ts';
 import { createSseMeter } from './sse.ts';
 import { reportFromTokens, withIdentity, type ReportedTokens, type UsageTally } from './usage.ts';
 import type { MeterContext, ProviderModule, SseEvent, StreamMeter, UsageReport } from './types.ts';
@@ -27,6 +27,8 @@ export const anthropic: ProviderModule = {
   // Anthropic streams always carry usage; nothing to ask for, nothing to hide.
   prepareStreamRequest: (body) => ({ body, injectedUsage: false }),
   isInjectedUsageEvent: () => false,
+  // The client's paths start with /v1/, and so does the published client's Anthropic base URL.
+  canonicalPath: (pathname) => collapseDoubledVersion(pathname, ['v1']),
 };
 
 function modelFrom(requestBody: unknown, _url: URL, responseBody?: unknown): string | null {

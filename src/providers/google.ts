@@ -1,6 +1,6 @@
 import { applyKey } from './auth.ts';
 import { arrayAt, countAt, firstString, isObject, objectAt, parseJson, stringAt, type JsonObject } from './json.ts';
-import { routeFromBaseUrl } from './route.ts';
+import { collapseDoubledVersion, routeFromBaseUrl } from './route.ts';
 import { createSseMeter } from './sse.ts';
 import { reportFromTokens, withIdentity, type ReportedTokens, type UsageTally } from './usage.ts';
 import type { MeterContext, ProviderModule, SseEvent, UsageReport } from './types.ts';
@@ -30,7 +30,11 @@ export const google: ProviderModule = {
   // Gemini streams (`:streamGenerateContent?alt=sse`) always carry usageMetadata.
   prepareStreamRequest: (body) => ({ body, injectedUsage: false }),
   isInjectedUsageEvent: () => false,
+  // @google/genai appends /<apiVersion>/models/… to its base URL, whose published form ends in /v1beta.
+  canonicalPath: (pathname) => collapseDoubledVersion(pathname, GEMINI_API_VERSIONS),
 };
+
+const GEMINI_API_VERSIONS = ['v1', 'v1beta', 'v1alpha'] as const;
 
 /** `modelVersion` of the response when given, else the model named in the URL path. */
 function modelFrom(_requestBody: unknown, url: URL, responseBody?: unknown): string | null {

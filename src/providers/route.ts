@@ -43,3 +43,14 @@ export function isPathUnder(pathname: string, basePath: string): boolean {
 function trimTrailingSlash(path: string): string {
   return path.replace(/\/+$/, '');
 }
+
+/**
+ * A doubled API version at the start of a path, the client's own (the second) kept:
+ * `/v1/v1/messages` → `/v1/messages`, `/v1beta/v1/models` → `/v1/models`. Clients append their
+ * versioned paths to the base URL they are given, and the published client's bases carry a version.
+ */
+export function collapseDoubledVersion(pathname: string, versions: readonly string[]): string {
+  const [, first, second] = pathname.split('/', 3);
+  if (first === undefined || second === undefined || !versions.includes(first) || !versions.includes(second)) return pathname;
+  return pathname.slice(first.length + 1);
+}

@@ -126,5 +126,10 @@ export type ProviderModule = {
    * when there is nothing to remove. Absent = events are relayed unchanged.
    */
   stripInjectedUsageFields?(raw: string): string;
+  /**
+   * The path the provider serves for a path a client built by appending its own versioned path
+   * to a versioned base URL (`/v1` + `/v1/messages`); absent = paths are used as given.
+   */
+  canonicalPath?(pathname: string): string;
 };
 

@@ -15,25 +15,26 @@ import { startGatewayOnMock } from '../helpers/gateway.ts';
 import type { MockUpstream, RecordedRequest } from '../helpers/mock-upstream.ts';
 
 /**
- * The official provider clients (openai 6, @anthropic-ai/sdk 1, @google/genai 1) and the published
+ * The official provider clients (openai 7, @anthropic-ai/sdk 1, @google/genai 3) and the published
  * Lava client drive the forward gateway over real HTTP. Each test checks that the client saw exactly
  * what the (mock) provider answered, and that the request record and the wallets show the exact
  * cost, worked out by hand from the mock's deterministic usage and the simple prices below.
  *
  * How each client is pointed at the gateway (see the tests for the proof):
  * - openai: `baseURL: lava.providers.openai` (`<base>/v1/forward?u=https://api.openai.com/v1`,
- *   raw u). The client appends the path to the string, then re-serialises the query through
- *   URLSearchParams, so the server receives `u=<percent-encoded target>`. The client's OWN query
- *   parameters (e.g. `files.list({limit})`) land next to `u`, not inside it, and so never reach the
- *   provider: only query-less calls (chat, embeddings, responses) are faithful this way.
- * - @anthropic-ai/sdk: `baseURL: <base>/v1/forward?u=https://api.anthropic.com` — WITHOUT /v1 (the
- *   client's paths start with /v1/, so `lava.providers.anthropic` would give /v1/v1/messages). In
- *   1.x `apiKey` goes out as `Authorization: Bearer` (not x-api-key); to send the token in
- *   x-api-key, pass `apiKey: null, defaultHeaders: {'x-api-key': token}`.
+ *   raw u). The client appends its path to the base URL's PATH and re-serialises the query, so the
+ *   server receives `/v1/forward/chat/completions?u=<percent-encoded base>`; the gateway joins the
+ *   two. The client's own query parameters (e.g. `files.list({limit})`) stand beside `u` and are
+ *   passed on to the provider.
+ * - @anthropic-ai/sdk: `baseURL: lava.providers.anthropic` or `<base>/v1/forward?u=https://api.anthropic.com`;
+ *   the client appends `/v1/messages` to the string, and the doubled `/v1/v1` of the published base
+ *   is collapsed by the Anthropic provider module. In 1.x `apiKey` goes out as
+ *   `Authorization: Bearer` (not x-api-key); to send the token in x-api-key, pass
+ *   `apiKey: null, defaultHeaders: {'x-api-key': token}`.
  * - @google/genai: `httpOptions.baseUrl: <base>/v1/forward?u=https://generativelanguage.googleapis.com`
- *   (the client appends `/v1beta/models/...`), or `lava.providers.google` with `apiVersion: ''`.
- *   The apiKey goes out as x-goog-api-key. generateContentStream's path carries `?alt=sse`, so the
- *   target keeps it; the client also adds `alt=sse` next to `u`, which the gateway ignores.
+ *   (the client appends `/v1/models/...`), or `lava.providers.google` (the doubled version is
+ *   collapsed to the client's). The apiKey goes out as x-goog-api-key. generateContentStream's path
+ *   carries `?alt=sse`, and the client adds `alt=sse` next to `u` too: the provider gets it once.
  */
 
 const FEE_RATE = '100'; // meter: fixed, per 1M tokens, input+output
@@ -269,17 +270,16 @@ describe.each(databasesUnderTest())('official SDKs through the forward gateway o
     const openaiClient = (apiKey: string, extra: Partial<ConstructorParameters<typeof OpenAI>[0]> = {}) =>
       new OpenAI({ apiKey, baseURL: lava.providers.openai, maxRetries: 0, ...extra });
 
-    it('builds a forward URL the gateway accepts from a baseURL with ?u=', () => {
+    it('builds a forward URL the gateway joins from a baseURL with ?u=', () => {
       expect(lava.providers.openai).toBe(`${base}/v1/forward?u=https://api.openai.com/v1`);
       const client = openaiClient('x');
-      // The client re-encodes the query: the raw u of providers.openai arrives percent-encoded.
+      // openai 7 appends its path to the base URL's path and re-encodes the query: the gateway
+      // joins /chat/completions to the base named by u.
       expect(client.buildURL('/chat/completions', undefined)).toBe(
-        `${base}/v1/forward?u=${encodeURIComponent('https://api.openai.com/v1/chat/completions')}`,
+        `${base}/v1/forward/chat/completions?u=${encodeURIComponent('https://api.openai.com/v1')}`,
       );
-      // Its own query parameters end up beside u, not inside the target (a documented limitation).
-      expect(client.buildURL('/files', { limit: 2 })).toBe(
-        `${base}/v1/forward?u=${encodeURIComponent('https://api.openai.com/v1/files')}&limit=2`,
-      );
+      // Its own query parameters stand beside u: the gateway passes them on to the provider.
+      expect(client.buildURL('/files', { limit: 2 })).toBe(`${base}/v1/forward/files?u=${encodeURIComponent('https://api.openai.com/v1')}&limit=2`);
     });
 
     it('chat.completions.create: the exact provider answer; customer pays fee + base', async () => {
@@ -700,7 +700,8 @@ describe.each(databasesUnderTest())('official SDKs through the forward gateway o
         config: { maxOutputTokens: 3 },
       });
       const seen = lastUpstream();
-      expect(seen.path).toBe('/v1beta/models/gemini-2.0-flash:generateContent');
+      // @google/genai 3 asks for API version v1 unless told otherwise.
+      expect(seen.path).toBe('/v1/models/gemini-2.0-flash:generateContent');
       expect(seen.headers['x-goog-api-key']).toBe('goog-managed');
       expect(seen.query.get('key')).toBeNull();
       expectNoTollgateCredential(seen, token);
@@ -722,7 +723,7 @@ describe.each(databasesUnderTest())('official SDKs through the forward gateway o
         // base 5/1M + 12/1M = 0.000017; fee 8 × 100/1M = 0.0008
         totalRequestCost: '0.0008170000',
       });
-      expect(record.endpoint).toBe('POST https://generativelanguage.googleapis.com/v1beta/models/gemini-2.0-flash:generateContent');
+      expect(record.endpoint).toBe('POST https://generativelanguage.googleapis.com/v1/models/gemini-2.0-flash:generateContent');
     });
 
     it('generateContentStream: every chunk the provider sent (alt=sse reaches it); usage from the last chunk', async () => {
@@ -742,8 +743,9 @@ describe.each(databasesUnderTest())('official SDKs through the forward gateway o
         requestId ??= chunk.sdkHttpResponse?.headers?.['x-tollgate-request-id'];
       }
       const seen = lastUpstream();
-      expect(seen.path).toBe('/v1beta/models/gemini-2.0-flash:streamGenerateContent');
-      expect(seen.query.get('alt')).toBe('sse');
+      expect(seen.path).toBe('/v1/models/gemini-2.0-flash:streamGenerateContent');
+      // The client puts alt=sse both inside u and beside it: the provider gets it once.
+      expect(seen.query.getAll('alt')).toEqual(['sse']);
       const answer = await direct(seen);
       expect(answer.contentType).toContain('text/event-stream');
       expect(normalise(chunks)).toEqual(normalise(sseData(answer.text)));
@@ -761,12 +763,13 @@ describe.each(databasesUnderTest())('official SDKs through the forward gateway o
       });
     });
 
-    it("lava.providers.google works as baseUrl with apiVersion ''", async () => {
+    it("lava.providers.google works as baseUrl: the client's API version replaces the base's", async () => {
       const token = customerToken();
       const before = await balances();
-      const client = genai(token, { baseUrl: lava.providers.google, apiVersion: '' });
+      const client = genai(token, { baseUrl: lava.providers.google, apiVersion: 'v1beta' });
       const result = await client.models.generateContent({ model: 'gemini-2.0-flash', contents: 'hi', config: { maxOutputTokens: 1 } });
       const seen = lastUpstream();
+      // …/v1beta (the published base) + /v1beta/models/… (the client's path) is one /v1beta.
       expect(seen.path).toBe('/v1beta/models/gemini-2.0-flash:generateContent');
       expect(normalise(pick(result))).toEqual(normalise(JSON.parse((await direct(seen)).text)));
       await expectBilled(result.sdkHttpResponse!.headers!['x-tollgate-request-id']!, before, {

@@ -34,11 +34,18 @@ describe('splitForwardQuery', () => {
     expect(target).toBe('https://api.openai.com/v1/files?q=a%20b+c&x=%2F');
   });
 
-  it('keeps &key= inside a raw target (resolveTarget strips it later)', () => {
-    const raw = 'https://generativelanguage.googleapis.com/v1beta/models/gemini-2.5-flash:streamGenerateContent?alt=sse&key=TOKEN';
-    const { target, params } = splitForwardQuery(`/v1/forward?u=${raw}`);
-    expect(target).toBe(raw);
-    expect(params.has('key')).toBe(false);
+  it("takes Tollgate's key and metadata out of a raw target's query: they never reach the provider", () => {
+    const raw = 'https://generativelanguage.googleapis.com/v1beta/models/gemini-2.5-flash:streamGenerateContent?alt=sse';
+    const { target, params } = splitForwardQuery(`/v1/forward?u=${raw}&key=TOKEN&metadata=%7B%22a%22%3A%22b%22%7D&x=1`);
+    expect(target).toBe(`${raw}&x=1`);
+    expect(params.get('key')).toBe('TOKEN');
+    expect(params.get('metadata')).toBe('{"a":"b"}');
+  });
+
+  it('ends a raw target without ? at its first &: the rest is query, key and metadata are Tollgate\'s', () => {
+    const { target, params } = splitForwardQuery('/v1/forward?u=https://api.anthropic.com/v1/messages&key=sk_live_x&beta=true');
+    expect(target).toBe('https://api.anthropic.com/v1/messages?beta=true');
+    expect(params.get('key')).toBe('sk_live_x');
   });
 
   it('gives params before a raw u to Tollgate', () => {
@@ -79,6 +86,34 @@ describe('splitForwardQuery', () => {
     expect(target).toBe('https://api.openai.com/v1/files?purpose=batch&limit=5&after=file%2D1');
     expect(params.get('metadata')).toBe('{}');
     expect(params.get('key')).toBe('k');
+  });
+
+  it('joins the request path after /forward to the base named by an encoded u (openai 7)', () => {
+    const { target } = splitForwardQuery(`/v1/forward/chat/completions?u=${encodeURIComponent('https://api.openai.com/v1')}`, '/chat/completions');
+    expect(target).toBe('https://api.openai.com/v1/chat/completions');
+  });
+
+  it('joins the path to a raw base and merges both queries', () => {
+    const { target, params } = splitForwardQuery('/v1/forward/files?u=https://api.openai.com/v1/?purpose=batch&limit=2&metadata=%7B%7D', '/files');
+    expect(target).toBe('https://api.openai.com/v1/files?purpose=batch&limit=2');
+    expect(params.get('metadata')).toBe('{}');
+  });
+
+  it('sends a parameter found both in u and beside it once (no alt=sse&alt=sse)', () => {
+    const u = encodeURIComponent('https://generativelanguage.googleapis.com/v1beta/models/g:streamGenerateContent?alt=sse');
+    expect(splitForwardQuery(`/v1/forward?u=${u}&alt=sse`).target).toBe(
+      'https://generativelanguage.googleapis.com/v1beta/models/g:streamGenerateContent?alt=sse',
+    );
+    expect(splitForwardQuery(`/v1/forward/models/g:streamGenerateContent?u=https://generativelanguage.googleapis.com/v1beta?alt=sse&alt=sse`, '/models/g:streamGenerateContent').target).toBe(
+      'https://generativelanguage.googleapis.com/v1beta/models/g:streamGenerateContent?alt=sse',
+    );
+  });
+
+  it('keeps the host of u whatever the joined path holds', () => {
+    const { target } = splitForwardQuery(`/v1/forward//evil.example/x?u=https://api.openai.com`, '//evil.example/x');
+    expect(new URL(target!).host).toBe('api.openai.com');
+    const dotted = splitForwardQuery(`/v1/forward/../../@evil.example?u=https://api.openai.com/v1`, '/../../@evil.example');
+    expect(new URL(dotted.target!).host).toBe('api.openai.com');
   });
 
   it('decodes an encoded parameter name (%75 is u)', () => {
@@ -205,11 +240,20 @@ describe('resolveTarget: allowed targets', () => {
     expect(publicUrl.search).toBe('?a=1');
   });
 
+  it("collapses a doubled API version to the client's own (published base + a client's versioned path)", () => {
+    expect(resolveTarget('https://api.anthropic.com/v1/v1/messages', registry, NO_OVERRIDES).publicUrl.pathname).toBe('/v1/messages');
+    const gemini = resolveTarget('https://generativelanguage.googleapis.com/v1beta/v1/models/g:generateContent', registry, NO_OVERRIDES);
+    expect(gemini.publicUrl.pathname).toBe('/v1/models/g:generateContent');
+    expect(gemini.provider.id).toBe('google');
+    expect(resolveTarget('https://api.openai.com/v1/v1/models', registry, NO_OVERRIDES).publicUrl.pathname).toBe('/v1/v1/models');
+  });
+
   it('accepts a raw target straight from splitForwardQuery', () => {
-    const { target } = splitForwardQuery('/v1/forward?u=https://api.openai.com/v1/models?a=1&key=k&b=2');
+    const { target, params } = splitForwardQuery('/v1/forward?u=https://api.openai.com/v1/models?a=1&key=k&b=2');
     const { publicUrl, strippedKey } = resolveTarget(target!, registry, NO_OVERRIDES);
     expect(publicUrl.href).toBe('https://api.openai.com/v1/models?a=1&b=2');
-    expect(strippedKey).toBe('k');
+    expect(strippedKey).toBeNull();
+    expect(params.get('key')).toBe('k');
   });
 });
 
