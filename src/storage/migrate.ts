@@ -12,6 +12,7 @@ import * as m0008 from './migrations/0008_ledger_balance_per_statement.ts';
 import * as m0009 from './migrations/0009_commerce.ts';
 import * as m0010 from './migrations/0010_webhooks.ts';
 import * as m0011 from './migrations/0011_dashboard.ts';
+import * as m0012 from './migrations/0012_events_undispatched_by_merchant.ts';
 
 /** The ordered, frozen list. New migrations are appended, never inserted or edited. */
 const MIGRATIONS: Record<string, Migration> = {
@@ -26,6 +27,7 @@ const MIGRATIONS: Record<string, Migration> = {
   '0009_commerce': m0009,
   '0010_webhooks': m0010,
   '0011_dashboard': m0011,
+  '0012_events_undispatched_by_merchant': m0012,
 };
 
 const provider: MigrationProvider = { getMigrations: async () => MIGRATIONS };

@@ -1,5 +1,6 @@
 import type { Kysely } from 'kysely';
-import { newId } from '../domain/ids.ts';
+import { encodeTime } from 'ulid';
+import { ID_PREFIX, newId } from '../domain/ids.ts';
 import { deliveredName } from '../webhooks/events.ts';
 import type { Storage } from './db.ts';
 import type { Database, WebhookDeliveriesTable } from './schema.ts';
@@ -13,20 +14,44 @@ import type { Database, WebhookDeliveriesTable } from './schema.ts';
 const FAN_OUT_BATCH = 500;
 const INSERT_CHUNK = 200;
 
+/** Ids are ULIDs whose first characters are their time; instances' clocks may differ by this much. */
+const CLOCK_MARGIN_MS = 60_000;
+
+/**
+ * The events still to fan out, as where-conditions: those of merchants that have a webhook, from
+ * their first webhook's creation on. Other events are never marked, so a deployment without
+ * webhooks pays no write per event, and a merchant's first webhook does not make the dispatcher
+ * walk through its whole history (those events stay unmarked, below its bound).
+ */
+async function undispatchedScope(db: Kysely<Database>): Promise<{ merchantId: string; fromId: string }[]> {
+  const rows = await db.selectFrom('webhooks').select(['merchant_id', (eb) => eb.fn.min('created_at').as('since')]).groupBy('merchant_id').execute();
+  return rows.map((r) => ({
+    merchantId: r.merchant_id,
+    fromId: ID_PREFIX.event + encodeTime(Math.max(0, Date.parse(String(r.since)) - CLOCK_MARGIN_MS), 10),
+  }));
+}
+
+function undispatchedEvents(db: Kysely<Database>, scope: { merchantId: string; fromId: string }[]) {
+  return db
+    .selectFrom('events')
+    .where('dispatched_at', 'is', null)
+    .where((eb) => eb.or(scope.map((s) => eb.and([eb('merchant_id', '=', s.merchantId), eb('id', '>=', s.fromId)]))));
+}
+
 /**
  * Makes the deliveries of events not yet fanned out: one per event and enabled webhook of its
  * merchant that asked for its type and existed when the event happened. Marks the events done in
  * the same transaction. Returns how many events it took (a full batch means more may wait).
  */
 export async function fanOutEvents(storage: Storage, at: string): Promise<{ events: number; deliveries: number }> {
+  const scope = await undispatchedScope(storage.db);
+  if (scope.length === 0) return { events: 0, deliveries: 0 };
   // Most rounds find nothing: a plain read first, so an idle dispatcher takes no write lock (SQLite).
-  const any = await storage.db.selectFrom('events').select('id').where('dispatched_at', 'is', null).limit(1).executeTakeFirst();
+  const any = await undispatchedEvents(storage.db, scope).select('id').limit(1).executeTakeFirst();
   if (!any) return { events: 0, deliveries: 0 };
   return storage.db.transaction().execute(async (trx) => {
-    const events = await trx
-      .selectFrom('events')
+    const events = await undispatchedEvents(trx, scope)
       .select(['id', 'merchant_id', 'type', 'created_at'])
-      .where('dispatched_at', 'is', null)
       .orderBy('id')
       .limit(FAN_OUT_BATCH)
       .$call((q) => (storage.dialect === 'postgres' ? q.forUpdate().skipLocked() : q))
@@ -217,7 +242,8 @@ export async function recordOutcome(
 
 /** When the oldest work still waiting became due: an event not yet fanned out, or a delivery past its time. */
 export async function oldestDueAt(storage: Storage, at: string): Promise<string | null> {
-  const event = await storage.db.selectFrom('events').select((eb) => eb.fn.min('created_at').as('t')).where('dispatched_at', 'is', null).executeTakeFirst();
+  const scope = await undispatchedScope(storage.db);
+  const event = scope.length === 0 ? undefined : await undispatchedEvents(storage.db, scope).select((eb) => eb.fn.min('created_at').as('t')).executeTakeFirst();
   const delivery = await storage.db
     .selectFrom('webhook_deliveries')
     .select((eb) => eb.fn.min('next_attempt_at').as('t'))

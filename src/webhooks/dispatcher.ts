@@ -12,6 +12,7 @@ import { systemResolver, type Resolver, type UrlPolicy } from './url-safety.ts';
 /** Deliveries in flight to one endpoint from one process: a slow endpoint holds at most these. */
 export const PER_ENDPOINT_CONCURRENCY = 4;
 const DEFAULT_POLL_MS = 100;
+const ERROR_RETRY_MS = 2_000;
 
 export type DispatcherOptions = {
   storage: Storage;
@@ -118,9 +119,14 @@ export class WebhookDispatcher {
     if (this.timer) clearTimeout(this.timer);
     this.timer = setTimeout(() => {
       this.timer = null;
-      this.tick()
-        .catch((err: unknown) => this.opts.log.error({ err }, 'webhook dispatcher round failed'))
-        .finally(() => this.schedule(this.again ? 0 : this.opts.pollIntervalMs));
+      this.tick().then(
+        () => this.schedule(this.again ? 0 : this.opts.pollIntervalMs),
+        (err: unknown) => {
+          // The database is likely away: try again, but not as fast as a poll (and not a log line per poll).
+          this.opts.log.error({ err }, 'webhook dispatcher round failed');
+          this.schedule(Math.max(ERROR_RETRY_MS, this.opts.pollIntervalMs));
+        },
+      );
     }, delayMs);
     this.timer.unref();
   }

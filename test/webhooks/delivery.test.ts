@@ -225,6 +225,31 @@ describe.each(databasesUnderTest())('webhook delivery on %s', (dialect) => {
     expect(rb.received).toHaveLength(0);
   });
 
+  it('writes nothing to the events of merchants without webhooks, nor to a merchant\'s events from before its first webhook', async () => {
+    nowMs = Date.now();
+    const without = await t.newMerchant();
+    const later = await t.newMerchant();
+    await newCustomer(without);
+    await newCustomer(later);
+    const r = await receiver();
+    const d = dispatcher();
+    await round(d);
+    // The outbox's ids carry their time: a webhook made well after the old event (ids a minute apart) finds it below its bound.
+    const old = await t.storage.db.selectFrom('events').select(['id']).where('merchant_id', '=', later.merchantId).executeTakeFirstOrThrow();
+    await t.storage.db.updateTable('events').set({ id: 'evt_00000000000000000000000000' }).where('id', '=', old.id).execute();
+    await webhookFor(later, r.url);
+    const fresh = await newCustomer(later);
+    await round(d);
+    const marked = await t.storage.db
+      .selectFrom('events')
+      .select(['merchant_id', 'dispatched_at'])
+      .where('merchant_id', 'in', [without.merchantId, later.merchantId])
+      .execute();
+    expect(marked.filter((e) => e.merchant_id === without.merchantId).map((e) => e.dispatched_at)).toEqual([null]);
+    expect(marked.filter((e) => e.merchant_id === later.merchantId && e.dispatched_at === null)).toHaveLength(1);
+    expect(r.received.map((x) => JSON.parse(x.body).data.customer_id)).toEqual([fresh.customer_id]);
+  });
+
   it('redelivers a delivery on request with the same event id', async () => {
     nowMs = Date.now();
     const m = await t.newMerchant();
