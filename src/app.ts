@@ -12,6 +12,7 @@ import { rejectNulCharacters } from './http/nul-characters.ts';
 import { installMetrics } from './http/metrics.ts';
 import { documentSharedBehaviour } from './http/schemas.ts';
 import type { App, AppDeps } from './http/types.ts';
+import { broadcastCredentialChanges } from './gateway/credential-broadcast.ts';
 import { registerDropInRoutes } from './gateway/drop-in.ts';
 import { createGateway, registerForwardRoutes } from './gateway/forward.ts';
 import { registerAuthCallbackRoute } from './routes/auth-callback.ts';
@@ -87,6 +88,10 @@ export async function buildApp(deps: AppDeps): Promise<App> {
   await registerWebRoutes(app, deps);
 
   const gateway = createGateway(deps, app);
+  if (deps.config.redisUrl) {
+    const broadcast = broadcastCredentialChanges(deps.storage, deps.config.redisUrl, app.log);
+    app.addHook('onClose', () => broadcast.close());
+  }
   await app.register(async (scope) => registerForwardRoutes(scope.withTypeProvider<ZodTypeProvider>(), deps, gateway), {
     prefix: '/v1',
   });

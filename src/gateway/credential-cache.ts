@@ -117,7 +117,8 @@ class CredentialChangeWatcher implements KyselyPlugin {
   }
 }
 
-function changesCredentials(node: RootOperationNode): boolean {
+/** Whether a statement changes what a credential resolves to (counters of spend keys do not). */
+export function changesCredentials(node: RootOperationNode): boolean {
   if (node.kind === 'UpdateQueryNode') {
     const table = tableName(node.table);
     if (!table || !WATCHED_TABLES.has(table)) return false;
