@@ -1,5 +1,7 @@
 import { createServer, connect, type Server, type Socket } from 'node:net';
 import type { AddressInfo } from 'node:net';
+import pg from 'pg';
+import { freshDatabase, type TestDatabase } from './databases.ts';
 
 export type TcpProxy = {
   port: number;
@@ -46,6 +48,38 @@ export async function startTcpProxy(target: { host: string; port: number }): Pro
     },
     close: async () => {
       if (server.listening) await stop();
+    },
+  };
+}
+
+/**
+ * A fresh PostgreSQL database reached through a TcpProxy, for taking the database away from an
+ * app: `database` is what the app connects to, `terminateConnections` ends the app's backends
+ * (found by their application_name) and returns how many it ended.
+ */
+export type DatabaseBehindProxy = {
+  proxy: TcpProxy;
+  database: TestDatabase;
+  terminateConnections(): Promise<number>;
+  close(): Promise<void>;
+};
+
+export async function databaseBehindProxy(applicationName: string): Promise<DatabaseBehindProxy> {
+  const direct = await freshDatabase('postgres');
+  const url = new URL(direct.url);
+  const proxy = await startTcpProxy({ host: url.hostname, port: Number(url.port || 5432) });
+  url.host = `127.0.0.1:${proxy.port}`;
+  url.searchParams.set('application_name', applicationName);
+  const admin = new pg.Client({ connectionString: direct.url });
+  await admin.connect();
+  return {
+    proxy,
+    database: { dialect: 'postgres', url: url.toString() },
+    terminateConnections: async () =>
+      (await admin.query('select pg_terminate_backend(pid) from pg_stat_activity where application_name = $1', [applicationName])).rowCount ?? 0,
+    close: async () => {
+      await proxy.close();
+      await admin.end();
     },
   };
 }

@@ -1,8 +1,6 @@
-import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startTestApp, type TestApp } from '../helpers/app.ts';
-import { freshDatabase } from '../helpers/databases.ts';
-import { startTcpProxy, type TcpProxy } from '../helpers/tcp-proxy.ts';
+import { databaseBehindProxy, type DatabaseBehindProxy, type TcpProxy } from '../helpers/tcp-proxy.ts';
 
 /**
  * Losing PostgreSQL is an outage, not a crash (issue 22, finding 1): terminated connections and
@@ -19,26 +17,20 @@ const ANSWER_BOUND_MS = 8_000;
 type Answer = { status: number; retryAfter: string | null; body: { error?: { code: string; status: number; message: string } }; ms: number };
 
 describe.runIf(postgres)('database loss on postgres', () => {
+  let behind: DatabaseBehindProxy;
   let proxy: TcpProxy;
   let t: TestApp;
   let base: string;
-  let admin: pg.Client;
 
   beforeAll(async () => {
-    const database = await freshDatabase('postgres');
-    const url = new URL(database.url);
-    proxy = await startTcpProxy({ host: url.hostname, port: Number(url.port || 5432) });
-    url.host = `127.0.0.1:${proxy.port}`;
-    url.searchParams.set('application_name', APP_NAME);
-    t = await startTestApp('postgres', { database: { dialect: 'postgres', url: url.toString() } });
+    behind = await databaseBehindProxy(APP_NAME);
+    proxy = behind.proxy;
+    t = await startTestApp('postgres', { database: behind.database });
     base = await t.listen();
-    admin = new pg.Client({ connectionString: postgres });
-    await admin.connect();
   });
   afterAll(async () => {
     await t?.close();
-    await proxy?.close();
-    await admin?.end();
+    await behind?.close();
   });
 
   const call = async (method: 'GET' | 'POST', path: string, body?: unknown): Promise<Answer> => {
@@ -50,8 +42,7 @@ describe.runIf(postgres)('database loss on postgres', () => {
     });
     return { status: res.status, retryAfter: res.headers.get('retry-after'), body: await res.json(), ms: Date.now() - started };
   };
-  const terminateAppConnections = async () =>
-    (await admin.query('select pg_terminate_backend(pid) from pg_stat_activity where application_name = $1', [APP_NAME])).rowCount ?? 0;
+  const terminateAppConnections = () => behind.terminateConnections();
 
   /** Every answer is a success or a clean 503; the 503s carry the envelope and Retry-After. */
   const expectSuccessOrOutage = (answers: Answer[]) => {

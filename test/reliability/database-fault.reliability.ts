@@ -1,11 +1,9 @@
-import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { parseMoney } from '../../src/domain/money.ts';
 import { verifyLedger } from '../../src/ledger/verify.ts';
 import { creditWallet } from '../../src/ledger/wallets.ts';
-import { freshDatabase } from '../helpers/databases.ts';
 import type { MockGateway } from '../helpers/gateway.ts';
-import { startTcpProxy, type TcpProxy } from '../helpers/tcp-proxy.ts';
+import { databaseBehindProxy, type DatabaseBehindProxy } from '../helpers/tcp-proxy.ts';
 import { leaksInSuiteLogs, printFigures, startSuiteGateway } from './harness.ts';
 
 /**
@@ -27,33 +25,25 @@ type Answer = { kind: string; status: number; ms: number; retryAfter: string | n
 const pause = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 describe.runIf(postgres)('database fault under load on postgres', () => {
-  let proxy: TcpProxy;
+  let behind: DatabaseBehindProxy;
   let gw: MockGateway;
-  let admin: pg.Client;
 
   beforeAll(async () => {
-    const database = await freshDatabase('postgres');
-    const url = new URL(database.url);
-    proxy = await startTcpProxy({ host: url.hostname, port: Number(url.port || 5432) });
-    url.host = `127.0.0.1:${proxy.port}`;
-    url.searchParams.set('application_name', APP_NAME);
-    gw = await startSuiteGateway('postgres', { database: { dialect: 'postgres', url: url.toString() } });
-    admin = new pg.Client({ connectionString: postgres });
-    await admin.connect();
+    behind = await databaseBehindProxy(APP_NAME);
+    gw = await startSuiteGateway('postgres', { database: behind.database });
   });
   afterAll(async () => {
     await gw?.t.close();
     await gw?.upstream.close();
-    await proxy?.close();
-    await admin?.end();
+    await behind?.close();
   });
 
   it('answers 2xx or a clean 503 through terminated connections and an outage, then recovers with the ledger intact', async () => {
     const { t, base } = gw;
     await creditWallet(t.storage, t.merchant.walletId, parseMoney('1000'));
     const customer = await t.customerWithMeter({ credit: '1000' });
-    const terminate = async () =>
-      (await admin.query('select pg_terminate_backend(pid) from pg_stat_activity where application_name = $1', [APP_NAME])).rowCount ?? 0;
+    const { proxy } = behind;
+    const terminate = () => behind.terminateConnections();
 
     const answers: Answer[] = [];
     let sequence = 0;
