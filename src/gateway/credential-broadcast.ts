@@ -21,7 +21,7 @@ export function broadcastCredentialChanges(storage: Storage, redisUrl: string, l
   const instance = randomUUID();
   const cache = credentialCacheFor(storage);
   // A change is never held back for Redis: publishing fails fast, and the 2 s bound still holds.
-  const publisher = new Redis(redisUrl, { maxRetriesPerRequest: 1, commandTimeout: 1_000, enableOfflineQueue: false, lazyConnect: false });
+  const publisher = new Redis(redisUrl, { maxRetriesPerRequest: 1, commandTimeout: 1_000, enableOfflineQueue: false });
   // The subscription waits for the connection (and ioredis renews it after a reconnect).
   const subscriber = new Redis(redisUrl, { maxRetriesPerRequest: null });
   // Connection errors: the cache's own lifetime bounds staleness meanwhile; ioredis reconnects.
@@ -59,4 +59,3 @@ class ChangePublisher implements KyselyPlugin {
     return args.result;
   }
 }
-
