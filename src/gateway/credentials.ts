@@ -119,18 +119,23 @@ export type ForwardToken = {
   disable_billing: boolean;
 };
 
+/** Members are looked up in the database, whose text cannot hold NUL: refused like a bad member. */
+const NO_NUL = [(v: string) => !v.includes('\u0000'), 'must not contain the NUL character (\\u0000)'] as const;
+
 const member = (max: number) =>
   z
     .string({ error: 'must be a string or null' })
     .min(1, 'must not be empty')
     .max(max, `must be at most ${max} characters`)
+    .refine(...NO_NUL)
     .nullish();
 
 const tokenSchema = z.object({
   secret_key: z
     .string({ error: (issue) => (issue.input === undefined ? 'is required' : 'must be a string') })
     .min(1, 'must not be empty')
-    .max(255, 'must be at most 255 characters'),
+    .max(255, 'must be at most 255 characters')
+    .refine(...NO_NUL),
   connection_secret: member(255),
   product_secret: member(255),
   connection_id: member(100),

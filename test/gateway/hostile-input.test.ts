@@ -115,6 +115,18 @@ describe.each(databasesUnderTest())('hostile input on %s', (dialect) => {
       expect(gw.upstream.requests).toHaveLength(before);
     });
 
+    it.each([['customer_id'], ['meter_slug'], ['secret_key']])('a forward token whose %s holds a NUL: 4xx, never a 500', async (member) => {
+      const token = { secret_key: gw.t.merchant.secretKey, customer_id: customer.customer_id, meter_slug: meter.meter_slug, [member]: 'x\u0000y' };
+      const res = await gw.t.app.inject({
+        method: 'POST',
+        url: `/v1/forward?u=${encodeURIComponent(OPENAI_CHAT)}`,
+        headers: { authorization: `Bearer ${Buffer.from(JSON.stringify(token)).toString('base64')}`, 'content-type': 'application/json' },
+        payload: chat,
+      });
+      expect(res.statusCode).toBeGreaterThanOrEqual(400);
+      expect(res.statusCode).toBeLessThan(500);
+    });
+
     it('a NUL in a body field of a standard endpoint is still a 400', async () => {
       const res = await api('POST', '/v1/customers', { payload: `{"name":"a${NUL_ESCAPE}"}` });
       expect(res.statusCode).toBe(400);
