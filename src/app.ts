@@ -11,8 +11,9 @@ import { lazyRequestLogger, loggerOptions } from './http/logging.ts';
 import { rejectNulCharacters } from './http/nul-characters.ts';
 import { installMetrics } from './http/metrics.ts';
 import { documentSharedBehaviour } from './http/schemas.ts';
-import type { App, AppDeps } from './http/types.ts';
+import type { App, AppDeps, AppOptions } from './http/types.ts';
 import { broadcastCredentialChanges } from './gateway/credential-broadcast.ts';
+import { systemClock } from './domain/clock.ts';
 import { registerDropInRoutes } from './gateway/drop-in.ts';
 import { createGateway, registerForwardRoutes } from './gateway/forward.ts';
 import { registerAuthCallbackRoute } from './routes/auth-callback.ts';
@@ -31,13 +32,14 @@ import { registerUsageRoutes } from './routes/usage.ts';
 import { registerWebRoutes } from './web/index.ts';
 import { registerWebhookRoutes } from './routes/webhooks.ts';
 
-export type { AppDeps } from './http/types.ts';
+export type { AppDeps, AppOptions } from './http/types.ts';
 
 const BODY_LIMIT = 10 * 1024 * 1024;
 const RATE_WINDOW_MS = 60_000;
 
 /** The only wiring point: every route, hook and plugin is attached here. */
-export async function buildApp(deps: AppDeps): Promise<App> {
+export async function buildApp(options: AppOptions): Promise<App> {
+  const deps: AppDeps = { ...options, clock: options.clock ?? systemClock };
   const app = Fastify({
     logger: loggerOptions(deps.config.logLevel, deps.logStream),
     childLoggerFactory: lazyRequestLogger,
@@ -89,7 +91,7 @@ export async function buildApp(deps: AppDeps): Promise<App> {
 
   const gateway = createGateway(deps, app);
   if (deps.config.redisUrl) {
-    const broadcast = broadcastCredentialChanges(deps.storage, deps.config.redisUrl, app.log);
+    const broadcast = broadcastCredentialChanges(deps.storage, gateway.credentials, deps.config.redisUrl, app.log);
     app.addHook('onClose', () => broadcast.close());
   }
   await app.register(async (scope) => registerForwardRoutes(scope.withTypeProvider<ZodTypeProvider>(), deps, gateway), {
@@ -140,12 +142,13 @@ async function authenticateAndLimit(deps: AppDeps, request: FastifyRequest, repl
     principalOf(request).keyId,
     deps.config.rateLimitPerMinute,
     RATE_WINDOW_MS,
+    deps.clock.now(),
   );
   reply.header('x-ratelimit-limit', String(decision.limit));
   reply.header('x-ratelimit-remaining', String(decision.remaining));
   reply.header('x-ratelimit-reset', String(decision.resetAt));
   if (!decision.allowed) {
-    const retryAfter = Math.max(1, decision.resetAt - Math.floor(Date.now() / 1000));
+    const retryAfter = Math.max(1, decision.resetAt - Math.floor(deps.clock.now() / 1000));
     throw new ApiError('rate_limited', `Rate limit of ${decision.limit} requests per minute exceeded.`, {
       headers: { 'retry-after': String(retryAfter) },
     });

@@ -11,15 +11,14 @@ import { Redis } from 'ioredis';
 import type { KyselyPlugin, PluginTransformQueryArgs, PluginTransformResultArgs, QueryResult, RootOperationNode, UnknownRow } from 'kysely';
 import type { FastifyBaseLogger } from 'fastify';
 import type { Storage } from '../storage/db.ts';
-import { changesCredentials, credentialCacheFor } from './credential-cache.ts';
+import { changesCredentials, type CredentialCache } from './credential-cache.ts';
 
 export const CREDENTIAL_CHANNEL = 'tollgate:credentials-changed';
 
 export type CredentialBroadcast = { close(): Promise<void> };
 
-export function broadcastCredentialChanges(storage: Storage, redisUrl: string, log: FastifyBaseLogger): CredentialBroadcast {
+export function broadcastCredentialChanges(storage: Storage, cache: CredentialCache, redisUrl: string, log: FastifyBaseLogger): CredentialBroadcast {
   const instance = randomUUID();
-  const cache = credentialCacheFor(storage);
   // A change is never held back for Redis: publishing fails fast, and the 2 s bound still holds.
   const publisher = new Redis(redisUrl, { maxRetriesPerRequest: 1, commandTimeout: 1_000, enableOfflineQueue: false });
   // The subscription waits for the connection (and ioredis renews it after a reconnect).

@@ -17,6 +17,7 @@
  * - Only successful resolutions are stored; unknown credentials always go to the database.
  */
 import type { KyselyPlugin, OperationNode, PluginTransformQueryArgs, PluginTransformResultArgs, QueryResult, RootOperationNode, UnknownRow } from 'kysely';
+import { systemClock, type Clock } from '../domain/clock.ts';
 import type { Storage } from '../storage/db.ts';
 import type { BillingContext } from './credentials.ts';
 
@@ -48,13 +49,18 @@ type Entry = { value: BillingContext; expiresAt: number };
 
 export class CredentialCache {
   readonly #entries = new Map<string, Entry>();
+  readonly #clock: Clock;
   #generation = 0;
   #quietUntil = 0;
+
+  constructor(clock: Clock = systemClock) {
+    this.#clock = clock;
+  }
 
   /** Forgets every entry; resolutions in flight are not stored. */
   invalidate(): void {
     this.#generation++;
-    this.#quietUntil = Date.now() + QUIET_MS;
+    this.#quietUntil = this.#clock.now() + QUIET_MS;
     this.#entries.clear();
   }
 
@@ -63,13 +69,13 @@ export class CredentialCache {
   }
 
   async resolve(credential: string, load: () => Promise<BillingContext>): Promise<BillingContext> {
-    const now = Date.now();
+    const now = this.#clock.now();
     const hit = this.#entries.get(credential);
     if (hit && hit.expiresAt > now) return hit.value;
     if (hit) this.#entries.delete(credential);
     const generation = this.#generation;
     const value = await load();
-    const after = Date.now();
+    const after = this.#clock.now();
     if (generation === this.#generation && after >= this.#quietUntil) {
       if (this.#entries.size >= MAX_ENTRIES) this.#entries.delete(this.#entries.keys().next().value!);
       this.#entries.set(credential, { value, expiresAt: after + ENTRY_TTL_MS });
@@ -78,20 +84,12 @@ export class CredentialCache {
   }
 }
 
-const caches = new WeakMap<Storage, CredentialCache>();
-
 /**
- * The credential cache of a storage handle. The first call routes the handle's queries through a
- * plugin that empties the cache whenever a credential table changes (see the module comment).
+ * Routes the storage handle's queries through a plugin that empties `cache` whenever a credential
+ * table changes (see the module comment). The app does it once, before its first request.
  */
-export function credentialCacheFor(storage: Storage): CredentialCache {
-  let cache = caches.get(storage);
-  if (!cache) {
-    cache = new CredentialCache();
-    caches.set(storage, cache);
-    storage.db = storage.db.withPlugin(new CredentialChangeWatcher(cache));
-  }
-  return cache;
+export function watchCredentialChanges(storage: Storage, cache: CredentialCache): void {
+  storage.db = storage.db.withPlugin(new CredentialChangeWatcher(cache));
 }
 
 class CredentialChangeWatcher implements KyselyPlugin {

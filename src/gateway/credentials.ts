@@ -56,7 +56,7 @@ import { findMerchant } from '../storage/merchants.ts';
 import { findMeterBySecret, findMeterBySlug, type MeterRow } from '../storage/meters.ts';
 import type { SpendKeyRow } from '../storage/spend-keys.ts';
 import { findActiveWalletKeyByHash } from '../storage/wallet-keys.ts';
-import { credentialCacheFor } from './credential-cache.ts';
+import type { CredentialCache } from './credential-cache.ts';
 import { authenticateSpendKey, isSpendKeyToken } from './spend-key-guard.ts';
 
 // ---------------------------------------------------------------------------------------------
@@ -273,8 +273,13 @@ export type BillingContext = {
  * credential seen in the last moments is not read again. A cached spend key's expiry is still
  * checked against the clock on every use.
  */
-export async function resolveCredential(storage: Storage, credential: string, now = new Date()): Promise<BillingContext> {
-  const billing = await credentialCacheFor(storage).resolve(credential, () => resolveForwardCredential(storage, credential));
+export async function resolveCredential(
+  storage: Storage,
+  cache: CredentialCache,
+  credential: string,
+  now: Date,
+): Promise<BillingContext> {
+  const billing = await cache.resolve(credential, () => resolveForwardCredential(storage, credential, now));
   const expiresAt = billing.spendKey?.expires_at;
   if (expiresAt && expiresAt <= now.toISOString()) {
     throw new ApiError('spend_key_expired', `This spend key expired at ${expiresAt}.`);
@@ -287,8 +292,8 @@ export async function resolveCredential(storage: Storage, credential: string, no
  * `unauthorized` for an unknown or revoked secret key (bare or inside the token) and for a
  * customer or meter this merchant does not have; 400 as decodeForwardToken does.
  */
-export async function resolveForwardCredential(storage: Storage, credential: string): Promise<BillingContext> {
-  if (isSpendKeyToken(credential)) return resolveSpendKeyCredential(storage, credential);
+export async function resolveForwardCredential(storage: Storage, credential: string, now: Date): Promise<BillingContext> {
+  if (isSpendKeyToken(credential)) return resolveSpendKeyCredential(storage, credential, now);
   if (credential.startsWith(SECRET_PREFIX.walletKey)) return refuseWalletKey(storage, credential);
   const decoded = decodeForwardToken(credential);
   const secretKey = decoded === 'not_a_token' ? credential : decoded.secret_key;
@@ -371,8 +376,8 @@ async function refuseWalletKey(storage: Storage, credential: string): Promise<ne
  * (`customer` mode without a meter: the customer's wallet pays the provider's base cost, no fee;
  * see pricingFor). Its limits are enforced at admission (spend-key-guard.ts).
  */
-async function resolveSpendKeyCredential(storage: Storage, credential: string): Promise<BillingContext> {
-  const key = await authenticateSpendKey(storage, credential);
+async function resolveSpendKeyCredential(storage: Storage, credential: string, now: Date): Promise<BillingContext> {
+  const key = await authenticateSpendKey(storage, credential, now);
   const merchant = await findMerchant(storage, key.merchant_id);
   if (!merchant) throw new ApiError('unauthorized', 'Invalid or revoked spend key.');
   const base = {

@@ -6,6 +6,7 @@
  */
 import { findProvider as findCatalogProvider } from '@pydantic/genai-prices';
 import type { FastifyRequest } from 'fastify';
+import { dateOf } from '../domain/clock.ts';
 import { ApiError } from '../http/errors.ts';
 import { assertJsonDepth } from '../http/json-depth.ts';
 import type { App, AppDeps } from '../http/types.ts';
@@ -38,9 +39,9 @@ export function registerDropInRoutes(app: App, deps: AppDeps, gateway: Gateway):
   // valid key never makes the server buffer up to the body limit.
   const callers = new WeakMap<FastifyRequest, Caller>();
   app.addHook('onRequest', async (request) => {
-    callers.set(request, await authenticate(deps, request));
+    callers.set(request, await authenticate(deps, gateway, request));
   });
-  const callerOf = async (request: FastifyRequest) => callers.get(request) ?? (await authenticate(deps, request));
+  const callerOf = async (request: FastifyRequest) => callers.get(request) ?? (await authenticate(deps, gateway, request));
 
   for (const path of OPENAI_PATHS) {
     app.post(path, { schema: { hide: true } }, async (request, reply) =>
@@ -54,7 +55,7 @@ export function registerDropInRoutes(app: App, deps: AppDeps, gateway: Gateway):
     const { billing, token } = await callerOf(request);
     // The cached key may be up to 2 s old: one read of its row refuses a key just revoked,
     // rotated, paused or expired on another instance, and filters by its current allow-lists.
-    const spendKey = billing.spendKey ? await authenticateSpendKey(deps.storage, token) : null;
+    const spendKey = billing.spendKey ? await authenticateSpendKey(deps.storage, token, dateOf(deps.clock)) : null;
     const data = listModels(deps, gateway);
     // A spend key sees only what its allow-lists (and its request shape) let it use.
     if (!spendKey) return { object: 'list', data };
@@ -72,10 +73,10 @@ export function registerDropInRoutes(app: App, deps: AppDeps, gateway: Gateway):
 
 type Caller = { billing: BillingContext; token: string };
 
-async function authenticate(deps: AppDeps, request: FastifyRequest): Promise<Caller> {
+async function authenticate(deps: AppDeps, gateway: Gateway, request: FastifyRequest): Promise<Caller> {
   const credential = extractCredential(request.headers, null);
   if (!credential) throw new ApiError('unauthorized', 'Missing API key: send Authorization: Bearer <key> or x-api-key.');
-  return { billing: await resolveCredential(deps.storage, credential.token), token: credential.token };
+  return { billing: await resolveCredential(deps.storage, gateway.credentials, credential.token, dateOf(deps.clock)), token: credential.token };
 }
 
 async function dropIn(

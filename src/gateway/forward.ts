@@ -1,6 +1,7 @@
 import type { ServerResponse } from 'node:http';
 import type { FastifyReply, FastifyRequest } from 'fastify';
 import type { Dispatcher } from 'undici';
+import { dateOf } from '../domain/clock.ts';
 import { newId } from '../domain/ids.ts';
 import { lookupBasePrices } from '../domain/prices.ts';
 import type { BasePrices } from '../domain/pricing.ts';
@@ -11,9 +12,9 @@ import type { App, AppDeps } from '../http/types.ts';
 import { ADMIT_JOB, admitDeferred, payingWalletIds, pricingFor, type AdmissionWrite, type AdmitInput, type DeferredAdmission } from '../ledger/forwarded.ts';
 import { WalletLeases } from '../ledger/leases.ts';
 import { createRegistry, type ProviderModule, type ProviderRegistry } from '../providers/index.ts';
-import { credentialCacheFor } from './credential-cache.ts';
+import { CredentialCache, watchCredentialChanges } from './credential-cache.ts';
 import { extractCredential, resolveCredential, type BillingContext } from './credentials.ts';
-import { checkSpendKeyRequest, closeSpendKeyGuard, takeRateToken } from './spend-key-guard.ts';
+import { checkSpendKeyRequest, SpendKeyBuckets } from './spend-key-guard.ts';
 import { estimateHold, inputTokenBound } from './estimate.ts';
 import { HoldKeeper } from './hold-keeper.ts';
 import { closeAfterResponse, createUpstreamAgent, relay, shutdownHeaders, upstreamRequestHeaders } from './relay.ts';
@@ -23,6 +24,10 @@ import { resolveTarget, splitForwardQuery, type ResolvedTarget } from './target.
 
 export type Gateway = {
   registry: ProviderRegistry;
+  /** Resolved credentials, emptied by every credential change made through this app's storage. */
+  credentials: CredentialCache;
+  /** Spend keys' rate-limit buckets (and the Redis client they use). */
+  buckets: SpendKeyBuckets;
   agent: Dispatcher;
   settlements: Settlements;
   /** Group commit of admissions made on the response path. */
@@ -46,8 +51,9 @@ const SETTLEMENT_MAX_BATCH = 256;
 
 /** The forward gateway's shared parts; closing the app waits for settlements in flight. */
 export function createGateway(deps: AppDeps, app: App): Gateway {
+  const credentials = new CredentialCache(deps.clock);
   // Installed now, before any request: every credential change from here on empties the cache.
-  credentialCacheFor(deps.storage);
+  watchCredentialChanges(deps.storage, credentials);
   // Admissions never share a batch with settlements: the next request's admission would wait for
   // the previous request's settlement.
   const writer = new GatewayWriter(deps.storage, app.log);
@@ -55,10 +61,12 @@ export function createGateway(deps: AppDeps, app: App): Gateway {
   // writes, and PostgreSQL a few round trips per batch, so a larger batch costs less per request.
   // A batch is only that large when that much is queued.
   const background = new GatewayWriter(deps.storage, app.log, { maxBatch: SETTLEMENT_MAX_BATCH });
-  const holds = new HoldKeeper(deps.storage, deps.config.holdTtlMs, app.log);
+  const holds = new HoldKeeper(deps.storage, deps.config.holdTtlMs, app.log, deps.clock);
   const { walletLeaseHotAfter: hotAfter, walletLeaseIdleMs: idleMs, holdTtlMs: ttlMs } = deps.config;
   const gateway: Gateway = {
     registry: createRegistry({ custom: deps.config.customProviders }),
+    credentials,
+    buckets: new SpendKeyBuckets(deps.storage, deps.config.redisUrl, deps.clock),
     agent: createUpstreamAgent({
       headersTimeoutMs: deps.config.upstreamTimeoutMs,
       bodyTimeoutMs: deps.config.upstreamIdleTimeoutMs,
@@ -68,11 +76,13 @@ export function createGateway(deps: AppDeps, app: App): Gateway {
     background,
     holds,
     leases:
-      deps.storage.dialect === 'postgres' && hotAfter !== null ? new WalletLeases(deps.storage, holds, { hotAfter, idleMs, ttlMs }, app.log) : null,
+      deps.storage.dialect === 'postgres' && hotAfter !== null ? new WalletLeases(deps.storage, holds, { hotAfter, idleMs, ttlMs }, app.log, deps.clock) : null,
     closing: false,
     prices: new Map(),
     targets: new Map(),
   };
+  // Tests look at the app's own state through it (e.g. what its credential cache holds).
+  app.decorate('gateway', gateway);
   app.addHook('preClose', async () => {
     gateway.closing = true;
   });
@@ -84,7 +94,7 @@ export function createGateway(deps: AppDeps, app: App): Gateway {
     // Every settlement is written: no admission's share is left in a lease.
     await gateway.leases?.close();
     await gateway.agent.close();
-    await closeSpendKeyGuard(deps.config);
+    await gateway.buckets.close();
   });
   return gateway;
 }
@@ -144,7 +154,7 @@ async function authorisedForwardCall(deps: AppDeps, gateway: Gateway, request: F
   if (!credential) {
     throw new ApiError('unauthorized', 'Missing credential: send Authorization: Bearer <secret key or forward token>.');
   }
-  const billing = await resolveCredential(deps.storage, credential.token);
+  const billing = await resolveCredential(deps.storage, gateway.credentials, credential.token, dateOf(deps.clock));
   return { target, billing, metadata: metadataOf(request, params.get('metadata')) };
 }
 
@@ -153,9 +163,8 @@ const PRICE_TTL_MS = 60_000;
 const PRICE_CACHE_MAX = 1_000;
 
 /** The base prices of a provider's model, from the catalog (or an override), looked up once a minute. */
-function pricesOf(gateway: Gateway, providerId: string, model: string, config: AppDeps['config']): BasePrices | null {
+function pricesOf(gateway: Gateway, providerId: string, model: string, config: AppDeps['config'], now: number): BasePrices | null {
   const key = `${providerId}\n${model}`;
-  const now = Date.now();
   const hit = gateway.prices.get(key);
   if (hit && hit.until > now) return hit.prices;
   const prices = lookupBasePrices(providerId, model, { overrides: config.priceOverrides });
@@ -275,9 +284,9 @@ async function planForward(
   const spendKeyRequest = { providerId: target.provider.id, family: target.provider.family, model };
   if (billing.spendKey) {
     checkSpendKeyRequest(billing.spendKey, spendKeyRequest);
-    await takeRateToken(storage, config, billing.spendKey);
+    await gateway.buckets.take(billing.spendKey);
   }
-  const prices = model ? pricesOf(gateway, target.provider.id, model, config) : null;
+  const prices = model ? pricesOf(gateway, target.provider.id, model, config, deps.clock.now()) : null;
   const { pricing, walletId } = pricingFor(billing);
   const serviceChargeRate = billing.serviceChargeRate ?? config.serviceChargeRate;
   const estimate = estimateHold({
@@ -299,6 +308,7 @@ async function planForward(
     walletId,
     estimate,
     ttlMs: config.holdTtlMs,
+    now: dateOf(deps.clock),
     record: {
       provider: target.provider.id,
       model,
@@ -406,3 +416,10 @@ function isStreamingRequest(body: unknown, url: URL): boolean {
 }
 
 export type { ForwardPlan, ProviderModule };
+
+declare module 'fastify' {
+  interface FastifyInstance {
+    /** The forward gateway's shared parts (createGateway). */
+    gateway: Gateway;
+  }
+}

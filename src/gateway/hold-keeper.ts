@@ -1,4 +1,5 @@
 import type { FastifyBaseLogger } from 'fastify';
+import { dateOf, type Clock } from '../domain/clock.ts';
 import type { Storage } from '../storage/db.ts';
 
 /** Holds renewed per statement: far below every engine's parameter limit. */
@@ -15,11 +16,13 @@ export class HoldKeeper {
   readonly #storage: Storage;
   readonly #ttlMs: number;
   readonly #log: FastifyBaseLogger;
+  readonly #clock: Clock;
   readonly #timer: NodeJS.Timeout;
   #renewing: Promise<void> | null = null;
 
-  constructor(storage: Storage, ttlMs: number, log: FastifyBaseLogger) {
+  constructor(storage: Storage, ttlMs: number, log: FastifyBaseLogger, clock: Clock) {
     this.#storage = storage;
+    this.#clock = clock;
     this.#ttlMs = ttlMs;
     this.#log = log;
     this.#timer = setInterval(() => this.#tick(), Math.max(100, Math.floor(ttlMs / 3)));
@@ -51,7 +54,7 @@ export class HoldKeeper {
   }
 
   /** Pushes every active relay's holds to a full TTL from now. Holds no longer active stay as they are. */
-  async renew(now = new Date()): Promise<void> {
+  async renew(now = dateOf(this.#clock)): Promise<void> {
     const ids = [...this.#active];
     const expiresAt = new Date(now.getTime() + this.#ttlMs).toISOString();
     for (let i = 0; i < ids.length; i += RENEW_BATCH) {

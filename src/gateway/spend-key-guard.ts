@@ -6,7 +6,7 @@
  *     paused → 403 `spend_key_paused` (authenticateSpendKey, at credential resolution);
  *  2. the request: endpoint shape → 403 `request_shape_mismatch`; provider → 403
  *     `provider_not_allowed`; model → 403 `model_not_allowed` (checkSpendKeyRequest; no state);
- *  3. the token bucket → 429 `spend_key_rate_limited` with Retry-After (takeRateToken: a Redis Lua
+ *  3. the token bucket → 429 `spend_key_rate_limited` with Retry-After (SpendKeyBuckets: a Redis Lua
  *     script when REDIS_URL is set, else one conditional UPDATE; both atomic across instances);
  *  4. inside the admission transaction, with the key's row locked: every check of 1–2 again on the
  *     row as committed (lockSpendKeyForAdmission; a credential cached by another instance may be
@@ -22,7 +22,7 @@ import { formatMoney } from '../domain/money.ts';
 import { hashesEqual, hashSecret } from '../domain/secrets.ts';
 import { cycleStart, retryAfterFor, secondsUntilCycleEnd, UNITS_PER_TOKEN, type BucketSpec, type Cycle } from '../domain/spend-limits.ts';
 import { ApiError } from '../http/errors.ts';
-import type { Config } from '../config.ts';
+import type { Clock } from '../domain/clock.ts';
 import type { Storage } from '../storage/db.ts';
 import type { Database } from '../storage/schema.ts';
 import { ENTRY_TTL_MS } from './credential-cache.ts';
@@ -34,7 +34,7 @@ export const isSpendKeyToken = (token: string): boolean => token.startsWith(SECR
 const unknownKey = () => new ApiError('unauthorized', 'Invalid or revoked spend key.');
 
 /** Resolves a raw spend key to its live row, or refuses it (401 unknown/revoked/expired, 403 paused). */
-export async function authenticateSpendKey(storage: Storage, token: string, now = new Date()): Promise<SpendKeyRow> {
+export async function authenticateSpendKey(storage: Storage, token: string, now: Date): Promise<SpendKeyRow> {
   const hash = hashSecret(token);
   const row = await findSpendKeyByHash(storage, hash);
   if (!row || !hashesEqual(row.key_hash, hash)) throw unknownKey();
@@ -127,62 +127,61 @@ redis.call('PEXPIRE', KEYS[1], math.ceil(cap / rate) + 60000)
 return {allowed, tostring(u)}
 `;
 
-const redisClients = new WeakMap<Config, Redis>();
-
-function redisFor(config: Config): Redis | null {
-  if (!config.redisUrl) return null;
-  let client = redisClients.get(config);
-  if (!client) {
-    client = new Redis(config.redisUrl, { maxRetriesPerRequest: 2, lazyConnect: false, commandTimeout: 1_000 });
-    client.defineCommand('tollgateTakeToken', { numberOfKeys: 1, lua: TAKE_TOKEN_LUA });
-    redisClients.set(config, client);
-  }
-  return client;
-}
-
-/** Closes the Redis connection the guard opened for this configuration, if any. */
-export async function closeSpendKeyGuard(config: Config): Promise<void> {
-  const client = redisClients.get(config);
-  if (!client) return;
-  redisClients.delete(config);
-  await client.quit().catch(() => client.disconnect());
-}
-
 type TakeTokenCommand = { tollgateTakeToken(key: string, cap: number, rate: number, cost: number): Promise<[number, string]> };
 
-/** Takes one token from the key's bucket or throws 429 `spend_key_rate_limited` with Retry-After. */
-export async function takeRateToken(storage: Storage, config: Config, key: SpendKeyRow): Promise<void> {
-  const spec = bucketSpecOf(key);
-  if (!spec) return;
-  const redis = redisFor(config);
-  let level = redis ? await takeTokenInRedis(redis, key.id, spec) : undefined;
-  if (level === undefined) {
-    const outcome = await takeTokenInDatabase(storage.db, key.id, spec, Date.now());
-    level = outcome.taken ? null : outcome.level;
-  }
-  if (level !== null) throw rateLimited(spec, level);
-}
-
-/** Redis outages already seen, per client: while one lasts, buckets are taken in the database at once. */
-const redisOutages = new WeakSet<Redis>();
-
 /**
- * The token bucket in Redis: `null` when a token was taken, else the bucket's level. `undefined`
- * when Redis cannot answer: the caller then uses the database bucket, which every instance
- * shares too, so a key's rate limit keeps holding exactly (over a separate bucket, which may
- * allow one extra burst when Redis goes away or comes back) instead of every request failing.
+ * Spend keys' token buckets, owned by the app: in Redis when REDIS_URL is set (one client, opened
+ * here and closed with the app), else (and while Redis is away) in the database.
  */
-async function takeTokenInRedis(redis: Redis, keyId: string, spec: BucketSpec): Promise<number | null | undefined> {
-  if (redisOutages.has(redis) && redis.status !== 'ready') return undefined;
-  // The settings are part of the name: changing the rate limit starts a fresh, full bucket.
-  const name = `tollgate:spk:${keyId}:${spec.rpm}:${spec.burst}`;
-  try {
-    const [allowed, units] = await (redis as unknown as TakeTokenCommand).tollgateTakeToken(name, spec.burst * UNITS_PER_TOKEN, spec.rpm, UNITS_PER_TOKEN);
-    redisOutages.delete(redis);
-    return allowed === 1 ? null : Number(units);
-  } catch {
-    redisOutages.add(redis);
-    return undefined;
+export class SpendKeyBuckets {
+  readonly #storage: Storage;
+  readonly #clock: Clock;
+  readonly #redis: Redis | null;
+  /** Set while a Redis outage lasts: buckets are then taken in the database at once. */
+  #redisOut = false;
+
+  constructor(storage: Storage, redisUrl: string | undefined, clock: Clock) {
+    this.#storage = storage;
+    this.#clock = clock;
+    this.#redis = redisUrl ? new Redis(redisUrl, { maxRetriesPerRequest: 2, lazyConnect: false, commandTimeout: 1_000 }) : null;
+    this.#redis?.defineCommand('tollgateTakeToken', { numberOfKeys: 1, lua: TAKE_TOKEN_LUA });
+  }
+
+  /** Takes one token from the key's bucket or throws 429 `spend_key_rate_limited` with Retry-After. */
+  async take(key: SpendKeyRow): Promise<void> {
+    const spec = bucketSpecOf(key);
+    if (!spec) return;
+    let level = this.#redis ? await this.#takeInRedis(this.#redis, key.id, spec) : undefined;
+    if (level === undefined) {
+      const outcome = await takeTokenInDatabase(this.#storage.db, key.id, spec, this.#clock.now());
+      level = outcome.taken ? null : outcome.level;
+    }
+    if (level !== null) throw rateLimited(spec, level);
+  }
+
+  async close(): Promise<void> {
+    const redis = this.#redis;
+    if (redis) await redis.quit().catch(() => redis.disconnect());
+  }
+
+  /**
+   * The token bucket in Redis: `null` when a token was taken, else the bucket's level. `undefined`
+   * when Redis cannot answer: the caller then uses the database bucket, which every instance
+   * shares too, so a key's rate limit keeps holding exactly (over a separate bucket, which may
+   * allow one extra burst when Redis goes away or comes back) instead of every request failing.
+   */
+  async #takeInRedis(redis: Redis, keyId: string, spec: BucketSpec): Promise<number | null | undefined> {
+    if (this.#redisOut && redis.status !== 'ready') return undefined;
+    // The settings are part of the name: changing the rate limit starts a fresh, full bucket.
+    const name = `tollgate:spk:${keyId}:${spec.rpm}:${spec.burst}`;
+    try {
+      const [allowed, units] = await (redis as unknown as TakeTokenCommand).tollgateTakeToken(name, spec.burst * UNITS_PER_TOKEN, spec.rpm, UNITS_PER_TOKEN);
+      this.#redisOut = false;
+      return allowed === 1 ? null : Number(units);
+    } catch {
+      this.#redisOut = true;
+      return undefined;
+    }
   }
 }
 

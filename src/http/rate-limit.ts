@@ -13,7 +13,8 @@ export type RateDecision = {
  * with REDIS_URL the count lives in Redis so every instance draws from the same window.
  */
 export interface RateLimiter {
-  hit(key: string, limit: number, windowMs: number): Promise<RateDecision>;
+  /** Counts one request at `now` (ms since the epoch, from the app's clock). */
+  hit(key: string, limit: number, windowMs: number, now: number): Promise<RateDecision>;
   /** Whether the shared store (if any) answers right now; always true in process. */
   reachable(): Promise<boolean>;
   close(): Promise<void>;
@@ -31,8 +32,7 @@ function decide(count: number, limit: number, resetAt: number): RateDecision {
 export class MemoryRateLimiter implements RateLimiter {
   readonly #counts = new Map<string, { start: number; count: number }>();
 
-  async hit(key: string, limit: number, windowMs: number): Promise<RateDecision> {
-    const now = Date.now();
+  async hit(key: string, limit: number, windowMs: number, now: number): Promise<RateDecision> {
     const { start, resetAt } = windowOf(now, windowMs);
     const entry = this.#counts.get(key);
     const current = entry && entry.start === start ? entry : { start, count: 0 };
@@ -74,19 +74,19 @@ export class RedisRateLimiter implements RateLimiter {
     this.#onOutage = opts.onOutage ?? (() => {});
   }
 
-  async hit(key: string, limit: number, windowMs: number): Promise<RateDecision> {
+  async hit(key: string, limit: number, windowMs: number, now: number): Promise<RateDecision> {
     // Known to be down and not back yet: answer at once from the local count instead of queueing
     // behind reconnects. (Before the first connection, commands wait in ioredis' offline queue.)
     if (this.#inOutage && this.#redis.status !== 'ready') {
-      return this.#countLocally(key, limit, windowMs, new Error(`Redis connection is ${this.#redis.status}`));
+      return this.#countLocally(key, limit, windowMs, now, new Error(`Redis connection is ${this.#redis.status}`));
     }
-    const { start, resetAt } = windowOf(Date.now(), windowMs);
+    const { start, resetAt } = windowOf(now, windowMs);
     try {
       const count = await this.#increment(`${this.#prefix}${key}:${start}`, windowMs);
       this.#inOutage = false;
       return decide(count, limit, resetAt);
     } catch (err) {
-      return this.#countLocally(key, limit, windowMs, err);
+      return this.#countLocally(key, limit, windowMs, now, err);
     }
   }
 
@@ -97,12 +97,12 @@ export class RedisRateLimiter implements RateLimiter {
     return Number(count);
   }
 
-  #countLocally(key: string, limit: number, windowMs: number, err: unknown): Promise<RateDecision> {
+  #countLocally(key: string, limit: number, windowMs: number, now: number, err: unknown): Promise<RateDecision> {
     if (!this.#inOutage) {
       this.#inOutage = true;
       this.#onOutage(err);
     }
-    return this.#local.hit(key, limit, windowMs);
+    return this.#local.hit(key, limit, windowMs, now);
   }
 
   async reachable(): Promise<boolean> {

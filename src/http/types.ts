@@ -14,11 +14,14 @@ export type AppDeps = {
   config: Config;
   storage: Storage;
   rateLimiter: RateLimiter;
-  /** Decisions by time read this clock; the system's when absent. */
-  clock?: Clock;
+  /** Every decision by time reads this clock (holds, leases, spend-key limits, caches). */
+  clock: Clock;
   /** Where logs go instead of stdout (tests read them back). */
   logStream?: DestinationStream;
 };
+
+/** What buildApp is given: the clock defaults to the system's. */
+export type AppOptions = Omit<AppDeps, 'clock'> & { clock?: Clock };
 
 declare module 'fastify' {
   interface FastifyContextConfig {
@@ -27,7 +30,7 @@ declare module 'fastify' {
   }
 }
 
-/** The app's current time in milliseconds (the injected clock's, else the system's). */
+/** The app's current time in milliseconds (its injected clock's). */
 export function nowOf(deps: AppDeps): number {
-  return deps.clock ? deps.clock.now() : Date.now();
+  return deps.clock.now();
 }

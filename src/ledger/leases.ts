@@ -10,6 +10,7 @@
  * its own hold row is carved out of the lease. A lease unused for a while, or at shutdown, is given
  * back; a lease whose instance died expires like any hold (HOLD_TTL_MS).
  */
+import { dateOf, type Clock } from '../domain/clock.ts';
 import type { FastifyBaseLogger } from 'fastify';
 import { newId } from '../domain/ids.ts';
 import type { HoldKeeper } from '../gateway/hold-keeper.ts';
@@ -75,9 +76,11 @@ export class WalletLeases {
   readonly #releases = new Set<Promise<void>>();
   readonly #released = new WeakSet<Lease>();
   readonly #timer: NodeJS.Timeout;
+  readonly #clock: Clock;
 
-  constructor(storage: Storage, keeper: HoldKeeper, options: LeaseOptions, log: Pick<FastifyBaseLogger, 'warn'>) {
+  constructor(storage: Storage, keeper: HoldKeeper, options: LeaseOptions, log: Pick<FastifyBaseLogger, 'warn'>, clock: Clock) {
     this.#storage = storage;
+    this.#clock = clock;
     this.#keeper = keeper;
     this.#options = options;
     this.#log = log;
@@ -90,7 +93,7 @@ export class WalletLeases {
    * so the admission is served from leases.
    */
   serves(walletIds: readonly string[]): boolean {
-    const now = Date.now();
+    const now = this.#clock.now();
     let hot = walletIds.length > 0;
     for (const walletId of walletIds) {
       let hits = this.#hits.get(walletId);
@@ -117,7 +120,7 @@ export class WalletLeases {
         this.#retire(lease);
         lease = undefined;
       }
-      if (lease) lease.lastUsed = Date.now();
+      if (lease) lease.lastUsed = this.#clock.now();
       if (lease && lease.free >= amount && lease.free > 0n) {
         lease.free -= amount;
         lease.inFlight += 1;
@@ -151,7 +154,7 @@ export class WalletLeases {
   /** Starts the wallet's one top-up, asking for `need` at least and for the lease's size in shares of `share`. */
   #startTopUp(walletId: string, need: bigint, share: bigint): Promise<boolean> {
     const lease = this.#leases.get(walletId);
-    if (lease) sizeByRate(lease, Date.now());
+    if (lease) sizeByRate(lease, this.#clock.now());
     const topUp = this.#topUp(walletId, need, share * BigInt(lease?.requestsPerTopUp ?? MIN_REQUESTS_PER_TOP_UP)).finally(() => this.#topUps.delete(walletId));
     this.#topUps.set(walletId, topUp);
     return topUp;
@@ -184,7 +187,7 @@ export class WalletLeases {
    */
   async #topUp(walletId: string, need: bigint, want: bigint): Promise<boolean> {
     const current = this.#leases.get(walletId);
-    const now = new Date();
+    const now = dateOf(this.#clock);
     try {
       const opened = current ? null : newId('hold');
       const granted = await this.#storage.db.transaction().execute(async (trx) => {
@@ -231,7 +234,7 @@ export class WalletLeases {
 
   /** A new lease row is committed: admissions take from it from now on, and it is renewed. */
   #open(holdId: string, walletId: string): Lease {
-    const now = Date.now();
+    const now = this.#clock.now();
     const lease: Lease = {
       holdId,
       walletId,
@@ -269,7 +272,7 @@ export class WalletLeases {
   }
 
   #retireIdle(): void {
-    const idleSince = Date.now() - this.#options.idleMs;
+    const idleSince = this.#clock.now() - this.#options.idleMs;
     for (const lease of [...this.#leases.values()]) {
       if (lease.retired || (lease.lastUsed < idleSince && !this.#topUps.has(lease.walletId))) this.#retire(lease);
     }

@@ -1,6 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { parseMoney } from '../../src/domain/money.ts';
-import { CredentialCache, credentialCacheFor } from '../../src/gateway/credential-cache.ts';
+import { CredentialCache } from '../../src/gateway/credential-cache.ts';
 import type { BillingContext } from '../../src/gateway/credentials.ts';
 import { creditWallet } from '../../src/ledger/wallets.ts';
 import type { TestApp } from '../helpers/app.ts';
@@ -88,9 +88,9 @@ describe.each(databasesUnderTest())('credential cache invalidation on %s', (dial
   }
   /** Usable, and held in the cache (after the quiet period that follows any earlier change). */
   async function cached(credential: string) {
-    await new Promise((r) => setTimeout(r, 1100));
+    t.clock.advance(1100);
     await usable(credential);
-    expect(credentialCacheFor(t.storage).size).toBeGreaterThan(0);
+    expect(t.app.gateway.credentials.size).toBeGreaterThan(0);
   }
   const codeOf = async (res: Response) => ((await res.json()) as { error: { code: string } }).error.code;
 
@@ -138,7 +138,7 @@ describe.each(databasesUnderTest())('credential cache invalidation on %s', (dial
   });
 
   it("a spend key's own use (counters, token bucket) does not empty the cache; a change of its settings does", async () => {
-    const cache = credentialCacheFor(t.storage);
+    const cache = t.app.gateway.credentials;
     const key = await api('POST', '/v1/spend_keys', { name: 'counted', rate_limit: { rpm: 1000 } });
     await cached(key.key as string);
     await t.storage.db.updateTable('spend_keys').set({ last_used_at: new Date().toISOString() }).where('id', '=', 'none').execute();

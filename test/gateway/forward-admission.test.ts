@@ -6,6 +6,7 @@ import { lookupBasePrices } from '../../src/domain/prices.ts';
 import { resolveForwardCredential } from '../../src/gateway/credentials.ts';
 import { estimateHold } from '../../src/gateway/estimate.ts';
 import { sweepExpiredHolds } from '../../src/gateway/settle.ts';
+import { dateOf } from '../../src/domain/clock.ts';
 import { admitRequest, failRequest, pricingFor, settleRequest, type SettleInput } from '../../src/ledger/forwarded.ts';
 import { verifyLedger } from '../../src/ledger/verify.ts';
 import { creditWallet, findWallet } from '../../src/ledger/wallets.ts';
@@ -71,7 +72,7 @@ describe.each(databasesUnderTest())('forward gateway admission and holds on %s',
 
   /** The hold the gateway places for `body` paid with `credential`, computed with its own functions. */
   async function holdFor(credential: string, body: string): Promise<bigint> {
-    const billing = await resolveForwardCredential(t.storage, credential);
+    const billing = await resolveForwardCredential(t.storage, credential, new Date());
     const requestBody = JSON.parse(body) as { model: string };
     const estimate = estimateHold({
       requestBody,
@@ -243,8 +244,9 @@ describe.each(databasesUnderTest())('forward gateway admission and holds on %s',
     await creditWallet(t.storage, merchant.walletId, parseMoney('5'));
     const before = await wallet(merchant.walletId);
 
-    // The provider takes 2.5 s to answer; the hold's TTL is 1 s (HOLD_TTL_MS).
-    upstream.setNext({ path: '/chat/completions', delayMs: 2500 });
+    // The provider answers when the test says; the hold's TTL is 1 s (HOLD_TTL_MS).
+    let answer!: () => void;
+    upstream.setNext({ path: '/chat/completions', releasedBy: new Promise<void>((resolve) => (answer = resolve)) });
     const inFlight = post(merchant.secretKey, body).then(async (res) => ({ res, text: await res.text() }));
     try {
       let pending: { id: string; created_at: string } | undefined;
@@ -259,13 +261,21 @@ describe.each(databasesUnderTest())('forward gateway admission and holds on %s',
       }
       expect(pending).toBeDefined();
 
-      // Well past the TTL the hold admission placed, the sweeper finds nothing: the hold was renewed.
-      await sleep(1600);
-      expect(await sweepExpiredHolds(t.storage, new Date())).toBe(0);
-      const hold = await t.storage.db.selectFrom('holds').selectAll().where('reference', '=', pending!.id).executeTakeFirstOrThrow();
+      // Well past the TTL the hold admission placed, the sweeper finds nothing: the hold keeper
+      // (every third of a TTL) pushed it a full TTL past the clock's new time.
+      t.clock.advance(1600);
+      const renewedPast = Date.parse(pending!.created_at) + 1600;
+      const holdRow = () => t.storage.db.selectFrom('holds').selectAll().where('reference', '=', pending!.id).executeTakeFirstOrThrow();
+      let hold = await holdRow();
+      for (let i = 0; i < 100 && Date.parse(hold.expires_at) <= renewedPast; i++) {
+        await sleep(10);
+        hold = await holdRow();
+      }
+      expect(await sweepExpiredHolds(t.storage, dateOf(t.clock))).toBe(0);
       expect(hold.status).toBe('active');
-      expect(Date.parse(hold.expires_at)).toBeGreaterThan(Date.parse(pending!.created_at) + 1000);
+      expect(Date.parse(hold.expires_at)).toBeGreaterThan(renewedPast);
       expect((await record(pending!.id, merchant)).status).toBe('pending');
+      answer();
 
       const { res } = await inFlight;
       expect(res.status).toBe(200);
@@ -277,6 +287,7 @@ describe.each(databasesUnderTest())('forward gateway admission and holds on %s',
       expect(after.held).toBe(0n);
       expect((await verifyLedger(t.storage)).problems).toEqual([]);
     } finally {
+      answer();
       await inFlight.catch(() => undefined);
     }
   });
@@ -286,8 +297,9 @@ describe.each(databasesUnderTest())('forward gateway admission and holds on %s',
     await creditWallet(t.storage, merchant.walletId, parseMoney('5'));
     const before = await wallet(merchant.walletId);
 
-    // The provider takes 1.5 s to answer; the hold's TTL is 1 s (HOLD_TTL_MS).
-    upstream.setNext({ path: '/chat/completions', delayMs: 1500 });
+    // The provider answers when the test says; the hold's TTL is 1 s (HOLD_TTL_MS).
+    let answer!: () => void;
+    upstream.setNext({ path: '/chat/completions', releasedBy: new Promise<void>((resolve) => (answer = resolve)) });
     const inFlight = post(merchant.secretKey, body).then(async (res) => ({ res, text: await res.text() }));
     try {
       let pending: { id: string } | undefined;
@@ -321,10 +333,11 @@ describe.each(databasesUnderTest())('forward gateway admission and holds on %s',
       expect(await sweepExpiredHolds(t.storage, new Date(Date.now() + 60_000))).toBe(0);
 
       // The provider answers after all: the client gets its answer, but the record stays `error` and nothing is charged.
+      answer();
       const { res } = await inFlight;
       expect(res.status).toBe(200);
       expect(res.headers.get('x-tollgate-request-id')).toBe(pending!.id);
-      await sleep(200);
+      await t.app.gateway.settlements.drain();
       const rec = await record(pending!.id, merchant);
       expect(rec.status).toBe('error');
       expect(parseMoney(rec.total_request_cost)).toBe(0n);
@@ -334,13 +347,14 @@ describe.each(databasesUnderTest())('forward gateway admission and holds on %s',
       expect((await verifyLedger(t.storage)).problems).toEqual([]);
     } finally {
       // Never leave a forwarded request in flight behind a failed assertion (closing would wait for it).
+      answer();
       await inFlight.catch(() => undefined);
     }
   });
 
   describe('settlement is idempotent', () => {
     async function settleInput(credential: string, recordId: string, holdIds: string[]): Promise<SettleInput> {
-      const billing = await resolveForwardCredential(t.storage, credential);
+      const billing = await resolveForwardCredential(t.storage, credential, new Date());
       return {
         recordId,
         holdIds,
@@ -386,7 +400,7 @@ describe.each(databasesUnderTest())('forward gateway admission and holds on %s',
     it('two concurrent settlements of one admitted request charge once', async () => {
       const { merchant } = await freshPayers();
       await creditWallet(t.storage, merchant.walletId, parseMoney('5'));
-      const billing = await resolveForwardCredential(t.storage, merchant.secretKey);
+      const billing = await resolveForwardCredential(t.storage, merchant.secretKey, new Date());
       const { walletId } = pricingFor(billing);
       const recordId = newId('request');
       const admitted = await admitRequest(t.storage, {

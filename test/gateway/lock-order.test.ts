@@ -83,7 +83,7 @@ describe.skipIf(!process.env.TEST_DATABASE_URL)('lock order of the gateway write
   it('a settlement locks its wallets before it writes rollups, as a charge does, so the two do not deadlock', async () => {
     const merchant = await t.newMerchant('Rollups');
     await creditWallet(t.storage, merchant.walletId, parseMoney('5'));
-    const billing = await resolveForwardCredential(t.storage, merchant.secretKey);
+    const billing = await resolveForwardCredential(t.storage, merchant.secretKey, new Date());
     const { writer, warnings } = watchedWriter();
     const admit = async () => admitted(await writer.run(ADMIT_JOB, admissionOf(billing, merchant.walletId, { hold: '0.01' })));
     const settle = (a: Awaited<ReturnType<typeof admit>>) => writer.run(SETTLE_JOB, settlementOf(a, { billing, usage: tokenUsage(10, 5), record: CHAT_FACTS }));
@@ -109,7 +109,7 @@ describe.skipIf(!process.env.TEST_DATABASE_URL)('lock order of the gateway write
     // The admission's wallet sorts first, so taking the settlement's wallets first would be out of order.
     const [admitting, settling] = customers.sort((a, b) => (a.walletId < b.walletId ? -1 : 1)) as [(typeof customers)[0], (typeof customers)[0]];
     const billingOf = async (c: (typeof customers)[0]) =>
-      resolveForwardCredential(t.storage, Buffer.from(JSON.stringify({ secret_key: t.merchant.secretKey, customer_id: c.customerId, meter_slug: c.meterSlug })).toString('base64'));
+      resolveForwardCredential(t.storage, Buffer.from(JSON.stringify({ secret_key: t.merchant.secretKey, customer_id: c.customerId, meter_slug: c.meterSlug })).toString('base64'), new Date());
     const [admitBilling, settleBilling] = [await billingOf(admitting), await billingOf(settling)];
     const { writer, warnings } = watchedWriter();
     const toSettle = admitted(await writer.run(ADMIT_JOB, admissionOf(settleBilling, settling.walletId, { hold: '0.01' })));

@@ -82,7 +82,7 @@ describe.skipIf(!process.env.TEST_DATABASE_URL)('wallet leases on postgres', () 
 
   /** The hold the gateway places for `payload` paid by the merchant, computed with its own functions. */
   async function holdFor(merchant: Merchant, payload: string): Promise<bigint> {
-    const billing = await resolveForwardCredential(t.storage, merchant.secretKey);
+    const billing = await resolveForwardCredential(t.storage, merchant.secretKey, new Date());
     const requestBody = JSON.parse(payload) as { model: string };
     const estimate = estimateHold({
       requestBody,
@@ -128,8 +128,8 @@ describe.skipIf(!process.env.TEST_DATABASE_URL)('wallet leases on postgres', () 
   it('a wallet admitting fast gets top-ups sized to its rate (about 100 ms of it), not 64 requests at a time', async () => {
     const { merchant, hold } = await merchantFundedFor1000Holds('Fast');
     await creditWallet(t.storage, merchant.walletId, hold * 100_000n);
-    const keeper = new HoldKeeper(t.storage, 60_000, t.app.log);
-    const leases = new WalletLeases(t.storage, keeper, { hotAfter: 0, idleMs: 600_000, ttlMs: 60_000 }, t.app.log);
+    const keeper = new HoldKeeper(t.storage, 60_000, t.app.log, t.clock);
+    const leases = new WalletLeases(t.storage, keeper, { hotAfter: 0, idleMs: 600_000, ttlMs: 60_000 }, t.app.log, t.clock);
     try {
       // The lease opens with 64 shares; 49 admissions taken in a moment leave 15, the refill starts,
       // and it is sized by their rate: far above 640 a second, so far more than 64 shares.

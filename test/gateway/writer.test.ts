@@ -145,7 +145,7 @@ describe.each(databasesUnderTest())('gateway writer on %s', (dialect) => {
   it('a batch of settlements with a duplicate member: the others settle, the duplicate charges nothing', async () => {
     const { merchant, secretKey } = await t.newMerchant('Batch').then((m) => ({ merchant: m, secretKey: m.secretKey }));
     await creditWallet(t.storage, merchant.walletId, parseMoney('5'));
-    const billing = await resolveForwardCredential(t.storage, secretKey);
+    const billing = await resolveForwardCredential(t.storage, secretKey, new Date());
     const { walletId } = pricingFor(billing);
     const writer = new GatewayWriter(t.storage);
     const record = { provider: 'openai', endpoint: 'POST https://api.openai.com/v1/chat/completions', provider_key_type: 'managed' as const, metadata: {} };
@@ -190,7 +190,7 @@ describe.each(databasesUnderTest())('gateway writer on %s', (dialect) => {
   it('a batch of 256 settlements (an embedded instance\'s largest) is written in one transaction, each charged once', async () => {
     const merchant = await t.newMerchant('Big batch');
     await creditWallet(t.storage, merchant.walletId, parseMoney('100'));
-    const billing = await resolveForwardCredential(t.storage, merchant.secretKey);
+    const billing = await resolveForwardCredential(t.storage, merchant.secretKey, new Date());
     const { walletId } = pricingFor(billing);
     const record = { provider: 'openai', endpoint: 'POST https://api.openai.com/v1/chat/completions', provider_key_type: 'managed' as const, metadata: { team: 'a' } };
     const admitted = await Promise.all(Array.from({ length: 256 }, () => new GatewayWriter(t.storage).run(ADMIT_JOB, admissionOf(billing, walletId, { hold: '0.01', facts: record }))));
@@ -237,7 +237,7 @@ describe.each(databasesUnderTest())('gateway writer on %s', (dialect) => {
     ).json();
     await creditWallet(t.storage, customer.wallet.wallet_id, parseMoney('5'));
     const token = Buffer.from(JSON.stringify({ secret_key: t.merchant.secretKey, customer_id: customer.customer_id, meter_slug: meter.meter_slug })).toString('base64');
-    const billing = await resolveForwardCredential(t.storage, token);
+    const billing = await resolveForwardCredential(t.storage, token, new Date());
     const writer = new GatewayWriter(t.storage);
     const record = { provider: 'openai', endpoint: 'POST https://api.openai.com/v1/chat/completions', provider_key_type: 'managed' as const, metadata: { feature: 'x' } };
     const admitted = await Promise.all(
@@ -272,7 +272,7 @@ describe.each(databasesUnderTest())('gateway writer on %s', (dialect) => {
   it('a request admitted before midnight and settled after it counts on its admission day, filtered or not', async () => {
     const merchant = await t.newMerchant('Midnight');
     await creditWallet(t.storage, merchant.walletId, parseMoney('5'));
-    const billing = await resolveForwardCredential(t.storage, merchant.secretKey);
+    const billing = await resolveForwardCredential(t.storage, merchant.secretKey, new Date());
     const record = { provider: 'openai', endpoint: 'POST x', provider_key_type: 'managed' as const, metadata: { team: 'night' } };
     const admit = async (at: string) => {
       const admitted = await admitRequest(
@@ -325,7 +325,7 @@ describe.each(databasesUnderTest())('gateway writer on %s', (dialect) => {
   it('the hold sweeper fails every expired request, batch after batch, its holds and records together', async () => {
     const merchant = await t.newMerchant('Sweep');
     await creditWallet(t.storage, merchant.walletId, parseMoney('5'));
-    const billing = await resolveForwardCredential(t.storage, merchant.secretKey);
+    const billing = await resolveForwardCredential(t.storage, merchant.secretKey, new Date());
     // Admitted on a clock before every other test's, so only these are due at the sweep.
     const t0 = new Date('2019-05-01T00:00:00.000Z');
     const ids: string[] = [];
@@ -352,7 +352,7 @@ describe.each(databasesUnderTest())('gateway writer on %s', (dialect) => {
   it.runIf(dialect === 'postgres')('the one-statement admission writes everything, or nothing when a wallet cannot cover the batch', async () => {
     const merchant = await t.newMerchant('One statement');
     await creditWallet(t.storage, merchant.walletId, parseMoney('0.05'));
-    const billing = await resolveForwardCredential(t.storage, merchant.secretKey);
+    const billing = await resolveForwardCredential(t.storage, merchant.secretKey, new Date());
     const input = () => admissionOf(billing, merchant.walletId, { hold: '0.02', facts: { ...CHAT_FACTS, metadata: { k: 'v' } } });
     const fast = ADMIT_JOB.inOneStatement!;
     const two = await fast(t.storage, [input(), input()]);
@@ -373,7 +373,7 @@ describe.each(databasesUnderTest())('gateway writer on %s', (dialect) => {
   it('admissions in one batch never hold more than the wallet has', async () => {
     const merchant = await t.newMerchant('Tight');
     await creditWallet(t.storage, merchant.walletId, parseMoney('0.05'));
-    const billing = await resolveForwardCredential(t.storage, merchant.secretKey);
+    const billing = await resolveForwardCredential(t.storage, merchant.secretKey, new Date());
     const writer = new GatewayWriter(t.storage);
     const outcomes = await Promise.all(
       Array.from({ length: 12 }, () =>
@@ -393,7 +393,7 @@ describe.each(databasesUnderTest())('gateway writer on %s', (dialect) => {
   async function embeddedCustomer(credit: string, metadata: Record<string, string>) {
     const customer = await t.customerWithMeter({ credit });
     const token = Buffer.from(JSON.stringify({ secret_key: t.merchant.secretKey, customer_id: customer.customerId, meter_slug: customer.meterSlug })).toString('base64');
-    const billing = await resolveForwardCredential(t.storage, token);
+    const billing = await resolveForwardCredential(t.storage, token, new Date());
     const record = { ...CHAT_FACTS, metadata };
     const admission = (hold: string) => admissionOf(billing, customer.walletId, { hold, facts: record });
     return { customer, billing, background: new GatewayWriter(t.storage), record, admission };

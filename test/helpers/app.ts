@@ -11,6 +11,7 @@ import { creditWallet } from '../../src/ledger/wallets.ts';
 import { openStorage, type Storage } from '../../src/storage/db.ts';
 import { createMerchant } from '../../src/storage/merchants.ts';
 import { migrateToLatest } from '../../src/storage/migrate.ts';
+import { TestClock } from './clock.ts';
 import { freshDatabase, type TestDatabase } from './databases.ts';
 
 export type Merchant = { merchantId: string; secretKey: string; walletId: string };
@@ -28,6 +29,8 @@ export type TestApp = {
   storage: Storage;
   database: TestDatabase;
   config: Config;
+  /** The app's clock: a test advances it instead of sleeping past a TTL or a refill. */
+  clock: TestClock;
   merchant: Merchant;
   /** Another merchant, for proving tenant isolation. */
   newMerchant(name?: string): Promise<Merchant>;
@@ -64,9 +67,11 @@ export async function startTestApp(
   const config = loadConfig({ LOG_LEVEL: 'silent', DATABASE_URL: database.url, ...opts.env });
   const storage = openStorage(database.url, { poolSize: 10 });
   await migrateToLatest(storage);
+  const clock = new TestClock();
   const app = await buildApp({
     config,
     storage,
+    clock,
     rateLimiter: opts.rateLimiter ?? new MemoryRateLimiter(),
     ...(opts.logStream ? { logStream: opts.logStream } : {}),
     ...(opts.clock ? { clock: opts.clock } : {}),
@@ -107,6 +112,7 @@ export async function startTestApp(
     storage,
     database,
     config,
+    clock,
     merchant,
     newMerchant,
     listen: async () => {

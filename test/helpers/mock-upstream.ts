@@ -70,6 +70,8 @@ export type Behaviour = {
   redirectTo?: string;
   /** Never answer; the socket stays open until the client gives up or the mock closes. */
   hang?: boolean;
+  /** Answer only once this settles: the test decides when the provider answers. */
+  releasedBy?: Promise<unknown>;
   /** cached_tokens / cache_read_input_tokens / cachedContentTokenCount to report. */
   cachedTokens?: number;
   /** Output tokens to produce instead of the request's cap (a provider overshooting max_tokens). */
@@ -129,6 +131,7 @@ export async function startMockUpstream(): Promise<MockUpstream> {
 
     if (behaviour.hang) return;
     if (behaviour.delayMs) await sleep(behaviour.delayMs);
+    if (behaviour.releasedBy) await behaviour.releasedBy;
     if (res.destroyed) return;
 
     const answer = behaviour.redirectTo

@@ -32,7 +32,7 @@ describe.each(databasesUnderTest())('resolveForwardCredential on %s', (dialect) 
     return res.json();
   };
   const lava = (key = t.merchant.secretKey) => new Lava(key, { baseUrl: 'http://tollgate.test/v1/' });
-  const resolve = (credential: string) => resolveForwardCredential(t.storage, credential);
+  const resolve = (credential: string) => resolveForwardCredential(t.storage, credential, new Date());
   const rejection = async (credential: string): Promise<ApiError> => {
     const err = await resolve(credential).then(
       () => null,

@@ -229,20 +229,20 @@ describe.skipIf(!REDIS_URL)('Redis limiter when Redis fails a command', () => {
     // A key of the wrong type makes INCR fail while the connection is fine.
     await redis.hset(redisKey, 'not', 'a counter');
 
-    expect((await limiter.hit('key-a', LIMIT, 60_000)).remaining).toBe(LIMIT - 1);
-    expect((await limiter.hit('key-a', LIMIT, 60_000)).remaining).toBe(LIMIT - 2);
+    expect((await limiter.hit('key-a', LIMIT, 60_000, Date.now())).remaining).toBe(LIMIT - 1);
+    expect((await limiter.hit('key-a', LIMIT, 60_000, Date.now())).remaining).toBe(LIMIT - 2);
     expect(outages).toHaveLength(1);
     expect(String(outages[0])).toMatch(/WRONGTYPE/);
 
     await redis.del(redisKey);
-    expect((await limiter.hit('key-a', LIMIT, 60_000)).remaining).toBe(LIMIT - 1);
+    expect((await limiter.hit('key-a', LIMIT, 60_000, Date.now())).remaining).toBe(LIMIT - 1);
     expect(await redis.get(redisKey)).toBe('1');
     expect(await limiter.reachable()).toBe(true);
 
     // A new outage is reported again.
     await redis.del(redisKey);
     await redis.hset(redisKey, 'not', 'a counter again');
-    await limiter.hit('key-a', LIMIT, 60_000);
+    await limiter.hit('key-a', LIMIT, 60_000, Date.now());
     expect(outages).toHaveLength(2);
     await redis.del(redisKey);
   });

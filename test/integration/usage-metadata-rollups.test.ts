@@ -38,7 +38,7 @@ describe.each(databasesUnderTest())('usage rollups per metadata pair on %s', (di
     const merchant = await t.newMerchant(name);
     merchants.push(merchant.merchantId);
     await creditWallet(t.storage, merchant.walletId, parseMoney('50'));
-    const billing = await resolveForwardCredential(t.storage, merchant.secretKey);
+    const billing = await resolveForwardCredential(t.storage, merchant.secretKey, new Date());
     const record = (i: number) => ({ provider: 'openai', endpoint: 'POST x', provider_key_type: 'managed' as const, metadata: metadataOf(i) });
     const admit = async (i: number, at: string) => {
       const admitted = await admitRequest(

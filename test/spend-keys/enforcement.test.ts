@@ -133,7 +133,7 @@ describe.each(databasesUnderTest())('spend key enforcement on %s', (dialect) => 
   it('refuses an expired key with 401 spend_key_expired', async () => {
     const key = await createKey({ expires_at: new Date(Date.now() + 400).toISOString() });
     expect((await chat(key.key)).status).toBe(200);
-    await new Promise((r) => setTimeout(r, 450));
+    t.clock.advance(450);
     const expired = await chat(key.key);
     expect(expired.status).toBe(401);
     expect(await codeOf(expired)).toBe('spend_key_expired');
@@ -360,7 +360,7 @@ describe.each(databasesUnderTest())('spend key enforcement on %s', (dialect) => 
     const refused = await chat(key.key);
     expect(await codeOf(refused)).toBe('spend_key_rate_limited');
     expect(Number(refused.headers.get('retry-after'))).toBeGreaterThanOrEqual(1);
-    await new Promise((r) => setTimeout(r, 1100));
+    t.clock.advance(1100);
     expect((await chat(key.key)).status).toBe(200);
   });
 

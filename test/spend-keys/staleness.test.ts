@@ -62,7 +62,7 @@ describe.each(databasesUnderTest())('spend key changes made on another instance,
     const key = await createKey({ expires_at: new Date(Date.now() + 3_600_000).toISOString() });
     await cachedOnB(key.key);
     await changeOnA(key.spend_key_id, { expires_at: new Date(Date.now() + 150).toISOString() });
-    await new Promise((r) => setTimeout(r, 200));
+    b.clock.advance(200);
     const res = await chatOnB(key.key);
     expect(res.status).toBe(401);
     expect(await errorOf(res)).toBe('spend_key_expired');
@@ -111,7 +111,7 @@ describe.each(databasesUnderTest())('spend key changes made on another instance,
     expect(await errorOf(refused)).toBe('spend_key_rate_limited');
     expect(Number(refused.headers.get('retry-after'))).toBeGreaterThanOrEqual(1);
     // Once B reads the key again, the new bucket decides: one token, then refusals.
-    await new Promise((r) => setTimeout(r, 2_100));
+    b.clock.advance(2_100);
     expect((await chatOnB(key.key)).status).toBe(200);
     expect((await chatOnB(key.key)).status).toBe(429);
   });
