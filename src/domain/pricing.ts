@@ -160,11 +160,6 @@ export function decimalToInteger(value: number | string, multiplier: bigint, rou
   return divideRounded(scaled, 10n ** BigInt(-shift), rounding, text);
 }
 
-/** Decimal text × 10^scale as an integer, e.g. ("2.5", 10) → 25000000000n. */
-export function scaleDecimal(value: number | string, scale: number, rounding: Rounding): bigint {
-  return decimalToInteger(value, 10n ** BigInt(scale), rounding);
-}
-
 function numberText(value: number): string {
   if (!Number.isFinite(value) || value < 0) throw new RangeError(`${value} is not a finite non-negative number`);
   return String(value);

@@ -12,7 +12,6 @@ export const CYCLES = ['daily', 'weekly', 'monthly', 'total'] as const;
 export type Cycle = (typeof CYCLES)[number];
 
 const DAY_MS = 86_400_000;
-export const EPOCH_ISO = new Date(0).toISOString();
 
 /** Start (inclusive) and end (exclusive; null for `total`) of the cycle window containing `now`. */
 export function cycleWindow(cycle: Cycle, now: Date): { start: Date; end: Date | null } {

@@ -47,15 +47,13 @@
 import type { IncomingHttpHeaders } from 'node:http';
 import { z } from 'zod';
 import { SECRET_PREFIX } from '../domain/ids.ts';
-import { hashesEqual, hashSecret } from '../domain/secrets.ts';
-import { authenticateSecretKey } from '../http/auth.ts';
+import { authenticateSecretKey, authenticateWalletKey, parseBearer } from '../http/auth.ts';
 import { ApiError, type Issue } from '../http/errors.ts';
 import { findConnection, findConnectionBySecret } from '../storage/connections.ts';
 import type { Storage } from '../storage/db.ts';
 import { findMerchant } from '../storage/merchants.ts';
 import { findMeterBySecret, findMeterBySlug, type MeterRow } from '../storage/meters.ts';
 import type { SpendKeyRow } from '../storage/spend-keys.ts';
-import { findActiveWalletKeyByHash } from '../storage/wallet-keys.ts';
 import type { CredentialCache } from './credential-cache.ts';
 import { authenticateSpendKey, isSpendKeyToken } from './spend-key-guard.ts';
 
@@ -86,10 +84,8 @@ export function extractCredential(
   strippedQueryKey: string | null,
 ): ExtractedCredential | null {
   const authorization = headerValue(headers.authorization);
-  if (authorization !== null) {
-    const match = /^Bearer\s+(\S+)$/i.exec(authorization);
-    if (match?.[1]) return { token: match[1], placement: 'authorization' };
-  }
+  const bearer = authorization === null ? null : parseBearer(authorization);
+  if (bearer !== null) return { token: bearer, placement: 'authorization' };
   for (const name of KEY_HEADERS) {
     const value = headerValue(headers[name]);
     if (value !== null) return { token: value, placement: name };
@@ -365,9 +361,7 @@ export async function resolveForwardCredential(storage: Storage, credential: str
 
 /** A wallet key only manages spend keys: 401 when it is not a live key, else 403 `forbidden`. */
 async function refuseWalletKey(storage: Storage, credential: string): Promise<never> {
-  const hash = hashSecret(credential);
-  const row = await findActiveWalletKeyByHash(storage, hash);
-  if (!row || !hashesEqual(row.key_hash, hash)) throw new ApiError('unauthorized', 'Invalid or revoked wallet key.');
+  await authenticateWalletKey(storage, credential);
   throw new ApiError('forbidden', 'A wallet key only manages its wallet\'s spend keys; call providers with a spend key or a secret key.');
 }
 

@@ -2,11 +2,6 @@ import { z } from 'zod';
 import { MAX_AMOUNT_UNITS, parseMoney } from '../domain/money.ts';
 import { ERRORS } from './errors.ts';
 
-/** A money amount on the wire: a decimal string with at most 10 fractional digits. */
-export const decimalString = z
-  .string()
-  .regex(/^-?\d+(\.\d{1,10})?$/, 'must be a decimal string with at most 10 fractional digits');
-
 /**
  * A non-negative amount. The format check aborts on failure: the range check parses the amount,
  * and a malformed one must be a 400, never a throw.

@@ -141,10 +141,6 @@ function lockedSpendKey(trx: Transaction<Database>, dialect: Storage['dialect'],
  * merchant's wallet; locking it always would queue them all behind one row), then the spend keys,
  * both in id order. A refusal changes nothing of its own request; the others go on.
  */
-export async function admitBatch(storage: Storage, inputs: AdmitInput[]): Promise<AdmitOutcome[]> {
-  return storage.db.transaction().execute((trx) => admitInTransaction(trx, storage.dialect, inputs));
-}
-
 export async function admitInTransaction(
   trx: Transaction<Database>,
   dialect: Storage['dialect'],

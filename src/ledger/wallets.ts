@@ -1,5 +1,4 @@
-import type { Kysely, Transaction } from 'kysely';
-import { newId } from '../domain/ids.ts';
+import type { Transaction } from 'kysely';
 import type { Storage } from '../storage/db.ts';
 import type { Database, WalletsTable } from '../storage/schema.ts';
 import { nowIso } from '../storage/time.ts';
@@ -12,25 +11,6 @@ import { recordBalanceEvent } from './events.ts';
  * every change is a balanced ledger transaction written in the same database transaction.
  */
 export type WalletRow = WalletsTable;
-type Db = Kysely<Database> | Transaction<Database>;
-
-export async function insertWallet(
-  db: Db,
-  input: { merchantId: string; ownerType: WalletRow['owner_type']; createdAt: string },
-): Promise<WalletRow> {
-  const row: WalletRow = {
-    id: newId('wallet'),
-    merchant_id: input.merchantId,
-    owner_type: input.ownerType,
-    balance: 0n,
-    cycle_credit: 0n,
-    bundle_credit: 0n,
-    held: 0n,
-    created_at: input.createdAt,
-  };
-  await db.insertInto('wallets').values(row).execute();
-  return row;
-}
 
 export async function findWallet(storage: Storage, id: string): Promise<WalletRow | undefined> {
   return storage.db.selectFrom('wallets').selectAll().where('id', '=', id).executeTakeFirst();

@@ -2,62 +2,21 @@
  * Wallet keys: a wallet owner's credential (`wk_live_…`) that manages that wallet's spend keys and
  * nothing else. Created, listed, revoked and rotated with the merchant's secret key only.
  */
-import type { FastifyRequest } from 'fastify';
 import { z } from 'zod';
-import { SECRET_PREFIX } from '../domain/ids.ts';
-import { hashesEqual, hashSecret } from '../domain/secrets.ts';
-import { authenticateSecretKey, bearerToken, principalOf, type Principal } from '../http/auth.ts';
-import { ApiError, notFound } from '../http/errors.ts';
+import { principalOf } from '../http/auth.ts';
+import { notFound } from '../http/errors.ts';
 import { assertCursor, pageQuery, pageResponse, toPage } from '../http/pagination.ts';
 import { idParams, optionalBody, standardErrors, successResponse } from '../http/schemas.ts';
 import type { App, AppDeps } from '../http/types.ts';
-import type { Storage } from '../storage/db.ts';
 import {
-  findActiveWalletKeyByHash,
   insertWalletKey,
   listWalletKeys,
-  markWalletKeyUsed,
   revokeWalletKey,
   rotateWalletKey,
   walletKeyIdExists,
   type WalletKeyRow,
-  type WalletRef,
 } from '../storage/wallet-keys.ts';
 import { walletForNewKey } from './spend-keys.ts';
-
-declare module 'fastify' {
-  interface FastifyRequest {
-    /** Set when the caller authenticated with a wallet key: the only wallet it may act on. */
-    walletKeyScope?: WalletRef;
-  }
-  interface FastifyContextConfig {
-    /** Routes a wallet key may call (its wallet's spend keys); every other route refuses it. */
-    walletKeyAllowed?: boolean;
-  }
-}
-
-/**
- * Authenticates the bearer key of a standard endpoint: a merchant secret key, or a wallet key on
- * the routes that admit one (403 `forbidden` elsewhere).
- */
-export async function authenticateApiKey(storage: Storage, request: FastifyRequest): Promise<Principal> {
-  const token = bearerToken(request);
-  if (token === null || !token.startsWith(SECRET_PREFIX.walletKey)) return authenticateSecretKey(storage, token);
-  const hash = hashSecret(token);
-  const row = await findActiveWalletKeyByHash(storage, hash);
-  if (!row || !hashesEqual(row.key_hash, hash)) throw new ApiError('unauthorized', 'Invalid or revoked wallet key.');
-  if (!request.routeOptions.config.walletKeyAllowed) {
-    throw new ApiError('forbidden', "A wallet key may only manage its own wallet's spend keys.");
-  }
-  await markWalletKeyUsed(storage, row.id);
-  request.walletKeyScope = { walletId: row.wallet_id, connectionId: row.connection_id };
-  return {
-    merchantId: row.merchant_id,
-    merchantWalletId: row.merchant_wallet_id,
-    serviceChargeRate: row.service_charge_rate === null ? null : BigInt(row.service_charge_rate),
-    keyId: row.id,
-  };
-}
 
 const walletKeySchema = z.object({
   wallet_key_id: z.string(),

@@ -1,5 +1,5 @@
 import { newId, newSecret } from '../domain/ids.ts';
-import { insertWallet } from '../ledger/wallets.ts';
+import { insertWallet } from './wallets.ts';
 import type { Storage } from './db.ts';
 import { isUniqueViolation } from './errors.ts';
 import { enqueueEvent } from '../webhooks/outbox.ts';

@@ -5,7 +5,7 @@ import type { Storage } from './db.ts';
 import type { MerchantsTable } from './schema.ts';
 import { insertSecretKey } from './secret-keys.ts';
 import { nowIso } from './time.ts';
-import { insertWallet } from '../ledger/wallets.ts';
+import { insertWallet } from './wallets.ts';
 
 export type MerchantRow = MerchantsTable;
 

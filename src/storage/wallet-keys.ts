@@ -121,3 +121,6 @@ export async function findActiveWalletKeyByHash(storage: Storage, keyHash: strin
 export async function markWalletKeyUsed(storage: Storage, id: string): Promise<void> {
   await storage.db.updateTable('wallet_keys').set({ last_used_at: nowIso() }).where('id', '=', id).execute();
 }
+
+/** A live wallet key with its merchant's wallet and service-charge rate. */
+export type ActiveWalletKeyRow = NonNullable<Awaited<ReturnType<typeof findActiveWalletKeyByHash>>>;
