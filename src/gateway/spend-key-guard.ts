@@ -136,22 +136,24 @@ type TakeTokenCommand = { tollgateTakeToken(key: string, cap: number, rate: numb
 export class SpendKeyBuckets {
   readonly #storage: Storage;
   readonly #clock: Clock;
-  readonly #redis: Redis | null;
+  readonly #redisUrl: string | undefined;
+  /** Connected on the first rate-limited key, so an app whose keys have no rate limit opens none. */
+  #redis: Redis | null = null;
   /** Set while a Redis outage lasts: buckets are then taken in the database at once. */
   #redisOut = false;
 
   constructor(storage: Storage, redisUrl: string | undefined, clock: Clock) {
     this.#storage = storage;
     this.#clock = clock;
-    this.#redis = redisUrl ? new Redis(redisUrl, { maxRetriesPerRequest: 2, lazyConnect: false, commandTimeout: 1_000 }) : null;
-    this.#redis?.defineCommand('tollgateTakeToken', { numberOfKeys: 1, lua: TAKE_TOKEN_LUA });
+    this.#redisUrl = redisUrl;
   }
 
   /** Takes one token from the key's bucket or throws 429 `spend_key_rate_limited` with Retry-After. */
   async take(key: SpendKeyRow): Promise<void> {
     const spec = bucketSpecOf(key);
     if (!spec) return;
-    let level = this.#redis ? await this.#takeInRedis(this.#redis, key.id, spec) : undefined;
+    const redis = this.#redisClient();
+    let level = redis ? await this.#takeInRedis(redis, key.id, spec) : undefined;
     if (level === undefined) {
       const outcome = await takeTokenInDatabase(this.#storage.db, key.id, spec, this.#clock.now());
       level = outcome.taken ? null : outcome.level;
@@ -162,6 +164,13 @@ export class SpendKeyBuckets {
   async close(): Promise<void> {
     const redis = this.#redis;
     if (redis) await redis.quit().catch(() => redis.disconnect());
+  }
+
+  #redisClient(): Redis | null {
+    if (this.#redis || !this.#redisUrl) return this.#redis;
+    this.#redis = new Redis(this.#redisUrl, { maxRetriesPerRequest: 2, lazyConnect: false, commandTimeout: 1_000 });
+    this.#redis.defineCommand('tollgateTakeToken', { numberOfKeys: 1, lua: TAKE_TOKEN_LUA });
+    return this.#redis;
   }
 
   /**
