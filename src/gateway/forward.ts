@@ -16,10 +16,10 @@ import { CredentialCache, watchCredentialChanges } from './credential-cache.ts';
 import { extractCredential, resolveCredential, type BillingContext } from './credentials.ts';
 import { checkSpendKeyRequest, SpendKeyBuckets } from './spend-key-guard.ts';
 import { estimateHold, inputTokenBound } from './estimate.ts';
-import { HoldKeeper } from './hold-keeper.ts';
+import { HoldKeeper } from '../ledger/hold-keeper.ts';
 import { closeAfterResponse, createUpstreamAgent, relay, shutdownHeaders, upstreamRequestHeaders } from './relay.ts';
 import { Settlements } from './settle.ts';
-import { GatewayWriter } from './writer.ts';
+import { GroupCommitWriter } from '../ledger/group-commit.ts';
 import { resolveTarget, splitForwardQuery, type ResolvedTarget } from './target.ts';
 
 export type Gateway = {
@@ -31,9 +31,9 @@ export type Gateway = {
   agent: Dispatcher;
   settlements: Settlements;
   /** Group commit of admissions made on the response path. */
-  writer: GatewayWriter;
+  writer: GroupCommitWriter;
   /** Group commit of work off the response path: settlements, failures, deferred admission writes. */
-  background: GatewayWriter;
+  background: GroupCommitWriter;
   /** Keeps the holds of requests still relaying (and wallet leases) from expiring. */
   holds: HoldKeeper;
   /** PostgreSQL: this instance's leases on hot wallets (decision 0013); null on SQLite or when off. */
@@ -56,11 +56,11 @@ export function createGateway(deps: AppDeps, app: App): Gateway {
   watchCredentialChanges(deps.storage, credentials);
   // Admissions never share a batch with settlements: the next request's admission would wait for
   // the previous request's settlement.
-  const writer = new GatewayWriter(deps.storage, app.log);
+  const writer = new GroupCommitWriter(deps.storage, app.log);
   // Settlement batches take up to 256 members (decision 0008): SQLite pays per page a commit
   // writes, and PostgreSQL a few round trips per batch, so a larger batch costs less per request.
   // A batch is only that large when that much is queued.
-  const background = new GatewayWriter(deps.storage, app.log, { maxBatch: SETTLEMENT_MAX_BATCH });
+  const background = new GroupCommitWriter(deps.storage, app.log, { maxBatch: SETTLEMENT_MAX_BATCH });
   const holds = new HoldKeeper(deps.storage, deps.config.holdTtlMs, app.log, deps.clock);
   const { walletLeaseHotAfter: hotAfter, walletLeaseIdleMs: idleMs, holdTtlMs: ttlMs } = deps.config;
   const gateway: Gateway = {

@@ -9,7 +9,7 @@ import type { StreamUsage, UsageReport } from '../providers/types.ts';
 import type { ForwardPlan } from './forward.ts';
 import type { RelayOutcome } from './relay.ts';
 import { releaseOrphanedReservations } from './spend-key-guard.ts';
-import type { GatewayWriter } from './writer.ts';
+import type { GroupCommitWriter } from '../ledger/group-commit.ts';
 
 const RETRY_DELAYS_MS = [50, 500, 2000];
 
@@ -22,9 +22,9 @@ const RETRY_DELAYS_MS = [50, 500, 2000];
 export class Settlements {
   readonly #inFlight = new Set<Promise<void>>();
   readonly #log: FastifyBaseLogger;
-  readonly #writer: GatewayWriter;
+  readonly #writer: GroupCommitWriter;
 
-  constructor(log: FastifyBaseLogger, writer: GatewayWriter) {
+  constructor(log: FastifyBaseLogger, writer: GroupCommitWriter) {
     this.#log = log;
     this.#writer = writer;
   }
@@ -34,7 +34,7 @@ export class Settlements {
     // A charge whose admission is still queued takes it over: one record written, no hold rows.
     const merged = billed && takeOverAdmission(plan.deferred) ? plan.deferred : undefined;
     const { requestId, deferred } = plan;
-    let write: (writer: GatewayWriter) => Promise<void>;
+    let write: (writer: GroupCommitWriter) => Promise<void>;
     try {
       // Built now, so the request's and the answer's bodies are not kept while the settlement waits.
       write = settlementWrite(deps, plan, outcome, billed, merged);
@@ -95,7 +95,7 @@ function settlementWrite(
   outcome: RelayOutcome,
   billed: BilledUsage | null,
   merged: AdmissionWrite | undefined,
-): (writer: GatewayWriter) => Promise<void> {
+): (writer: GroupCommitWriter) => Promise<void> {
   if (!billed) {
     const failure = { recordId: plan.recordId, holdIds: plan.holdIds };
     return (writer) => writer.run(FAIL_JOB, failure);

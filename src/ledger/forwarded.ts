@@ -7,7 +7,7 @@ import { newId } from '../domain/ids.ts';
 import { MAX_AMOUNT_UNITS } from '../domain/money.ts';
 import { baseCost, priceRequest, type BasePrices, type MeterPricing, type PricedRequest, type Usage } from '../domain/pricing.ts';
 import type { BillingContext } from '../gateway/credentials.ts';
-import { RunAlone, type BatchJob, type GatewayWriter } from '../gateway/writer.ts';
+import { RunAlone, type BatchJob, type GroupCommitWriter } from './group-commit.ts';
 import { finishReservation, lockSpendKeyForAdmission, lockSpendKeys, reserveForRequest, type SpendKeyRequest } from '../gateway/spend-key-guard.ts';
 import { ApiError } from '../http/errors.ts';
 import { jsonInsert, JsonRows, valuesInserts } from '../storage/batch-write.ts';
@@ -345,7 +345,7 @@ export function releaseDeferredHolds(write: AdmissionWrite): void {
  * leases on the paying wallets instead. Either way the holds' rows and the pending record are
  * written by `writer` off the response path, batched with settlements.
  */
-export async function admitDeferred(storage: Storage, writer: GatewayWriter, input: AdmitInput, leases?: WalletLeases): Promise<DeferredAdmission> {
+export async function admitDeferred(storage: Storage, writer: GroupCommitWriter, input: AdmitInput, leases?: WalletLeases): Promise<DeferredAdmission> {
   const parts = holdParts(input.walletId, input.billing.merchantWalletId, input.estimate);
   const now = input.now ?? new Date();
   const createdAt = now.toISOString();

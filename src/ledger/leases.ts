@@ -13,7 +13,7 @@
 import { dateOf, type Clock } from '../domain/clock.ts';
 import type { FastifyBaseLogger } from 'fastify';
 import { newId } from '../domain/ids.ts';
-import type { HoldKeeper } from '../gateway/hold-keeper.ts';
+import type { HoldKeeper } from './hold-keeper.ts';
 import type { Storage } from '../storage/db.ts';
 import { releaseHold } from './holds.ts';
 import { availableOf, lockWallets } from './wallets.ts';

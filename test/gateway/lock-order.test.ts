@@ -4,7 +4,7 @@ import { sql, type Transaction } from 'kysely';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { parseMoney } from '../../src/domain/money.ts';
 import { resolveForwardCredential } from '../../src/gateway/credentials.ts';
-import { GatewayWriter } from '../../src/gateway/writer.ts';
+import { GroupCommitWriter } from '../../src/ledger/group-commit.ts';
 import { ADMIT_JOB, SETTLE_JOB, type AdmitOutcome } from '../../src/ledger/forwarded.ts';
 import { verifyLedger } from '../../src/ledger/verify.ts';
 import { creditWallet } from '../../src/ledger/wallets.ts';
@@ -69,10 +69,10 @@ describe.skipIf(!process.env.TEST_DATABASE_URL)('lock order of the gateway write
   const lockWallet = (id: string): Step => (trx) => trx.selectFrom('wallets').select('id').where('id', '=', id).forUpdate().execute();
 
   /** A writer whose warnings (a batch that failed as a whole) the test can read. */
-  function watchedWriter(): { writer: GatewayWriter; warnings: string[] } {
+  function watchedWriter(): { writer: GroupCommitWriter; warnings: string[] } {
     const warnings: string[] = [];
     const log: Pick<FastifyBaseLogger, 'warn'> = { warn: (...args: unknown[]) => void warnings.push(String(args.at(-1))) };
-    return { writer: new GatewayWriter(t.storage, log), warnings };
+    return { writer: new GroupCommitWriter(t.storage, log), warnings };
   }
 
   function admitted(outcome: AdmitOutcome) {

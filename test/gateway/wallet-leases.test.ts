@@ -4,7 +4,7 @@ import { parseMoney } from '../../src/domain/money.ts';
 import { lookupBasePrices } from '../../src/domain/prices.ts';
 import { resolveForwardCredential } from '../../src/gateway/credentials.ts';
 import { estimateHold } from '../../src/gateway/estimate.ts';
-import { HoldKeeper } from '../../src/gateway/hold-keeper.ts';
+import { HoldKeeper } from '../../src/ledger/hold-keeper.ts';
 import { sweepExpiredHolds } from '../../src/gateway/settle.ts';
 import { pricingFor } from '../../src/ledger/forwarded.ts';
 import { WalletLeases, type Lease } from '../../src/ledger/leases.ts';

@@ -3,7 +3,7 @@ import { formatMoney, parseMoney } from '../../src/domain/money.ts';
 import { lookupBasePrices } from '../../src/domain/prices.ts';
 import { resolveForwardCredential } from '../../src/gateway/credentials.ts';
 import { sweepExpiredHolds } from '../../src/gateway/settle.ts';
-import { GatewayWriter, type BatchJob } from '../../src/gateway/writer.ts';
+import { GroupCommitWriter, type BatchJob } from '../../src/ledger/group-commit.ts';
 import { ADMIT_JOB, admitDeferred, admitRequest, failRequest, releaseDeferredHolds, takeOverAdmission, pricingFor, SETTLE_JOB, settleRequest, type SettleInput } from '../../src/ledger/forwarded.ts';
 import { verifyLedger } from '../../src/ledger/verify.ts';
 import { creditWallet, findWallet } from '../../src/ledger/wallets.ts';
@@ -47,7 +47,7 @@ describe.each(databasesUnderTest())('gateway writer on %s', (dialect) => {
   });
 
   it('work handed in together runs in one batch; a failing batch runs each member alone', async () => {
-    const writer = new GatewayWriter(t.storage);
+    const writer = new GroupCommitWriter(t.storage);
     const batches: string[][] = [];
     const job: BatchJob<string, string> = {
       order: 0,
@@ -75,7 +75,7 @@ describe.each(databasesUnderTest())('gateway writer on %s', (dialect) => {
   });
 
   it('work that may wait, queued while a batch is written, waits for more to join it instead of following at once', async () => {
-    const writer = new GatewayWriter(t.storage);
+    const writer = new GroupCommitWriter(t.storage);
     const { job: lazy, batches, release } = jobHoldingFirstBatch<string>(1000);
     const eager: BatchJob<string, string> = { ...lazy, waitMs: undefined };
     const first = writer.run(eager, 'a');
@@ -101,7 +101,7 @@ describe.each(databasesUnderTest())('gateway writer on %s', (dialect) => {
     { maxBatch: undefined, full: 64 },
     { maxBatch: 256, full: 256 },
   ])('a full batch ($full) of work that may wait goes at once, so a backlog cannot build up while the writer waits', async ({ maxBatch, full }) => {
-    const writer = new GatewayWriter(t.storage, undefined, { maxBatch });
+    const writer = new GroupCommitWriter(t.storage, undefined, { maxBatch });
     const { job: lazy, batches, release } = jobHoldingFirstBatch<number>(10_000);
     const sizes = () => batches.map((b) => b.length);
     const first = writer.run({ ...lazy, waitMs: undefined }, 0);
@@ -119,7 +119,7 @@ describe.each(databasesUnderTest())('gateway writer on %s', (dialect) => {
   });
 
   it('past four full batches queued, new work is told to wait for room, until a batch takes the queue below that', async () => {
-    const writer = new GatewayWriter(t.storage, undefined, { maxBatch: 2 });
+    const writer = new GroupCommitWriter(t.storage, undefined, { maxBatch: 2 });
     const { job, batches, release } = jobHoldingFirstBatch<number>();
     const first = writer.run(job, 0);
     await vi.waitFor(() => expect(batches).toEqual([[0]]));
@@ -147,7 +147,7 @@ describe.each(databasesUnderTest())('gateway writer on %s', (dialect) => {
     await creditWallet(t.storage, merchant.walletId, parseMoney('5'));
     const billing = await resolveForwardCredential(t.storage, secretKey, new Date());
     const { walletId } = pricingFor(billing);
-    const writer = new GatewayWriter(t.storage);
+    const writer = new GroupCommitWriter(t.storage);
     const record = { provider: 'openai', endpoint: 'POST https://api.openai.com/v1/chat/completions', provider_key_type: 'managed' as const, metadata: {} };
 
     const admitted = await Promise.all(
@@ -193,12 +193,12 @@ describe.each(databasesUnderTest())('gateway writer on %s', (dialect) => {
     const billing = await resolveForwardCredential(t.storage, merchant.secretKey, new Date());
     const { walletId } = pricingFor(billing);
     const record = { provider: 'openai', endpoint: 'POST https://api.openai.com/v1/chat/completions', provider_key_type: 'managed' as const, metadata: { team: 'a' } };
-    const admitted = await Promise.all(Array.from({ length: 256 }, () => new GatewayWriter(t.storage).run(ADMIT_JOB, admissionOf(billing, walletId, { hold: '0.01', facts: record }))));
+    const admitted = await Promise.all(Array.from({ length: 256 }, () => new GroupCommitWriter(t.storage).run(ADMIT_JOB, admissionOf(billing, walletId, { hold: '0.01', facts: record }))));
     const prices = lookupBasePrices('openai', 'gpt-4o', { overrides: t.config.priceOverrides });
 
     const sizes: number[] = [];
     const counted: typeof SETTLE_JOB = { ...SETTLE_JOB, inTransaction: (trx, d, inputs) => (sizes.push(inputs.length), SETTLE_JOB.inTransaction(trx, d, inputs)) };
-    const writer = new GatewayWriter(t.storage, undefined, { maxBatch: 256 });
+    const writer = new GroupCommitWriter(t.storage, undefined, { maxBatch: 256 });
     const balanceEvents = () =>
       t.storage.db.selectFrom('events').select(['id', 'payload']).where('merchant_id', '=', merchant.merchantId).where('type', '=', 'merchant.wallet.balance.updated').orderBy('id').execute();
     const eventsBefore = (await balanceEvents()).length;
@@ -238,7 +238,7 @@ describe.each(databasesUnderTest())('gateway writer on %s', (dialect) => {
     await creditWallet(t.storage, customer.wallet.wallet_id, parseMoney('5'));
     const token = Buffer.from(JSON.stringify({ secret_key: t.merchant.secretKey, customer_id: customer.customer_id, meter_slug: meter.meter_slug })).toString('base64');
     const billing = await resolveForwardCredential(t.storage, token, new Date());
-    const writer = new GatewayWriter(t.storage);
+    const writer = new GroupCommitWriter(t.storage);
     const record = { provider: 'openai', endpoint: 'POST https://api.openai.com/v1/chat/completions', provider_key_type: 'managed' as const, metadata: { feature: 'x' } };
     const admitted = await Promise.all(
       [1, 2, 3].map(() =>
@@ -374,7 +374,7 @@ describe.each(databasesUnderTest())('gateway writer on %s', (dialect) => {
     const merchant = await t.newMerchant('Tight');
     await creditWallet(t.storage, merchant.walletId, parseMoney('0.05'));
     const billing = await resolveForwardCredential(t.storage, merchant.secretKey, new Date());
-    const writer = new GatewayWriter(t.storage);
+    const writer = new GroupCommitWriter(t.storage);
     const outcomes = await Promise.all(
       Array.from({ length: 12 }, () =>
         writer.run(ADMIT_JOB, admissionOf(billing, merchant.walletId, { hold: '0.01', facts: { ...CHAT_FACTS, metadata: { k: 'v' } } })),
@@ -396,7 +396,7 @@ describe.each(databasesUnderTest())('gateway writer on %s', (dialect) => {
     const billing = await resolveForwardCredential(t.storage, token, new Date());
     const record = { ...CHAT_FACTS, metadata };
     const admission = (hold: string) => admissionOf(billing, customer.walletId, { hold, facts: record });
-    return { customer, billing, background: new GatewayWriter(t.storage), record, admission };
+    return { customer, billing, background: new GroupCommitWriter(t.storage), record, admission };
   }
 
   it.runIf(dialect === 'sqlite')(

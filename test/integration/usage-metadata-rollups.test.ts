@@ -4,7 +4,7 @@ import { parseMoney } from '../../src/domain/money.ts';
 import { resolveForwardCredential } from '../../src/gateway/credentials.ts';
 import { chargeBatch } from '../../src/ledger/charge-batch.ts';
 import type { ChargeInput } from '../../src/ledger/charge.ts';
-import { GatewayWriter, RunAlone } from '../../src/gateway/writer.ts';
+import { GroupCommitWriter, RunAlone } from '../../src/ledger/group-commit.ts';
 import { admitRequest, failRequest, SETTLE_JOB, settleRequest, type SettleInput } from '../../src/ledger/forwarded.ts';
 import { creditWallet } from '../../src/ledger/wallets.ts';
 import { findConnection } from '../../src/storage/connections.ts';
@@ -152,7 +152,7 @@ describe.each(databasesUnderTest())('usage rollups per metadata pair on %s', (di
 
     const batch = t.storage.db.transaction().execute((trx) => SETTLE_JOB.inTransaction(trx, t.storage.dialect, admitted.map(settlement)));
     await expect(batch).rejects.toBeInstanceOf(RunAlone);
-    const writer = new GatewayWriter(t.storage);
+    const writer = new GroupCommitWriter(t.storage);
     const outcomes = await Promise.all(admitted.map((a) => writer.run(SETTLE_JOB, settlement(a))));
     await writer.drain();
 

@@ -1,5 +1,6 @@
 /**
- * Group commit for the forward gateway's ledger writes (admissions, settlements, failures).
+ * Group commit for the forward gateway's ledger writes (admissions, settlements, failures): every
+ * forwarded request's money goes through one of these writers.
  *
  * Work handed in while a batch is being written waits and goes into the next one: one database
  * transaction, one commit and a fixed number of statements for the whole batch instead of a
@@ -15,11 +16,11 @@
  */
 import type { FastifyBaseLogger } from 'fastify';
 import type { Transaction } from 'kysely';
-import { lockUsageCounters, type CounterKey } from '../ledger/charge.ts';
-import { lockWallets } from '../ledger/wallets.ts';
+import { lockUsageCounters, type CounterKey } from './charge.ts';
+import { lockWallets } from './wallets.ts';
 import type { Storage } from '../storage/db.ts';
 import type { Database } from '../storage/schema.ts';
-import { lockSpendKeys } from './spend-key-guard.ts';
+import { lockSpendKeys } from '../gateway/spend-key-guard.ts';
 
 /** Large enough for everything a busy instance has waiting, small enough for any engine's parameter limit. */
 const DEFAULT_MAX_BATCH = 64;
@@ -65,7 +66,7 @@ export class RunAlone extends Error {}
 
 type Waiting = { job: BatchJob<unknown, unknown>; input: unknown; resolve: (o: unknown) => void; reject: (e: unknown) => void };
 
-export class GatewayWriter {
+export class GroupCommitWriter {
   readonly #storage: Storage;
   readonly #log: Pick<FastifyBaseLogger, 'warn'> | undefined;
   #queue: Waiting[] = [];
