@@ -44,6 +44,7 @@ import { insertHold, releaseHoldInTransaction, type HoldRow } from './holds.ts';
 import { availableOf, debitInMemory, lockWallets, releaseUnwritten, reserveUnwritten, type WalletRow } from './wallets.ts';
 import { markLeaseLost, type Lease, type WalletLeases } from './leases.ts';
 import { walletBalanceEvent } from './events.ts';
+import { holdParts, holdRowsOf, refusedPart, type HoldPart } from './admission/decision.ts';
 import { eventRows, type NewEvent } from '../webhooks/outbox.ts';
 
 /** A meter's pricing, parsed once per meter row (cached credentials share their rows). */
@@ -105,11 +106,8 @@ export async function admitRequest(storage: Storage, input: AdmitInput): Promise
     const key = await lockedSpendKey(trx, storage.dialect, input, now);
     if (key instanceof ApiError) return { outcome: 'spend_key_refused', error: key };
     const parts = holdParts(input.walletId, input.billing.merchantWalletId, input.estimate);
-    for (const part of parts) {
-      const wallet = wallets.get(part.walletId)!;
-      const available = availableOf(wallet);
-      if (available < part.amount || available <= 0n) return { outcome: 'insufficient_balance', payer: part.payer };
-    }
+    const refused = refusedPart(parts, (walletId) => availableOf(wallets.get(walletId)!));
+    if (refused) return { outcome: 'insufficient_balance', payer: refused.payer };
     const recordId = input.requestId;
     if (key) {
       const amount = input.estimate.wallet + input.estimate.merchant;
@@ -162,10 +160,7 @@ export async function admitInTransaction(
       outcomes.push({ outcome: 'spend_key_refused', error: key });
       continue;
     }
-    const refused = parts.find((part) => {
-      const available = availableOf(wallets.get(part.walletId)!);
-      return available < part.amount || available <= 0n;
-    });
+    const refused = refusedPart(parts, (walletId) => availableOf(wallets.get(walletId)!));
     if (refused) {
       outcomes.push({ outcome: 'insufficient_balance', payer: refused.payer });
       continue;
@@ -178,18 +173,12 @@ export async function admitInTransaction(
         continue;
       }
     }
-    const holdIds: string[] = [];
     const createdAt = now.toISOString();
-    const expiresAt = new Date(now.getTime() + input.ttlMs).toISOString();
-    for (const part of parts) {
-      const wallet = wallets.get(part.walletId)!;
-      const id = newId('hold');
-      holds.push({ id, wallet_id: wallet.id, reference: recordId, amount: part.amount, status: 'active', created_at: createdAt, expires_at: expiresAt });
-      wallet.held += part.amount;
-      holdIds.push(id);
-    }
+    const rows = holdRowsOf(parts, recordId, now, input.ttlMs);
+    for (const hold of rows) wallets.get(hold.wallet_id)!.held += hold.amount;
+    holds.push(...rows);
     records.push(pendingRecord(input, recordId, createdAt));
-    outcomes.push({ outcome: 'admitted', recordId, holdIds, createdAt });
+    outcomes.push({ outcome: 'admitted', recordId, holdIds: rows.map((hold) => hold.id), createdAt });
   }
 
   await writeAdmissionRows(trx, holds, records);
@@ -213,16 +202,11 @@ async function admitInOneStatement(storage: Storage, inputs: AdmitInput[]): Prom
   for (const input of inputs) {
     const now = input.now ?? new Date();
     const createdAt = now.toISOString();
-    const expiresAt = new Date(now.getTime() + input.ttlMs).toISOString();
-    const holdIds: string[] = [];
-    for (const part of holdParts(input.walletId, input.billing.merchantWalletId, input.estimate)) {
-      need.set(part.walletId, (need.get(part.walletId) ?? 0n) + part.amount);
-      const id = newId('hold');
-      holds.push({ id, wallet_id: part.walletId, reference: input.requestId, amount: part.amount, status: 'active', created_at: createdAt, expires_at: expiresAt });
-      holdIds.push(id);
-    }
+    const rows = holdRowsOf(holdParts(input.walletId, input.billing.merchantWalletId, input.estimate), input.requestId, now, input.ttlMs);
+    for (const hold of rows) need.set(hold.wallet_id, (need.get(hold.wallet_id) ?? 0n) + hold.amount);
+    holds.push(...rows);
     records.push(pendingRecord(input, input.requestId, createdAt));
-    outcomes.push({ outcome: 'admitted', recordId: input.requestId, holdIds, createdAt });
+    outcomes.push({ outcome: 'admitted', recordId: input.requestId, holdIds: rows.map((hold) => hold.id), createdAt });
   }
   if (need.size === 0) return null;
   // The statement's text depends on which tables get rows, not on how many: it is prepared once.
@@ -349,17 +333,8 @@ export async function admitDeferred(storage: Storage, writer: GroupCommitWriter,
   const parts = holdParts(input.walletId, input.billing.merchantWalletId, input.estimate);
   const now = input.now ?? new Date();
   const createdAt = now.toISOString();
-  const expiresAt = new Date(now.getTime() + input.ttlMs).toISOString();
   const recordId = input.requestId;
-  const holds: HoldRow[] = parts.map((part) => ({
-    id: newId('hold'),
-    wallet_id: part.walletId,
-    reference: recordId,
-    amount: part.amount,
-    status: 'active',
-    created_at: createdAt,
-    expires_at: expiresAt,
-  }));
+  const holds = holdRowsOf(parts, recordId, now, input.ttlMs);
   const deferred: AdmissionWrite = { holds, admission: input, createdAt, state: 'queued', written: Promise.resolve() };
 
   if (leases) {
@@ -398,7 +373,7 @@ export async function admitDeferred(storage: Storage, writer: GroupCommitWriter,
 async function reserveInProcess(storage: Storage, parts: HoldPart[]): Promise<HoldPart | undefined> {
   const walletIds = [...new Set(parts.map((part) => part.walletId))];
   const remembered = rememberedWallets(storage, walletIds);
-  if (remembered && !refusedPart(parts, remembered)) {
+  if (remembered && !refusedIn(parts, remembered)) {
     reserveParts(parts);
     return undefined;
   }
@@ -406,7 +381,7 @@ async function reserveInProcess(storage: Storage, parts: HoldPart[]): Promise<Ho
     const rows = walletIds.length > 0 ? (await db.executeQuery(walletBalancesQuery(walletIds))).rows : [];
     const wallets = new Map(rows.map((row) => [row.id, row]));
     rememberWallets(storage, wallets);
-    const refusal = refusedPart(parts, wallets);
+    const refusal = refusedIn(parts, wallets);
     // Reserved before the connection is let go: no other decision sees these wallets without them.
     if (!refusal) reserveParts(parts);
     return refusal;
@@ -415,11 +390,8 @@ async function reserveInProcess(storage: Storage, parts: HoldPart[]): Promise<Ho
 
 type WalletBalance = Pick<WalletRow, 'id' | 'balance' | 'held'>;
 
-function refusedPart(parts: HoldPart[], wallets: Map<string, WalletBalance>): HoldPart | undefined {
-  return parts.find((part) => {
-    const available = availableOf(wallets.get(part.walletId)!);
-    return available < part.amount || available <= 0n;
-  });
+function refusedIn(parts: HoldPart[], wallets: Map<string, WalletBalance>): HoldPart | undefined {
+  return refusedPart(parts, (walletId) => availableOf(wallets.get(walletId)!));
 }
 
 function reserveParts(parts: HoldPart[]): void {
@@ -599,23 +571,9 @@ export const ADMIT_JOB: BatchJob<AdmitInput, AdmitOutcome> = {
   alone: admitRequest,
 };
 
-type HoldPart = { walletId: string; amount: bigint; payer: 'wallet' | 'merchant' };
-
 /** The wallets an admission holds anything on. */
 export const payingWalletIds = (input: AdmitInput): string[] =>
   holdParts(input.walletId, input.billing.merchantWalletId, input.estimate).map((part) => part.walletId);
-
-/** The holds to place; a wallet only counts as paying when its part of the estimate is above zero. */
-function holdParts(walletId: string, merchantWalletId: string, estimate: { wallet: bigint; merchant: bigint }): HoldPart[] {
-  if (walletId === merchantWalletId) {
-    const amount = estimate.wallet + estimate.merchant;
-    return amount > 0n ? [{ walletId, amount, payer: 'merchant' }] : [];
-  }
-  const parts: HoldPart[] = [];
-  if (estimate.wallet > 0n) parts.push({ walletId, amount: estimate.wallet, payer: 'wallet' });
-  if (estimate.merchant > 0n) parts.push({ walletId: merchantWalletId, amount: estimate.merchant, payer: 'merchant' });
-  return parts;
-}
 
 function pendingRecord(input: AdmitInput, id: string, at: string): RequestRow {
   const { pricing } = pricingFor(input.billing);

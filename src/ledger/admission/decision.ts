@@ -1,0 +1,49 @@
+/**
+ * The admission rule, pure: what a forwarded request holds on which wallet, and whether the
+ * wallets can cover it. Every admission path (in one transaction, in one statement, deferred in
+ * process, from leases) decides with these, against the wallets as that path sees them; the
+ * in-transaction path is the reference the others are property-tested against.
+ */
+import { newId } from '../../domain/ids.ts';
+import type { HoldRow } from '../holds.ts';
+
+/** One wallet's share of a request's estimate; `payer` says whose refusal it is. */
+export type HoldPart = { walletId: string; amount: bigint; payer: 'wallet' | 'merchant' };
+
+/** The holds to place; a wallet only counts as paying when its part of the estimate is above zero. */
+export function holdParts(walletId: string, merchantWalletId: string, estimate: { wallet: bigint; merchant: bigint }): HoldPart[] {
+  if (walletId === merchantWalletId) {
+    const amount = estimate.wallet + estimate.merchant;
+    return amount > 0n ? [{ walletId, amount, payer: 'merchant' }] : [];
+  }
+  const parts: HoldPart[] = [];
+  if (estimate.wallet > 0n) parts.push({ walletId, amount: estimate.wallet, payer: 'wallet' });
+  if (estimate.merchant > 0n) parts.push({ walletId: merchantWalletId, amount: estimate.merchant, payer: 'merchant' });
+  return parts;
+}
+
+/**
+ * The refusal, as data: the first part its wallet cannot cover (its available balance is below the
+ * part, or at or below zero), or undefined when every part is covered.
+ */
+export function refusedPart(parts: readonly HoldPart[], availableOf: (walletId: string) => bigint): HoldPart | undefined {
+  return parts.find((part) => {
+    const available = availableOf(part.walletId);
+    return available < part.amount || available <= 0n;
+  });
+}
+
+/** The hold rows of an admitted request's parts, active from `now` for `ttlMs`. */
+export function holdRowsOf(parts: readonly HoldPart[], recordId: string, now: Date, ttlMs: number): HoldRow[] {
+  const createdAt = now.toISOString();
+  const expiresAt = new Date(now.getTime() + ttlMs).toISOString();
+  return parts.map((part) => ({
+    id: newId('hold'),
+    wallet_id: part.walletId,
+    reference: recordId,
+    amount: part.amount,
+    status: 'active',
+    created_at: createdAt,
+    expires_at: expiresAt,
+  }));
+}
