@@ -9,7 +9,9 @@ import { ApiError, envelope, ERRORS, validationError, type ErrorCode } from '../
 import { assertJsonDepth } from '../http/json-depth.ts';
 import { METADATA_HEADER, outsideMetadata, type Metadata } from '../http/metadata.ts';
 import type { App, AppDeps } from '../http/types.ts';
-import { ADMIT_JOB, admitDeferred, payingWalletIds, pricingFor, type AdmissionWrite, type AdmitInput, type DeferredAdmission } from '../ledger/forwarded.ts';
+import { ADMIT_JOB, payingWalletIds, type AdmitInput } from '../ledger/admission/admit.ts';
+import { admitDeferred, type AdmissionWrite, type DeferredAdmission } from '../ledger/admission/deferred.ts';
+import { pricingFor } from '../ledger/billing.ts';
 import { WalletLeases } from '../ledger/leases.ts';
 import { createRegistry, type ProviderModule, type ProviderRegistry } from '../providers/index.ts';
 import { CredentialCache, watchCredentialChanges } from './credential-cache.ts';

@@ -1,7 +1,8 @@
 import type { FastifyBaseLogger } from 'fastify';
 import { toSeconds, type Usage } from '../domain/pricing.ts';
 import type { AppDeps } from '../http/types.ts';
-import { FAIL_JOB, releaseDeferredHolds, SETTLE_JOB, takeOverAdmission, type AdmissionWrite, type SettleInput } from '../ledger/forwarded.ts';
+import { FAIL_JOB, SETTLE_JOB, type SettleInput } from '../ledger/settlement/settle.ts';
+import { releaseDeferredHolds, takeOverAdmission, type AdmissionWrite } from '../ledger/admission/deferred.ts';
 import { expireHolds } from '../ledger/holds.ts';
 import type { Storage } from '../storage/db.ts';
 import { estimateInputTokensFromRequest, estimateOutputTokensFromResponse, estimateTokensFromCharacters, isUsageBilledRequest } from '../providers/estimate.ts';

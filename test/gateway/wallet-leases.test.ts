@@ -6,7 +6,7 @@ import { resolveForwardCredential } from '../../src/gateway/credentials.ts';
 import { estimateHold } from '../../src/gateway/estimate.ts';
 import { HoldKeeper } from '../../src/ledger/hold-keeper.ts';
 import { sweepExpiredHolds } from '../../src/gateway/settle.ts';
-import { pricingFor } from '../../src/ledger/forwarded.ts';
+import { pricingFor } from '../../src/ledger/billing.ts';
 import { WalletLeases, type Lease } from '../../src/ledger/leases.ts';
 import { verifyLedger } from '../../src/ledger/verify.ts';
 import { creditWallet, findWallet } from '../../src/ledger/wallets.ts';

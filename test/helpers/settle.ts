@@ -1,7 +1,8 @@
 import { newId } from '../../src/domain/ids.ts';
 import { parseMoney } from '../../src/domain/money.ts';
 import type { BillingContext } from '../../src/gateway/credentials.ts';
-import type { AdmitInput, PendingFacts, SettleInput } from '../../src/ledger/forwarded.ts';
+import type { AdmitInput } from '../../src/ledger/admission/admit.ts';
+import type { PendingFacts, SettleInput } from '../../src/ledger/settlement/settle.ts';
 
 /** What a forwarded chat completion's pending record says, unless a test names other facts. */
 export const CHAT_FACTS: Omit<PendingFacts, 'created_at'> = {

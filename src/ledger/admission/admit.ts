@@ -1,0 +1,247 @@
+/**
+ * Admission in the database, the reference every fast path is tested against: hold the estimate
+ * on each paying wallet and write the pending record, one request alone (admitRequest) or a
+ * group-commit batch member by member (admitInTransaction), or a whole batch in one statement
+ * when every member fits (PostgreSQL).
+ */
+import { CompiledQuery, type Transaction } from 'kysely';
+import type { BillingContext } from '../../gateway/credentials.ts';
+import type { BatchJob } from '../group-commit.ts';
+import { lockSpendKeyForAdmission, lockSpendKeys, reserveForRequest, type SpendKeyRequest } from '../../gateway/spend-key-guard.ts';
+import { ApiError } from '../../http/errors.ts';
+import { JsonRows } from '../../storage/batch-write.ts';
+import { prepared, type Storage } from '../../storage/db.ts';
+import type { Database } from '../../storage/schema.ts';
+import { insertRequestRecord, metadataRows, type RequestRow } from '../../storage/requests.ts';
+import { insertHold, type HoldRow } from '../holds.ts';
+import { availableOf, lockWallets, type WalletRow } from '../wallets.ts';
+import { holdParts, holdRowsOf, refusedPart } from './decision.ts';
+import { pricingFor } from '../billing.ts';
+import { writeAdmissionRows } from './rows.ts';
+
+export type AdmitInput = {
+  requestId: string;
+  billing: BillingContext;
+  walletId: string;
+  estimate: { wallet: bigint; merchant: bigint };
+  ttlMs: number;
+  record: Pick<RequestRow, 'provider' | 'model' | 'endpoint' | 'provider_key_type'> & { metadata: Record<string, string> };
+  /** What a spend key's checks are run against again on its locked row. */
+  spendKeyRequest?: SpendKeyRequest;
+  now?: Date;
+};
+
+export type AdmitOutcome =
+  /** `createdAt`: the pending record's time, which the settled record keeps (and rolls up under). */
+  | { outcome: 'admitted'; recordId: string; holdIds: string[]; createdAt: string }
+  | { outcome: 'insufficient_balance'; payer: 'wallet' | 'merchant' }
+  | { outcome: 'spend_key_refused'; error: ApiError };
+
+/**
+ * Holds the estimate on each paying wallet and writes the pending record, in one transaction.
+ * Refused (nothing written) when a paying wallet's available balance cannot cover its part, or
+ * when a wallet that would pay anything is at or below zero.
+ */
+export async function admitRequest(storage: Storage, input: AdmitInput): Promise<AdmitOutcome> {
+  const now = input.now ?? new Date();
+  return storage.db.transaction().execute(async (trx) => {
+    const wallets = await lockWallets(trx, storage.dialect, [input.walletId, input.billing.merchantWalletId]);
+    // A key that is no longer valid is refused as such, whatever its wallet holds.
+    const key = await lockedSpendKey(trx, storage.dialect, input, now);
+    if (key instanceof ApiError) return { outcome: 'spend_key_refused', error: key };
+    const parts = holdParts(input.walletId, input.billing.merchantWalletId, input.estimate);
+    const refused = refusedPart(parts, (walletId) => availableOf(wallets.get(walletId)!));
+    if (refused) return { outcome: 'insufficient_balance', payer: refused.payer };
+    const recordId = input.requestId;
+    if (key) {
+      const amount = input.estimate.wallet + input.estimate.merchant;
+      const refusal = await reserveForRequest(trx, key, { recordId, amount, now });
+      if (refusal) return { outcome: 'spend_key_refused', error: refusal };
+    }
+    const holdIds: string[] = [];
+    for (const part of parts) {
+      if (part.amount > 0n) {
+        holdIds.push(await insertHold(trx, wallets.get(part.walletId)!, part.amount, recordId, input.ttlMs, now));
+      }
+    }
+    const createdAt = now.toISOString();
+    await insertRequestRecord(trx, pendingRecord(input, recordId, createdAt));
+    return { outcome: 'admitted', recordId, holdIds, createdAt };
+  });
+}
+
+/** The request's spend key, locked and checked again on its row; null without one. */
+function lockedSpendKey(trx: Transaction<Database>, dialect: Storage['dialect'], input: AdmitInput, now: Date) {
+  const key = input.billing.spendKey;
+  return key ? lockSpendKeyForAdmission(trx, dialect, { key, request: input.spendKeyRequest ?? null, now }) : Promise.resolve(null);
+}
+
+/**
+ * admitRequest for several requests in one transaction (group commit): the same decisions, taken
+ * in the order given against the wallets as each earlier request left them, with each table
+ * written once. Only the wallets that take a hold are locked (every customer's request names the
+ * merchant's wallet; locking it always would queue them all behind one row), then the spend keys,
+ * both in id order. A refusal changes nothing of its own request; the others go on.
+ */
+export async function admitInTransaction(
+  trx: Transaction<Database>,
+  dialect: Storage['dialect'],
+  inputs: AdmitInput[],
+): Promise<AdmitOutcome[]> {
+  const partsOf = inputs.map((input) => holdParts(input.walletId, input.billing.merchantWalletId, input.estimate));
+  const walletIds = partsOf.flatMap((parts) => parts.map((p) => p.walletId));
+  const wallets = walletIds.length > 0 ? await lockWallets(trx, dialect, walletIds) : new Map<string, WalletRow>();
+  await lockSpendKeys(trx, dialect, spendKeyIdsOf(inputs));
+
+  const outcomes: AdmitOutcome[] = [];
+  const holds: HoldRow[] = [];
+  const records: RequestRow[] = [];
+  for (const [i, input] of inputs.entries()) {
+    const parts = partsOf[i]!;
+    const now = input.now ?? new Date();
+    const key = await lockedSpendKey(trx, dialect, input, now);
+    if (key instanceof ApiError) {
+      outcomes.push({ outcome: 'spend_key_refused', error: key });
+      continue;
+    }
+    const refused = refusedPart(parts, (walletId) => availableOf(wallets.get(walletId)!));
+    if (refused) {
+      outcomes.push({ outcome: 'insufficient_balance', payer: refused.payer });
+      continue;
+    }
+    const recordId = input.requestId;
+    if (key) {
+      const refusal = await reserveForRequest(trx, key, { recordId, amount: input.estimate.wallet + input.estimate.merchant, now });
+      if (refusal) {
+        outcomes.push({ outcome: 'spend_key_refused', error: refusal });
+        continue;
+      }
+    }
+    const createdAt = now.toISOString();
+    const rows = holdRowsOf(parts, recordId, now, input.ttlMs);
+    for (const hold of rows) wallets.get(hold.wallet_id)!.held += hold.amount;
+    holds.push(...rows);
+    records.push(pendingRecord(input, recordId, createdAt));
+    outcomes.push({ outcome: 'admitted', recordId, holdIds: rows.map((hold) => hold.id), createdAt });
+  }
+
+  await writeAdmissionRows(trx, holds, records);
+  return outcomes;
+}
+
+/**
+ * PostgreSQL fast path for a batch of admissions: one statement, committed on its own. It locks
+ * the paying wallets, checks that each can cover everything the batch holds on it (then every
+ * member passes admitInTransaction's check in any order), and writes the holds, the wallets'
+ * `held` and the pending records. When a wallet cannot cover all of it, the statement fails on
+ * purpose (division by zero), nothing is written, and the batch takes the ordinary path, which
+ * decides member by member. Spend-key requests always take the ordinary path.
+ */
+async function admitInOneStatement(storage: Storage, inputs: AdmitInput[]): Promise<AdmitOutcome[] | null> {
+  if (storage.dialect !== 'postgres' || inputs.some((input) => input.billing.spendKey)) return null;
+  const need = new Map<string, bigint>();
+  const holds: HoldRow[] = [];
+  const records: RequestRow[] = [];
+  const outcomes: AdmitOutcome[] = [];
+  for (const input of inputs) {
+    const now = input.now ?? new Date();
+    const createdAt = now.toISOString();
+    const rows = holdRowsOf(holdParts(input.walletId, input.billing.merchantWalletId, input.estimate), input.requestId, now, input.ttlMs);
+    for (const hold of rows) need.set(hold.wallet_id, (need.get(hold.wallet_id) ?? 0n) + hold.amount);
+    holds.push(...rows);
+    records.push(pendingRecord(input, input.requestId, createdAt));
+    outcomes.push({ outcome: 'admitted', recordId: input.requestId, holdIds: rows.map((hold) => hold.id), createdAt });
+  }
+  if (need.size === 0) return null;
+  // The statement's text depends on which tables get rows, not on how many: it is prepared once.
+  const json = new JsonRows();
+  // What each wallet must cover, typed by the holds table's columns of the same names.
+  const needRows = json.select('holds', [...need].map(([wallet_id, amount]) => ({ wallet_id, amount })));
+  const metadata = metadataRows(records);
+  const text = prepared(`
+    with need as (${needRows}),
+    locked as (select id, balance, held from wallets where id in (select wallet_id from need) order by id for update),
+    ok as (
+      select count(*) = (select count(*) from need) as ok
+      from locked join need on need.wallet_id = locked.id
+      where locked.balance - locked.held >= need.amount
+    ),
+    upd as (
+      update wallets set held = wallets.held + need.amount from need
+      where wallets.id = need.wallet_id and (select ok from ok)
+      returning wallets.id
+    ),
+    h as (${json.insert('holds', holds)}),
+    r as (${json.insert('requests', records)})
+    ${metadata.length > 0 ? `, m as (${json.insert('request_metadata', metadata)})` : ''}
+    select 1 / (select case when ok then 1 else 0 end from ok) as admitted`);
+  await storage.db.executeQuery(CompiledQuery.raw(text, json.values));
+  return outcomes;
+}
+
+/**
+ * How long settlements and failures (off the response path) may wait for other work to share
+ * their transaction: long enough that an idle instance writes a few requests per commit, instead
+ * of making the next request's admission wait behind one.
+
+/** Admission as a group-commit job (gateway/writer.ts). */
+export const ADMIT_JOB: BatchJob<AdmitInput, AdmitOutcome> = {
+  order: 1,
+  locks: (_trx, inputs) => ({ walletIds: inputs.flatMap(payingWalletIds), spendKeyIds: spendKeyIdsOf(inputs) }),
+  inTransaction: admitInTransaction,
+  inOneStatement: admitInOneStatement,
+  alone: admitRequest,
+};
+
+/** The wallets an admission holds anything on. */
+export const payingWalletIds = (input: AdmitInput): string[] =>
+  holdParts(input.walletId, input.billing.merchantWalletId, input.estimate).map((part) => part.walletId);
+
+export function pendingRecord(input: AdmitInput, id: string, at: string): RequestRow {
+  const { pricing } = pricingFor(input.billing);
+  return {
+    id,
+    merchant_id: input.billing.merchantId,
+    request_id: id,
+    body_hash: null,
+    status: 'pending',
+    connection_id: input.billing.connection?.id ?? null,
+    meter_id: input.billing.meter?.id ?? null,
+    provider: input.record.provider,
+    model: input.record.model,
+    endpoint: input.record.endpoint,
+    provider_key_type: input.record.provider_key_type,
+    response_id: null,
+    provider_timestamp: null,
+    metadata: JSON.stringify(input.record.metadata),
+    input_tokens: 0n,
+    output_tokens: 0n,
+    cached_input_tokens: 0n,
+    cache_write_input_tokens: 0n,
+    input_characters: 0n,
+    output_characters: 0n,
+    input_seconds: '0',
+    output_seconds: '0',
+    input_cost: 0n,
+    output_cost: 0n,
+    base_cost_charged: 0,
+    base_cost_payer: pricing.baseCostPayer,
+    fee_amount: 0n,
+    rate_type: pricing.rateType,
+    token_basis: pricing.tokenBasis,
+    breakdown: '[]',
+    service_charge_amount: 0n,
+    service_charge_payer: pricing.serviceChargePayer,
+    total_request_cost: 0n,
+    total_wallet_cost: 0n,
+    total_merchant_cost: 0n,
+    usage_estimated: 0,
+    created_at: at,
+    completed_at: null,
+  };
+}
+
+/** The spend keys requests name (admissions and settlements know theirs). */
+export function spendKeyIdsOf(inputs: { billing: BillingContext }[]): string[] {
+  return inputs.flatMap((input) => (input.billing.spendKey ? [input.billing.spendKey.id] : []));
+}
