@@ -43,7 +43,7 @@ export function registerAuthCallbackRoute(app: App, deps: AppDeps): void {
       },
     },
     async (request) => {
-      const decision = await deps.rateLimiter.hit(`auth-callback:${request.ip}`, EXCHANGES_PER_MINUTE, 60_000);
+      const decision = await deps.rateLimiter.hit(`auth-callback:${request.ip}`, EXCHANGES_PER_MINUTE, 60_000, nowOf(deps));
       if (!decision.allowed) throw new ApiError('rate_limited', 'Too many code exchanges from this address; wait a minute.');
       const result = await exchangeCliCode(deps.storage, request.body.code, nowOf(deps));
       if (result.outcome !== 'ok') throw new ApiError(OUTCOME_ERRORS[result.outcome]);

@@ -1,5 +1,5 @@
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
-import type { AppDeps } from '../http/types.ts';
+import { nowOf, type AppDeps } from '../http/types.ts';
 import { isUniqueViolation } from '../storage/errors.ts';
 import { createMerchant, findMerchantByEmail, normalizedEmail, verifyPassword } from '../storage/merchants.ts';
 import { html } from './html.ts';
@@ -61,9 +61,10 @@ ${
 
 /** Counts this attempt against the account and the address; the refusal message if either is spent. */
 async function lockoutOf(deps: AppDeps, email: string, ip: string): Promise<string | null> {
-  const account = await deps.rateLimiter.hit(`sign-in:account:${email}`, ATTEMPTS_PER_ACCOUNT, ATTEMPT_WINDOW_MS);
-  const address = await deps.rateLimiter.hit(`sign-in:address:${ip}`, ATTEMPTS_PER_ADDRESS, ATTEMPT_WINDOW_MS);
-  const minutes = (resetAt: number) => Math.max(1, Math.ceil((resetAt * 1000 - Date.now()) / 60_000));
+  const now = nowOf(deps);
+  const account = await deps.rateLimiter.hit(`sign-in:account:${email}`, ATTEMPTS_PER_ACCOUNT, ATTEMPT_WINDOW_MS, now);
+  const address = await deps.rateLimiter.hit(`sign-in:address:${ip}`, ATTEMPTS_PER_ADDRESS, ATTEMPT_WINDOW_MS, now);
+  const minutes = (resetAt: number) => Math.max(1, Math.ceil((resetAt * 1000 - now) / 60_000));
   if (!account.allowed) {
     return `This account is locked after too many sign-in attempts. Try again in ${minutes(account.resetAt)} minutes.`;
   }
