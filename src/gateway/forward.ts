@@ -10,7 +10,7 @@ import { assertJsonDepth } from '../http/json-depth.ts';
 import { METADATA_HEADER, outsideMetadata, type Metadata } from '../http/metadata.ts';
 import type { App, AppDeps } from '../http/types.ts';
 import { ADMIT_JOB, payingWalletIds, type AdmitInput } from '../ledger/admission/admit.ts';
-import { admitDeferred, type AdmissionWrite, type DeferredAdmission } from '../ledger/admission/deferred.ts';
+import { ADMISSION_WRITE_DELAY_MS, admitDeferred, DelayQueue, type AdmissionWrite, type DeferredAdmission, type DeferredWrites } from '../ledger/admission/deferred.ts';
 import { pricingFor } from '../ledger/billing.ts';
 import { WalletLeases } from '../ledger/leases.ts';
 import { createRegistry, type ProviderModule, type ProviderRegistry } from '../providers/index.ts';
@@ -36,6 +36,8 @@ export type Gateway = {
   writer: GroupCommitWriter;
   /** Group commit of work off the response path: settlements, failures, deferred admission writes. */
   background: GroupCommitWriter;
+  /** Where deferred admissions are written from: the background writer, after a short delay (decision 0011). */
+  deferredWrites: DeferredWrites;
   /** Keeps the holds of requests still relaying (and wallet leases) from expiring. */
   holds: HoldKeeper;
   /** PostgreSQL: this instance's leases on hot wallets (decision 0013); null on SQLite or when off. */
@@ -76,6 +78,7 @@ export function createGateway(deps: AppDeps, app: App): Gateway {
     settlements: new Settlements(app.log, background),
     writer,
     background,
+    deferredWrites: { writer: background, delay: new DelayQueue(ADMISSION_WRITE_DELAY_MS) },
     holds,
     leases:
       deps.storage.dialect === 'postgres' && hotAfter !== null ? new WalletLeases(deps.storage, holds, { hotAfter, idleMs, ttlMs }, app.log, deps.clock) : null,
@@ -354,8 +357,8 @@ async function planForward(
  */
 function admit(storage: AppDeps['storage'], gateway: Gateway, admission: AdmitInput): Promise<DeferredAdmission> {
   if (admission.billing.spendKey) return gateway.writer.run(ADMIT_JOB, admission);
-  if (storage.dialect === 'sqlite') return admitDeferred(storage, gateway.background, admission);
-  if (gateway.leases?.serves(payingWalletIds(admission))) return admitDeferred(storage, gateway.background, admission, gateway.leases);
+  if (storage.dialect === 'sqlite') return admitDeferred(storage, gateway.deferredWrites, admission);
+  if (gateway.leases?.serves(payingWalletIds(admission))) return admitDeferred(storage, gateway.deferredWrites, admission, gateway.leases);
   return gateway.writer.run(ADMIT_JOB, admission);
 }
 

@@ -5,7 +5,7 @@ import { resolveForwardCredential } from '../../src/gateway/credentials.ts';
 import { sweepExpiredHolds } from '../../src/gateway/settle.ts';
 import { GroupCommitWriter, type BatchJob } from '../../src/ledger/group-commit.ts';
 import { ADMIT_JOB, admitRequest } from '../../src/ledger/admission/admit.ts';
-import { admitDeferred, releaseDeferredHolds, takeOverAdmission } from '../../src/ledger/admission/deferred.ts';
+import { ADMISSION_WRITE_DELAY_MS, admitDeferred, DelayQueue, releaseDeferredHolds, takeOverAdmission } from '../../src/ledger/admission/deferred.ts';
 import { failRequest, SETTLE_JOB, settleRequest, type SettleInput } from '../../src/ledger/settlement/settle.ts';
 import { pricingFor } from '../../src/ledger/billing.ts';
 import { verifyLedger } from '../../src/ledger/verify.ts';
@@ -393,25 +393,26 @@ describe.each(databasesUnderTest())('gateway writer on %s', (dialect) => {
   });
 
   /** A credited customer with a per-request meter, its forward billing and what an admission of it sends. */
-  async function embeddedCustomer(credit: string, metadata: Record<string, string>) {
+  async function embeddedCustomer(credit: string, metadata: Record<string, string>, writeDelayMs = ADMISSION_WRITE_DELAY_MS) {
     const customer = await t.customerWithMeter({ credit });
     const token = Buffer.from(JSON.stringify({ secret_key: t.merchant.secretKey, customer_id: customer.customerId, meter_slug: customer.meterSlug })).toString('base64');
     const billing = await resolveForwardCredential(t.storage, token, new Date());
     const record = { ...CHAT_FACTS, metadata };
     const admission = (hold: string) => admissionOf(billing, customer.walletId, { hold, facts: record });
-    return { customer, billing, background: new GroupCommitWriter(t.storage), record, admission };
+    const background = new GroupCommitWriter(t.storage);
+    return { customer, billing, background, writes: { writer: background, delay: new DelayQueue(writeDelayMs) }, record, admission };
   }
 
   it.runIf(dialect === 'sqlite')(
     'embedded admission: a hold not written yet still counts against the wallet, and its rows land before its settlement',
     async () => {
-      const { customer, billing, background, record, admission } = await embeddedCustomer('0.01', { k: 'v' });
+      const { customer, billing, background, record, admission, writes } = await embeddedCustomer('0.01', { k: 'v' });
 
-      const first = await admitDeferred(t.storage, background, admission('0.01'));
+      const first = await admitDeferred(t.storage, writes, admission('0.01'));
       if (first.outcome !== 'admitted') throw new Error(first.outcome);
       // Its hold is only in memory until the background writer commits it: it counts all the same,
       // for the next admission and for a POST /requests charge of the same customer.
-      const second = admitDeferred(t.storage, background, admission('0.001'));
+      const second = admitDeferred(t.storage, writes, admission('0.001'));
       const charge = t.app.inject({
         method: 'POST',
         url: '/v1/requests',
@@ -429,7 +430,7 @@ describe.each(databasesUnderTest())('gateway writer on %s', (dialect) => {
       const pending = await t.storage.db.selectFrom('requests').select(['status', 'created_at']).where('id', '=', first.recordId).executeTakeFirstOrThrow();
       expect(pending).toEqual({ status: 'pending', created_at: first.createdAt });
       // Written and in memory are never both counted once the write is done.
-      expect((await admitDeferred(t.storage, background, admission('0.001'))).outcome).toBe('insufficient_balance');
+      expect((await admitDeferred(t.storage, writes, admission('0.001'))).outcome).toBe('insufficient_balance');
 
       const settled = await background.run(SETTLE_JOB, settlementOf(first, { billing, usage: tokenUsage(10, 5), record }));
       expect(settled.outcome).toBe('recorded');
@@ -444,9 +445,9 @@ describe.each(databasesUnderTest())('gateway writer on %s', (dialect) => {
   it.runIf(dialect === 'sqlite')(
     'embedded admission taken over by its settlement: one completed record, no hold rows, the reservation ends with the charge',
     async () => {
-      const { customer, billing, background, record, admission } = await embeddedCustomer('0.02', { team: 'a' });
+      const { customer, billing, background, record, admission, writes } = await embeddedCustomer('0.02', { team: 'a' });
 
-      const admitted = await admitDeferred(t.storage, background, admission('0.02'));
+      const admitted = await admitDeferred(t.storage, writes, admission('0.02'));
       if (admitted.outcome !== 'admitted') throw new Error(admitted.outcome);
       expect(takeOverAdmission(admitted.deferred)).toBe(true);
       // Taken over once: a second settlement (or the write itself) finds it no longer queued.
@@ -468,7 +469,7 @@ describe.each(databasesUnderTest())('gateway writer on %s', (dialect) => {
       // Until the settlement's caller ends the reservation it still counts; then only the balance does.
       releaseDeferredHolds(admitted.deferred!);
       await creditWallet(t.storage, customer.walletId, parseMoney('0.24'));
-      expect((await admitDeferred(t.storage, background, admission('0.01'))).outcome).toBe('admitted');
+      expect((await admitDeferred(t.storage, writes, admission('0.01'))).outcome).toBe('admitted');
       await background.drain();
     },
   );
@@ -476,13 +477,14 @@ describe.each(databasesUnderTest())('gateway writer on %s', (dialect) => {
   it.runIf(dialect === 'sqlite')(
     'embedded admission decides on the wallet it last read while nothing was written, reads it again after a write of this process',
     async () => {
-      const { customer, billing, background, record, admission } = await embeddedCustomer('0.05', {});
+      // Long enough that neither admission is written before the test takes both over, however slow the machine.
+      const { customer, billing, background, record, admission, writes } = await embeddedCustomer('0.05', {}, 60_000);
       const reads = vi.spyOn(t.storage.db, 'connection');
       try {
-        const first = await admitDeferred(t.storage, background, admission('0.02'));
+        const first = await admitDeferred(t.storage, writes, admission('0.02'));
         if (first.outcome !== 'admitted') throw new Error(first.outcome);
         expect(reads).toHaveBeenCalledTimes(1);
-        const second = await admitDeferred(t.storage, background, admission('0.02'));
+        const second = await admitDeferred(t.storage, writes, admission('0.02'));
         if (second.outcome !== 'admitted') throw new Error(second.outcome);
         expect(reads).toHaveBeenCalledTimes(1);
 
@@ -493,7 +495,7 @@ describe.each(databasesUnderTest())('gateway writer on %s', (dialect) => {
           releaseDeferredHolds(admitted.deferred!);
         }
         // The row read before those writes said 0.05 with nothing held: it is not used again.
-        expect((await admitDeferred(t.storage, background, admission('0.001'))).outcome).toBe('insufficient_balance');
+        expect((await admitDeferred(t.storage, writes, admission('0.001'))).outcome).toBe('insufficient_balance');
         expect(reads).toHaveBeenCalledTimes(2);
       } finally {
         reads.mockRestore();
@@ -506,8 +508,8 @@ describe.each(databasesUnderTest())('gateway writer on %s', (dialect) => {
   it.runIf(dialect === 'sqlite')(
     'embedded admission takes a refusal against a fresh read: a credit another process made (the CLI) is seen',
     async () => {
-      const { customer, background, admission } = await embeddedCustomer('0.05', {});
-      expect((await admitDeferred(t.storage, background, admission('0.01'))).outcome).toBe('admitted');
+      const { customer, background, admission, writes } = await embeddedCustomer('0.05', {});
+      expect((await admitDeferred(t.storage, writes, admission('0.01'))).outcome).toBe('admitted');
       // This process does not see another's writes: its last read of the wallet says 0.04 is left.
       const cli = openStorage(t.database.url);
       try {
@@ -515,7 +517,7 @@ describe.each(databasesUnderTest())('gateway writer on %s', (dialect) => {
       } finally {
         await cli.close();
       }
-      expect((await admitDeferred(t.storage, background, admission('0.5'))).outcome).toBe('admitted');
+      expect((await admitDeferred(t.storage, writes, admission('0.5'))).outcome).toBe('admitted');
       await background.drain();
     },
   );

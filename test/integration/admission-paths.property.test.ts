@@ -4,7 +4,7 @@ import { newId } from '../../src/domain/ids.ts';
 import type { BillingContext } from '../../src/gateway/credentials.ts';
 import { resolveForwardCredential } from '../../src/gateway/credentials.ts';
 import { ADMIT_JOB, admitInTransaction, type AdmitInput, type AdmitOutcome } from '../../src/ledger/admission/admit.ts';
-import { admitDeferred } from '../../src/ledger/admission/deferred.ts';
+import { ADMISSION_WRITE_DELAY_MS, admitDeferred, DelayQueue } from '../../src/ledger/admission/deferred.ts';
 import { GroupCommitWriter } from '../../src/ledger/group-commit.ts';
 import { placeHold } from '../../src/ledger/holds.ts';
 import { creditWallet, findWallet } from '../../src/ledger/wallets.ts';
@@ -111,10 +111,11 @@ describe.each(databasesUnderTest())('every admission path decides as the in-tran
         const expected = await reference(s);
         const w = await world(s.wallets);
         const writer = new GroupCommitWriter(t.storage);
+        const deferredWrites = { writer, delay: new DelayQueue(ADMISSION_WRITE_DELAY_MS) };
         const decisions: Decision[] = [];
         const writes: Promise<void>[] = [];
         for (const input of inputsOf(w, s.requests)) {
-          const outcome = await admitDeferred(t.storage, writer, input);
+          const outcome = await admitDeferred(t.storage, deferredWrites, input);
           decisions.push(decisionOf(outcome));
           if (outcome.outcome === 'admitted' && outcome.deferred) writes.push(outcome.deferred.written);
         }

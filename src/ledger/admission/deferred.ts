@@ -19,14 +19,14 @@ import { writeAdmissionRows } from './rows.ts';
  * (most are) is written once, completed, by its settlement; a longer one gets its pending record
  * and hold rows, so it is visible and swept like any other.
  */
-const ADMISSION_WRITE_DELAY_MS = 50;
+export const ADMISSION_WRITE_DELAY_MS = 50;
 
 /**
  * Runs work a fixed delay after it was handed in: one queue and one timer for every deferred
  * admission, instead of a timer and a chain of promises for each (every embedded request makes
  * one). Work handed in later is due later, so the queue is in due order.
  */
-class DelayQueue {
+export class DelayQueue {
   readonly #delayMs: number;
   #entries: { due: number; run: () => void }[] = [];
   #timer: NodeJS.Timeout | undefined;
@@ -37,7 +37,10 @@ class DelayQueue {
 
   add(run: () => void): void {
     this.#entries.push({ due: performance.now() + this.#delayMs, run });
-    this.#timer ??= setTimeout(() => this.#runDue(), this.#delayMs);
+    if (this.#timer) return;
+    this.#timer = setTimeout(() => this.#runDue(), this.#delayMs);
+    // Whatever is due is awaited by its settlement, which shutdown waits for; the timer alone must not keep a process up.
+    this.#timer.unref();
   }
 
   #runDue(): void {
@@ -47,12 +50,13 @@ class DelayQueue {
     while (count < this.#entries.length && this.#entries[count]!.due <= now) count++;
     const due = this.#entries.splice(0, count);
     const next = this.#entries[0];
-    this.#timer = next ? setTimeout(() => this.#runDue(), Math.max(1, next.due - now)) : undefined;
+    this.#timer = next ? setTimeout(() => this.#runDue(), Math.max(1, next.due - now)).unref() : undefined;
     for (const entry of due) entry.run();
   }
 }
 
-const admissionWriteDelay = new DelayQueue(ADMISSION_WRITE_DELAY_MS);
+/** Where deferred admissions go to be written: after `delay`, through `writer` (both the app's). */
+export type DeferredWrites = { writer: GroupCommitWriter; delay: DelayQueue };
 
 /**
  * What a deferred admission leaves to write: its holds and its pending record. `queued` until a
@@ -99,9 +103,9 @@ export function releaseDeferredHolds(write: AdmissionWrite): void {
  * connection held so no transaction is half done while it reads; the holds are reserved in memory
  * at once. With `leases` (PostgreSQL, decision 0013) the holds are taken from this instance's
  * leases on the paying wallets instead. Either way the holds' rows and the pending record are
- * written by `writer` off the response path, batched with settlements.
+ * written by `writes.writer` off the response path, batched with settlements.
  */
-export async function admitDeferred(storage: Storage, writer: GroupCommitWriter, input: AdmitInput, leases?: WalletLeases): Promise<DeferredAdmission> {
+export async function admitDeferred(storage: Storage, writes: DeferredWrites, input: AdmitInput, leases?: WalletLeases): Promise<DeferredAdmission> {
   const parts = holdParts(input.walletId, input.billing.merchantWalletId, input.estimate);
   const now = input.now ?? new Date();
   const createdAt = now.toISOString();
@@ -121,12 +125,12 @@ export async function admitDeferred(storage: Storage, writer: GroupCommitWriter,
   // Handed to the writer only once the request has run a while: most settle before that and take
   // their admission over. A merged admission's reservation ends with its settlement instead.
   deferred.written = new Promise<void>((resolve, reject) => {
-    admissionWriteDelay.add(() => {
+    writes.delay.add(() => {
       const done = () => {
         if (deferred.state !== 'merged') releaseDeferredHolds(deferred);
       };
       if (deferred.state !== 'queued') return (done(), resolve());
-      writer.run(WRITE_ADMISSION_JOB, deferred).then(
+      writes.writer.run(WRITE_ADMISSION_JOB, deferred).then(
         () => (done(), resolve()),
         (error: unknown) => (done(), reject(error)),
       );
