@@ -138,17 +138,18 @@ async function authenticateAndLimit(deps: AppDeps, request: FastifyRequest, repl
   if (request.routeOptions.config.public) return;
   // A merchant secret key, or a wallet key on the routes that admit one.
   request.principal = await authenticateApiKey(deps.storage, request);
+  const now = deps.clock.now();
   const decision = await deps.rateLimiter.hit(
     principalOf(request).keyId,
     deps.config.rateLimitPerMinute,
     RATE_WINDOW_MS,
-    deps.clock.now(),
+    now,
   );
   reply.header('x-ratelimit-limit', String(decision.limit));
   reply.header('x-ratelimit-remaining', String(decision.remaining));
   reply.header('x-ratelimit-reset', String(decision.resetAt));
   if (!decision.allowed) {
-    const retryAfter = Math.max(1, decision.resetAt - Math.floor(deps.clock.now() / 1000));
+    const retryAfter = Math.max(1, decision.resetAt - Math.floor(now / 1000));
     throw new ApiError('rate_limited', `Rate limit of ${decision.limit} requests per minute exceeded.`, {
       headers: { 'retry-after': String(retryAfter) },
     });
