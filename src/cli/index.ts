@@ -11,6 +11,7 @@ import { verifyLedger } from '../ledger/verify.ts';
 import { migrateToLatest } from '../storage/migrate.ts';
 import { ApiCallError } from './api-client.ts';
 import { webhookCommands } from './webhooks.ts';
+import { sessionCommands } from './login.ts';
 
 const program = new Command()
   .name('tollgate')
@@ -113,6 +114,7 @@ admin
   });
 
 program.addCommand(webhookCommands(printApiAnswer));
+for (const command of sessionCommands(printApiAnswer)) program.addCommand(command);
 
 /** Prints what an API command answered as JSON, or its error message with exit code 1. */
 async function printApiAnswer(work: () => Promise<unknown>): Promise<void> {

@@ -1,4 +1,6 @@
 import { execFile } from 'node:child_process';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { promisify } from 'node:util';
 
 const run = promisify(execFile);
@@ -7,7 +9,8 @@ const run = promisify(execFile);
 export async function tollgate(args: string[], env: Record<string, string> = {}) {
   try {
     const { stdout, stderr } = await run('node', ['bin/tollgate.js', ...args], {
-      env: { ...process.env, LOG_LEVEL: 'silent', ...env },
+      // A config directory that does not exist: the developer's own `tollgate login` never leaks in.
+      env: { ...process.env, LOG_LEVEL: 'silent', XDG_CONFIG_HOME: join(tmpdir(), 'tollgate-test-no-config'), ...env },
       timeout: 30_000,
     });
     return { code: 0, stdout, stderr };

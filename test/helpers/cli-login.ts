@@ -1,0 +1,62 @@
+import { spawn, type ChildProcess } from 'node:child_process';
+import { chmodSync, existsSync, readFileSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { setTimeout as sleep } from 'node:timers/promises';
+import type { Browser } from 'playwright-core';
+
+/**
+ * Stands in for the desktop's `xdg-open`: a script, first on PATH, that writes the URL a login
+ * command wanted to open into a file, which the test's Chromium then opens.
+ */
+export function fakeBrowserOpener(dir: string): { path: string; opened(): Promise<string> } {
+  const urlFile = join(dir, 'opened-url');
+  const opener = join(dir, 'xdg-open');
+  writeFileSync(opener, `#!/bin/sh\nprintf '%s' "$1" > '${urlFile}'\n`);
+  chmodSync(opener, 0o755);
+  return { path: `${dir}:${process.env.PATH}`, opened: () => waitForFile(urlFile) };
+}
+
+async function waitForFile(path: string, timeoutMs = 15_000): Promise<string> {
+  const deadline = Date.now() + timeoutMs;
+  while (!existsSync(path) || readFileSync(path, 'utf8') === '') {
+    if (Date.now() > deadline) throw new Error(`${path} was not written within ${timeoutMs} ms`);
+    await sleep(20);
+  }
+  return readFileSync(path, 'utf8');
+}
+
+/** A child process whose stdout is collected; resolves when it exits 0, rejects with its stderr otherwise. */
+export function runCollecting(args: string[], env: NodeJS.ProcessEnv): { child: ChildProcess; output: Promise<string> } {
+  const child = spawn(process.execPath, args, { cwd: process.cwd(), env, stdio: ['ignore', 'pipe', 'pipe'] });
+  const output = new Promise<string>((resolve, reject) => {
+    let out = '';
+    let err = '';
+    child.stdout!.on('data', (d) => (out += d));
+    child.stderr!.on('data', (d) => (err += d));
+    child.on('exit', (code) => (code === 0 ? resolve(out) : reject(new Error(`${args.join(' ')} exited ${code}: ${err}`))));
+  });
+  return { child, output };
+}
+
+/**
+ * Opens an authorization URL in a fresh browser context, signs in (the page sends a visitor there
+ * first), approves, and returns the text the login command's listener answered with.
+ */
+export async function signInAndApprove(browser: Browser, authUrl: string, email: string, password: string): Promise<{ signInFirst: boolean; shownMerchant: string; callbackText: string }> {
+  const context = await browser.newContext();
+  try {
+    const page = await context.newPage();
+    await page.goto(authUrl);
+    const signInFirst = new URL(page.url()).pathname === '/dashboard/sign-in';
+    await page.getByLabel('Email').fill(email);
+    await page.getByLabel('Password').fill(password);
+    await page.getByRole('button', { name: 'Sign in' }).click();
+    await page.waitForURL((u) => u.pathname === '/auth/connect');
+    const shownMerchant = (await page.textContent('main')) ?? '';
+    await page.getByRole('button', { name: 'Approve' }).click();
+    await page.waitForURL((u) => u.pathname === '/callback');
+    return { signInFirst, shownMerchant, callbackText: (await page.textContent('body')) ?? '' };
+  } finally {
+    await context.close();
+  }
+}
