@@ -15,6 +15,7 @@ import type { App, AppDeps, AppOptions } from './http/types.ts';
 import { broadcastCredentialChanges } from './gateway/credential-broadcast.ts';
 import { systemClock } from './domain/clock.ts';
 import { registerDropInRoutes } from './gateway/drop-in.ts';
+import { TestPaymentProvider } from './payments/test-provider.ts';
 import { createGateway, registerForwardRoutes } from './gateway/forward.ts';
 import { registerAuthCallbackRoute } from './routes/auth-callback.ts';
 import { registerConnectionRoutes } from './routes/connections.ts';
@@ -27,6 +28,7 @@ import { registerPlanRoutes } from './routes/plans.ts';
 import { registerRequestRoutes } from './routes/requests.ts';
 import { registerSecretKeyRoutes } from './routes/secret-keys.ts';
 import { registerSpendKeyRoutes } from './routes/spend-keys.ts';
+import { registerSubscriptionRoutes } from './routes/subscriptions.ts';
 import { registerWalletKeyRoutes } from './routes/wallet-keys.ts';
 import { registerUsageRoutes } from './routes/usage.ts';
 import { registerWebRoutes } from './web/index.ts';
@@ -85,6 +87,7 @@ export async function buildApp(options: AppOptions): Promise<App> {
       'openapiObject' in documents ? documentSharedBehaviour(documents.openapiObject) : documents.swaggerObject,
   });
 
+  const commerce = { storage: deps.storage, payments: deps.payments ?? new TestPaymentProvider() };
   registerHealthRoutes(app, deps);
   registerOpenApiRoute(app);
   await registerWebRoutes(app, deps);
@@ -127,6 +130,7 @@ export async function buildApp(options: AppOptions): Promise<App> {
       registerPlanRoutes(api, deps);
       registerCreditBundleRoutes(api, deps);
       registerWebhookRoutes(api, deps);
+      registerSubscriptionRoutes(api, commerce);
     },
     { prefix: '/v1' },
   );

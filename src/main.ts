@@ -1,6 +1,7 @@
 import v8 from 'node:v8';
 import { Redis } from 'ioredis';
 import { buildApp } from './app.ts';
+import { startRenewalScheduler } from './commerce/renewals.ts';
 import { sweepExpiredHolds } from './gateway/settle.ts';
 import type { Config } from './config.ts';
 import { MemoryRateLimiter, RedisRateLimiter, type RateLimiter } from './http/rate-limit.ts';
@@ -9,26 +10,34 @@ import { openStorage, type Storage } from './storage/db.ts';
 import { purgeExpiredIdempotencyKeys } from './storage/idempotency.ts';
 import { migrateToLatest } from './storage/migrate.ts';
 import { WebhookDispatcher } from './webhooks/dispatcher.ts';
+import { createPaymentProvider } from './payments/index.ts';
 
 export type RunningServer = { app: App; url: string; stop(): Promise<void> };
 
 const SWEEP_INTERVAL_MS = 30_000;
+/** How often due subscriptions are looked for (each instance; a subscription is renewed once). */
+const RENEWAL_INTERVAL_MS = 60_000;
 
 /** config -> storage -> migrations -> buildApp() -> listen. */
 export async function startServer(
   config: Config,
-  opts: { sweepIntervalMs?: number } = {},
+  opts: { sweepIntervalMs?: number; renewalIntervalMs?: number } = {},
 ): Promise<RunningServer> {
   const heapGrowthLimited = limitHeapGrowth(config.heapGrowingPercent);
   const storage = openStorage(config.databaseUrl);
   await migrateToLatest(storage);
   let reportOutage = (_err: unknown) => {};
   const { limiter, redis } = makeRateLimiter(config, (err) => reportOutage(err));
-  const app = await buildApp({ config, storage, rateLimiter: limiter });
+  const payments = createPaymentProvider(config);
+  const app = await buildApp({ config, storage, rateLimiter: limiter, payments });
   reportOutage = (err) => app.log.warn({ err }, 'Redis is unreachable: rate limits are counted per instance until it is back');
   const url = await app.listen({ port: config.port, host: config.host });
   const sweeper = startSweeper(storage, app, opts.sweepIntervalMs ?? SWEEP_INTERVAL_MS);
   const webhooks = startWebhookDispatcher(config, storage, app);
+  const renewals = startRenewalScheduler(
+    { storage, payments },
+    { intervalMs: opts.renewalIntervalMs ?? RENEWAL_INTERVAL_MS, onError: (err) => app.log.error({ err }, 'subscription renewal failed') },
+  );
   app.log.info(
     { database: storage.describe, redis: Boolean(redis), heapGrowingPercent: heapGrowthLimited ? config.heapGrowingPercent : 'not set by Tollgate' },
     `Tollgate listening on ${url}`,
@@ -39,6 +48,7 @@ export async function startServer(
     stop: async () => {
       clearInterval(sweeper);
       await webhooks.stop();
+      await renewals.stop();
       await shutdown(app, storage, limiter, redis);
     },
   };

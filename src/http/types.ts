@@ -4,6 +4,7 @@ import type { DestinationStream } from 'pino';
 import type { ZodTypeProvider } from 'fastify-type-provider-zod';
 import type { Config } from '../config.ts';
 import type { Clock } from '../domain/clock.ts';
+import type { PaymentProvider } from '../payments/types.ts';
 import type { Storage } from '../storage/db.ts';
 import type { RateLimiter } from './rate-limit.ts';
 
@@ -16,6 +17,8 @@ export type AppDeps = {
   rateLimiter: RateLimiter;
   /** Every decision by time reads this clock (holds, leases, spend-key limits, caches). */
   clock: Clock;
+  /** Takes payments for checkout, renewals and auto top-up; the built-in test provider when absent. */
+  payments?: PaymentProvider;
   /** Where logs go instead of stdout (tests read them back). */
   logStream?: DestinationStream;
 };

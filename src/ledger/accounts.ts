@@ -14,6 +14,12 @@ export const merchantRevenueAccount = (merchantId: string) => `merchant_revenue:
 export const serviceChargesAccount = () => 'platform:service_charges';
 export const creditGrantsAccount = (merchantId: string) => `credit_grants:${merchantId}`;
 export const operatorFundingAccount = () => 'operator:funding';
+/** Money customers paid through a payment provider (checkout, bundles, auto top-up). */
+export const customerPaymentsAccount = (merchantId: string) => `customer_payments:${merchantId}`;
+/** Cycle credit a subscription plan grants each cycle. */
+export const planCreditAccount = (merchantId: string) => `plan_credit:${merchantId}`;
+/** Cycle or bundle credit that expired at a cycle's end (rollover `none`) or a cancellation. */
+export const expiredCreditAccount = (merchantId: string) => `expired_credit:${merchantId}`;
 
 export function parseWalletAccount(account: string): { walletId: string; bucket: Bucket } | null {
   const m = /^wallet:([^:]+):(cycle|bundle|prepaid)$/.exec(account);

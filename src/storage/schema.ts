@@ -338,7 +338,8 @@ export interface PaymentMethodsTable {
   created_at: string;
 }
 
-export type SubscriptionStatus = 'active' | 'past_due' | 'cancelled';
+/** `incomplete`: created, its first payment not yet confirmed; never listed. */
+export type SubscriptionStatus = 'incomplete' | 'active' | 'past_due' | 'cancelled';
 
 export interface SubscriptionsTable {
   id: string;
@@ -351,6 +352,8 @@ export interface SubscriptionsTable {
   cancelled_at: string | null;
   cycle_start_at: string;
   cycle_end_at: string;
+  /** Cycles end at this time plus whole intervals; null only on rows older than migration 0013. */
+  cycle_anchor_at: string | null;
   pending_plan_id: string | null;
   cancel_at_cycle_end: number | bigint;
   claimed_until: string | null;

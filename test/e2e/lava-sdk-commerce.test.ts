@@ -64,4 +64,43 @@ describe.each(databasesUnderTest())('published Lava client: commerce on %s', (di
     expect(await lava.subscriptions.deletePlan(plan.plan_id)).toEqual({ id: plan.plan_id, deleted: true });
     await expect(lava.subscriptions.retrievePlan(plan.plan_id)).rejects.toThrow(/404/);
   });
+
+  it('subscribes a customer to a free plan, lists, updates, reads and cancels the subscription', async () => {
+    const m = await t.newMerchant();
+    const lava = client(m.secretKey);
+    const plan = await lava.subscriptions.createPlan({
+      name: 'Free tier',
+      period_amount: '0',
+      included_credit: '1.5',
+      billing_interval: 'week',
+      credit_bundles: [{ name: 'Top-up', cost: '3', credit_amount: '3' }],
+    });
+    const customer = await lava.customers.create({ name: 'Ada Lovelace', email: 'ada@example.com' });
+    expect(await lava.customers.getSubscription(customer.customer_id)).toEqual({ subscription: null });
+
+    const { subscription } = await lava.subscriptions.create({ customer_id: customer.customer_id, plan_id: plan.plan_id });
+    expect(subscription).toMatchObject({
+      plan_id: plan.plan_id,
+      status: 'active',
+      credits: { total_remaining: '1.5000000000', cycle_remaining: '1.5000000000', bundle_remaining: '0.0000000000' },
+      pending_change: null,
+    });
+
+    const bundleId = plan.credit_bundles[0]!.credit_bundle_id;
+    expect(await lava.subscriptions.update(subscription.subscription_id, { auto_top_up_bundle_id: bundleId })).toEqual({ success: true });
+    const listed = await lava.subscriptions.list({ customer_id: customer.customer_id });
+    expect(listed.data).toHaveLength(1);
+    expect(listed.data[0]).toMatchObject({
+      subscription_id: subscription.subscription_id,
+      customer_id: customer.customer_id,
+      auto_top_up_bundle_id: bundleId,
+      customer: { email: 'ada@example.com', first_name: 'Ada', last_name: 'Lovelace' },
+    });
+
+    expect(await lava.subscriptions.cancel(subscription.subscription_id)).toEqual({ success: true });
+    const current = await lava.customers.getSubscription(customer.customer_id);
+    expect(current.subscription?.pending_change).toEqual({ type: 'cancellation', effective_at: subscription.cycle_end_at });
+    expect((await lava.subscriptions.list({ status: 'cancelled' })).data).toEqual([]);
+    await expect(lava.subscriptions.create({ customer_id: customer.customer_id, plan_id: plan.plan_id })).rejects.toThrow(/409.*subscription_exists/);
+  });
 });

@@ -8,6 +8,7 @@ import { parseMoney } from '../../src/domain/money.ts';
 import { MemoryRateLimiter, type RateLimiter } from '../../src/http/rate-limit.ts';
 import type { App } from '../../src/http/types.ts';
 import { creditWallet } from '../../src/ledger/wallets.ts';
+import { TestPaymentProvider } from '../../src/payments/test-provider.ts';
 import { openStorage, type Storage } from '../../src/storage/db.ts';
 import { createMerchant } from '../../src/storage/merchants.ts';
 import { migrateToLatest } from '../../src/storage/migrate.ts';
@@ -31,6 +32,8 @@ export type TestApp = {
   config: Config;
   /** The app's clock: a test advances it instead of sleeping past a TTL or a refill. */
   clock: TestClock;
+  /** The app's payment provider: the built-in test provider, which records every charge. */
+  payments: TestPaymentProvider;
   merchant: Merchant;
   /** Another merchant, for proving tenant isolation. */
   newMerchant(name?: string): Promise<Merchant>;
@@ -58,6 +61,7 @@ export async function startTestApp(
     env?: Record<string, string>;
     rateLimiter?: RateLimiter;
     database?: TestDatabase;
+    payments?: TestPaymentProvider;
     /** Receives the app's log lines (set LOG_LEVEL in env, else nothing is logged). */
     logStream?: DestinationStream;
     clock?: Clock;
@@ -68,10 +72,12 @@ export async function startTestApp(
   const storage = openStorage(database.url, { poolSize: 10 });
   await migrateToLatest(storage);
   const clock = new TestClock();
+  const payments = opts.payments ?? new TestPaymentProvider();
   const app = await buildApp({
     config,
     storage,
     clock,
+    payments,
     rateLimiter: opts.rateLimiter ?? new MemoryRateLimiter(),
     ...(opts.logStream ? { logStream: opts.logStream } : {}),
     ...(opts.clock ? { clock: opts.clock } : {}),
@@ -113,6 +119,7 @@ export async function startTestApp(
     database,
     config,
     clock,
+    payments,
     merchant,
     newMerchant,
     listen: async () => {

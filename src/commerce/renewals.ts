@@ -1,0 +1,257 @@
+import type { Transaction } from 'kysely';
+import { nextCycleEnd } from '../domain/billing-cycle.ts';
+import { expireBucket, fundWallet } from '../ledger/funding.ts';
+import type { ChargeOutcome } from '../payments/types.ts';
+import { findPlanIncludingDeleted, type PlanRow } from '../storage/plans.ts';
+import type { Database } from '../storage/schema.ts';
+import { insertPayment, latestPaymentMethod, transitionPayment, type SubscriptionRow } from '../storage/subscriptions.ts';
+import { emitSubscriptionEvent, savedMethodOf, type CommerceDeps } from './subscriptions.ts';
+
+/**
+ * The cycle engine. Every tick renews the subscriptions whose cycle has ended: it applies a
+ * scheduled cancellation or plan change, charges the period through the payment provider, and
+ * starts the next cycle (rollover, then the plan's cycle credit). Safe with several instances: a
+ * subscription is claimed by a compare-and-set before any charge, the charge's idempotency key is
+ * the cycle's payment row (unique per cycle and attempt), and the new cycle is written only if the
+ * cycle it replaces is still the current one.
+ */
+
+/** A failed renewal is retried after these delays (past_due); after the last one the subscription is cancelled. */
+export const RETRY_DELAYS_MS = [60 * 60_000, 24 * 60 * 60_000, 3 * 24 * 60 * 60_000] as const;
+/** An instance that claimed a subscription and died frees it after this long. */
+const CLAIM_MS = 5 * 60_000;
+const BATCH = 50;
+
+export type RenewalResult = { subscriptionId: string; outcome: 'renewed' | 'cancelled' | 'past_due' | 'skipped' };
+
+export async function renewDueSubscriptions(deps: CommerceDeps, now: Date): Promise<RenewalResult[]> {
+  const stamp = now.toISOString();
+  const due = await deps.storage.db
+    .selectFrom('subscriptions')
+    .selectAll()
+    .where('status', 'in', ['active', 'past_due'])
+    .where('cycle_end_at', '<=', stamp)
+    .where((eb) => eb.or([eb('next_attempt_at', 'is', null), eb('next_attempt_at', '<=', stamp)]))
+    .where((eb) => eb.or([eb('claimed_until', 'is', null), eb('claimed_until', '<', stamp)]))
+    .orderBy('cycle_end_at')
+    .limit(BATCH)
+    .execute();
+  const results: RenewalResult[] = [];
+  for (const sub of due) {
+    if (!(await claim(deps, sub, now))) {
+      results.push({ subscriptionId: sub.id, outcome: 'skipped' });
+      continue;
+    }
+    results.push({ subscriptionId: sub.id, outcome: await renew(deps, sub, now) });
+  }
+  return results;
+}
+
+/** Compare-and-set on the cycle and the claim: exactly one instance wins a due subscription. */
+async function claim(deps: CommerceDeps, sub: SubscriptionRow, now: Date): Promise<boolean> {
+  const stamp = now.toISOString();
+  const result = await deps.storage.db
+    .updateTable('subscriptions')
+    .set({ claimed_until: new Date(now.getTime() + CLAIM_MS).toISOString() })
+    .where('id', '=', sub.id)
+    .where('cycle_end_at', '=', sub.cycle_end_at)
+    .where('status', '=', sub.status)
+    .where((eb) => eb.or([eb('claimed_until', 'is', null), eb('claimed_until', '<', stamp)]))
+    .executeTakeFirst();
+  return Number(result.numUpdatedRows) === 1;
+}
+
+async function renew(deps: CommerceDeps, sub: SubscriptionRow, now: Date): Promise<RenewalResult['outcome']> {
+  const { storage } = deps;
+  const ending = (await findPlanIncludingDeleted(storage, sub.plan_id))!;
+  if (Number(sub.cancel_at_cycle_end) === 1) {
+    await storage.db.transaction().execute((trx) => cancel(deps, trx, sub, ending, sub.cycle_end_at, 'requested'));
+    return 'cancelled';
+  }
+  const next = (sub.pending_plan_id && (await findPlanIncludingDeleted(storage, sub.pending_plan_id))) || ending;
+  const attempt = Number(sub.failed_attempts) + 1;
+  const outcome = await chargePeriod(deps, sub, next, attempt, now);
+  if (outcome === 'duplicate') return 'skipped';
+  if (outcome.status === 'succeeded') {
+    await storage.db.transaction().execute((trx) => startNextCycle(deps, trx, sub, ending, next));
+    return 'renewed';
+  }
+  const reason = outcome.status === 'failed' ? outcome.reason : 'The payment needs the customer to confirm it.';
+  return storage.db.transaction().execute((trx) => recordFailure(deps, trx, sub, ending, attempt, reason, now));
+}
+
+/** Charges the new period (nothing for a free plan). The payment row is unique per cycle and attempt. */
+async function chargePeriod(deps: CommerceDeps, sub: SubscriptionRow, plan: PlanRow, attempt: number, now: Date): Promise<ChargeOutcome | 'duplicate'> {
+  const amount = BigInt(plan.period_amount);
+  if (amount === 0n) return { status: 'succeeded', providerRef: 'free' };
+  const stamp = now.toISOString();
+  const payment = await insertPayment(deps.storage.db, {
+    merchant_id: sub.merchant_id,
+    connection_id: sub.connection_id,
+    provider: deps.payments.id,
+    provider_ref: null,
+    purpose: 'renewal',
+    reference: `${sub.id}:${sub.cycle_end_at}:${attempt}`,
+    amount,
+    status: 'pending',
+    failure_reason: null,
+    created_at: stamp,
+    updated_at: stamp,
+  });
+  // Another instance (whose claim lapsed) already attempted this very payment.
+  if (!payment) return 'duplicate';
+  const method = await latestPaymentMethod(deps.storage.db, sub.connection_id);
+  const outcome: ChargeOutcome = method
+    ? await deps.payments.chargeSaved({ amount, idempotencyKey: payment.id, description: `${plan.name}: renewal`, method: savedMethodOf(method) })
+    : { status: 'failed', providerRef: null, reason: 'The customer has no saved payment method.' };
+  const succeeded = outcome.status === 'succeeded';
+  await transitionPayment(deps.storage.db, payment.id, ['pending'], {
+    status: succeeded ? 'succeeded' : 'failed',
+    provider_ref: outcome.providerRef,
+    failure_reason: succeeded ? null : outcome.status === 'failed' ? outcome.reason : 'requires_action',
+    updated_at: stamp,
+  });
+  return outcome;
+}
+
+/** What is left of the ending cycle's credit goes by the ending plan's rollover rules. */
+async function applyRollover(deps: CommerceDeps, trx: Transaction<Database>, sub: SubscriptionRow, ending: PlanRow, walletId: string, cancelling: boolean): Promise<void> {
+  const common = { merchantId: sub.merchant_id, walletId, at: sub.cycle_end_at };
+  // Cycle credit belongs to the cycle: a cancelled subscription keeps none of it.
+  if (cancelling || ending.rollover_type === 'none') {
+    await expireBucket(trx, deps.storage.dialect, { ...common, bucket: 'cycle', reference: `${sub.id}:${sub.cycle_end_at}` });
+  }
+  if (ending.bundle_rollover_type === 'none') {
+    await expireBucket(trx, deps.storage.dialect, { ...common, bucket: 'bundle', reference: `${sub.id}:${sub.cycle_end_at}` });
+  }
+}
+
+async function walletOf(trx: Transaction<Database>, connectionId: string): Promise<string> {
+  const row = await trx.selectFrom('connections').select('wallet_id').where('id', '=', connectionId).executeTakeFirstOrThrow();
+  return row.wallet_id;
+}
+
+async function startNextCycle(deps: CommerceDeps, trx: Transaction<Database>, sub: SubscriptionRow, ending: PlanRow, next: PlanRow): Promise<void> {
+  // A plan with another interval counts its cycles from the moment it takes over.
+  const anchor = next.billing_interval === ending.billing_interval ? (sub.cycle_anchor_at ?? sub.started_at) : sub.cycle_end_at;
+  const cycleEnd = nextCycleEnd(new Date(anchor), next.billing_interval, new Date(sub.cycle_end_at)).toISOString();
+  const renewed: SubscriptionRow = {
+    ...sub,
+    cycle_anchor_at: anchor,
+    plan_id: next.id,
+    pending_plan_id: null,
+    status: 'active',
+    cycle_start_at: sub.cycle_end_at,
+    cycle_end_at: cycleEnd,
+    claimed_until: null,
+    failed_attempts: 0,
+    next_attempt_at: null,
+  };
+  const written = await trx
+    .updateTable('subscriptions')
+    .set({
+      plan_id: renewed.plan_id,
+      pending_plan_id: null,
+      status: 'active',
+      cycle_start_at: renewed.cycle_start_at,
+      cycle_end_at: renewed.cycle_end_at,
+      cycle_anchor_at: anchor,
+      claimed_until: null,
+      failed_attempts: 0,
+      next_attempt_at: null,
+    })
+    .where('id', '=', sub.id)
+    .where('cycle_end_at', '=', sub.cycle_end_at)
+    .executeTakeFirst();
+  if (Number(written.numUpdatedRows) !== 1) return;
+  const walletId = await walletOf(trx, sub.connection_id);
+  await applyRollover(deps, trx, sub, ending, walletId, false);
+  await fundWallet(trx, {
+    merchantId: sub.merchant_id,
+    walletId,
+    bucket: 'cycle',
+    amount: BigInt(next.included_credit),
+    source: 'plan_credit',
+    reference: `${sub.id}:${renewed.cycle_start_at}`,
+    description: `${next.name}: cycle credit`,
+    at: renewed.cycle_start_at,
+  });
+  await emitSubscriptionEvent(trx, 'subscription.renewed', renewed, renewed.cycle_start_at, {
+    previous_plan_id: ending.id === next.id ? undefined : ending.id,
+  });
+}
+
+async function cancel(
+  deps: CommerceDeps,
+  trx: Transaction<Database>,
+  sub: SubscriptionRow,
+  ending: PlanRow,
+  at: string,
+  reason: 'requested' | 'payment_failed',
+): Promise<void> {
+  const cancelled: SubscriptionRow = { ...sub, status: 'cancelled', cancelled_at: at, claimed_until: null, next_attempt_at: null };
+  const written = await trx
+    .updateTable('subscriptions')
+    .set({ status: 'cancelled', cancelled_at: at, claimed_until: null, next_attempt_at: null })
+    .where('id', '=', sub.id)
+    .where('cycle_end_at', '=', sub.cycle_end_at)
+    .where('status', '<>', 'cancelled')
+    .executeTakeFirst();
+  if (Number(written.numUpdatedRows) !== 1) return;
+  await applyRollover(deps, trx, sub, ending, await walletOf(trx, sub.connection_id), true);
+  await emitSubscriptionEvent(trx, 'subscription.cancelled', cancelled, at, { reason });
+}
+
+async function recordFailure(
+  deps: CommerceDeps,
+  trx: Transaction<Database>,
+  sub: SubscriptionRow,
+  ending: PlanRow,
+  attempt: number,
+  reason: string,
+  now: Date,
+): Promise<'past_due' | 'cancelled'> {
+  const stamp = now.toISOString();
+  const delay = RETRY_DELAYS_MS[attempt - 1];
+  const pastDue: SubscriptionRow = {
+    ...sub,
+    status: 'past_due',
+    failed_attempts: attempt,
+    next_attempt_at: delay === undefined ? null : new Date(now.getTime() + delay).toISOString(),
+  };
+  await emitSubscriptionEvent(trx, 'subscription.payment_failed', pastDue, stamp, { attempt, reason, final: delay === undefined });
+  if (delay === undefined) {
+    await cancel(deps, trx, sub, ending, stamp, 'payment_failed');
+    return 'cancelled';
+  }
+  await trx
+    .updateTable('subscriptions')
+    .set({ status: 'past_due', failed_attempts: attempt, next_attempt_at: pastDue.next_attempt_at, claimed_until: null })
+    .where('id', '=', sub.id)
+    .where('cycle_end_at', '=', sub.cycle_end_at)
+    .execute();
+  return 'past_due';
+}
+
+/** Runs the engine every `intervalMs` until stopped; a tick still running is not started twice. */
+export function startRenewalScheduler(
+  deps: CommerceDeps,
+  opts: { intervalMs: number; now?: () => Date; onError: (err: unknown) => void },
+): { stop(): Promise<void> } {
+  let running: Promise<unknown> | null = null;
+  const timer = setInterval(() => {
+    if (running) return;
+    running = renewDueSubscriptions(deps, (opts.now ?? (() => new Date()))())
+      .catch(opts.onError)
+      .finally(() => {
+        running = null;
+      });
+  }, opts.intervalMs);
+  timer.unref();
+  return {
+    stop: async () => {
+      clearInterval(timer);
+      await running;
+    },
+  };
+}

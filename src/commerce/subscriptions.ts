@@ -1,0 +1,192 @@
+import type { Transaction } from 'kysely';
+import { nextCycleEnd } from '../domain/billing-cycle.ts';
+import { newId } from '../domain/ids.ts';
+import { formatMoney } from '../domain/money.ts';
+import { fundWallet } from '../ledger/funding.ts';
+import type { PaymentProvider, SavedMethod } from '../payments/types.ts';
+import type { Storage } from '../storage/db.ts';
+import { isUniqueViolation } from '../storage/errors.ts';
+import type { PlanRow } from '../storage/plans.ts';
+import type { Database } from '../storage/schema.ts';
+import {
+  insertPayment,
+  latestPaymentMethod,
+  transitionPayment,
+  updateSubscription,
+  type PaymentMethodRow,
+  type SubscriptionRow,
+} from '../storage/subscriptions.ts';
+import { enqueueEvent, type EventType } from '../webhooks/outbox.ts';
+
+export type CommerceDeps = { storage: Storage; payments: PaymentProvider };
+export type Customer = { id: string; wallet_id: string };
+
+export type StartOutcome =
+  | { ok: true; subscription: SubscriptionRow }
+  | { ok: false; reason: 'subscription_exists' | 'payment_method_required' | 'payment_failed'; message: string };
+
+/** The saved method as the provider knows it. */
+export const savedMethodOf = (row: PaymentMethodRow): SavedMethod => ({
+  providerRef: row.provider_ref,
+  customerRef: row.provider_customer_ref,
+  label: row.label,
+});
+
+/** The data of every subscription event: enough to act on without a read back. */
+export function subscriptionEventData(sub: SubscriptionRow, extra: Record<string, unknown> = {}): Record<string, unknown> {
+  return {
+    subscription_id: sub.id,
+    customer_id: sub.connection_id,
+    connection_id: sub.connection_id,
+    plan_id: sub.plan_id,
+    status: sub.status,
+    cycle_start_at: sub.cycle_start_at,
+    cycle_end_at: sub.cycle_end_at,
+    cancelled_at: sub.cancelled_at,
+    ...extra,
+  };
+}
+
+export async function emitSubscriptionEvent(
+  trx: Transaction<Database>,
+  type: Extract<EventType, `subscription.${string}`>,
+  sub: SubscriptionRow,
+  at: string,
+  extra?: Record<string, unknown>,
+): Promise<void> {
+  await enqueueEvent(trx, { merchantId: sub.merchant_id, type, data: subscriptionEventData(sub, extra), at });
+}
+
+/** A new subscription row starting at `at`, in the given status. */
+function newSubscriptionRow(merchantId: string, customer: Customer, plan: PlanRow, at: Date, status: SubscriptionRow['status']): SubscriptionRow {
+  const start = at.toISOString();
+  return {
+    id: newId('subscription'),
+    merchant_id: merchantId,
+    connection_id: customer.id,
+    plan_id: plan.id,
+    status,
+    auto_top_up_bundle_id: plan.default_auto_top_up_bundle_id,
+    started_at: start,
+    cancelled_at: null,
+    cycle_start_at: start,
+    cycle_end_at: nextCycleEnd(at, plan.billing_interval, at).toISOString(),
+    cycle_anchor_at: start,
+    pending_plan_id: null,
+    cancel_at_cycle_end: 0,
+    claimed_until: null,
+    failed_attempts: 0,
+    next_attempt_at: null,
+    created_at: start,
+  };
+}
+
+/** Grants the first cycle's credit and emits `subscription.created`, in the caller's transaction. */
+async function beginFirstCycle(trx: Transaction<Database>, sub: SubscriptionRow, customer: Customer, plan: PlanRow): Promise<void> {
+  await fundWallet(trx, {
+    merchantId: sub.merchant_id,
+    walletId: customer.wallet_id,
+    bucket: 'cycle',
+    amount: BigInt(plan.included_credit),
+    source: 'plan_credit',
+    reference: `${sub.id}:${sub.cycle_start_at}`,
+    description: `${plan.name}: cycle credit`,
+    at: sub.cycle_start_at,
+  });
+  await emitSubscriptionEvent(trx, 'subscription.created', sub, sub.cycle_start_at, {
+    plan: { name: plan.name, period_amount: formatMoney(BigInt(plan.period_amount)), included_credit: formatMoney(BigInt(plan.included_credit)) },
+  });
+}
+
+/**
+ * Creates an active subscription whose first period is already paid (or free), in the caller's
+ * transaction: the checkout completion uses this once the provider confirmed its payment.
+ * Throws a unique violation when the customer already has a live subscription.
+ */
+export async function insertPaidSubscription(
+  trx: Transaction<Database>,
+  merchantId: string,
+  customer: Customer,
+  plan: PlanRow,
+  at: Date,
+): Promise<SubscriptionRow> {
+  const sub = newSubscriptionRow(merchantId, customer, plan, at, 'active');
+  await trx.insertInto('subscriptions').values(sub).execute();
+  await beginFirstCycle(trx, sub, customer, plan);
+  return sub;
+}
+
+/**
+ * POST /v1/subscriptions: a free plan starts at once; a paid one charges the customer's saved
+ * payment method for the first period and starts only when the provider confirms it. The row is
+ * reserved first (status `incomplete`), so two concurrent requests cannot both charge.
+ */
+export async function startSubscription(deps: CommerceDeps, merchantId: string, customer: Customer, plan: PlanRow, at: Date): Promise<StartOutcome> {
+  const { storage } = deps;
+  const periodAmount = BigInt(plan.period_amount);
+  const method = periodAmount > 0n ? await latestPaymentMethod(storage.db, customer.id) : undefined;
+  if (periodAmount > 0n && !method) {
+    return { ok: false, reason: 'payment_method_required', message: 'The plan is paid and the customer has no saved payment method; use a checkout session.' };
+  }
+  const reserved = newSubscriptionRow(merchantId, customer, plan, at, periodAmount > 0n ? 'incomplete' : 'active');
+  try {
+    if (periodAmount === 0n) {
+      await storage.db.transaction().execute(async (trx) => {
+        await trx.insertInto('subscriptions').values(reserved).execute();
+        await beginFirstCycle(trx, reserved, customer, plan);
+      });
+      return { ok: true, subscription: reserved };
+    }
+    await storage.db.insertInto('subscriptions').values(reserved).execute();
+  } catch (e) {
+    if (isUniqueViolation(e)) return { ok: false, reason: 'subscription_exists', message: 'The customer already has a subscription that is not cancelled.' };
+    throw e;
+  }
+  return chargeFirstPeriod(deps, reserved, customer, plan, method!, at);
+}
+
+async function chargeFirstPeriod(
+  deps: CommerceDeps,
+  sub: SubscriptionRow,
+  customer: Customer,
+  plan: PlanRow,
+  method: PaymentMethodRow,
+  at: Date,
+): Promise<StartOutcome> {
+  const { storage, payments } = deps;
+  const stamp = at.toISOString();
+  const payment = (await insertPayment(storage.db, {
+    merchant_id: sub.merchant_id,
+    connection_id: customer.id,
+    provider: payments.id,
+    provider_ref: null,
+    purpose: 'renewal',
+    reference: `${sub.id}:${sub.cycle_start_at}:1`,
+    amount: BigInt(plan.period_amount),
+    status: 'pending',
+    failure_reason: null,
+    created_at: stamp,
+    updated_at: stamp,
+  }))!;
+  const outcome = await payments.chargeSaved({
+    amount: payment.amount,
+    idempotencyKey: payment.id,
+    description: `${plan.name}: first period`,
+    method: savedMethodOf(method),
+  });
+  if (outcome.status !== 'succeeded') {
+    const reason = outcome.status === 'failed' ? outcome.reason : 'The payment needs the customer to confirm it; use a checkout session.';
+    await storage.db.transaction().execute(async (trx) => {
+      await transitionPayment(trx, payment.id, ['pending'], { status: 'failed', provider_ref: outcome.providerRef, failure_reason: reason, updated_at: stamp });
+      await trx.deleteFrom('subscriptions').where('id', '=', sub.id).where('status', '=', 'incomplete').execute();
+    });
+    return { ok: false, reason: 'payment_failed', message: reason };
+  }
+  const active: SubscriptionRow = { ...sub, status: 'active' };
+  await storage.db.transaction().execute(async (trx) => {
+    if (!(await transitionPayment(trx, payment.id, ['pending'], { status: 'succeeded', provider_ref: outcome.providerRef, updated_at: stamp }))) return;
+    await updateSubscription(trx, sub.id, { status: 'active' });
+    await beginFirstCycle(trx, active, customer, plan);
+  });
+  return { ok: true, subscription: active };
+}

@@ -1,0 +1,79 @@
+import type { Transaction } from 'kysely';
+import type { Database } from '../storage/schema.ts';
+import { customerPaymentsAccount, expiredCreditAccount, planCreditAccount, walletAccount, type Bucket } from './accounts.ts';
+import { recordBalanceEvent } from './events.ts';
+import { appendTransaction } from './postings.ts';
+import { applyCredit, lockWallets } from './wallets.ts';
+import type { Storage } from '../storage/db.ts';
+
+/**
+ * Money that enters a wallet through commerce: a payment the provider confirmed (top-up, bundle),
+ * or the credit a plan grants each cycle; and credit that expires. Each is one balanced ledger
+ * transaction in the caller's database transaction, with a balance event. `reference` is unique
+ * per kind, so the same payment or cycle can never be credited twice.
+ */
+export type Funding = {
+  merchantId: string;
+  walletId: string;
+  bucket: Bucket;
+  amount: bigint;
+  /** `payment`: the customer paid it; `plan_credit`: a subscription cycle grants it. */
+  source: 'payment' | 'plan_credit';
+  reference: string;
+  description: string;
+  at: string;
+};
+
+export async function fundWallet(trx: Transaction<Database>, f: Funding): Promise<void> {
+  if (f.amount <= 0n) return;
+  const balance = await applyCredit(trx, f.walletId, f.amount, f.bucket);
+  if (balance === null) throw new RangeError(`no wallet ${f.walletId}`);
+  await appendTransaction(trx, {
+    kind: f.source === 'payment' ? 'customer_payment' : 'plan_credit',
+    merchantId: f.merchantId,
+    reference: f.reference,
+    description: f.description,
+    legs: [
+      { account: walletAccount(f.walletId, f.bucket), amount: f.amount },
+      { account: f.source === 'payment' ? customerPaymentsAccount(f.merchantId) : planCreditAccount(f.merchantId), amount: -f.amount },
+    ],
+    at: f.at,
+  });
+  await recordBalanceEvent(trx, f.walletId, f.at);
+}
+
+/**
+ * Removes what is left in the cycle or bundle bucket of a wallet (rollover `none`, cancellation);
+ * returns the amount that expired. Locks the wallet first.
+ */
+export async function expireBucket(
+  trx: Transaction<Database>,
+  dialect: Storage['dialect'],
+  input: { merchantId: string; walletId: string; bucket: 'cycle' | 'bundle'; reference: string; at: string },
+): Promise<bigint> {
+  const wallet = (await lockWallets(trx, dialect, [input.walletId])).get(input.walletId);
+  if (!wallet) throw new RangeError(`no wallet ${input.walletId}`);
+  const left = BigInt(input.bucket === 'cycle' ? wallet.cycle_credit : wallet.bundle_credit);
+  if (left <= 0n) return 0n;
+  await trx
+    .updateTable('wallets')
+    .set((eb) => ({
+      balance: eb('balance', '-', left),
+      ...(input.bucket === 'cycle' ? { cycle_credit: eb('cycle_credit', '-', left) } : { bundle_credit: eb('bundle_credit', '-', left) }),
+    }))
+    .where('id', '=', input.walletId)
+    .execute();
+  await appendTransaction(trx, {
+    kind: `${input.bucket}_credit_expiry`,
+    merchantId: input.merchantId,
+    reference: input.reference,
+    description: `Unused ${input.bucket} credit expired`,
+    legs: [
+      { account: walletAccount(input.walletId, input.bucket), amount: -left },
+      { account: expiredCreditAccount(input.merchantId), amount: left },
+    ],
+    at: input.at,
+  });
+  await recordBalanceEvent(trx, input.walletId, input.at);
+  return left;
+}

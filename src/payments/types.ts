@@ -1,0 +1,40 @@
+/**
+ * The one small interface every payment provider implements. Tollgate credits a wallet only after
+ * the provider reports `succeeded` for a payment (here, or later through the provider's own
+ * events); everything else is the provider's business and stays in its module.
+ */
+export type ChargeOutcome =
+  | { status: 'succeeded'; providerRef: string }
+  /** The customer must complete an extra step (e.g. 3-D Secure) before the payment succeeds. */
+  | { status: 'requires_action'; providerRef: string }
+  | { status: 'failed'; providerRef: string | null; reason: string };
+
+/** A payment method the provider keeps for off-session charges (renewals, auto top-up). */
+export type SavedMethod = { providerRef: string; customerRef: string | null; label: string };
+
+/** What the hosted checkout page collected for a provider (form fields by name). */
+export type CheckoutDetails = Record<string, string>;
+
+export type ChargeInput = {
+  amount: bigint;
+  /** The same key always names the same payment: a retry never charges twice. */
+  idempotencyKey: string;
+  description: string;
+};
+
+export interface PaymentProvider {
+  readonly id: string;
+  /**
+   * Charges the customer present at checkout and saves the method for later charges. An amount of
+   * zero only saves the method.
+   */
+  chargeAtCheckout(input: ChargeInput & { details: CheckoutDetails }): Promise<{ outcome: ChargeOutcome; saved: SavedMethod | null }>;
+  /** Completes a payment that reported `requires_action`, once the customer did the extra step. */
+  confirm(providerRef: string): Promise<ChargeOutcome>;
+  /** Charges a saved method with no customer present. */
+  chargeSaved(input: ChargeInput & { method: SavedMethod }): Promise<ChargeOutcome>;
+  /** The fields the checkout page asks for. */
+  readonly checkoutFields: readonly CheckoutField[];
+}
+
+export type CheckoutField = { name: string; label: string; autocomplete: string; inputmode?: 'numeric' | 'text'; pattern?: string; hint?: string };

@@ -1,0 +1,229 @@
+import { z } from 'zod';
+import { startSubscription, type CommerceDeps } from '../commerce/subscriptions.ts';
+import { formatMoney } from '../domain/money.ts';
+import { principalOf } from '../http/auth.ts';
+import { ApiError, notFound, validationError } from '../http/errors.ts';
+import { assertCursor, pageQuery, pageResponse, toPage } from '../http/pagination.ts';
+import { errorResponse, idParams, optionalBody, standardErrors, successResponse } from '../http/schemas.ts';
+import type { App } from '../http/types.ts';
+import { findConnection } from '../storage/connections.ts';
+import { findCreditBundle, findPlan } from '../storage/plans.ts';
+import {
+  findCustomerSubscriptionView,
+  findSubscription,
+  findSubscriptionView,
+  listSubscriptionViews,
+  subscriptionIdExists,
+  updateSubscription,
+  type SubscriptionView,
+} from '../storage/subscriptions.ts';
+import { BILLING_INTERVALS, ROLLOVER_TYPES } from './plans.ts';
+
+const planTermsSchema = z.object({
+  name: z.string(),
+  period_amount: z.string(),
+  included_credit: z.string(),
+  billing_interval: z.enum(BILLING_INTERVALS),
+  rollover_type: z.enum(ROLLOVER_TYPES),
+  bundle_rollover_type: z.enum(ROLLOVER_TYPES),
+});
+
+const subscriptionBaseSchema = z.object({
+  subscription_id: z.string(),
+  plan_id: z.string(),
+  status: z.enum(['active', 'past_due', 'cancelled']).describe('`past_due`: a renewal payment failed and is being retried'),
+  auto_top_up_bundle_id: z.string().nullable(),
+  started_at: z.string(),
+  cancelled_at: z.string().nullable(),
+  cycle_start_at: z.string().nullable(),
+  cycle_end_at: z.string().nullable(),
+  plan: planTermsSchema,
+  credits: z.object({ total_remaining: z.string(), cycle_remaining: z.string(), bundle_remaining: z.string() }),
+  pending_change: z
+    .object({
+      type: z.enum(['cancellation', 'downgrade', 'upgrade']),
+      effective_at: z.string().nullable(),
+      plan_id: z.string().optional(),
+      name: z.string().optional(),
+      period_amount: z.string().optional(),
+      included_credit: z.string().optional(),
+    })
+    .nullable(),
+});
+
+const subscriptionSchema = subscriptionBaseSchema.extend({
+  customer_id: z.string(),
+  connection_id: z.string().describe('Older name of customer_id'),
+  customer: z.object({ phone: z.string().nullable(), email: z.string().nullable(), first_name: z.string().nullable(), last_name: z.string().nullable() }),
+});
+type Subscription = z.infer<typeof subscriptionSchema>;
+
+const listQuery = pageQuery.extend({
+  status: z.enum(['active', 'cancelled', 'all']).default('active'),
+  customer_id: z.string().min(1).max(100).optional(),
+  connection_id: z.string().min(1).max(100).optional().describe('Older name of customer_id'),
+});
+const createBody = z.object({ customer_id: z.string().min(1).max(100), plan_id: z.string().min(1).max(100) });
+const updateBody = optionalBody(
+  z.object({
+    auto_top_up_bundle_id: z.string().min(1).max(100).nullable().optional(),
+    plan_id: z.string().min(1).max(100).optional().describe('Changes the plan at the next cycle; the current plan clears a scheduled change'),
+  }),
+);
+
+function pendingChange(v: SubscriptionView): Subscription['pending_change'] {
+  if (v.status === 'cancelled') return null;
+  if (Number(v.cancel_at_cycle_end) === 1) return { type: 'cancellation', effective_at: v.cycle_end_at };
+  if (!v.pending_plan) return null;
+  return {
+    type: v.pending_plan.period_amount > v.plan.period_amount ? 'upgrade' : 'downgrade',
+    effective_at: v.cycle_end_at,
+    plan_id: v.pending_plan.id,
+    name: v.pending_plan.name,
+    period_amount: formatMoney(v.pending_plan.period_amount),
+    included_credit: formatMoney(v.pending_plan.included_credit),
+  };
+}
+
+export function presentSubscription(v: SubscriptionView): Subscription {
+  const live = v.status !== 'cancelled';
+  return {
+    subscription_id: v.id,
+    plan_id: v.plan_id,
+    customer_id: v.connection_id,
+    connection_id: v.connection_id,
+    status: v.status === 'incomplete' ? 'active' : v.status,
+    auto_top_up_bundle_id: v.auto_top_up_bundle_id,
+    started_at: v.started_at,
+    cancelled_at: v.cancelled_at,
+    cycle_start_at: live ? v.cycle_start_at : null,
+    cycle_end_at: live ? v.cycle_end_at : null,
+    plan: {
+      name: v.plan.name,
+      period_amount: formatMoney(v.plan.period_amount),
+      included_credit: formatMoney(v.plan.included_credit),
+      billing_interval: v.plan.billing_interval,
+      rollover_type: v.plan.rollover_type,
+      bundle_rollover_type: v.plan.bundle_rollover_type,
+    },
+    credits: {
+      total_remaining: formatMoney(v.cycle_credit + v.bundle_credit),
+      cycle_remaining: formatMoney(v.cycle_credit),
+      bundle_remaining: formatMoney(v.bundle_credit),
+    },
+    pending_change: pendingChange(v),
+    customer: v.contact,
+  };
+}
+
+const tags = ['subscriptions'];
+
+export function registerSubscriptionRoutes(app: App, deps: CommerceDeps): void {
+  const { storage } = deps;
+
+  app.get(
+    '/subscriptions',
+    { schema: { tags, querystring: listQuery, response: { 200: pageResponse(subscriptionSchema), ...standardErrors } } },
+    async (request) => {
+      const { merchantId } = principalOf(request);
+      const { cursor, limit, status } = request.query;
+      const customerId = request.query.customer_id ?? request.query.connection_id;
+      await assertCursor(cursor, (id) => subscriptionIdExists(storage, merchantId, id));
+      const rows = await listSubscriptionViews(storage, merchantId, { status, cursor, limit, ...(customerId ? { customerId } : {}) });
+      return toPage(rows, limit, presentSubscription);
+    },
+  );
+
+  app.post(
+    '/subscriptions',
+    {
+      schema: {
+        tags,
+        body: createBody,
+        response: {
+          201: z.object({ subscription: subscriptionSchema }),
+          ...standardErrors,
+          402: errorResponse('`payment_method_required` (a paid plan, no saved payment method) or `payment_failed`'),
+          409: errorResponse('`subscription_exists`: the customer already has a subscription that is not cancelled'),
+        },
+      },
+    },
+    async (request, reply) => {
+      const { merchantId } = principalOf(request);
+      const customer = await findConnection(storage, merchantId, request.body.customer_id);
+      if (!customer) throw validationError([{ path: ['customer_id'], message: `no customer with id ${request.body.customer_id}` }]);
+      const plan = await findPlan(storage, merchantId, request.body.plan_id);
+      if (!plan) throw validationError([{ path: ['plan_id'], message: `no plan with id ${request.body.plan_id}` }]);
+      const started = await startSubscription(deps, merchantId, customer, plan, new Date());
+      if (!started.ok) throw new ApiError(started.reason, started.message);
+      const view = await findSubscriptionView(storage, merchantId, started.subscription.id);
+      return reply.status(201).send({ subscription: presentSubscription(view!) });
+    },
+  );
+
+  app.get(
+    '/subscriptions/:id',
+    { schema: { tags, params: idParams, response: { 200: subscriptionSchema, ...standardErrors } } },
+    async (request) => {
+      const view = await findSubscriptionView(storage, principalOf(request).merchantId, request.params.id);
+      if (!view) throw notFound('subscription', request.params.id);
+      return presentSubscription(view);
+    },
+  );
+
+  app.patch(
+    '/subscriptions/:id',
+    { schema: { tags, params: idParams, body: updateBody, response: { 200: successResponse, ...standardErrors, 409: errorResponse('`subscription_cancelled`') } } },
+    async (request) => {
+      const { merchantId } = principalOf(request);
+      const sub = await liveSubscription(deps, merchantId, request.params.id);
+      const { auto_top_up_bundle_id: bundleId, plan_id: planId } = request.body;
+      const changes: Parameters<typeof updateSubscription>[2] = {};
+      if (bundleId !== undefined) {
+        const bundle = bundleId === null ? null : await findCreditBundle(storage, merchantId, bundleId);
+        if (bundle === undefined || (bundle && bundle.plan_id !== (planId ?? sub.plan_id))) {
+          throw validationError([{ path: ['auto_top_up_bundle_id'], message: "must name a credit bundle of the subscription's plan" }]);
+        }
+        changes.auto_top_up_bundle_id = bundleId;
+      }
+      if (planId !== undefined) {
+        if (!(await findPlan(storage, merchantId, planId))) throw validationError([{ path: ['plan_id'], message: `no plan with id ${planId}` }]);
+        changes.pending_plan_id = planId === sub.plan_id ? null : planId;
+      }
+      await updateSubscription(storage.db, sub.id, changes);
+      return { success: true as const };
+    },
+  );
+
+  app.delete(
+    '/subscriptions/:id',
+    { schema: { tags, params: idParams, response: { 200: successResponse, ...standardErrors, 409: errorResponse('`subscription_cancelled`') } } },
+    async (request) => {
+      const sub = await liveSubscription(deps, principalOf(request).merchantId, request.params.id);
+      // Cancellation takes effect when the paid cycle ends (decision 0016).
+      await updateSubscription(storage.db, sub.id, { cancel_at_cycle_end: 1 });
+      return { success: true as const };
+    },
+  );
+
+  app.get(
+    '/customers/:id/subscription',
+    { schema: { tags: ['customers'], params: idParams, response: { 200: z.object({ subscription: subscriptionBaseSchema.nullable() }), ...standardErrors } } },
+    async (request) => {
+      const { merchantId } = principalOf(request);
+      const customer = await findConnection(storage, merchantId, request.params.id);
+      if (!customer) throw notFound('customer', request.params.id);
+      const view = await findCustomerSubscriptionView(storage, merchantId, customer.id);
+      if (!view || view.status === 'cancelled') return { subscription: null };
+      const { customer_id: _c, connection_id: _k, customer: _p, ...base } = presentSubscription(view);
+      return { subscription: base };
+    },
+  );
+}
+
+async function liveSubscription(deps: CommerceDeps, merchantId: string, id: string) {
+  const sub = await findSubscription(deps.storage.db, merchantId, id);
+  if (!sub || sub.status === 'incomplete') throw notFound('subscription', id);
+  if (sub.status === 'cancelled') throw new ApiError('subscription_cancelled');
+  return sub;
+}

@@ -1,0 +1,129 @@
+import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { renewDueSubscriptions, RETRY_DELAYS_MS } from '../../src/commerce/renewals.ts';
+import { parseMoney } from '../../src/domain/money.ts';
+import { verifyLedger } from '../../src/ledger/verify.ts';
+import { creditWallet } from '../../src/ledger/wallets.ts';
+import { startTestApp, type TestApp } from '../helpers/app.ts';
+import { createCustomer, createPlan, eventsOfType, saveTestCard, subscribe, walletBuckets, type PlanInput } from '../helpers/commerce.ts';
+import { databasesUnderTest } from '../helpers/databases.ts';
+
+const DAY = 86_400_000;
+
+describe.each(databasesUnderTest())('the cycle engine on %s', (dialect) => {
+  let t: TestApp;
+  let meterSlug: string;
+  beforeAll(async () => {
+    t = await startTestApp(dialect);
+    const meter = await t.app.inject({ method: 'POST', url: '/v1/meters', headers: t.auth(), payload: { name: 'Per call', rate_type: 'fixed', tier_type: 'requests', tiers: [{ start: 0, rate: '1' }] } });
+    meterSlug = meter.json().meter_slug;
+  });
+  afterAll(async () => t?.close());
+  afterEach(async () => {
+    expect((await verifyLedger(t.storage)).problems).toEqual([]);
+  });
+
+  const engine = () => ({ storage: t.storage, payments: t.payments });
+  /** Runs the engine as if the clock read the given time. */
+  const runAt = (at: Date) => renewDueSubscriptions(engine(), at);
+  const spend = async (customerId: string, times: number) => {
+    for (let i = 0; i < times; i++) {
+      const res = await t.app.inject({ method: 'POST', url: '/v1/requests', headers: t.auth(), payload: { request_id: `r-${customerId}-${i}-${Math.random()}`, customer_id: customerId, meter_slug: meterSlug } });
+      expect(res.statusCode, res.body).toBe(201);
+    }
+  };
+  async function subscribed(plan: PlanInput, card = true) {
+    const p = await createPlan(t, plan);
+    const c = await createCustomer(t);
+    if (card) await saveTestCard(t.storage, t.merchant.merchantId, c.customerId);
+    const res = await subscribe(t, c.customerId, p.plan_id);
+    expect(res.statusCode, res.body).toBe(201);
+    const sub = res.json().subscription;
+    return { plan: p, ...c, sub, end: new Date(sub.cycle_end_at) };
+  }
+  const stored = (id: string) => t.storage.db.selectFrom('subscriptions').selectAll().where('id', '=', id).executeTakeFirstOrThrow();
+
+  it('rollover full keeps unused cycle and bundle credit and adds the next cycle credit, charging the period once', async () => {
+    const s = await subscribed({ name: 'Full', period_amount: '10', included_credit: '5', billing_interval: 'month' });
+    await creditWallet(t.storage, s.walletId, parseMoney('2'), 'bundle');
+    await spend(s.customerId, 3); // 3 of the 5 cycle credit
+    const before = t.payments.charges.length;
+    expect(await runAt(new Date(s.end.getTime() - 1))).not.toContainEqual(expect.objectContaining({ subscriptionId: s.sub.subscription_id }));
+    expect(await runAt(s.end)).toContainEqual({ subscriptionId: s.sub.subscription_id, outcome: 'renewed' });
+    expect(await runAt(new Date(s.end.getTime() + 1000))).not.toContainEqual(expect.objectContaining({ subscriptionId: s.sub.subscription_id }));
+    expect(t.payments.charges.slice(before)).toEqual([expect.objectContaining({ amount: parseMoney('10'), status: 'succeeded' })]);
+    expect(await walletBuckets(t.storage, s.walletId)).toMatchObject({ cycle: parseMoney('7'), bundle: parseMoney('2'), prepaid: 0n });
+    const row = await stored(s.sub.subscription_id);
+    expect(row.cycle_start_at).toBe(s.sub.cycle_end_at);
+    expect(new Date(row.cycle_end_at).getTime()).toBeGreaterThan(s.end.getTime() + 27 * DAY);
+    const renewed = await eventsOfType(t.storage, 'subscription.renewed');
+    expect(renewed.filter((e) => e.data.subscription_id === s.sub.subscription_id)).toHaveLength(1);
+  });
+
+  it('rollover none expires unused cycle and bundle credit before granting the new cycle', async () => {
+    const s = await subscribed({ name: 'None', period_amount: '0', included_credit: '5', billing_interval: 'day', rollover_type: 'none', bundle_rollover_type: 'none' });
+    await creditWallet(t.storage, s.walletId, parseMoney('2'), 'bundle');
+    await creditWallet(t.storage, s.walletId, parseMoney('1'), 'prepaid');
+    await spend(s.customerId, 1);
+    await runAt(s.end);
+    expect(await walletBuckets(t.storage, s.walletId)).toMatchObject({ cycle: parseMoney('5'), bundle: 0n, prepaid: parseMoney('1') });
+  });
+
+  it('a cancellation takes effect at the cycle end: cancelled, cycle credit gone, nothing charged', async () => {
+    const s = await subscribed({ name: 'Cancel me', period_amount: '4', billing_interval: 'week' });
+    await t.app.inject({ method: 'DELETE', url: `/v1/subscriptions/${s.sub.subscription_id}`, headers: t.auth() });
+    await runAt(new Date(s.end.getTime() - 1000));
+    expect((await stored(s.sub.subscription_id)).status).toBe('active');
+    const before = t.payments.charges.length;
+    expect(await runAt(s.end)).toContainEqual({ subscriptionId: s.sub.subscription_id, outcome: 'cancelled' });
+    expect(t.payments.charges.length).toBe(before);
+    const row = await stored(s.sub.subscription_id);
+    expect(row).toMatchObject({ status: 'cancelled', cancelled_at: s.sub.cycle_end_at });
+    expect((await walletBuckets(t.storage, s.walletId)).cycle).toBe(0n);
+    expect((await eventsOfType(t.storage, 'subscription.cancelled')).map((e) => e.data.subscription_id)).toContain(s.sub.subscription_id);
+    const listed = (await t.app.inject({ method: 'GET', url: `/v1/subscriptions?status=cancelled&customer_id=${s.customerId}`, headers: t.auth() })).json();
+    expect(listed.data[0]).toMatchObject({ status: 'cancelled', pending_change: null });
+  });
+
+  it('a plan change applies at the next cycle: the new plan is charged and grants its credit', async () => {
+    const s = await subscribed({ name: 'Big', period_amount: '30', included_credit: '30', billing_interval: 'month', rollover_type: 'none' });
+    const small = await createPlan(t, { name: 'Small', period_amount: '5', included_credit: '6', billing_interval: 'week' });
+    await t.app.inject({ method: 'PATCH', url: `/v1/subscriptions/${s.sub.subscription_id}`, headers: t.auth(), payload: { plan_id: small.plan_id } });
+    const before = t.payments.charges.length;
+    await runAt(s.end);
+    expect(t.payments.charges.slice(before)).toEqual([expect.objectContaining({ amount: parseMoney('5') })]);
+    const row = await stored(s.sub.subscription_id);
+    expect(row).toMatchObject({ plan_id: small.plan_id, pending_plan_id: null });
+    expect(new Date(row.cycle_end_at).getTime() - new Date(row.cycle_start_at).getTime()).toBe(7 * DAY);
+    expect(await walletBuckets(t.storage, s.walletId)).toMatchObject({ cycle: parseMoney('6') });
+  });
+
+  it('a failed renewal makes the subscription past_due with retries, then cancels it', async () => {
+    const s = await subscribed({ name: 'Flaky', period_amount: '8', billing_interval: 'month' });
+    await saveTestCard(t.storage, t.merchant.merchantId, s.customerId, 'declinesLater');
+    let at = s.end;
+    for (const delay of RETRY_DELAYS_MS) {
+      expect(await runAt(at)).toContainEqual({ subscriptionId: s.sub.subscription_id, outcome: 'past_due' });
+      expect(await runAt(new Date(at.getTime() + delay - 1))).not.toContainEqual(expect.objectContaining({ subscriptionId: s.sub.subscription_id }));
+      at = new Date(at.getTime() + delay);
+    }
+    const shown = (await t.app.inject({ method: 'GET', url: `/v1/subscriptions?customer_id=${s.customerId}`, headers: t.auth() })).json().data[0];
+    expect(shown.status).toBe('past_due');
+    expect(await runAt(at)).toContainEqual({ subscriptionId: s.sub.subscription_id, outcome: 'cancelled' });
+    expect((await stored(s.sub.subscription_id)).status).toBe('cancelled');
+    const failures = (await eventsOfType(t.storage, 'subscription.payment_failed')).filter((e) => e.data.subscription_id === s.sub.subscription_id);
+    expect(failures.map((e) => e.data.attempt)).toEqual([1, 2, 3, 4]);
+    expect(failures.at(-1)!.data.final).toBe(true);
+    expect(await walletBuckets(t.storage, s.walletId)).toMatchObject({ cycle: 0n, balance: 0n });
+  });
+
+  it('a past_due subscription whose retry succeeds renews from its old cycle end', async () => {
+    const s = await subscribed({ name: 'Recovers', period_amount: '3', included_credit: '3', billing_interval: 'month' });
+    await saveTestCard(t.storage, t.merchant.merchantId, s.customerId, 'declinesLater');
+    await runAt(s.end);
+    await saveTestCard(t.storage, t.merchant.merchantId, s.customerId, 'succeeds');
+    expect(await runAt(new Date(s.end.getTime() + RETRY_DELAYS_MS[0]))).toContainEqual({ subscriptionId: s.sub.subscription_id, outcome: 'renewed' });
+    const row = await stored(s.sub.subscription_id);
+    expect(row).toMatchObject({ status: 'active', cycle_start_at: s.sub.cycle_end_at });
+    expect(Number(row.failed_attempts)).toBe(0);
+  });
+});
