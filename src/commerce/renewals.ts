@@ -189,7 +189,6 @@ async function cancel(
   at: string,
   reason: 'requested' | 'payment_failed',
 ): Promise<void> {
-  const cancelled: SubscriptionRow = { ...sub, status: 'cancelled', cancelled_at: at, claimed_until: null, next_attempt_at: null };
   const written = await trx
     .updateTable('subscriptions')
     .set({ status: 'cancelled', cancelled_at: at, claimed_until: null, next_attempt_at: null })
@@ -199,7 +198,7 @@ async function cancel(
     .executeTakeFirst();
   if (Number(written.numUpdatedRows) !== 1) return;
   await applyRollover(deps, trx, sub, ending, await walletOf(trx, sub.connection_id), true);
-  await emitSubscriptionEvent(trx, 'subscription.cancelled', cancelled, at, { reason });
+  await emitSubscriptionEvent(trx, 'subscription.cancelled', sub, at, { reason });
 }
 
 async function recordFailure(
@@ -213,23 +212,20 @@ async function recordFailure(
 ): Promise<'past_due' | 'cancelled'> {
   const stamp = now.toISOString();
   const delay = RETRY_DELAYS_MS[attempt - 1];
-  const pastDue: SubscriptionRow = {
-    ...sub,
-    status: 'past_due',
-    failed_attempts: attempt,
-    next_attempt_at: delay === undefined ? null : new Date(now.getTime() + delay).toISOString(),
-  };
-  await emitSubscriptionEvent(trx, 'subscription.payment_failed', pastDue, stamp, { attempt, reason, final: delay === undefined });
+  const failure = { attempt, reason, final: delay === undefined };
   if (delay === undefined) {
+    await emitSubscriptionEvent(trx, 'subscription.payment_failed', sub, stamp, failure);
     await cancel(deps, trx, sub, ending, stamp, 'payment_failed');
     return 'cancelled';
   }
+  const nextAttemptAt = new Date(now.getTime() + delay).toISOString();
   await trx
     .updateTable('subscriptions')
-    .set({ status: 'past_due', failed_attempts: attempt, next_attempt_at: pastDue.next_attempt_at, claimed_until: null })
+    .set({ status: 'past_due', failed_attempts: attempt, next_attempt_at: nextAttemptAt, claimed_until: null })
     .where('id', '=', sub.id)
     .where('cycle_end_at', '=', sub.cycle_end_at)
     .execute();
+  await emitSubscriptionEvent(trx, 'subscription.payment_failed', sub, stamp, { ...failure, next_attempt_at: nextAttemptAt });
   return 'past_due';
 }
 

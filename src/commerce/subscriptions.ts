@@ -1,7 +1,6 @@
 import type { Transaction } from 'kysely';
 import { nextCycleEnd } from '../domain/billing-cycle.ts';
 import { newId } from '../domain/ids.ts';
-import { formatMoney } from '../domain/money.ts';
 import { fundWallet } from '../ledger/funding.ts';
 import type { PaymentProvider, SavedMethod } from '../payments/types.ts';
 import type { Storage } from '../storage/db.ts';
@@ -9,6 +8,7 @@ import { isUniqueViolation } from '../storage/errors.ts';
 import type { PlanRow } from '../storage/plans.ts';
 import type { Database } from '../storage/schema.ts';
 import {
+  findSubscriptionView,
   insertPayment,
   latestPaymentMethod,
   transitionPayment,
@@ -17,6 +17,7 @@ import {
   type SubscriptionRow,
 } from '../storage/subscriptions.ts';
 import { enqueueEvent, type EventType } from '../webhooks/outbox.ts';
+import { presentSubscription } from './subscription-view.ts';
 
 export type CommerceDeps = { storage: Storage; payments: PaymentProvider };
 export type Customer = { id: string; wallet_id: string };
@@ -32,21 +33,10 @@ export const savedMethodOf = (row: PaymentMethodRow): SavedMethod => ({
   label: row.label,
 });
 
-/** The data of every subscription event: enough to act on without a read back. */
-export function subscriptionEventData(sub: SubscriptionRow, extra: Record<string, unknown> = {}): Record<string, unknown> {
-  return {
-    subscription_id: sub.id,
-    customer_id: sub.connection_id,
-    connection_id: sub.connection_id,
-    plan_id: sub.plan_id,
-    status: sub.status,
-    cycle_start_at: sub.cycle_start_at,
-    cycle_end_at: sub.cycle_end_at,
-    cancelled_at: sub.cancelled_at,
-    ...extra,
-  };
-}
-
+/**
+ * Emits a subscription event whose data is the subscription as the API lists it, read in the
+ * caller's transaction after its change (plus `extra`, e.g. a failure's reason).
+ */
 export async function emitSubscriptionEvent(
   trx: Transaction<Database>,
   type: Extract<EventType, `subscription.${string}`>,
@@ -54,7 +44,9 @@ export async function emitSubscriptionEvent(
   at: string,
   extra?: Record<string, unknown>,
 ): Promise<void> {
-  await enqueueEvent(trx, { merchantId: sub.merchant_id, type, data: subscriptionEventData(sub, extra), at });
+  const view = await findSubscriptionView(trx, sub.merchant_id, sub.id);
+  if (!view) throw new RangeError(`no subscription ${sub.id}`);
+  await enqueueEvent(trx, { merchantId: sub.merchant_id, type, data: { ...presentSubscription(view), ...extra }, at });
 }
 
 /** A new subscription row starting at `at`, in the given status. */
@@ -93,9 +85,7 @@ async function beginFirstCycle(trx: Transaction<Database>, sub: SubscriptionRow,
     description: `${plan.name}: cycle credit`,
     at: sub.cycle_start_at,
   });
-  await emitSubscriptionEvent(trx, 'subscription.created', sub, sub.cycle_start_at, {
-    plan: { name: plan.name, period_amount: formatMoney(BigInt(plan.period_amount)), included_credit: formatMoney(BigInt(plan.included_credit)) },
-  });
+  await emitSubscriptionEvent(trx, 'subscription.created', sub, sub.cycle_start_at);
 }
 
 /**

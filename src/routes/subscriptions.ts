@@ -1,6 +1,6 @@
 import { z } from 'zod';
+import { presentSubscription } from '../commerce/subscription-view.ts';
 import { startSubscription, type CommerceDeps } from '../commerce/subscriptions.ts';
-import { formatMoney } from '../domain/money.ts';
 import { principalOf } from '../http/auth.ts';
 import { ApiError, notFound, validationError } from '../http/errors.ts';
 import { assertCursor, pageQuery, pageResponse, toPage } from '../http/pagination.ts';
@@ -15,7 +15,6 @@ import {
   listSubscriptionViews,
   subscriptionIdExists,
   updateSubscription,
-  type SubscriptionView,
 } from '../storage/subscriptions.ts';
 import { BILLING_INTERVALS, ROLLOVER_TYPES } from './plans.ts';
 
@@ -56,7 +55,6 @@ const subscriptionSchema = subscriptionBaseSchema.extend({
   connection_id: z.string().describe('Older name of customer_id'),
   customer: z.object({ phone: z.string().nullable(), email: z.string().nullable(), first_name: z.string().nullable(), last_name: z.string().nullable() }),
 });
-type Subscription = z.infer<typeof subscriptionSchema>;
 
 const listQuery = pageQuery.extend({
   status: z.enum(['active', 'cancelled', 'all']).default('active'),
@@ -70,51 +68,6 @@ const updateBody = optionalBody(
     plan_id: z.string().min(1).max(100).optional().describe('Changes the plan at the next cycle; the current plan clears a scheduled change'),
   }),
 );
-
-function pendingChange(v: SubscriptionView): Subscription['pending_change'] {
-  if (v.status === 'cancelled') return null;
-  if (Number(v.cancel_at_cycle_end) === 1) return { type: 'cancellation', effective_at: v.cycle_end_at };
-  if (!v.pending_plan) return null;
-  return {
-    type: v.pending_plan.period_amount > v.plan.period_amount ? 'upgrade' : 'downgrade',
-    effective_at: v.cycle_end_at,
-    plan_id: v.pending_plan.id,
-    name: v.pending_plan.name,
-    period_amount: formatMoney(v.pending_plan.period_amount),
-    included_credit: formatMoney(v.pending_plan.included_credit),
-  };
-}
-
-export function presentSubscription(v: SubscriptionView): Subscription {
-  const live = v.status !== 'cancelled';
-  return {
-    subscription_id: v.id,
-    plan_id: v.plan_id,
-    customer_id: v.connection_id,
-    connection_id: v.connection_id,
-    status: v.status === 'incomplete' ? 'active' : v.status,
-    auto_top_up_bundle_id: v.auto_top_up_bundle_id,
-    started_at: v.started_at,
-    cancelled_at: v.cancelled_at,
-    cycle_start_at: live ? v.cycle_start_at : null,
-    cycle_end_at: live ? v.cycle_end_at : null,
-    plan: {
-      name: v.plan.name,
-      period_amount: formatMoney(v.plan.period_amount),
-      included_credit: formatMoney(v.plan.included_credit),
-      billing_interval: v.plan.billing_interval,
-      rollover_type: v.plan.rollover_type,
-      bundle_rollover_type: v.plan.bundle_rollover_type,
-    },
-    credits: {
-      total_remaining: formatMoney(v.cycle_credit + v.bundle_credit),
-      cycle_remaining: formatMoney(v.cycle_credit),
-      bundle_remaining: formatMoney(v.bundle_credit),
-    },
-    pending_change: pendingChange(v),
-    customer: v.contact,
-  };
-}
 
 const tags = ['subscriptions'];
 
@@ -156,7 +109,7 @@ export function registerSubscriptionRoutes(app: App, deps: CommerceDeps): void {
       if (!plan) throw validationError([{ path: ['plan_id'], message: `no plan with id ${request.body.plan_id}` }]);
       const started = await startSubscription(deps, merchantId, customer, plan, new Date());
       if (!started.ok) throw new ApiError(started.reason, started.message);
-      const view = await findSubscriptionView(storage, merchantId, started.subscription.id);
+      const view = await findSubscriptionView(storage.db, merchantId, started.subscription.id);
       return reply.status(201).send({ subscription: presentSubscription(view!) });
     },
   );
@@ -165,7 +118,7 @@ export function registerSubscriptionRoutes(app: App, deps: CommerceDeps): void {
     '/subscriptions/:id',
     { schema: { tags, params: idParams, response: { 200: subscriptionSchema, ...standardErrors } } },
     async (request) => {
-      const view = await findSubscriptionView(storage, principalOf(request).merchantId, request.params.id);
+      const view = await findSubscriptionView(storage.db, principalOf(request).merchantId, request.params.id);
       if (!view) throw notFound('subscription', request.params.id);
       return presentSubscription(view);
     },

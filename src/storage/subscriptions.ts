@@ -92,8 +92,8 @@ function toView(r: ViewRow): SubscriptionView {
   };
 }
 
-export async function findSubscriptionView(storage: Storage, merchantId: string, id: string): Promise<SubscriptionView | undefined> {
-  const row = await selectViews(storage.db).where('subscriptions.merchant_id', '=', merchantId).where('subscriptions.id', '=', id).executeTakeFirst();
+export async function findSubscriptionView(db: Db, merchantId: string, id: string): Promise<SubscriptionView | undefined> {
+  const row = await selectViews(db).where('subscriptions.merchant_id', '=', merchantId).where('subscriptions.id', '=', id).executeTakeFirst();
   return row && toView(row);
 }
 
