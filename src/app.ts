@@ -29,6 +29,8 @@ import { registerRequestRoutes } from './routes/requests.ts';
 import { registerSecretKeyRoutes } from './routes/secret-keys.ts';
 import { registerSpendKeyRoutes } from './routes/spend-keys.ts';
 import { registerSubscriptionRoutes } from './routes/subscriptions.ts';
+import { registerCheckoutSessionRoutes } from './routes/checkout-sessions.ts';
+import { registerCheckoutPage } from './web/checkout-page.ts';
 import { registerWalletKeyRoutes } from './routes/wallet-keys.ts';
 import { registerUsageRoutes } from './routes/usage.ts';
 import { registerWebRoutes } from './web/index.ts';
@@ -89,6 +91,7 @@ export async function buildApp(options: AppOptions): Promise<App> {
 
   const commerce = { storage: deps.storage, payments: deps.payments ?? new TestPaymentProvider() };
   registerHealthRoutes(app, deps);
+  await app.register(async (scope) => registerCheckoutPage(scope, commerce));
   registerOpenApiRoute(app);
   await registerWebRoutes(app, deps);
 
@@ -131,6 +134,7 @@ export async function buildApp(options: AppOptions): Promise<App> {
       registerCreditBundleRoutes(api, deps);
       registerWebhookRoutes(api, deps);
       registerSubscriptionRoutes(api, commerce);
+      registerCheckoutSessionRoutes(api, { ...commerce, publicBaseUrl: deps.config.publicBaseUrl });
     },
     { prefix: '/v1' },
   );

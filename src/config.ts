@@ -78,6 +78,8 @@ export const configSchema = z.object({
    * collecting again, in percent; `off` keeps V8's own factor (decision 0015).
    */
   HEAP_GROWING_PERCENT: z.union([z.literal('off'), z.coerce.number().int().min(1).max(1000)]).default(30),
+  /** This Tollgate's public URL (behind a proxy); checkout tokens carry it. Default: the URL a request reached. */
+  PUBLIC_BASE_URL: z.url({ protocol: /^https?$/ }).optional(),
   /** Output tokens assumed for the hold when a request sets no max_tokens. */
   DEFAULT_MAX_OUTPUT_TOKENS: z.coerce.number().int().min(1).default(4096),
   /** Development only: webhooks may use plain http to loopback (and deliveries may reach loopback). */
@@ -114,6 +116,7 @@ export type Config = {
   walletLeaseIdleMs: number;
   defaultMaxOutputTokens: number;
   metricsToken: string | undefined;
+  publicBaseUrl: string | undefined;
   /** Null when V8 keeps its own heap growing factor. */
   heapGrowingPercent: number | null;
   webhooks: { allowHttpLoopback: boolean; timeoutMs: number; maxConcurrency: number };
@@ -155,6 +158,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     walletLeaseIdleMs: c.WALLET_LEASE_IDLE_MS,
     defaultMaxOutputTokens: c.DEFAULT_MAX_OUTPUT_TOKENS,
     metricsToken: c.METRICS_TOKEN,
+    publicBaseUrl: c.PUBLIC_BASE_URL,
     heapGrowingPercent: c.HEAP_GROWING_PERCENT === 'off' ? null : c.HEAP_GROWING_PERCENT,
     webhooks: {
       allowHttpLoopback: c.WEBHOOK_ALLOW_HTTP_LOOPBACK,

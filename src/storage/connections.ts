@@ -3,7 +3,8 @@ import { insertWallet } from './wallets.ts';
 import type { Storage } from './db.ts';
 import { isUniqueViolation } from './errors.ts';
 import { enqueueEvent } from '../webhooks/outbox.ts';
-import type { ConnectionsTable } from './schema.ts';
+import type { Transaction } from 'kysely';
+import type { ConnectionsTable, Database } from './schema.ts';
 import { nowIso } from './time.ts';
 
 export type ConnectionRow = ConnectionsTable;
@@ -28,27 +29,35 @@ export async function insertConnection(
   eventData: CustomerEventData,
 ): Promise<ConnectionWithBalance | 'reference_taken'> {
   try {
-    return await storage.db.transaction().execute(async (trx) => {
-      const createdAt = nowIso();
-      const wallet = await insertWallet(trx, { merchantId, ownerType: 'connection', createdAt });
-      const row: ConnectionRow = {
-        id: newId('connection'),
-        merchant_id: merchantId,
-        wallet_id: wallet.id,
-        secret: newSecret('connection'),
-        ...fields,
-        created_at: createdAt,
-        deleted_at: null,
-      };
-      await trx.insertInto('connections').values(row).execute();
-      const created = { ...row, balance: wallet.balance };
-      await enqueueEvent(trx, { merchantId, type: 'customer.created', data: eventData(created), at: createdAt });
-      return created;
-    });
+    return await storage.db.transaction().execute((trx) => insertConnectionIn(trx, merchantId, fields, eventData));
   } catch (e) {
     if (isUniqueViolation(e)) return 'reference_taken';
     throw e;
   }
+}
+
+/** The same, in the caller's transaction (a checkout creates its customer together with the payment's effects). */
+export async function insertConnectionIn(
+  trx: Transaction<Database>,
+  merchantId: string,
+  fields: ConnectionFields,
+  eventData: CustomerEventData,
+): Promise<ConnectionWithBalance> {
+  const createdAt = nowIso();
+  const wallet = await insertWallet(trx, { merchantId, ownerType: 'connection', createdAt });
+  const row: ConnectionRow = {
+    id: newId('connection'),
+    merchant_id: merchantId,
+    wallet_id: wallet.id,
+    secret: newSecret('connection'),
+    ...fields,
+    created_at: createdAt,
+    deleted_at: null,
+  };
+  await trx.insertInto('connections').values(row).execute();
+  const created = { ...row, balance: wallet.balance };
+  await enqueueEvent(trx, { merchantId, type: 'customer.created', data: eventData(created), at: createdAt });
+  return created;
 }
 
 function selectWithBalance(storage: Storage, merchantId: string) {

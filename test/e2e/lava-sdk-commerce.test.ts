@@ -103,4 +103,21 @@ describe.each(databasesUnderTest())('published Lava client: commerce on %s', (di
     expect((await lava.subscriptions.list({ status: 'cancelled' })).data).toEqual([]);
     await expect(lava.subscriptions.create({ customer_id: customer.customer_id, plan_id: plan.plan_id })).rejects.toThrow(/409.*subscription_exists/);
   });
+
+  it('creates subscription and credit bundle checkout sessions whose token names this server', async () => {
+    const m = await t.newMerchant();
+    const lava = client(m.secretKey);
+    const plan = await lava.subscriptions.createPlan({ name: 'Paid', period_amount: '5', billing_interval: 'month', credit_bundles: [{ name: 'More', cost: '1', credit_amount: '1' }] });
+    const session = await lava.checkoutSessions.create({ checkout_mode: 'subscription', origin_url: 'https://app.example.com', plan_id: plan.plan_id });
+    expect(session).toMatchObject({ checkout_mode: 'subscription', origin_url: 'https://app.example.com', plan_id: plan.plan_id, completed_at: null });
+    expect(JSON.parse(Buffer.from(session.checkout_session_token, 'base64').toString())).toEqual({ secret: expect.stringMatching(/^css_/), base: `${base}/` });
+    const page = await fetch(`${base}/checkout?token=${encodeURIComponent(session.checkout_session_token)}`);
+    expect(page.status).toBe(200);
+    expect(await page.text()).toContain('Subscribe to Paid');
+
+    const customer = await lava.customers.create({});
+    await expect(
+      lava.checkoutSessions.create({ checkout_mode: 'credit_bundle', origin_url: 'https://app.example.com', customer_id: customer.customer_id, credit_bundle_id: plan.credit_bundles[0]!.credit_bundle_id }),
+    ).rejects.toThrow(/400.*credit_bundle_id/);
+  });
 });

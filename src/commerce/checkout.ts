@@ -1,0 +1,216 @@
+import type { Transaction } from 'kysely';
+import { formatMoney } from '../domain/money.ts';
+import { fundWallet } from '../ledger/funding.ts';
+import type { ChargeOutcome, CheckoutDetails, SavedMethod } from '../payments/types.ts';
+import { completeCheckoutSession, type CheckoutSessionRow } from '../storage/checkout-sessions.ts';
+import { insertConnectionIn, type ConnectionFields, type CustomerEventData } from '../storage/connections.ts';
+import { findPlanIncludingDeleted, type CreditBundleRow, type PlanRow } from '../storage/plans.ts';
+import type { Database } from '../storage/schema.ts';
+import { findPayment, insertPayment, insertPaymentMethod, transitionPayment, type PaymentRow } from '../storage/subscriptions.ts';
+import { enqueueEvent } from '../webhooks/outbox.ts';
+import { insertPaidSubscription, type CommerceDeps } from './subscriptions.ts';
+
+/** How long a checkout session can be paid after its creation. */
+export const CHECKOUT_SESSION_TTL_MS = 60 * 60_000;
+
+/** A checkout session as the API shows it (the token only in the creation response). */
+export function presentCheckoutSession(row: CheckoutSessionRow, token: string | null = null) {
+  return {
+    checkout_session_id: row.id,
+    checkout_session_token: token,
+    checkout_mode: row.mode,
+    origin_url: row.origin_url,
+    reference_id: row.reference_id,
+    customer_id: row.connection_id,
+    connection_id: row.connection_id,
+    plan_id: row.plan_id,
+    subscription_config_id: row.plan_id,
+    credit_bundle_id: row.credit_bundle_id,
+    subscription_id: row.subscription_id,
+    created_at: row.created_at,
+    expires_at: row.expires_at,
+    completed_at: row.completed_at,
+  };
+}
+
+/** What a session sells: a plan's period, a bundle, or an amount the customer chooses on the page. */
+export type Purchase =
+  | { kind: 'plan'; plan: PlanRow; price: bigint }
+  | { kind: 'bundle'; bundle: CreditBundleRow; price: bigint }
+  | { kind: 'funds'; price: null };
+
+export async function purchaseOf(deps: CommerceDeps, session: CheckoutSessionRow): Promise<Purchase> {
+  if (session.mode === 'subscription') {
+    const plan = (await findPlanIncludingDeleted(deps.storage, session.plan_id!))!;
+    return { kind: 'plan', plan, price: BigInt(plan.period_amount) };
+  }
+  if (session.mode === 'credit_bundle') {
+    const bundle = await deps.storage.db.selectFrom('credit_bundles').selectAll().where('id', '=', session.credit_bundle_id!).executeTakeFirstOrThrow();
+    return { kind: 'bundle', bundle, price: BigInt(bundle.cost) };
+  }
+  return { kind: 'funds', price: null };
+}
+
+/** Whether the session can still be paid at `at`. */
+export function sessionOpen(session: CheckoutSessionRow, at: Date): 'open' | 'completed' | 'expired' {
+  if (session.completed_at) return 'completed';
+  return session.expires_at > at.toISOString() ? 'open' : 'expired';
+}
+
+export type PayResult =
+  | { status: 'completed'; session: CheckoutSessionRow }
+  | { status: 'requires_action'; paymentId: string }
+  | { status: 'failed'; message: string };
+
+export type PayInput = {
+  session: CheckoutSessionRow;
+  purchase: Purchase;
+  /** For `funds`: the amount the customer chose. */
+  amount: bigint;
+  details: CheckoutDetails;
+  /** A new customer's contact details (onboarding, or a subscription without a customer). */
+  contact: Pick<ConnectionFields, 'first_name' | 'last_name' | 'email' | 'phone'>;
+  customerEventData: CustomerEventData;
+  at: Date;
+};
+
+/**
+ * Pays a session through the payment provider and, once the provider confirms the payment,
+ * completes it. One payment of a session is live at a time (its reference is the session id; a
+ * declined one gives the reference up), so two tabs cannot pay the same session twice.
+ */
+export async function payCheckout(deps: CommerceDeps, input: PayInput): Promise<PayResult> {
+  const { storage, payments } = deps;
+  const stamp = input.at.toISOString();
+  const payment = await insertPayment(storage.db, {
+    merchant_id: input.session.merchant_id,
+    connection_id: input.session.connection_id,
+    provider: payments.id,
+    provider_ref: null,
+    purpose: 'checkout',
+    reference: input.session.id,
+    amount: input.amount,
+    status: 'pending',
+    failure_reason: null,
+    created_at: stamp,
+    updated_at: stamp,
+  });
+  if (!payment) {
+    const live = await findPayment(storage.db, 'checkout', input.session.id);
+    if (live?.status === 'requires_action') return { status: 'requires_action', paymentId: live.id };
+    return { status: 'failed', message: 'A payment for this checkout is already in progress.' };
+  }
+  const { outcome, saved } = await payments.chargeAtCheckout({
+    amount: input.amount,
+    idempotencyKey: payment.id,
+    description: `Checkout ${input.session.id}`,
+    details: input.details,
+  });
+  return settle(deps, input, payment, outcome, saved);
+}
+
+/** The customer completed the provider's extra step for a payment that required it. */
+export async function confirmCheckout(deps: CommerceDeps, input: PayInput, paymentId: string): Promise<PayResult> {
+  const payment = await findPayment(deps.storage.db, 'checkout', input.session.id);
+  if (!payment || payment.id !== paymentId || payment.status !== 'requires_action' || !payment.provider_ref) {
+    return { status: 'failed', message: 'No payment of this checkout awaits confirmation.' };
+  }
+  const outcome = await deps.payments.confirm(payment.provider_ref);
+  return settle(deps, input, payment, outcome, savedAwaitingConfirmation.get(payment.id) ?? null);
+}
+
+/**
+ * The method a payment that needs confirmation will save, kept until the confirmation (in this
+ * process; a confirmation served by another instance completes without saving the method).
+ */
+const savedAwaitingConfirmation = new Map<string, SavedMethod>();
+
+async function settle(deps: CommerceDeps, input: PayInput, payment: PaymentRow, outcome: ChargeOutcome, saved: SavedMethod | null): Promise<PayResult> {
+  const { storage } = deps;
+  const stamp = input.at.toISOString();
+  if (outcome.status === 'requires_action') {
+    await transitionPayment(storage.db, payment.id, ['pending'], { status: 'requires_action', provider_ref: outcome.providerRef, updated_at: stamp });
+    if (saved) savedAwaitingConfirmation.set(payment.id, saved);
+    return { status: 'requires_action', paymentId: payment.id };
+  }
+  savedAwaitingConfirmation.delete(payment.id);
+  if (outcome.status === 'failed') {
+    // The declined payment gives up the session's reference, so the customer can try again.
+    await storage.db
+      .updateTable('payments')
+      .set({ status: 'failed', provider_ref: outcome.providerRef, failure_reason: outcome.reason, reference: `${input.session.id}:${payment.id}`, updated_at: stamp })
+      .where('id', '=', payment.id)
+      .where('status', 'in', ['pending', 'requires_action'])
+      .execute();
+    return { status: 'failed', message: outcome.reason };
+  }
+  const succeeded = { status: 'succeeded' as const, provider_ref: outcome.providerRef, updated_at: stamp };
+  let completed: CheckoutSessionRow | null;
+  try {
+    completed = await storage.db.transaction().execute(async (trx) => {
+      if (!(await transitionPayment(trx, payment.id, ['pending', 'requires_action'], succeeded))) return null;
+      return complete(deps, trx, input, payment, saved);
+    });
+  } catch (e) {
+    if (!(e instanceof CheckoutClosedError)) throw e;
+    // Paid, but the session closed meanwhile: recorded for a refund, never credited.
+    await transitionPayment(storage.db, payment.id, ['pending', 'requires_action'], { ...succeeded, failure_reason: 'session_closed' });
+    return { status: 'failed', message: 'This checkout has already been completed or has expired; the payment will be refunded.' };
+  }
+  if (!completed) return { status: 'failed', message: 'This checkout was already completed.' };
+  return { status: 'completed', session: completed };
+}
+
+/** The session's effects, in the transaction that records its payment as succeeded. */
+async function complete(
+  deps: CommerceDeps,
+  trx: Transaction<Database>,
+  input: PayInput,
+  payment: PaymentRow,
+  saved: SavedMethod | null,
+): Promise<CheckoutSessionRow | null> {
+  const { session, purchase } = input;
+  const at = input.at.toISOString();
+  const customer = session.connection_id
+    ? await trx.selectFrom('connections').select(['id', 'wallet_id']).where('id', '=', session.connection_id).executeTakeFirstOrThrow()
+    : await insertConnectionIn(trx, session.merchant_id, { reference_id: session.reference_id, metadata: null, ...input.contact }, input.customerEventData);
+  if (saved) {
+    await insertPaymentMethod(trx, {
+      merchant_id: session.merchant_id,
+      connection_id: customer.id,
+      provider: deps.payments.id,
+      provider_ref: saved.providerRef,
+      provider_customer_ref: saved.customerRef,
+      label: saved.label,
+      created_at: at,
+    });
+  }
+  let subscriptionId: string | null = null;
+  const fund = (bucket: 'prepaid' | 'bundle', amount: bigint, description: string) =>
+    fundWallet(trx, { merchantId: session.merchant_id, walletId: customer.wallet_id, bucket, amount, source: 'payment', reference: payment.id, description, at });
+  if (purchase.kind === 'bundle') await fund('bundle', BigInt(purchase.bundle.credit_amount), `${purchase.bundle.name}: credit bundle`);
+  else if (purchase.kind === 'funds') await fund('prepaid', payment.amount, 'Checkout top-up');
+  else {
+    const live = await trx.selectFrom('subscriptions').select('id').where('connection_id', '=', customer.id).where('status', '<>', 'cancelled').executeTakeFirst();
+    // Subscribed meanwhile (another checkout or the API): the payment is kept as prepaid funds.
+    if (live) await fund('prepaid', payment.amount, `${purchase.plan.name}: paid while already subscribed`);
+    else subscriptionId = (await insertPaidSubscription(trx, session.merchant_id, customer, purchase.plan, input.at)).id;
+  }
+  const changes = { completed_at: at, connection_id: customer.id, subscription_id: subscriptionId };
+  if (!(await completeCheckoutSession(trx, session.id, changes))) throw new CheckoutClosedError();
+  const done = { ...session, ...changes };
+  await enqueueEvent(trx, { merchantId: session.merchant_id, type: 'checkout.completed', data: presentCheckoutSession(done), at });
+  return done;
+}
+
+/** The session completed or expired while its payment ran; nothing of it is written. */
+export class CheckoutClosedError extends Error {
+  constructor() {
+    super('The checkout session was completed or expired while its payment ran.');
+  }
+}
+
+/** An amount for people: at least two decimals, no trailing zeros beyond them ("25.00", "0.125"). */
+export function displayAmount(units: bigint): string {
+  return formatMoney(units).replace(/(\.\d\d\d*?)0+$/, '$1');
+}

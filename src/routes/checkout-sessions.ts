@@ -1,0 +1,157 @@
+import { createHash } from 'node:crypto';
+import type { FastifyRequest } from 'fastify';
+import { z } from 'zod';
+import { CHECKOUT_SESSION_TTL_MS, presentCheckoutSession } from '../commerce/checkout.ts';
+import type { CommerceDeps } from '../commerce/subscriptions.ts';
+import { newId, newSecret } from '../domain/ids.ts';
+import { principalOf } from '../http/auth.ts';
+import { ApiError, notFound, validationError, type Issue } from '../http/errors.ts';
+import { assertCursor, pageQuery, pageResponse, toPage } from '../http/pagination.ts';
+import { errorResponse, idParams, standardErrors } from '../http/schemas.ts';
+import type { App } from '../http/types.ts';
+import { checkoutSessionIdExists, findCheckoutSession, insertCheckoutSession, listCheckoutSessions, type CheckoutSessionRow } from '../storage/checkout-sessions.ts';
+import { findConnection } from '../storage/connections.ts';
+import { findCreditBundle, findPlan } from '../storage/plans.ts';
+import { findCustomerSubscriptionView } from '../storage/subscriptions.ts';
+
+export const CHECKOUT_MODES = ['onboarding', 'topup', 'subscription', 'credit_bundle'] as const;
+
+const id = z.string().min(1).max(100);
+const createBody = z.object({
+  checkout_mode: z.enum(CHECKOUT_MODES),
+  origin_url: z.url({ protocol: /^https?$/, error: 'must be an http(s) URL' }).max(2048),
+  reference_id: z.string().trim().min(1).max(255).optional(),
+  customer_id: id.optional(),
+  connection_id: id.optional().describe('Older name of customer_id'),
+  plan_id: id.optional(),
+  subscription_config_id: id.optional().describe('Older name of plan_id'),
+  credit_bundle_id: id.optional(),
+});
+
+const sessionSchema = z.object({
+  checkout_session_id: z.string(),
+  checkout_session_token: z.string().nullable().describe('Only in the creation response: base64 of JSON {secret, base}; stored only as a hash'),
+  checkout_url: z.string().optional().describe('The hosted checkout page for this session (creation response only)'),
+  checkout_mode: z.enum(CHECKOUT_MODES),
+  origin_url: z.string(),
+  reference_id: z.string().nullable(),
+  customer_id: z.string().nullable(),
+  connection_id: z.string().nullable().describe('Older name of customer_id'),
+  plan_id: z.string().nullable(),
+  subscription_config_id: z.string().nullable().describe('Older name of plan_id'),
+  credit_bundle_id: z.string().nullable(),
+  subscription_id: z.string().nullable(),
+  created_at: z.string(),
+  expires_at: z.string(),
+  completed_at: z.string().nullable(),
+});
+
+export const hashCheckoutSecret = (secret: string) => createHash('sha256').update(secret).digest('hex');
+
+/** This Tollgate's public URL, with a trailing slash: configured, or the one the request reached. */
+export function publicBase(configured: string | undefined, request: FastifyRequest): string {
+  const base = configured ?? `${request.protocol}://${request.host}`;
+  return base.endsWith('/') ? base : `${base}/`;
+}
+
+const tags = ['checkout sessions'];
+
+export function registerCheckoutSessionRoutes(app: App, deps: CommerceDeps & { publicBaseUrl: string | undefined }): void {
+  const { storage } = deps;
+
+  app.post(
+    '/checkout_sessions',
+    {
+      schema: {
+        tags,
+        body: createBody,
+        response: { 201: sessionSchema, ...standardErrors, 409: errorResponse('`subscription_exists`: the customer already has a subscription') },
+      },
+    },
+    async (request, reply) => {
+      const { merchantId } = principalOf(request);
+      const body = request.body;
+      const target = await checkedTarget(deps, merchantId, body);
+      const secret = newSecret('checkoutSession');
+      const now = new Date();
+      const row: CheckoutSessionRow = {
+        id: newId('checkoutSession'),
+        merchant_id: merchantId,
+        mode: body.checkout_mode,
+        origin_url: new URL(body.origin_url).origin,
+        reference_id: body.reference_id ?? null,
+        connection_id: target.customerId,
+        plan_id: target.planId,
+        credit_bundle_id: target.bundleId,
+        subscription_id: null,
+        token_hash: hashCheckoutSecret(secret),
+        expires_at: new Date(now.getTime() + CHECKOUT_SESSION_TTL_MS).toISOString(),
+        completed_at: null,
+        created_at: now.toISOString(),
+      };
+      await insertCheckoutSession(storage, row);
+      const base = publicBase(deps.publicBaseUrl, request);
+      const token = Buffer.from(JSON.stringify({ secret, base })).toString('base64');
+      return reply.status(201).send({ ...presentCheckoutSession(row, token), checkout_url: `${base}checkout?token=${encodeURIComponent(token)}` });
+    },
+  );
+
+  app.get(
+    '/checkout_sessions',
+    { schema: { tags, querystring: pageQuery, response: { 200: pageResponse(sessionSchema), ...standardErrors } } },
+    async (request) => {
+      const { merchantId } = principalOf(request);
+      const { cursor, limit } = request.query;
+      await assertCursor(cursor, (cid) => checkoutSessionIdExists(storage, merchantId, cid));
+      return toPage(await listCheckoutSessions(storage, merchantId, cursor, limit), limit, (r) => presentCheckoutSession(r));
+    },
+  );
+
+  app.get(
+    '/checkout_sessions/:id',
+    { schema: { tags, params: idParams, response: { 200: sessionSchema, ...standardErrors } } },
+    async (request) => {
+      const row = await findCheckoutSession(storage, principalOf(request).merchantId, request.params.id);
+      if (!row) throw notFound('checkout session', request.params.id);
+      return presentCheckoutSession(row);
+    },
+  );
+}
+
+/** What the mode needs, checked against the merchant's data; both vocabularies accepted. */
+async function checkedTarget(deps: CommerceDeps, merchantId: string, body: z.infer<typeof createBody>) {
+  const customerId = body.customer_id ?? body.connection_id;
+  const planId = body.plan_id ?? body.subscription_config_id;
+  const mode = body.checkout_mode;
+  const issues: Issue[] = [];
+  const need = (value: unknown, path: string, message: string) => {
+    if (value === undefined) issues.push({ path: [path], message });
+  };
+  if (mode === 'topup') need(customerId, 'connection_id', 'is required in topup mode (or customer_id)');
+  if (mode === 'subscription') need(planId, 'plan_id', 'is required in subscription mode (or subscription_config_id)');
+  if (mode === 'credit_bundle') {
+    need(customerId, 'customer_id', 'is required in credit_bundle mode');
+    need(body.credit_bundle_id, 'credit_bundle_id', 'is required in credit_bundle mode');
+  }
+  if (issues.length > 0) throw validationError(issues);
+
+  const customer = customerId === undefined ? undefined : await findConnection(deps.storage, merchantId, customerId);
+  if (customerId !== undefined && !customer) throw validationError([{ path: ['customer_id'], message: `no customer with id ${customerId}` }]);
+  const plan = mode === 'subscription' ? await findPlan(deps.storage, merchantId, planId!) : undefined;
+  if (mode === 'subscription' && !plan) throw validationError([{ path: ['plan_id'], message: `no plan with id ${planId}` }]);
+  const live = customer ? await findCustomerSubscriptionView(deps.storage, merchantId, customer.id) : undefined;
+  const subscribed = live && live.status !== 'cancelled' ? live : undefined;
+  if (mode === 'subscription' && subscribed) throw new ApiError('subscription_exists');
+  if (mode === 'credit_bundle') {
+    const bundle = await findCreditBundle(deps.storage, merchantId, body.credit_bundle_id!);
+    if (!bundle) throw validationError([{ path: ['credit_bundle_id'], message: `no credit bundle with id ${body.credit_bundle_id}` }]);
+    if (!subscribed || subscribed.plan_id !== bundle.plan_id) {
+      throw validationError([{ path: ['credit_bundle_id'], message: "the customer's subscription is not on this bundle's plan" }]);
+    }
+  }
+  return {
+    customerId: mode === 'onboarding' ? null : (customer?.id ?? null),
+    planId: plan?.id ?? null,
+    bundleId: mode === 'credit_bundle' ? body.credit_bundle_id! : null,
+  };
+}

@@ -1,0 +1,53 @@
+import type { Kysely, Transaction } from 'kysely';
+import type { Storage } from './db.ts';
+import type { CheckoutSessionsTable, Database } from './schema.ts';
+
+export type CheckoutSessionRow = CheckoutSessionsTable;
+type Db = Kysely<Database> | Transaction<Database>;
+
+export async function insertCheckoutSession(storage: Storage, row: CheckoutSessionRow): Promise<void> {
+  await storage.db.insertInto('checkout_sessions').values(row).execute();
+}
+
+export async function findCheckoutSession(storage: Storage, merchantId: string, id: string): Promise<CheckoutSessionRow | undefined> {
+  return storage.db.selectFrom('checkout_sessions').selectAll().where('merchant_id', '=', merchantId).where('id', '=', id).executeTakeFirst();
+}
+
+/** The session a checkout token opens (tokens are stored only as their SHA-256). */
+export async function findCheckoutSessionByTokenHash(db: Db, tokenHash: string): Promise<CheckoutSessionRow | undefined> {
+  return db.selectFrom('checkout_sessions').selectAll().where('token_hash', '=', tokenHash).executeTakeFirst();
+}
+
+export async function checkoutSessionIdExists(storage: Storage, merchantId: string, id: string): Promise<boolean> {
+  return (await findCheckoutSession(storage, merchantId, id)) !== undefined;
+}
+
+export async function listCheckoutSessions(storage: Storage, merchantId: string, cursor: string | undefined, limit: number): Promise<CheckoutSessionRow[]> {
+  return storage.db
+    .selectFrom('checkout_sessions')
+    .selectAll()
+    .where('merchant_id', '=', merchantId)
+    .$if(cursor !== undefined, (q) => q.where('id', '<', cursor!))
+    .orderBy('id', 'desc')
+    .limit(limit + 1)
+    .execute();
+}
+
+/**
+ * Marks a session completed, once: false when it already was, or has expired. The caller's
+ * transaction then applies the session's effects, so they happen exactly when this succeeds.
+ */
+export async function completeCheckoutSession(
+  trx: Transaction<Database>,
+  id: string,
+  changes: Pick<CheckoutSessionRow, 'completed_at' | 'connection_id' | 'subscription_id'>,
+): Promise<boolean> {
+  const result = await trx
+    .updateTable('checkout_sessions')
+    .set(changes)
+    .where('id', '=', id)
+    .where('completed_at', 'is', null)
+    .where('expires_at', '>', changes.completed_at!)
+    .executeTakeFirst();
+  return Number(result.numUpdatedRows) === 1;
+}

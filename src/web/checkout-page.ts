@@ -1,0 +1,250 @@
+import type { FastifyInstance, FastifyReply } from 'fastify';
+import {
+  confirmCheckout,
+  displayAmount,
+  payCheckout,
+  purchaseOf,
+  sessionOpen,
+  type PayInput,
+  type PayResult,
+  type Purchase,
+} from '../commerce/checkout.ts';
+import type { CommerceDeps } from '../commerce/subscriptions.ts';
+import { MAX_AMOUNT_UNITS, MoneyFormatError, parseMoney } from '../domain/money.ts';
+import { hashCheckoutSecret } from '../routes/checkout-sessions.ts';
+import { presentCustomer } from '../routes/customers.ts';
+import { findCheckoutSessionByTokenHash, type CheckoutSessionRow } from '../storage/checkout-sessions.ts';
+import { CHECKOUT_CSS, CHECKOUT_JS } from './checkout-assets.ts';
+
+/**
+ * The hosted checkout page, opened from a checkout session's token (`/checkout?token=…`), in a
+ * window or in an iframe of the session's origin only. Plain HTML forms: it works without
+ * JavaScript; the one script (same origin) only tells the opener that checkout completed.
+ */
+const MAX_TOPUP = parseMoney('10000');
+
+type Form = Record<string, string>;
+type Opened = { session: CheckoutSessionRow; token: string };
+
+export function registerCheckoutPage(app: FastifyInstance, deps: CommerceDeps): void {
+  app.addContentTypeParser('application/x-www-form-urlencoded', { parseAs: 'string', bodyLimit: 16 * 1024 }, (_request, body, done) => {
+    done(null, Object.fromEntries(new URLSearchParams(String(body))));
+  });
+
+  app.get('/checkout/assets/checkout.css', { config: { public: true } }, async (_request, reply) =>
+    reply.type('text/css; charset=utf-8').header('cache-control', 'public, max-age=3600').send(CHECKOUT_CSS),
+  );
+  app.get('/checkout/assets/checkout.js', { config: { public: true } }, async (_request, reply) =>
+    reply.type('text/javascript; charset=utf-8').header('cache-control', 'public, max-age=3600').send(CHECKOUT_JS),
+  );
+
+  app.get<{ Querystring: { token?: string } }>('/checkout', { config: { public: true } }, async (request, reply) => {
+    const opened = await open(deps, request.query.token, reply);
+    if (!opened) return reply;
+    return page(deps, reply, opened.session, await checkoutForm(deps, opened, null));
+  });
+
+  app.post<{ Body: Form }>('/checkout/pay', { config: { public: true } }, async (request, reply) => {
+    const form = request.body ?? {};
+    const opened = await open(deps, form.token, reply);
+    if (!opened) return reply;
+    const input = await payInput(deps, opened.session, form);
+    if (typeof input === 'string') return page(deps, reply.status(400), opened.session, await checkoutForm(deps, opened, input));
+    return showResult(deps, reply, opened, await payCheckout(deps, input), form);
+  });
+
+  app.post<{ Body: Form }>('/checkout/confirm', { config: { public: true } }, async (request, reply) => {
+    const form = request.body ?? {};
+    const opened = await open(deps, form.token, reply);
+    if (!opened) return reply;
+    const input = await payInput(deps, opened.session, { ...form, amount: form.amount ?? '0' });
+    if (typeof input === 'string') return page(deps, reply.status(400), opened.session, await checkoutForm(deps, opened, input));
+    return showResult(deps, reply, opened, await confirmCheckout(deps, input, form.payment_id ?? ''), form);
+  });
+}
+
+/** The session a token opens, or an error page already sent (unknown, expired or used token). */
+async function open(deps: CommerceDeps, token: string | undefined, reply: FastifyReply): Promise<Opened | null> {
+  const secret = secretOf(token);
+  const session = secret ? await findCheckoutSessionByTokenHash(deps.storage.db, hashCheckoutSecret(secret)) : undefined;
+  if (!session) {
+    messagePage(reply.status(404), null, 'Checkout not found', 'This checkout link is not valid. Ask the shop for a new one.');
+    return null;
+  }
+  const state = sessionOpen(session, new Date());
+  if (state !== 'open') {
+    const why = state === 'completed' ? 'This checkout has already been completed.' : 'This checkout link has expired. Ask the shop for a new one.';
+    messagePage(reply.status(410), session, state === 'completed' ? 'Checkout completed' : 'Checkout expired', why);
+    return null;
+  }
+  return { session, token: token! };
+}
+
+/** The token is base64 of JSON {secret, base}; anything else opens nothing. */
+function secretOf(token: string | undefined): string | null {
+  if (!token || token.length > 2048) return null;
+  try {
+    const parsed = JSON.parse(Buffer.from(token, 'base64').toString('utf8')) as { secret?: unknown };
+    return typeof parsed.secret === 'string' && parsed.secret.startsWith('css_') ? parsed.secret : null;
+  } catch {
+    return null;
+  }
+}
+
+async function payInput(deps: CommerceDeps, session: CheckoutSessionRow, form: Form): Promise<PayInput | string> {
+  const purchase = await purchaseOf(deps, session);
+  let amount: bigint;
+  if (purchase.price !== null) amount = purchase.price;
+  else {
+    try {
+      amount = parseMoney((form.amount ?? '').trim());
+    } catch (e) {
+      if (!(e instanceof MoneyFormatError)) throw e;
+      return 'Enter the amount as a number, e.g. 20 or 12.50.';
+    }
+    if (amount <= 0n || amount > MAX_TOPUP || amount > MAX_AMOUNT_UNITS) return `Enter an amount above 0 and at most ${displayAmount(MAX_TOPUP)}.`;
+  }
+  const [first, ...rest] = (form.name ?? '').trim().split(/\s+/).filter(Boolean);
+  const email = (form.email ?? '').trim();
+  if (email && !/^[^\s@]+@[^\s@]+\.[^\s@]+$/.test(email)) return 'Enter a valid email address, or leave it empty.';
+  const details = Object.fromEntries(deps.payments.checkoutFields.map((f) => [f.name, form[f.name] ?? '']));
+  return {
+    session,
+    purchase,
+    amount,
+    details,
+    contact: { first_name: first ?? null, last_name: rest.length ? rest.join(' ') : null, email: email || null, phone: null },
+    customerEventData: (row) => presentCustomer(row),
+    at: new Date(),
+  };
+}
+
+async function showResult(deps: CommerceDeps, reply: FastifyReply, opened: Opened, result: PayResult, form: Form): Promise<FastifyReply> {
+  const { session, token } = opened;
+  if (result.status === 'failed') return page(deps, reply.status(402), session, await checkoutForm(deps, opened, result.message));
+  if (result.status === 'requires_action') {
+    return page(
+      deps,
+      reply.status(200),
+      session,
+      `<h1>Confirm your payment</h1>
+<p>Your card issuer asks you to confirm this payment.</p>
+<form method="post" action="/checkout/confirm">
+<input type="hidden" name="token" value="${esc(token)}"><input type="hidden" name="payment_id" value="${esc(result.paymentId)}">
+${['name', 'email'].map((f) => `<input type="hidden" name="${f}" value="${esc(form[f] ?? '')}">`).join('')}
+<button type="submit">Confirm payment</button>
+</form>`,
+    );
+  }
+  const done = result.session;
+  const message = { type: 'tollgate:checkout.completed', checkout_session_id: done.id, customer_id: done.connection_id, connection_id: done.connection_id, subscription_id: done.subscription_id };
+  return page(
+    deps,
+    reply.status(200),
+    session,
+    `<h1>Payment received</h1>
+<p class="ok" role="status">Thank you. Your checkout is complete.</p>
+<a class="button" href="${esc(session.origin_url)}">Return to ${esc(new URL(session.origin_url).host)}</a>`,
+    message,
+  );
+}
+
+async function merchantName(deps: CommerceDeps, merchantId: string): Promise<string> {
+  const row = await deps.storage.db.selectFrom('merchants').select('name').where('id', '=', merchantId).executeTakeFirst();
+  return row?.name ?? 'Checkout';
+}
+
+function summary(purchase: Purchase, mode: CheckoutSessionRow['mode']): string {
+  if (purchase.kind === 'plan') {
+    const p = purchase.plan;
+    return `<h1>Subscribe to ${esc(p.name)}</h1>
+<dl><dt>Price</dt><dd>${displayAmount(BigInt(p.period_amount))} per ${esc(p.billing_interval)}</dd>
+<dt>Credit each ${esc(p.billing_interval)}</dt><dd>${displayAmount(BigInt(p.included_credit))}</dd></dl>`;
+  }
+  if (purchase.kind === 'bundle') {
+    const b = purchase.bundle;
+    return `<h1>Buy ${esc(b.name)}</h1>
+<dl><dt>Credit</dt><dd>${displayAmount(BigInt(b.credit_amount))}</dd><dt>Price</dt><dd>${displayAmount(BigInt(b.cost))}</dd></dl>`;
+  }
+  return `<h1>${mode === 'onboarding' ? 'Set up your wallet' : 'Top up your wallet'}</h1>`;
+}
+
+async function checkoutForm(deps: CommerceDeps, opened: Opened, error: string | null): Promise<string> {
+  const { session, token } = opened;
+  const purchase = await purchaseOf(deps, session);
+  const newCustomer = session.connection_id === null;
+  const field = (name: string, label: string, attrs: string, hint?: string) =>
+    `<label for="${name}">${esc(label)}</label><input id="${name}" name="${name}" ${attrs}${hint ? ` aria-describedby="${name}-hint"` : ''}>` +
+    (hint ? `<p class="hint" id="${name}-hint">${esc(hint)}</p>` : '');
+  const fields = [
+    purchase.price === null ? field('amount', 'Amount', 'inputmode="decimal" required autocomplete="transaction-amount" pattern="[0-9]+([.][0-9]{1,10})?"') : '',
+    newCustomer ? field('name', 'Name (optional)', 'autocomplete="name"') + field('email', 'Email (optional)', 'type="email" autocomplete="email"') : '',
+    ...deps.payments.checkoutFields.map((f) =>
+      field(f.name, f.label, `required autocomplete="${esc(f.autocomplete)}"${f.inputmode ? ` inputmode="${f.inputmode}"` : ''}${f.pattern ? ` pattern="${esc(f.pattern)}"` : ''}`, f.hint),
+    ),
+  ].join('\n');
+  const pay = purchase.price === null ? 'Pay' : `Pay ${displayAmount(purchase.price)}`;
+  return `${summary(purchase, session.mode)}
+${error ? `<p class="error" role="alert">${esc(error)}</p>` : ''}
+<form method="post" action="/checkout/pay">
+<input type="hidden" name="token" value="${esc(token)}">
+${fields}
+<button type="submit">${esc(pay)}</button>
+</form>`;
+}
+
+async function page(
+  deps: CommerceDeps,
+  reply: FastifyReply,
+  session: CheckoutSessionRow,
+  content: string,
+  message?: Record<string, unknown>,
+): Promise<FastifyReply> {
+  const name = await merchantName(deps, session.merchant_id);
+  const data = message ? ` data-origin="${esc(session.origin_url)}" data-message="${esc(JSON.stringify(message))}"` : '';
+  return send(reply, session.origin_url, name, content, data, Boolean(message));
+}
+
+function messagePage(reply: FastifyReply, session: CheckoutSessionRow | null, title: string, text: string): FastifyReply {
+  return send(reply, session?.origin_url ?? null, 'Checkout', `<h1>${esc(title)}</h1><p>${esc(text)}</p>`, '', false);
+}
+
+function send(reply: FastifyReply, frameOrigin: string | null, merchant: string, content: string, bodyData: string, withScript: boolean): FastifyReply {
+  const csp = [
+    "default-src 'none'",
+    "style-src 'self'",
+    "script-src 'self'",
+    "img-src 'self'",
+    "form-action 'self'",
+    "base-uri 'none'",
+    `frame-ancestors ${frameOrigin ?? "'none'"}`,
+  ].join('; ');
+  reply
+    .type('text/html; charset=utf-8')
+    .header('content-security-policy', csp)
+    .header('x-content-type-options', 'nosniff')
+    .header('referrer-policy', 'no-referrer')
+    .header('cache-control', 'no-store');
+  return reply.send(`<!doctype html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<title>${esc(merchant)} · Checkout</title>
+<link rel="stylesheet" href="/checkout/assets/checkout.css">
+</head>
+<body${bodyData}>
+<main>
+<p class="merchant">${esc(merchant)}</p>
+<div class="card">
+${content}
+</div>
+</main>
+${withScript ? '<script src="/checkout/assets/checkout.js"></script>' : ''}
+</body>
+</html>`);
+}
+
+function esc(text: string): string {
+  return text.replace(/[&<>"']/g, (c) => ({ '&': '&amp;', '<': '&lt;', '>': '&gt;', '"': '&quot;', "'": '&#39;' })[c]!);
+}

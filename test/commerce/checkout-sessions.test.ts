@@ -1,0 +1,95 @@
+import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { parseMoney } from '../../src/domain/money.ts';
+import { verifyLedger } from '../../src/ledger/verify.ts';
+import { startTestApp, type TestApp } from '../helpers/app.ts';
+import { createCustomer, createPlan, eventsOfType, subscribe, walletBuckets } from '../helpers/commerce.ts';
+import { databasesUnderTest } from '../helpers/databases.ts';
+
+describe.each(databasesUnderTest())('checkout sessions on %s', (dialect) => {
+  let t: TestApp;
+  beforeAll(async () => {
+    t = await startTestApp(dialect, { env: { PUBLIC_BASE_URL: 'https://pay.example.com/tollgate' } });
+  });
+  afterAll(async () => t?.close());
+  afterEach(async () => {
+    expect((await verifyLedger(t.storage)).problems).toEqual([]);
+  });
+
+  const create = (payload: Record<string, unknown>) =>
+    t.app.inject({ method: 'POST', url: '/v1/checkout_sessions', headers: t.auth(), payload: { origin_url: 'https://shop.example.com/cart?x=1', ...payload } });
+  const secretOf = (token: string) => JSON.parse(Buffer.from(token, 'base64').toString()) as { secret: string; base: string };
+  const pay = (token: string, form: Record<string, string>) =>
+    t.app.inject({ method: 'POST', url: '/checkout/pay', headers: { 'content-type': 'application/x-www-form-urlencoded' }, payload: new URLSearchParams({ token, ...form }).toString() });
+
+  it('creates an onboarding session in the older vocabulary: token {secret, base} with the configured public URL, hashed at rest', async () => {
+    const res = await create({ checkout_mode: 'onboarding', reference_id: 'user-1' });
+    expect(res.statusCode, res.body).toBe(201);
+    const session = res.json();
+    expect(session).toMatchObject({ checkout_mode: 'onboarding', origin_url: 'https://shop.example.com', reference_id: 'user-1', connection_id: null, completed_at: null });
+    expect(session.checkout_session_id).toMatch(/^cs_/);
+    const token = secretOf(session.checkout_session_token);
+    expect(token).toEqual({ secret: expect.stringMatching(/^css_/), base: 'https://pay.example.com/tollgate/' });
+    expect(session.checkout_url).toBe(`https://pay.example.com/tollgate/checkout?token=${encodeURIComponent(session.checkout_session_token)}`);
+    const row = await t.storage.db.selectFrom('checkout_sessions').selectAll().where('id', '=', session.checkout_session_id).executeTakeFirstOrThrow();
+    expect(JSON.stringify(row)).not.toContain(token.secret);
+    expect(new Date(row.expires_at).getTime() - new Date(row.created_at).getTime()).toBe(60 * 60_000);
+
+    const listed = (await t.app.inject({ method: 'GET', url: '/v1/checkout_sessions', headers: t.auth() })).json();
+    expect(listed.data[0]).toMatchObject({ checkout_session_id: session.checkout_session_id, checkout_session_token: null });
+  });
+
+  it('checks what each mode needs, in both vocabularies', async () => {
+    const { customerId } = await createCustomer(t);
+    const plan = await createPlan(t, { name: 'P', period_amount: '1', billing_interval: 'month', credit_bundles: [{ name: 'B', cost: '2', credit_amount: '3' }] });
+    const code = async (payload: Record<string, unknown>) => {
+      const res = await create(payload);
+      return res.statusCode === 201 ? 201 : [res.statusCode, res.json().error.code, res.json().error.issues?.[0]?.path?.join('.')];
+    };
+    expect(await code({ checkout_mode: 'topup' })).toEqual([400, 'validation_error', 'connection_id']);
+    expect(await code({ checkout_mode: 'topup', connection_id: customerId })).toBe(201);
+    expect(await code({ checkout_mode: 'topup', customer_id: 'con_nope' })).toEqual([400, 'validation_error', 'customer_id']);
+    expect(await code({ checkout_mode: 'subscription' })).toEqual([400, 'validation_error', 'plan_id']);
+    expect(await code({ checkout_mode: 'subscription', subscription_config_id: plan.plan_id })).toBe(201);
+    expect(await code({ checkout_mode: 'credit_bundle', customer_id: customerId })).toEqual([400, 'validation_error', 'credit_bundle_id']);
+    const bundleId = plan.credit_bundles[0].credit_bundle_id;
+    expect(await code({ checkout_mode: 'credit_bundle', customer_id: customerId, credit_bundle_id: bundleId })).toEqual([400, 'validation_error', 'credit_bundle_id']);
+    expect(await code({ checkout_mode: 'topup', customer_id: customerId, origin_url: 'javascript:alert(1)' })).toEqual([400, 'validation_error', 'origin_url']);
+    expect(await code({ checkout_mode: 'gift' })).toEqual([400, 'validation_error', 'checkout_mode']);
+  });
+
+  it('a credit bundle checkout paid on the page credits the bundle bucket once; the token then opens nothing', async () => {
+    const free = await createPlan(t, { name: 'Free', period_amount: '0', billing_interval: 'month', credit_bundles: [{ name: 'Ten', cost: '8', credit_amount: '10' }] });
+    const { customerId, walletId } = await createCustomer(t);
+    await subscribe(t, customerId, free.plan_id);
+    expect((await create({ checkout_mode: 'subscription', plan_id: free.plan_id, customer_id: customerId })).json().error.code).toBe('subscription_exists');
+    const session = (await create({ checkout_mode: 'credit_bundle', customer_id: customerId, credit_bundle_id: free.credit_bundles[0].credit_bundle_id })).json();
+
+    const opened = await t.app.inject({ method: 'GET', url: `/checkout?token=${encodeURIComponent(session.checkout_session_token)}` });
+    expect(opened.statusCode).toBe(200);
+    expect(opened.body).toContain('Buy Ten');
+    expect(opened.headers['content-security-policy']).toContain('frame-ancestors https://shop.example.com');
+
+    const paid = await pay(session.checkout_session_token, { card_number: '4242424242424242' });
+    expect(paid.statusCode, paid.body).toBe(200);
+    expect(paid.body).toContain('Payment received');
+    expect(await walletBuckets(t.storage, walletId)).toMatchObject({ bundle: parseMoney('10'), prepaid: 0n });
+    const again = await pay(session.checkout_session_token, { card_number: '4242424242424242' });
+    expect(again.statusCode).toBe(410);
+    expect((await walletBuckets(t.storage, walletId)).bundle).toBe(parseMoney('10'));
+    const completed = (await eventsOfType(t.storage, 'checkout.completed')).filter((e) => e.data.checkout_session_id === session.checkout_session_id);
+    expect(completed).toHaveLength(1);
+  });
+
+  it('an onboarding checkout creates the customer with its wallet funded', async () => {
+    const session = (await create({ checkout_mode: 'onboarding', reference_id: 'onb-1' })).json();
+    const bad = await pay(session.checkout_session_token, { amount: '-3', card_number: '4242424242424242' });
+    expect(bad.statusCode).toBe(400);
+    expect(bad.body).toContain('role="alert"');
+    const paid = await pay(session.checkout_session_token, { amount: '12.5', name: 'Ada', card_number: '4242424242424242' });
+    expect(paid.statusCode, paid.body).toBe(200);
+    const shown = (await t.app.inject({ method: 'GET', url: `/v1/checkout_sessions/${session.checkout_session_id}`, headers: t.auth() })).json();
+    expect(shown.connection_id).toMatch(/^con_/);
+    const customer = (await t.app.inject({ method: 'GET', url: `/v1/customers/${shown.connection_id}`, headers: t.auth() })).json();
+    expect(customer).toMatchObject({ reference_id: 'onb-1', wallet: { balance: '12.5000000000' }, contact: { first_name: 'Ada' } });
+  });
+});
