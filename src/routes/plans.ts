@@ -63,16 +63,20 @@ export const creditBundleSchema = z.object({
   created_at: z.string(),
 });
 
-const planSchema = z.object({
-  plan_id: z.string(),
-  subscription_config_id: z.string().describe('Older name of plan_id'),
-  merchant_id: z.string(),
+/** A plan's commercial terms; subscriptions show them too. */
+export const planTermsSchema = z.object({
   name: z.string(),
   period_amount: z.string(),
   included_credit: z.string(),
   billing_interval: z.enum(BILLING_INTERVALS),
   rollover_type: z.enum(ROLLOVER_TYPES),
   bundle_rollover_type: z.enum(ROLLOVER_TYPES),
+});
+
+const planSchema = planTermsSchema.extend({
+  plan_id: z.string(),
+  subscription_config_id: z.string().describe('Older name of plan_id'),
+  merchant_id: z.string(),
   default_auto_top_up_bundle_id: z.string().nullable(),
   linked_meters: z.array(z.object({ meter_id: z.string(), name: z.string() })),
   credit_bundles: z.array(creditBundleSchema.omit({ plan_id: true, created_at: true })),

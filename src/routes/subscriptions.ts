@@ -16,16 +16,7 @@ import {
   subscriptionIdExists,
   updateSubscription,
 } from '../storage/subscriptions.ts';
-import { BILLING_INTERVALS, ROLLOVER_TYPES } from './plans.ts';
-
-const planTermsSchema = z.object({
-  name: z.string(),
-  period_amount: z.string(),
-  included_credit: z.string(),
-  billing_interval: z.enum(BILLING_INTERVALS),
-  rollover_type: z.enum(ROLLOVER_TYPES),
-  bundle_rollover_type: z.enum(ROLLOVER_TYPES),
-});
+import { planTermsSchema } from './plans.ts';
 
 const subscriptionBaseSchema = z.object({
   subscription_id: z.string(),
