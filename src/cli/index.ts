@@ -10,6 +10,7 @@ import { createMerchant, normalizedEmail, setServiceChargeRate } from '../storag
 import { verifyLedger } from '../ledger/verify.ts';
 import { migrateToLatest } from '../storage/migrate.ts';
 import { ApiCallError } from './api-client.ts';
+import { commerceCommands } from './commerce.ts';
 import { webhookCommands } from './webhooks.ts';
 import { sessionCommands } from './login.ts';
 
@@ -115,11 +116,14 @@ admin
 
 program.addCommand(webhookCommands(printApiAnswer));
 for (const command of sessionCommands(printApiAnswer)) program.addCommand(command);
+for (const command of commerceCommands(printApiAnswer)) program.addCommand(command);
 
 /** Prints what an API command answered as JSON, or its error message with exit code 1. */
-async function printApiAnswer(work: () => Promise<unknown>): Promise<void> {
+async function printApiAnswer(work: () => Promise<unknown>, human?: ((answer: unknown) => string) | null): Promise<void> {
   try {
-    console.log(JSON.stringify(await work(), null, 2));
+    const answer = await work();
+    // A command given a summary prints it; the others (and --json) print the API's answer.
+    console.log(human ? human(answer) : JSON.stringify(answer, null, 2));
   } catch (e) {
     if (e instanceof ApiCallError) fail(e.message);
     throw e;
