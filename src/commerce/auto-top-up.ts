@@ -1,0 +1,121 @@
+import { setTimeout as sleep } from 'node:timers/promises';
+import { sql, type ExpressionBuilder } from 'kysely';
+import { fundWallet } from '../ledger/funding.ts';
+import type { Database } from '../storage/schema.ts';
+import { findPayment, insertPayment, latestPaymentMethod, transitionPayment } from '../storage/subscriptions.ts';
+import { savedMethodOf, type CommerceDeps } from './subscriptions.ts';
+
+/**
+ * Auto top-up: when a subscribed customer's wallet cannot cover what a request needs and the
+ * subscription names an auto top-up bundle, that bundle is bought with the saved payment method
+ * and its credit added to the bundle bucket. Concurrent requests short of money buy it once: the
+ * purchase is numbered (the n-th of the subscription), the number is read in the same statement as
+ * the balance, the payment row is unique per number, and a purchase still being paid is waited
+ * for rather than followed by another: callers that saw the same shortfall race for the same row,
+ * and the losers wait for the winner's outcome.
+ *
+ * Not yet called by admission (the billing core is being restructured; decision 0016 says where
+ * the hook goes).
+ */
+const WAIT_POLL_MS = 20;
+const WAIT_LIMIT_MS = 10_000;
+
+export type TopUpResult = 'covered' | 'bought' | 'bought_by_another' | 'no_auto_top_up' | 'payment_failed';
+
+export async function topUpIfShort(deps: CommerceDeps, walletId: string, needed: bigint, now: Date): Promise<TopUpResult> {
+  const { storage } = deps;
+  const sub = await storage.db
+    .selectFrom('subscriptions')
+    .innerJoin('connections', 'connections.id', 'subscriptions.connection_id')
+    .innerJoin('credit_bundles', 'credit_bundles.id', 'subscriptions.auto_top_up_bundle_id')
+    .select(['subscriptions.id', 'subscriptions.merchant_id', 'subscriptions.connection_id', 'credit_bundles.name', 'credit_bundles.cost', 'credit_bundles.credit_amount'])
+    .where('connections.wallet_id', '=', walletId)
+    .where('subscriptions.status', 'in', ['active', 'past_due'])
+    .where('credit_bundles.deleted_at', 'is', null)
+    .executeTakeFirst();
+  if (!sub) return 'no_auto_top_up';
+
+  const stamp = now.toISOString();
+  let payment = null;
+  let reference = '';
+  // A purchase that is still being paid is waited for, then the balance is read again.
+  for (let round = 0; round < 3 && !payment; round++) {
+    const snapshot = await shortfallSnapshot(deps, walletId, sub.id);
+    if (snapshot.available >= needed) return round === 0 ? 'covered' : 'bought_by_another';
+    if (snapshot.lastPending) {
+      if ((await outcomeOf(deps, snapshot.lastPending)) === 'failed') return 'payment_failed';
+      continue;
+    }
+    reference = `${sub.id}:${snapshot.bought + 1n}`;
+    payment = await insertPayment(storage.db, {
+      merchant_id: sub.merchant_id,
+      connection_id: sub.connection_id,
+      provider: deps.payments.id,
+      provider_ref: null,
+      purpose: 'auto_top_up',
+      reference,
+      amount: BigInt(sub.cost),
+      status: 'pending',
+      failure_reason: null,
+      created_at: stamp,
+      updated_at: stamp,
+    });
+    if (!payment && (await outcomeOf(deps, reference)) === 'failed') return 'payment_failed';
+  }
+  if (!payment) return 'bought_by_another';
+
+  const method = await latestPaymentMethod(storage.db, sub.connection_id);
+  const outcome = method
+    ? await deps.payments.chargeSaved({ amount: payment.amount, idempotencyKey: payment.id, description: `${sub.name}: auto top-up`, method: savedMethodOf(method) })
+    : ({ status: 'failed', providerRef: null, reason: 'The customer has no saved payment method.' } as const);
+  if (outcome.status !== 'succeeded') {
+    const reason = outcome.status === 'failed' ? outcome.reason : 'requires_action';
+    await transitionPayment(storage.db, payment.id, ['pending'], { status: 'failed', provider_ref: outcome.providerRef, failure_reason: reason, updated_at: stamp });
+    return 'payment_failed';
+  }
+  await storage.db.transaction().execute(async (trx) => {
+    if (!(await transitionPayment(trx, payment.id, ['pending'], { status: 'succeeded', provider_ref: outcome.providerRef, updated_at: stamp }))) return;
+    await fundWallet(trx, {
+      merchantId: sub.merchant_id,
+      walletId,
+      bucket: 'bundle',
+      amount: BigInt(sub.credit_amount),
+      source: 'payment',
+      reference: payment.id,
+      description: `${sub.name}: auto top-up`,
+      at: stamp,
+    });
+  });
+  return 'bought';
+}
+
+/**
+ * One statement, so one snapshot on either engine: what the wallet has, how many purchases the
+ * subscription made, and the one still being paid, if any. A purchase's success and its credit
+ * commit together, so a snapshot never sees one without the other.
+ */
+async function shortfallSnapshot(deps: CommerceDeps, walletId: string, subscriptionId: string) {
+  const purchases = (eb: ExpressionBuilder<Database, 'wallets'>) =>
+    eb.selectFrom('payments').where('purpose', '=', 'auto_top_up').where('reference', 'like', `${subscriptionId}:%`);
+  const row = await deps.storage.db
+    .selectFrom('wallets')
+    .select([
+      sql<bigint>`wallets.balance - wallets.held`.as('available'),
+      (eb) => purchases(eb).select((p) => p.fn.countAll<bigint>().as('n')).as('bought'),
+      (eb) => purchases(eb).select('reference').where('status', '=', 'pending').limit(1).as('pending'),
+    ])
+    .where('id', '=', walletId)
+    .executeTakeFirstOrThrow();
+  return { available: BigInt(row.available), bought: BigInt(row.bought ?? 0n), lastPending: row.pending };
+}
+
+/** Waits for another caller's purchase to settle. */
+async function outcomeOf(deps: CommerceDeps, reference: string): Promise<'succeeded' | 'failed'> {
+  const deadline = Date.now() + WAIT_LIMIT_MS;
+  for (;;) {
+    const payment = await findPayment(deps.storage.db, 'auto_top_up', reference);
+    if (payment?.status === 'succeeded') return 'succeeded';
+    if (!payment || payment.status === 'failed' || Date.now() >= deadline) return 'failed';
+    await sleep(WAIT_POLL_MS);
+  }
+}
