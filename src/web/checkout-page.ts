@@ -31,20 +31,20 @@ export function registerCheckoutPage(app: FastifyInstance, deps: CommerceDeps): 
     done(null, Object.fromEntries(new URLSearchParams(String(body))));
   });
 
-  app.get('/checkout/assets/checkout.css', { config: { public: true } }, async (_request, reply) =>
+  app.get('/checkout/assets/checkout.css', { config: { public: true }, schema: { hide: true } }, async (_request, reply) =>
     reply.type('text/css; charset=utf-8').header('cache-control', 'public, max-age=3600').send(CHECKOUT_CSS),
   );
-  app.get('/checkout/assets/checkout.js', { config: { public: true } }, async (_request, reply) =>
+  app.get('/checkout/assets/checkout.js', { config: { public: true }, schema: { hide: true } }, async (_request, reply) =>
     reply.type('text/javascript; charset=utf-8').header('cache-control', 'public, max-age=3600').send(CHECKOUT_JS),
   );
 
-  app.get<{ Querystring: { token?: string } }>('/checkout', { config: { public: true } }, async (request, reply) => {
+  app.get<{ Querystring: { token?: string } }>('/checkout', { config: { public: true }, schema: { hide: true } }, async (request, reply) => {
     const opened = await open(deps, request.query.token, reply);
     if (!opened) return reply;
     return page(deps, reply, opened.session, await checkoutForm(deps, opened, null));
   });
 
-  app.post<{ Body: Form }>('/checkout/pay', { config: { public: true } }, async (request, reply) => {
+  app.post<{ Body: Form }>('/checkout/pay', { config: { public: true }, schema: { hide: true } }, async (request, reply) => {
     const form = request.body ?? {};
     const opened = await open(deps, form.token, reply);
     if (!opened) return reply;
@@ -53,7 +53,7 @@ export function registerCheckoutPage(app: FastifyInstance, deps: CommerceDeps): 
     return showResult(deps, reply, opened, await payCheckout(deps, input), form);
   });
 
-  app.post<{ Body: Form }>('/checkout/confirm', { config: { public: true } }, async (request, reply) => {
+  app.post<{ Body: Form }>('/checkout/confirm', { config: { public: true }, schema: { hide: true } }, async (request, reply) => {
     const form = request.body ?? {};
     const opened = await open(deps, form.token, reply);
     if (!opened) return reply;
