@@ -2,6 +2,7 @@ import v8 from 'node:v8';
 import { Redis } from 'ioredis';
 import { buildApp } from './app.ts';
 import { startRenewalScheduler } from './commerce/renewals.ts';
+import { systemClock } from './domain/clock.ts';
 import { sweepExpiredHolds } from './gateway/settle.ts';
 import type { Config } from './config.ts';
 import { MemoryRateLimiter, RedisRateLimiter, type RateLimiter } from './http/rate-limit.ts';
@@ -35,7 +36,7 @@ export async function startServer(
   const sweeper = startSweeper(storage, app, opts.sweepIntervalMs ?? SWEEP_INTERVAL_MS);
   const webhooks = startWebhookDispatcher(config, storage, app);
   const renewals = startRenewalScheduler(
-    { storage, payments },
+    { storage, payments, clock: systemClock },
     { intervalMs: opts.renewalIntervalMs ?? RENEWAL_INTERVAL_MS, onError: (err) => app.log.error({ err }, 'subscription renewal failed') },
   );
   app.log.info(

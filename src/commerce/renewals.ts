@@ -1,5 +1,6 @@
 import type { Transaction } from 'kysely';
 import { nextCycleEnd } from '../domain/billing-cycle.ts';
+import { dateOf } from '../domain/clock.ts';
 import { expireBucket, fundWallet } from '../ledger/funding.ts';
 import type { ChargeOutcome } from '../payments/types.ts';
 import { findPlanIncludingDeleted, type PlanRow } from '../storage/plans.ts';
@@ -232,12 +233,12 @@ async function recordFailure(
 /** Runs the engine every `intervalMs` until stopped; a tick still running is not started twice. */
 export function startRenewalScheduler(
   deps: CommerceDeps,
-  opts: { intervalMs: number; now?: () => Date; onError: (err: unknown) => void },
+  opts: { intervalMs: number; onError: (err: unknown) => void },
 ): { stop(): Promise<void> } {
   let running: Promise<unknown> | null = null;
   const timer = setInterval(() => {
     if (running) return;
-    running = renewDueSubscriptions(deps, (opts.now ?? (() => new Date()))())
+    running = renewDueSubscriptions(deps, dateOf(deps.clock))
       .catch(opts.onError)
       .finally(() => {
         running = null;

@@ -2,6 +2,7 @@ import type { Transaction } from 'kysely';
 import { nextCycleEnd } from '../domain/billing-cycle.ts';
 import { newId } from '../domain/ids.ts';
 import { fundWallet } from '../ledger/funding.ts';
+import type { Clock } from '../domain/clock.ts';
 import type { PaymentProvider, SavedMethod } from '../payments/types.ts';
 import type { Storage } from '../storage/db.ts';
 import { isUniqueViolation } from '../storage/errors.ts';
@@ -19,7 +20,8 @@ import {
 import { enqueueEvent, type EventType } from '../webhooks/outbox.ts';
 import { presentSubscription } from './subscription-view.ts';
 
-export type CommerceDeps = { storage: Storage; payments: PaymentProvider };
+/** What the commerce code needs: storage, the payment provider, and the app's clock. */
+export type CommerceDeps = { storage: Storage; payments: PaymentProvider; clock: Clock };
 export type Customer = { id: string; wallet_id: string };
 
 export type StartOutcome =

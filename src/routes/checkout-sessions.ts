@@ -3,6 +3,7 @@ import type { FastifyRequest } from 'fastify';
 import { z } from 'zod';
 import { CHECKOUT_SESSION_TTL_MS, presentCheckoutSession } from '../commerce/checkout.ts';
 import type { CommerceDeps } from '../commerce/subscriptions.ts';
+import { dateOf } from '../domain/clock.ts';
 import { newId, newSecret } from '../domain/ids.ts';
 import { principalOf } from '../http/auth.ts';
 import { ApiError, notFound, validationError, type Issue } from '../http/errors.ts';
@@ -73,7 +74,7 @@ export function registerCheckoutSessionRoutes(app: App, deps: CommerceDeps & { p
       const body = request.body;
       const target = await checkedTarget(deps, merchantId, body);
       const secret = newSecret('checkoutSession');
-      const now = new Date();
+      const now = dateOf(deps.clock);
       const row: CheckoutSessionRow = {
         id: newId('checkoutSession'),
         merchant_id: merchantId,

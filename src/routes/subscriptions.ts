@@ -1,6 +1,7 @@
 import { z } from 'zod';
 import { presentSubscription } from '../commerce/subscription-view.ts';
 import { startSubscription, type CommerceDeps } from '../commerce/subscriptions.ts';
+import { dateOf } from '../domain/clock.ts';
 import { principalOf } from '../http/auth.ts';
 import { ApiError, notFound, validationError } from '../http/errors.ts';
 import { assertCursor, pageQuery, pageResponse, toPage } from '../http/pagination.ts';
@@ -98,7 +99,7 @@ export function registerSubscriptionRoutes(app: App, deps: CommerceDeps): void {
       if (!customer) throw validationError([{ path: ['customer_id'], message: `no customer with id ${request.body.customer_id}` }]);
       const plan = await findPlan(storage, merchantId, request.body.plan_id);
       if (!plan) throw validationError([{ path: ['plan_id'], message: `no plan with id ${request.body.plan_id}` }]);
-      const started = await startSubscription(deps, merchantId, customer, plan, new Date());
+      const started = await startSubscription(deps, merchantId, customer, plan, dateOf(deps.clock));
       if (!started.ok) throw new ApiError(started.reason, started.message);
       const view = await findSubscriptionView(storage.db, merchantId, started.subscription.id);
       return reply.status(201).send({ subscription: presentSubscription(view!) });

@@ -10,6 +10,7 @@ import {
   type Purchase,
 } from '../commerce/checkout.ts';
 import type { CommerceDeps } from '../commerce/subscriptions.ts';
+import { dateOf } from '../domain/clock.ts';
 import { MAX_AMOUNT_UNITS, MoneyFormatError, parseMoney } from '../domain/money.ts';
 import { hashCheckoutSecret } from '../routes/checkout-sessions.ts';
 import { presentCustomer } from '../routes/customers.ts';
@@ -71,7 +72,7 @@ async function open(deps: CommerceDeps, token: string | undefined, reply: Fastif
     messagePage(reply.status(404), null, 'Checkout not found', 'This checkout link is not valid. Ask the shop for a new one.');
     return null;
   }
-  const state = sessionOpen(session, new Date());
+  const state = sessionOpen(session, dateOf(deps.clock));
   if (state !== 'open') {
     const why = state === 'completed' ? 'This checkout has already been completed.' : 'This checkout link has expired. Ask the shop for a new one.';
     messagePage(reply.status(410), session, state === 'completed' ? 'Checkout completed' : 'Checkout expired', why);
@@ -115,7 +116,7 @@ async function payInput(deps: CommerceDeps, session: CheckoutSessionRow, form: F
     details,
     contact: { first_name: first ?? null, last_name: rest.length ? rest.join(' ') : null, email: email || null, phone: null },
     customerEventData: (row) => presentCustomer(row),
-    at: new Date(),
+    at: dateOf(deps.clock),
   };
 }
 

@@ -1,4 +1,5 @@
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { systemClock } from '../../src/domain/clock.ts';
 import { topUpIfShort } from '../../src/commerce/auto-top-up.ts';
 import { parseMoney } from '../../src/domain/money.ts';
 import { verifyLedger } from '../../src/ledger/verify.ts';
@@ -23,7 +24,7 @@ describe.each(databasesUnderTest())('auto top-up on %s', (dialect) => {
     expect((await subscribe(t, c.customerId, plan.plan_id)).statusCode).toBe(201);
     return c;
   }
-  const deps = () => ({ storage: t.storage, payments: t.payments });
+  const deps = () => ({ storage: t.storage, payments: t.payments, clock: systemClock });
 
   it('buys the bundle once for 20 concurrent requests short of money, then covers them from it', async () => {
     const { walletId } = await subscribedWithBundle('succeeds');

@@ -1,4 +1,5 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { systemClock } from '../../src/domain/clock.ts';
 import { renewDueSubscriptions } from '../../src/commerce/renewals.ts';
 import { verifyLedger } from '../../src/ledger/verify.ts';
 import { TestPaymentProvider } from '../../src/payments/test-provider.ts';
@@ -32,10 +33,10 @@ describe.runIf(process.env.TEST_DATABASE_URL)('renewal with two instances on Pos
     const one = new TestPaymentProvider();
     const two = new TestPaymentProvider();
     await Promise.all([
-      renewDueSubscriptions({ storage: t.storage, payments: one }, at),
-      renewDueSubscriptions({ storage: second, payments: two }, at),
-      renewDueSubscriptions({ storage: second, payments: two }, at),
-      renewDueSubscriptions({ storage: t.storage, payments: one }, at),
+      renewDueSubscriptions({ storage: t.storage, payments: one, clock: systemClock }, at),
+      renewDueSubscriptions({ storage: second, payments: two, clock: systemClock }, at),
+      renewDueSubscriptions({ storage: second, payments: two, clock: systemClock }, at),
+      renewDueSubscriptions({ storage: t.storage, payments: one, clock: systemClock }, at),
     ]);
     const charges = [...one.charges, ...two.charges];
     expect(charges).toHaveLength(subs.length);

@@ -1,4 +1,5 @@
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { systemClock } from '../../src/domain/clock.ts';
 import { renewDueSubscriptions, RETRY_DELAYS_MS } from '../../src/commerce/renewals.ts';
 import { parseMoney } from '../../src/domain/money.ts';
 import { verifyLedger } from '../../src/ledger/verify.ts';
@@ -22,7 +23,7 @@ describe.each(databasesUnderTest())('the cycle engine on %s', (dialect) => {
     expect((await verifyLedger(t.storage)).problems).toEqual([]);
   });
 
-  const engine = () => ({ storage: t.storage, payments: t.payments });
+  const engine = () => ({ storage: t.storage, payments: t.payments, clock: systemClock });
   /** Runs the engine as if the clock read the given time. */
   const runAt = (at: Date) => renewDueSubscriptions(engine(), at);
   const spend = async (customerId: string, times: number) => {
