@@ -16,7 +16,6 @@ import { broadcastCredentialChanges } from './gateway/credential-broadcast.ts';
 import { systemClock } from './domain/clock.ts';
 import { registerDropInRoutes } from './gateway/drop-in.ts';
 import { TestPaymentProvider } from './payments/test-provider.ts';
-import { systemClock } from './domain/clock.ts';
 import { createGateway, registerForwardRoutes } from './gateway/forward.ts';
 import { registerAuthCallbackRoute } from './routes/auth-callback.ts';
 import { registerConnectionRoutes } from './routes/connections.ts';
@@ -90,7 +89,7 @@ export async function buildApp(options: AppOptions): Promise<App> {
       'openapiObject' in documents ? documentSharedBehaviour(documents.openapiObject) : documents.swaggerObject,
   });
 
-  const commerce = { storage: deps.storage, payments: deps.payments ?? new TestPaymentProvider(), clock: deps.clock ?? systemClock };
+  const commerce = { storage: deps.storage, payments: deps.payments ?? new TestPaymentProvider(), clock: deps.clock };
   registerHealthRoutes(app, deps);
   await app.register(async (scope) => registerCheckoutPage(scope, commerce));
   registerOpenApiRoute(app);
