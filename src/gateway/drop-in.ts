@@ -11,6 +11,7 @@ import { ApiError } from '../http/errors.ts';
 import { assertJsonDepth } from '../http/json-depth.ts';
 import type { App, AppDeps } from '../http/types.ts';
 import type { ProviderModule } from '../providers/types.ts';
+import { installDialectErrorHandler } from './error-dialects.ts';
 import { extractCredential, resolveCredential, type BillingContext } from './credentials.ts';
 import { forwardRequest, metadataOf, type Gateway } from './forward.ts';
 import { authenticateSpendKey, checkRequestShape, modelAllowed, providerAllowed } from './spend-key-guard.ts';
@@ -38,6 +39,8 @@ export function registerDropInRoutes(app: App, deps: AppDeps, gateway: Gateway):
   // Authenticated before the body is read (onRequest runs before parsing): a caller without a
   // valid key never makes the server buffer up to the body limit.
   const callers = new WeakMap<FastifyRequest, Caller>();
+  // Refusals answer in the shape of the endpoint's provider: Anthropic's on /messages, else OpenAI's.
+  installDialectErrorHandler(app, (request) => (request.url.split('?')[0]!.endsWith('/messages') ? 'anthropic' : 'openai'));
   app.addHook('onRequest', async (request) => {
     callers.set(request, await authenticate(deps, gateway, request));
   });

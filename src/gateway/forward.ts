@@ -14,6 +14,7 @@ import { ADMISSION_WRITE_DELAY_MS, admitDeferred, DelayQueue, type AdmissionWrit
 import { pricingFor } from '../ledger/billing.ts';
 import { WalletLeases } from '../ledger/leases.ts';
 import { createRegistry, type ProviderModule, type ProviderRegistry } from '../providers/index.ts';
+import { dialectOfFamily, installDialectErrorHandler, type ErrorDialect } from './error-dialects.ts';
 import { CredentialCache, watchCredentialChanges } from './credential-cache.ts';
 import { extractCredential, resolveCredential, type BillingContext } from './credentials.ts';
 import { checkSpendKeyRequest, SpendKeyBuckets } from './spend-key-guard.ts';
@@ -119,6 +120,7 @@ export function registerForwardRoutes(app: App, deps: AppDeps, gateway: Gateway)
   // The call is authorised before its body is read (onRequest runs before parsing): a caller
   // without a valid credential never makes the server buffer up to the body limit.
   const calls = new WeakMap<FastifyRequest, ForwardCall>();
+  installDialectErrorHandler(app, (request) => forwardDialectOf(gateway, request));
   app.addHook('onRequest', async (request) => {
     calls.set(request, await authorisedForwardCall(deps, gateway, request));
   });
@@ -135,6 +137,18 @@ export function registerForwardRoutes(app: App, deps: AppDeps, gateway: Gateway)
         await forwardRequest(deps, gateway, request, reply, calls.get(request) ?? (await authorisedForwardCall(deps, gateway, request)));
       },
     });
+  }
+}
+
+/** The error dialect of the provider a forward URL names; Tollgate's envelope when it names none. */
+function forwardDialectOf(gateway: Gateway, request: FastifyRequest): ErrorDialect {
+  const { target } = splitForwardQuery(request.url, forwardPathOf(request.url));
+  if (!target) return 'tollgate';
+  try {
+    const provider = gateway.registry.findProvider(new URL(target));
+    return provider ? dialectOfFamily(provider.family) : 'tollgate';
+  } catch {
+    return 'tollgate';
   }
 }
 

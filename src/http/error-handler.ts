@@ -73,7 +73,8 @@ export function databaseUnavailable(): ApiError {
   });
 }
 
-function toApiError(err: unknown): ApiError {
+/** Any failure as an ApiError: ours as they are, schema and framework errors mapped, anything else internal_error. */
+export function toApiError(err: unknown): ApiError {
   if (err instanceof ApiError) return err;
   if (isDatabaseUnavailable(err)) return databaseUnavailable();
   if (hasZodFastifySchemaValidationErrors(err)) {

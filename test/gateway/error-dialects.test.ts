@@ -1,0 +1,79 @@
+import Anthropic from '@anthropic-ai/sdk';
+import OpenAI from 'openai';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { TestApp } from '../helpers/app.ts';
+import { startGatewayOnMock } from '../helpers/gateway.ts';
+import type { MockUpstream } from '../helpers/mock-upstream.ts';
+
+/**
+ * Tollgate's own refusals on provider-shaped routes come in that provider's error shape, with the
+ * interface's code and status kept, so each provider's client surfaces the message and type.
+ * The merchant's wallet is empty: every call is refused with 402 before any provider call.
+ */
+describe('refusals in each surface’s own dialect', () => {
+  let upstream: MockUpstream;
+  let t: TestApp;
+  let base: string;
+
+  beforeAll(async () => {
+    ({ upstream, t, base } = await startGatewayOnMock('sqlite', {
+      providerHosts: ['api.openai.com', 'api.anthropic.com', 'generativelanguage.googleapis.com'],
+      providerKeys: { openai: 'sk-o', anthropic: 'sk-a', google: 'g' },
+    }));
+  });
+  afterAll(async () => {
+    await t?.close();
+    await upstream?.close();
+  });
+
+  it("answers OpenAI's error shape on the OpenAI drop-in, and openai 7 surfaces its message and code", async () => {
+    const openai = new OpenAI({ apiKey: t.merchant.secretKey, baseURL: `${base}/v1`, maxRetries: 0 });
+    const error = await openai.chat.completions.create({ model: 'gpt-4o', messages: [{ role: 'user', content: 'hi' }], max_tokens: 2 }).catch((e: unknown) => e);
+    expect(error).toBeInstanceOf(OpenAI.APIError);
+    const apiError = error as InstanceType<typeof OpenAI.APIError>;
+    expect(apiError.status).toBe(402);
+    expect(apiError.code).toBe('insufficient_balance');
+    expect(apiError.type).toBe('insufficient_quota');
+    expect(apiError.param).toBeNull();
+    expect(apiError.message).toContain('The wallet balance cannot cover this request.');
+    expect(upstream.requests).toHaveLength(0);
+  });
+
+  it("answers Anthropic's {type:'error', error:{type, message}} on /v1/messages, which @anthropic-ai/sdk reads", async () => {
+    const anthropic = new Anthropic({ apiKey: t.merchant.secretKey, baseURL: base, maxRetries: 0 });
+    const error = await anthropic.messages.create({ model: 'claude-haiku-4-5', max_tokens: 2, messages: [{ role: 'user', content: 'hi' }] }).catch((e: unknown) => e);
+    expect(error).toBeInstanceOf(Anthropic.APIError);
+    const apiError = error as InstanceType<typeof Anthropic.APIError>;
+    expect(apiError.status).toBe(402);
+    expect(apiError.error).toEqual({
+      type: 'error',
+      error: { type: 'billing_error', message: 'The wallet balance cannot cover this request.', code: 'insufficient_balance', status: 402 },
+    });
+  });
+
+  it("answers a forward to Gemini in Google's {error:{code, message, status}}, the interface's code as the reason", async () => {
+    const res = await fetch(`${base}/v1/forward/models/gemini-2.0-flash:generateContent?u=${encodeURIComponent('https://generativelanguage.googleapis.com/v1beta')}`, {
+      method: 'POST',
+      headers: { 'x-goog-api-key': 'sk_live_not_a_key', 'content-type': 'application/json' },
+      body: '{}',
+    });
+    expect(res.status).toBe(401);
+    const body = (await res.json()) as { error: { code: number; message: string; status: string; details: { reason: string }[] } };
+    expect(body.error.code).toBe(401);
+    expect(body.error.status).toBe('UNAUTHENTICATED');
+    expect(body.error.details[0]!.reason).toBe('unauthorized');
+    expect(typeof body.error.message).toBe('string');
+  });
+
+  it("answers a forward to an OpenAI-compatible provider in OpenAI's shape, a validation issue as its param", async () => {
+    const res = await fetch(`${base}/v1/forward?u=${encodeURIComponent('https://api.openai.com/v1/chat/completions')}`, { method: 'POST' });
+    expect(res.status).toBe(401);
+    expect(((await res.json()) as { error: Record<string, unknown> }).error).toMatchObject({ type: 'authentication_error', code: 'unauthorized', status: 401 });
+  });
+
+  it("keeps Tollgate's own envelope when the forward URL names no provider", async () => {
+    const res = await fetch(`${base}/v1/forward?u=${encodeURIComponent('https://evil.example/x')}`, { headers: { authorization: `Bearer ${t.merchant.secretKey}` } });
+    expect(res.status).toBe(400);
+    expect(await res.json()).toEqual({ error: { code: 'unsupported_provider', status: 400, message: expect.any(String) } });
+  });
+});
