@@ -314,12 +314,18 @@ describe.each(databasesUnderTest())('forward gateway credentials on %s', (dialec
   });
 
   describe('refusals, before any provider call', () => {
+    /** The interface's code: Gemini-shaped refusals carry it as their ErrorInfo reason (decision 0020). */
+    function interfaceCode(body: unknown): string {
+      const error = (body as Envelope & { error: { details?: { reason?: string }[] } }).error;
+      return error.details?.[0]?.reason ?? error.code;
+    }
+
     async function refused(headers: Record<string, string>, query = encoded(OPENAI_CHAT)): Promise<{ status: number; code: string; text: string }> {
       const before = upstream.requests.length;
       const res = await post(query, headers);
       const text = await res.text();
       expect(upstream.requests.length).toBe(before);
-      return { status: res.status, code: (JSON.parse(text) as Envelope).error.code, text };
+      return { status: res.status, code: interfaceCode(JSON.parse(text)), text };
     }
 
     it.each([
