@@ -314,7 +314,7 @@ describe.each(databasesUnderTest())('forward gateway credentials on %s', (dialec
   });
 
   describe('refusals, before any provider call', () => {
-    /** The interface's code: Gemini-shaped refusals carry it as their ErrorInfo reason (decision 0020). */
+    /** The interface's code: Gemini-shaped refusals carry it as their ErrorInfo reason (decision 0021). */
     function interfaceCode(body: unknown): string {
       const error = (body as Envelope & { error: { details?: { reason?: string }[] } }).error;
       return error.details?.[0]?.reason ?? error.code;
