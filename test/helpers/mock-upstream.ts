@@ -165,7 +165,8 @@ export async function startMockUpstream(): Promise<MockUpstream> {
 
 async function send(res: ServerResponse, answer: Answer, behaviour: Behaviour): Promise<void> {
   const streamed = answer.headers['content-type'] === 'text/event-stream';
-  const headers: Record<string, string> = { ...answer.headers, ...behaviour.headers };
+  // Marks the provider's own answers, so a test can tell them from Tollgate's after the relay.
+  const headers: Record<string, string> = { ...answer.headers, [MOCK_UPSTREAM_HEADER]: '1', ...behaviour.headers };
   if (!streamed) {
     const length = answer.chunks.reduce((sum, chunk) => sum + Buffer.byteLength(chunk), 0);
     headers['content-length'] = String(length);
@@ -463,6 +464,8 @@ const GEMINI_STATUSES: Record<number, string> = {
 };
 
 /** The error body each provider really sends; 429 also carries retry-after. */
+export const MOCK_UPSTREAM_HEADER = 'x-mock-upstream';
+
 export function providerError(family: Family, status: number, message = `Mock upstream error ${status}.`): unknown {
   switch (family) {
     case 'openai':
