@@ -18,6 +18,7 @@ import { registerDropInRoutes } from './gateway/drop-in.ts';
 import { TestPaymentProvider } from './payments/test-provider.ts';
 import { createGateway, registerForwardRoutes } from './gateway/forward.ts';
 import { registerAuthCallbackRoute } from './routes/auth-callback.ts';
+import { registerRewriteRoutes } from './gateway/rewrite/route.ts';
 import { registerConnectionRoutes } from './routes/connections.ts';
 import { registerCreditBundleRoutes } from './routes/credit-bundles.ts';
 import { registerCustomerRoutes } from './routes/customers.ts';
@@ -104,6 +105,9 @@ export async function buildApp(options: AppOptions): Promise<App> {
     prefix: '/v1',
   });
   await app.register(async (scope) => registerDropInRoutes(scope.withTypeProvider<ZodTypeProvider>(), deps, gateway), {
+    prefix: '/v1',
+  });
+  await app.register(async (scope) => registerRewriteRoutes(scope.withTypeProvider<ZodTypeProvider>(), deps, gateway), {
     prefix: '/v1',
   });
 

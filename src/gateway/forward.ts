@@ -20,7 +20,7 @@ import { extractCredential, resolveCredential, type BillingContext } from './cre
 import { checkSpendKeyRequest, SpendKeyBuckets } from './spend-key-guard.ts';
 import { estimateHold, inputTokenBound } from './estimate.ts';
 import { HoldKeeper } from '../ledger/hold-keeper.ts';
-import { closeAfterResponse, createUpstreamAgent, relay, shutdownHeaders, upstreamRequestHeaders } from './relay.ts';
+import { closeAfterResponse, createUpstreamAgent, relay, shutdownHeaders, upstreamRequestHeaders, type ResponseTranslator } from './relay.ts';
 import { Settlements } from './settle.ts';
 import { GroupCommitWriter } from '../ledger/group-commit.ts';
 import { resolveTarget, splitForwardQuery, type ResolvedTarget } from './target.ts';
@@ -219,7 +219,10 @@ export function managedKeyFor(config: Pick<AppDeps['config'], 'providerKeys'>, p
   return config.providerKeys[providerId] ?? (shared === undefined ? undefined : config.providerKeys[shared]);
 }
 
-export type ForwardCall = { target: ResolvedTarget; billing: BillingContext; metadata: Metadata };
+export type ForwardCall = { target: ResolvedTarget; billing: BillingContext; metadata: Metadata; rewrite?: Rewrite };
+
+/** The rewrite proxy's changes to a forwarded call: its body and headers, and its answer's translation. */
+export type Rewrite = { body: unknown; headers: Record<string, string | string[] | undefined>; translator: ResponseTranslator };
 
 /**
  * Forwards one request whose target and payer are known: used by /v1/forward and by the drop-in
@@ -258,6 +261,7 @@ type ForwardPlan = {
   prices: BasePrices | null;
   providerKeyType: 'managed' | 'unmanaged';
   metadata: Metadata;
+  translator: ResponseTranslator | undefined;
 };
 
 /** Everything decided before the provider is called; any refusal here costs no provider call. */
@@ -265,7 +269,7 @@ async function planForward(
   deps: AppDeps,
   gateway: Gateway,
   request: FastifyRequest,
-  { target, billing, metadata }: ForwardCall,
+  { target, billing, metadata, rewrite }: ForwardCall,
 ): Promise<ForwardPlan> {
   const { config, storage } = deps;
   // Every forwarded request ends in background work (its settlement or failure, maybe its
@@ -273,8 +277,8 @@ async function planForward(
   const room = gateway.background.room();
   if (room) await room;
 
-  let body = Buffer.isBuffer(request.body) && request.body.length > 0 ? request.body : undefined;
-  let requestJson = parseJsonBody(request, body);
+  let body = rewrite ? Buffer.from(JSON.stringify(rewrite.body)) : Buffer.isBuffer(request.body) && request.body.length > 0 ? request.body : undefined;
+  let requestJson = rewrite ? rewrite.body : parseJsonBody(request, body);
   let hideInjectedUsage = false;
   if (isStreamingRequest(requestJson, target.publicUrl)) {
     const prepared = target.provider.prepareStreamRequest(requestJson, target.publicUrl);
@@ -293,7 +297,7 @@ async function planForward(
     );
   }
   const providerKeyType = billing.providerKey ? 'unmanaged' : 'managed';
-  const headers = upstreamRequestHeaders(request.headers, body?.length);
+  const headers = upstreamRequestHeaders(rewrite?.headers ?? request.headers, body?.length);
   target.provider.applyAuth(headers, providerKey);
 
   const model = target.provider.modelFrom(requestJson, target.publicUrl);
@@ -360,6 +364,7 @@ async function planForward(
     prices,
     providerKeyType,
     metadata,
+    translator: rewrite?.translator,
   };
 }
 
@@ -391,6 +396,7 @@ async function forward(deps: AppDeps, gateway: Gateway, plan: ForwardPlan, res: 
     extraHeaders: { [REQUEST_ID_HEADER]: plan.requestId },
     res,
     closing,
+    translator: plan.translator,
   }).finally(() => gateway.holds.delete(plan.holdIds));
   if (outcome.kind === 'failed') {
     const code: ErrorCode = outcome.reason === 'timeout' ? 'upstream_timeout' : 'upstream_unreachable';

@@ -28,6 +28,19 @@ export type RelayRequest = {
   res: ServerResponse;
   /** True once the server is shutting down: the client's connection is then not kept alive. */
   closing?: () => boolean;
+  /** The rewrite proxy's: the client gets the answer in another format than the provider's. */
+  translator?: ResponseTranslator;
+};
+
+/**
+ * Turns a provider's answer into the client's format (see rewrite/). The meter still reads the
+ * provider's own bytes, so billing does not depend on the translation.
+ */
+export type ResponseTranslator = {
+  /** A whole body (JSON parsed, or null when it is not JSON) of this status, as the client's bytes. */
+  body(status: number, json: unknown): Buffer;
+  /** One event stream: each chunk's translated text, then what the end of the stream adds. */
+  stream(): { push(chunk: Buffer): string; end(): string };
 };
 
 export type RelayOutcome =
@@ -112,8 +125,11 @@ type FilteredStream = { decoder: TextDecoder; events: ReturnType<typeof createSs
 
 /** What is known of the upstream body while it is relayed. */
 type Relaying =
-  | { kind: 'stream'; meter: StreamMeter; filter: FilteredStream | null }
-  | { kind: 'body'; isJson: boolean; ok: boolean; length: number | null; kept: Buffer[]; received: number; last: Buffer | undefined };
+  | { kind: 'stream'; meter: StreamMeter; filter: FilteredStream | null; translated: ReturnType<ResponseTranslator['stream']> | null }
+  | { kind: 'body'; isJson: boolean; ok: boolean; length: number | null; kept: Buffer[]; received: number; last: Buffer | undefined; translated: TranslatedBody | null };
+
+/** A body to translate: kept whole, its headers sent with the translation at the end. */
+type TranslatedBody = { headers: Record<string, string | string[]>; parsed: unknown };
 
 class UpstreamExchange implements Dispatcher.DispatchHandler {
   readonly #r: RelayRequest;
@@ -154,13 +170,19 @@ class UpstreamExchange implements Dispatcher.DispatchHandler {
     this.#status = statusCode;
     // Added to the fresh copy one by one: spreading several objects into one literal is slow in V8.
     const relayed = responseHeaders(headers);
-    if (length !== null) relayed['content-length'] = String(length);
+    if (length !== null && !r.translator) relayed['content-length'] = String(length);
     Object.assign(relayed, r.extraHeaders);
     if (r.closing?.()) relayed.connection = 'close';
-    r.res.writeHead(statusCode, relayed);
+    const translatedBody = r.translator && !isStream ? { headers: relayed, parsed: null } : null;
+    if (!translatedBody) r.res.writeHead(statusCode, relayed);
     this.#relaying = isStream
-      ? { kind: 'stream', meter: r.provider.createStreamMeter(r.meterContext), filter: r.hideInjectedUsage ? this.#usageFilter() : null }
-      : { kind: 'body', isJson: contentType.includes('json'), ok, length, kept: [], received: 0, last: undefined };
+      ? {
+          kind: 'stream',
+          meter: r.provider.createStreamMeter(r.meterContext),
+          filter: r.hideInjectedUsage && !r.translator ? this.#usageFilter() : null,
+          translated: r.translator?.stream() ?? null,
+        }
+      : { kind: 'body', isJson: contentType.includes('json'), ok, length, kept: [], received: 0, last: undefined, translated: translatedBody };
   }
 
   onResponseData(_controller: Dispatcher.DispatchController, chunk: Buffer): void {
@@ -169,6 +191,11 @@ class UpstreamExchange implements Dispatcher.DispatchHandler {
     if (relaying.kind === 'stream') {
       // The client gets the event first; metering it can wait until it is on its way.
       const { filter } = relaying;
+      if (relaying.translated) {
+        this.#write(relaying.translated.push(chunk));
+        relaying.meter.push(chunk);
+        return;
+      }
       if (!filter) {
         this.#write(chunk);
         relaying.meter.push(chunk);
@@ -179,8 +206,9 @@ class UpstreamExchange implements Dispatcher.DispatchHandler {
       relaying.meter.push(text);
       return;
     }
-    if (relaying.isJson && relaying.ok) relaying.kept.push(chunk);
+    if ((relaying.isJson && relaying.ok) || relaying.translated) relaying.kept.push(chunk);
     relaying.received += chunk.length;
+    if (relaying.translated) return;
     // The chunk that completes a body of known length goes out with the end of the response.
     if (relaying.length !== null && relaying.received >= relaying.length && relaying.last === undefined) relaying.last = chunk;
     else this.#write(chunk);
@@ -189,7 +217,8 @@ class UpstreamExchange implements Dispatcher.DispatchHandler {
   onResponseEnd(): void {
     if (this.#done) return;
     const relaying = this.#relaying!;
-    if (relaying.kind === 'stream') this.#write(this.#endFilteredStream(relaying));
+    if (relaying.kind === 'stream') this.#write(relaying.translated ? relaying.translated.end() : this.#endFilteredStream(relaying));
+    if (relaying.kind === 'body' && relaying.translated) return this.#endTranslatedBody(relaying, relaying.translated);
     endResponse(this.#r.res, false, relaying.kind === 'body' ? relaying.last : undefined);
     this.#finish(this.#answered(false));
   }
@@ -217,11 +246,25 @@ class UpstreamExchange implements Dispatcher.DispatchHandler {
     if (relaying.kind === 'stream') return { kind: 'answered', status, clientAborted, usage: relaying.meter.finish(), responseBody: null, cutBody: null };
     if (!relaying.ok) return { kind: 'answered', status, clientAborted, usage: null, responseBody: null, cutBody: null };
     const cutBody = cut || clientAborted ? { characters: charactersOf(relaying.kept, relaying.received) } : null;
-    const responseBody = relaying.isJson && !cutBody ? parseJson(Buffer.concat(relaying.kept)) : null;
+    const responseBody = relaying.translated ? relaying.translated.parsed : relaying.isJson && !cutBody ? parseJson(Buffer.concat(relaying.kept)) : null;
     const usage = relaying.isJson
       ? this.#r.provider.usageFromJson(responseBody, this.#r.meterContext)
       : this.#r.provider.usageFromRequest(this.#r.meterContext);
     return { kind: 'answered', status, clientAborted, usage, responseBody, cutBody };
+  }
+
+  /** The whole translated body, with its length, once the provider's has ended. */
+  #endTranslatedBody(relaying: Extract<Relaying, { kind: 'body' }>, translated: TranslatedBody): void {
+    const { res } = this.#r;
+    translated.parsed = parseJson(Buffer.concat(relaying.kept));
+    const out = this.#r.translator!.body(this.#status, relaying.isJson ? translated.parsed : null);
+    translated.headers['content-length'] = String(out.length);
+    translated.headers['content-type'] = 'application/json';
+    if (!res.destroyed && !res.headersSent) {
+      res.writeHead(this.#status, translated.headers);
+      res.end(out);
+    }
+    this.#finish(this.#answered(false));
   }
 
   #usageFilter(): FilteredStream {

@@ -12,6 +12,8 @@ export const ERRORS = {
   unsupported_provider: { status: 400, message: 'The forward target is not a supported provider URL.' },
   webhook_limit_reached: { status: 400, message: 'A merchant may have at most 3 webhooks; delete one first.' },
   webhook_url_refused: { status: 400, message: 'Webhooks may only call public https URLs.' },
+  unsupported_format: { status: 400, message: 'The rewrite proxy does not translate this format.' },
+  untranslatable_request: { status: 400, message: 'The request has fields the rewrite proxy cannot translate to the provider.' },
   provider_key_missing: {
     status: 400,
     message: 'No managed key is configured for this provider; pass provider_key in the forward token.',

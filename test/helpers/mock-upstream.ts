@@ -78,7 +78,11 @@ export type Behaviour = {
   outputTokens?: number;
   /** cache_creation_input_tokens to report (Anthropic only). */
   cacheWriteTokens?: number;
+  /** Answer chat/messages/Gemini calls with this one tool call instead of text (JSON and streams). */
+  toolCall?: MockToolCall;
 };
+
+export type MockToolCall = { name: string; arguments: Record<string, unknown> };
 
 export type MockUpstream = {
   /** Base URL, e.g. http://127.0.0.1:PORT (no trailing slash). */
@@ -211,13 +215,13 @@ function route(req: RecordedRequest, behaviour: Behaviour, seq: number): Answer 
   const body = (req.json ?? {}) as Body;
   const usage = usageFor(body, behaviour);
   const gemini = /\/models\/([^/:]+):(generateContent|streamGenerateContent)$/.exec(path);
-  if (gemini) return geminiAnswer(gemini[1]!, gemini[2] === 'streamGenerateContent', req.query.get('alt') === 'sse', usage, seq);
-  if (path.endsWith('/chat/completions')) return chatAnswer(body, usage, seq);
+  if (gemini) return geminiAnswer(gemini[1]!, gemini[2] === 'streamGenerateContent', req.query.get('alt') === 'sse', usage, seq, behaviour.toolCall);
+  if (path.endsWith('/chat/completions')) return chatAnswer(body, usage, seq, behaviour.toolCall);
   if (path.endsWith('/responses')) return responsesAnswer(body, usage, seq);
   if (path.endsWith('/embeddings')) return embeddingsAnswer(body, usage);
   if (path.endsWith('/audio/speech')) return speechAnswer(body);
   if (/\/text-to-speech\/[^/]+(\/stream)?$/.test(path)) return speechAnswer({ input: body.text });
-  if (path.endsWith('/messages')) return anthropicAnswer(body, usage, seq);
+  if (path.endsWith('/messages')) return anthropicAnswer(body, usage, seq, behaviour.toolCall);
   return errorAnswer(familyOf(path), 404, undefined);
 }
 
@@ -269,7 +273,14 @@ const words = (n: number): string[] => Array.from({ length: n }, (_, i) => (i ==
 
 // ---- OpenAI ---------------------------------------------------------------------------------------
 
-function chatAnswer(body: Body, usage: Usage, seq: number): Answer {
+/** A tool call's arguments as JSON text, in two pieces (streams send them split). */
+function argumentPieces(call: MockToolCall): [string, string] {
+  const text = JSON.stringify(call.arguments);
+  const half = Math.floor(text.length / 2);
+  return [text.slice(0, half), text.slice(half)];
+}
+
+function chatAnswer(body: Body, usage: Usage, seq: number, toolCall?: MockToolCall): Answer {
   const id = `chatcmpl-mock${seq}`;
   const model = typeof body.model === 'string' ? body.model : 'gpt-4o-mini';
   const created = 1_700_000_000;
@@ -280,15 +291,17 @@ function chatAnswer(body: Body, usage: Usage, seq: number): Answer {
     prompt_tokens_details: { cached_tokens: usage.cached, audio_tokens: 0 },
     completion_tokens_details: { reasoning_tokens: 0 },
   };
+  const callId = `call_mock${seq}`;
   if (body.stream !== true) {
+    const message = toolCall
+      ? { role: 'assistant', content: null, refusal: null, tool_calls: [{ id: callId, type: 'function', function: { name: toolCall.name, arguments: JSON.stringify(toolCall.arguments) } }] }
+      : { role: 'assistant', content: words(usage.output).join(''), refusal: null };
     return json(200, {
       id,
       object: 'chat.completion',
       created,
       model,
-      choices: [
-        { index: 0, message: { role: 'assistant', content: words(usage.output).join(''), refusal: null }, finish_reason: 'stop' },
-      ],
+      choices: [{ index: 0, message, finish_reason: toolCall ? 'tool_calls' : 'stop' }],
       usage: openaiUsage,
     });
   }
@@ -296,10 +309,16 @@ function chatAnswer(body: Body, usage: Usage, seq: number): Answer {
   const chunk = (choices: unknown[], extra: Body = {}) =>
     sse({ id, object: 'chat.completion.chunk', created, model, choices, ...(includeUsage ? { usage: null } : {}), ...extra });
   const delta = (d: Body, finish: string | null = null) => [{ index: 0, delta: d, logprobs: null, finish_reason: finish }];
+  const content = toolCall
+    ? [
+        chunk(delta({ tool_calls: [{ index: 0, id: callId, type: 'function', function: { name: toolCall.name, arguments: '' } }] })),
+        ...argumentPieces(toolCall).map((piece) => chunk(delta({ tool_calls: [{ index: 0, function: { arguments: piece } }] }))),
+      ]
+    : words(usage.output).map((w) => chunk(delta({ content: w })));
   return stream([
     chunk(delta({ role: 'assistant', content: '' })),
-    ...words(usage.output).map((w) => chunk(delta({ content: w }))),
-    chunk(delta({}, 'stop')),
+    ...content,
+    chunk(delta({}, toolCall ? 'tool_calls' : 'stop')),
     ...(includeUsage ? [chunk([], { usage: openaiUsage })] : []),
     'data: [DONE]\n\n',
   ]);
@@ -381,10 +400,11 @@ function transcriptAnswer(seq: number): Answer {
 
 // ---- Anthropic ------------------------------------------------------------------------------------
 
-function anthropicAnswer(body: Body, usage: Usage, seq: number): Answer {
+function anthropicAnswer(body: Body, usage: Usage, seq: number, toolCall?: MockToolCall): Answer {
   const id = `msg_mock${seq}`;
   const model = typeof body.model === 'string' ? body.model : 'claude-sonnet-4-5';
-  const stopReason = typeof body.max_tokens === 'number' ? 'max_tokens' : 'end_turn';
+  const stopReason = toolCall ? 'tool_use' : typeof body.max_tokens === 'number' ? 'max_tokens' : 'end_turn';
+  const toolUse = toolCall && { type: 'tool_use', id: `toolu_mock${seq}`, name: toolCall.name, input: toolCall.arguments };
   // Anthropic's input_tokens excludes cache reads and writes.
   const inputUsage = {
     input_tokens: usage.input - usage.cached - usage.cacheWrite,
@@ -397,7 +417,7 @@ function anthropicAnswer(body: Body, usage: Usage, seq: number): Answer {
       type: 'message',
       role: 'assistant',
       model,
-      content: [{ type: 'text', text: words(usage.output).join('') }],
+      content: toolUse ? [toolUse] : [{ type: 'text', text: words(usage.output).join('') }],
       stop_reason: stopReason,
       stop_sequence: null,
       usage: { ...inputUsage, output_tokens: usage.output },
@@ -408,9 +428,11 @@ function anthropicAnswer(body: Body, usage: Usage, seq: number): Answer {
     event('message_start', {
       message: { id, type: 'message', role: 'assistant', model, content: [], stop_reason: null, stop_sequence: null, usage: { ...inputUsage, output_tokens: 1 } },
     }),
-    event('content_block_start', { index: 0, content_block: { type: 'text', text: '' } }),
+    event('content_block_start', { index: 0, content_block: toolUse ? { ...toolUse, input: {} } : { type: 'text', text: '' } }),
     event('ping', {}),
-    ...words(usage.output).map((text) => event('content_block_delta', { index: 0, delta: { type: 'text_delta', text } })),
+    ...(toolCall
+      ? argumentPieces(toolCall).map((partial_json) => event('content_block_delta', { index: 0, delta: { type: 'input_json_delta', partial_json } }))
+      : words(usage.output).map((text) => event('content_block_delta', { index: 0, delta: { type: 'text_delta', text } }))),
     event('content_block_stop', { index: 0 }),
     event('message_delta', { delta: { stop_reason: stopReason, stop_sequence: null }, usage: { output_tokens: usage.output } }),
     event('message_stop', {}),
@@ -419,7 +441,7 @@ function anthropicAnswer(body: Body, usage: Usage, seq: number): Answer {
 
 // ---- Gemini ---------------------------------------------------------------------------------------
 
-function geminiAnswer(model: string, streaming: boolean, alt: boolean, usage: Usage, seq: number): Answer {
+function geminiAnswer(model: string, streaming: boolean, alt: boolean, usage: Usage, seq: number, toolCall?: MockToolCall): Answer {
   const usageMetadata = (output: number) => ({
     promptTokenCount: usage.input,
     candidatesTokenCount: output,
@@ -432,6 +454,12 @@ function geminiAnswer(model: string, streaming: boolean, alt: boolean, usage: Us
     modelVersion: model,
     responseId: `gemini-mock${seq}`,
   });
+  if (toolCall) {
+    const called = piece('', usage.output, true);
+    called.candidates[0]!.content.parts = [{ functionCall: { name: toolCall.name, args: toolCall.arguments } }] as never;
+    if (!streaming) return json(200, called);
+    return alt ? stream([sse(called)]) : json(200, [called]);
+  }
   const all = words(usage.output);
   if (!streaming) return json(200, piece(all.join(''), usage.output, true));
   // Gemini repeats usageMetadata on every chunk; the counts grow to the final ones.

@@ -1,0 +1,185 @@
+/**
+ * `POST /v1/rewrite/{format}/{providerUrl}`: a request in the client's format (`openai`,
+ * `anthropic`, `google`) goes to a provider that speaks another, translated both ways; admission,
+ * relay, metering and settlement are /v1/forward's (forwardRequest), so billing reads the
+ * provider's own answer. Decision 0016 has the URL and translation rules.
+ */
+import type { FastifyRequest } from 'fastify';
+import { ApiError } from '../../http/errors.ts';
+import type { App, AppDeps } from '../../http/types.ts';
+import type { ProviderFamily } from '../../providers/types.ts';
+import { extractCredential, resolveCredential } from '../credentials.ts';
+import { forwardRequest, metadataOf, type Gateway } from '../forward.ts';
+import type { ResponseTranslator } from '../relay.ts';
+import { resolveTarget } from '../target.ts';
+import { REWRITE_FORMATS, type RewriteFormat } from './canonical.ts';
+import { createStreamTranslator, translateRequest, translateResponseBody } from './translate.ts';
+
+const FORMAT_OF_FAMILY: Partial<Record<ProviderFamily, RewriteFormat>> = {
+  'openai-compatible': 'openai',
+  anthropic: 'anthropic',
+  google: 'google',
+};
+
+/** The path a client SDK appends to its base URL, per format; stripped to find the provider's base. */
+const CLIENT_SUFFIX: Record<RewriteFormat, RegExp> = {
+  openai: /\/chat\/completions$/,
+  anthropic: /(?:\/v1)?\/messages$/,
+  google: /(?:\/v1(?:beta|alpha))?\/models\/([^/:]+):(generateContent|streamGenerateContent)$/,
+};
+
+/** The provider's own chat endpoint, when the URL already names it. */
+const PROVIDER_ENDPOINT: Record<RewriteFormat, RegExp> = {
+  openai: /\/chat\/completions$/,
+  anthropic: /\/messages$/,
+  google: /\/models\/([^/:]+):(?:generateContent|streamGenerateContent)$/,
+};
+
+/** Headers that speak one provider's dialect: not sent to another provider. */
+const CLIENT_DIALECT_HEADER = /^(anthropic-|openai-|x-goog-)/;
+const ANTHROPIC_VERSION = '2023-06-01';
+/** Query parameters that are Tollgate's or the client format's own, never the provider's. */
+const OWN_PARAMETERS = new Set(['metadata', 'key', 'alt']);
+
+export function registerRewriteRoutes(app: App, deps: AppDeps, gateway: Gateway): void {
+  app.removeAllContentTypeParsers();
+  app.addContentTypeParser('*', { parseAs: 'buffer' }, (_request, body, done) => done(null, body));
+  app.post('/rewrite/*', { schema: { hide: true } }, async (request, reply) => {
+    const { client, providerUrl, query } = splitRewritePath(request.url);
+    const url = providerUrlOf(providerUrl);
+    const probe = resolveTarget(url.toString(), gateway.registry, deps.config.upstreamOverrides);
+    const provider = FORMAT_OF_FAMILY[probe.provider.family];
+    if (!provider) throw new ApiError('unsupported_format', `${probe.provider.displayName} is not a chat provider the rewrite proxy can translate to.`);
+    const credential = extractCredential(request.headers, probe.strippedKey ?? query.get('key'));
+    if (!credential) throw new ApiError('unauthorized', 'Missing credential: send Authorization: Bearer <secret key or forward token>.');
+    const billing = await resolveCredential(deps.storage, credential.token);
+    const metadata = metadataOf(request, query.get('metadata'));
+    if (client === provider) {
+      // Nothing to translate: the call is /v1/forward's.
+      await forwardRequest(deps, gateway, request, reply, { target: probe, billing, metadata });
+      return;
+    }
+    const clientCall = clientCallOf(client, url);
+    refuseProviderParameters(query);
+    const translated = translateRequest(client, provider, bodyJson(request), clientCall);
+    const endpoint = providerEndpoint(provider, clientCall.base, translated.request.model, translated.request.stream);
+    const target = resolveTarget(endpoint, gateway.registry, deps.config.upstreamOverrides);
+    const created = Math.floor(Date.now() / 1000);
+    const translator: ResponseTranslator = {
+      body: (status, json) => Buffer.from(JSON.stringify(translateResponseBody(provider, client, status, json, { created }))),
+      stream: () => createStreamTranslator(provider, client, { created, includeUsage: translated.request.streamUsage === true }),
+    };
+    const rewrite = { body: translated.body, headers: providerHeaders(request, provider), translator };
+    await forwardRequest(deps, gateway, request, reply, { target, billing, metadata, rewrite });
+  });
+}
+
+type RewritePath = { client: RewriteFormat; providerUrl: string; query: URLSearchParams };
+
+/**
+ * `/v1/rewrite/<format>/<provider URL>[?query]`, read from the raw URL: the provider URL keeps
+ * its `//` (the published client appends it raw) and may also come without a scheme.
+ */
+export function splitRewritePath(rawUrl: string): RewritePath {
+  const queryStart = rawUrl.indexOf('?');
+  const path = queryStart === -1 ? rawUrl : rawUrl.slice(0, queryStart);
+  const query = new URLSearchParams(queryStart === -1 ? '' : rawUrl.slice(queryStart + 1));
+  const rest = path.slice(path.indexOf('/rewrite/') + '/rewrite/'.length);
+  const slash = rest.indexOf('/');
+  const format = decodeURIComponent(slash === -1 ? rest : rest.slice(0, slash));
+  if (format === 'bedrock') {
+    throw new ApiError('unsupported_format', 'The rewrite proxy does not translate the bedrock format (it needs AWS SigV4 signing); use openai, anthropic or google.');
+  }
+  if (!(REWRITE_FORMATS as readonly string[]).includes(format)) {
+    throw new ApiError('unsupported_format', `Unknown rewrite format "${format}"; use openai, anthropic or google.`, {
+      issues: [{ path: ['format'], message: 'must be openai, anthropic or google' }],
+    });
+  }
+  const providerUrl = slash === -1 ? '' : rest.slice(slash + 1);
+  if (providerUrl === '') {
+    throw new ApiError('unsupported_provider', 'The provider URL is missing: POST /v1/rewrite/{format}/{provider URL}.');
+  }
+  return { client: format as RewriteFormat, providerUrl, query };
+}
+
+/** `https://host/…`, `https:/host/…` (a proxy that merged slashes) or `host/…` (scheme-less, https). */
+function providerUrlOf(text: string): URL {
+  const withScheme = /^https?:\/\//i.test(text) ? text : /^https?:\//i.test(text) ? text.replace(/:\//, '://') : `https://${text}`;
+  try {
+    return new URL(withScheme);
+  } catch {
+    throw new ApiError('unsupported_provider', 'The provider URL is not a URL of a supported provider.');
+  }
+}
+
+type ClientCall = { base: URL; model: string; stream: boolean };
+
+/**
+ * Where the provider's base ends: an SDK given `/v1/rewrite/<format>/<provider base>` as its base
+ * URL appends its own path (`/v1/messages`, `/chat/completions`, `/v1beta/models/…`), which is
+ * taken off; a Gemini client's path also names the model and whether it streams.
+ */
+function clientCallOf(client: RewriteFormat, url: URL): ClientCall {
+  const base = new URL(url);
+  base.search = '';
+  const match = CLIENT_SUFFIX[client].exec(base.pathname);
+  if (!match) return { base, model: '', stream: false };
+  base.pathname = base.pathname.slice(0, match.index);
+  if (client !== 'google') return { base, model: '', stream: false };
+  return { base, model: decodeURIComponent(match[1]!), stream: match[2] === 'streamGenerateContent' };
+}
+
+/** The provider's chat endpoint under its base, unless the URL named it already (Lava's form). */
+function providerEndpoint(provider: RewriteFormat, base: URL, model: string, stream: boolean): string {
+  const url = new URL(base);
+  const named = PROVIDER_ENDPOINT[provider].exec(url.pathname);
+  const trimmed = url.pathname.replace(/\/+$/, '');
+  if (provider === 'openai') url.pathname = named ? url.pathname : `${trimmed}/chat/completions`;
+  if (provider === 'anthropic') url.pathname = named ? url.pathname : `${trimmed}/messages`;
+  if (provider === 'google') {
+    const prefix = named ? url.pathname.slice(0, named.index) : /\/v1(beta|alpha)?$/.test(trimmed) ? trimmed : `${trimmed}/v1beta`;
+    const chosen = named ? decodeURIComponent(named[1]!) : model;
+    if (!chosen) throw new ApiError('validation_error', 'model is required.', { issues: [{ path: ['model'], message: 'is required' }] });
+    url.pathname = `${prefix}/models/${encodeURIComponent(chosen)}:${stream ? 'streamGenerateContent' : 'generateContent'}`;
+    url.search = stream ? '?alt=sse' : '';
+  }
+  return url.toString();
+}
+
+/** A query parameter meant for the provider cannot follow a translated request: refused by name. */
+function refuseProviderParameters(query: URLSearchParams): void {
+  const foreign = [...new Set(query.keys())].filter((name) => !OWN_PARAMETERS.has(name));
+  if (foreign.length === 0) return;
+  throw new ApiError('untranslatable_request', `These query parameters cannot be translated: ${foreign.join(', ')}.`, {
+    issues: foreign.map((name) => ({ path: ['query', name], message: 'is not supported by the rewrite proxy' })),
+  });
+}
+
+function bodyJson(request: FastifyRequest): unknown {
+  const body = Buffer.isBuffer(request.body) ? request.body.toString('utf8') : '';
+  try {
+    return JSON.parse(body);
+  } catch {
+    throw new ApiError('invalid_json', 'The request body must be a JSON object.');
+  }
+}
+
+/**
+ * The client's headers minus its own provider's dialect (`anthropic-version` means nothing to
+ * OpenAI); a beta feature asked for by header cannot be translated and is refused by name.
+ */
+function providerHeaders(request: FastifyRequest, provider: RewriteFormat): Record<string, string | string[] | undefined> {
+  const headers: Record<string, string | string[] | undefined> = {};
+  for (const [name, value] of Object.entries(request.headers)) {
+    const lower = name.toLowerCase();
+    if (lower === 'anthropic-beta') {
+      throw new ApiError('untranslatable_request', 'The anthropic-beta header cannot be translated.', {
+        issues: [{ path: ['headers', 'anthropic-beta'], message: 'is not supported by the rewrite proxy' }],
+      });
+    }
+    if (!CLIENT_DIALECT_HEADER.test(lower) && lower !== 'content-type') headers[lower] = value;
+  }
+  headers['content-type'] = 'application/json';
+  if (provider === 'anthropic') headers['anthropic-version'] = ANTHROPIC_VERSION;
+  return headers;
+}

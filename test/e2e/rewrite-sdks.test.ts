@@ -1,0 +1,406 @@
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import Anthropic from '@anthropic-ai/sdk';
+import { GoogleGenAI } from '@google/genai';
+import { Lava } from '@lavapayments/nodejs';
+import OpenAI from 'openai';
+import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { formatMoney, parseMoney } from '../../src/domain/money.ts';
+import { verifyLedger } from '../../src/ledger/verify.ts';
+import { creditWallet, findWallet } from '../../src/ledger/wallets.ts';
+import type { TestApp } from '../helpers/app.ts';
+import { databasesUnderTest } from '../helpers/databases.ts';
+import { startGatewayOnMock } from '../helpers/gateway.ts';
+import type { MockUpstream, RecordedRequest } from '../helpers/mock-upstream.ts';
+
+/**
+ * The rewrite proxy driven by official clients over real HTTP: each client speaks its own format
+ * to a (mock) provider that speaks another. Each test checks what the client saw (content, tool
+ * calls, stop reason, usage), what the provider was sent, and the exact bill: one record per call,
+ * from the provider's own usage (the mock's is deterministic: input = words of the prompt, output
+ * = the request's cap), at the prices below plus a fee of 100 per 1M tokens.
+ *
+ * Clients take `/v1/rewrite/<their format>/<provider base>` as their base URL and append their own
+ * path (`/v1/messages`, `/chat/completions`, `/v1beta/models/…`), which the gateway takes off.
+ */
+
+const FEE_RATE = '100';
+const PRICES = {
+  'openai/gpt-4o': { input: '1', output: '2' },
+  'anthropic/claude-haiku-4-5': { input: '1', output: '5' },
+  'google/gemini-2.0-flash': { input: '1', output: '4' },
+} as const;
+type PricedModel = keyof typeof PRICES;
+
+const WEATHER_TOOL = { name: 'get_weather', arguments: { city: 'Paris', unit: 'celsius' } };
+
+/** Exact cost in 1e-10 units: tokens × price per 1M (prices chosen so nothing rounds). */
+function per1M(tokens: number, rate: string): bigint {
+  const scaled = BigInt(tokens) * parseMoney(rate);
+  expect(scaled % 1_000_000n).toBe(0n);
+  return scaled / 1_000_000n;
+}
+
+describe.each(databasesUnderTest())('the rewrite proxy with official clients on %s', (dialect) => {
+  let upstream: MockUpstream;
+  let t: TestApp;
+  let base: string;
+  let lava: Lava;
+  let pricesDir: string;
+  let meter: { meter_slug: string };
+  let customer: { customer_id: string; walletId: string };
+
+  beforeAll(async () => {
+    pricesDir = mkdtempSync(join(tmpdir(), 'tollgate-rewrite-prices-'));
+    const pricesFile = join(pricesDir, 'prices.json');
+    writeFileSync(pricesFile, JSON.stringify(PRICES));
+    ({ upstream, t, base } = await startGatewayOnMock(dialect, {
+      providerHosts: ['api.openai.com', 'api.anthropic.com', 'generativelanguage.googleapis.com'],
+      providerKeys: { openai: 'sk-managed-openai', anthropic: 'sk-ant-managed', google: 'goog-managed' },
+      env: { PRICE_OVERRIDES_FILE: pricesFile, RATE_LIMIT_PER_MINUTE: '100000' },
+    }));
+    lava = new Lava(t.merchant.secretKey, { baseUrl: `${base}/v1/` });
+    meter = await lava.meters.create({ name: 'Tokens', rate_type: 'fixed', tier_type: 'tokens_1m', tiers: [{ start: '0', rate: FEE_RATE }] });
+  });
+  afterAll(async () => {
+    await t?.close();
+    await upstream?.close();
+    rmSync(pricesDir, { recursive: true, force: true });
+  });
+
+  beforeEach(async () => {
+    upstream.reset();
+    const created = (await lava.customers.create({ name: 'Rewrite user' })) as unknown as { customer_id: string; wallet: { wallet_id: string } };
+    customer = { customer_id: created.customer_id, walletId: created.wallet.wallet_id };
+    await creditWallet(t.storage, customer.walletId, parseMoney('10'));
+  });
+
+  const token = () => lava.generateForwardToken({ customer_id: customer.customer_id, meter_slug: meter.meter_slug });
+  const rewriteBase = (format: string, providerBase: string) => `${base}/v1/rewrite/${format}/${providerBase}`;
+  const anthropicOn = (providerBase: string) =>
+    new Anthropic({ apiKey: token(), baseURL: rewriteBase('anthropic', providerBase), maxRetries: 0 });
+  const openaiOn = (providerBase: string) => new OpenAI({ apiKey: token(), baseURL: rewriteBase('openai', providerBase), maxRetries: 0 });
+
+  function lastUpstream(): RecordedRequest {
+    const seen = upstream.requests.at(-1);
+    if (!seen) throw new Error('the mock provider saw no request');
+    return seen;
+  }
+
+  async function customerRecords(): Promise<{ request_id: string }[]> {
+    const res = await t.app.inject({ method: 'GET', url: `/v1/requests?limit=100&customer_id=${customer.customer_id}`, headers: t.auth() });
+    return (res.json() as { data: { request_id: string }[] }).data;
+  }
+
+  /** The customer's records once there are `count`: the embedded gateway writes one just after its answer (decision 0011). */
+  async function recordsOnceThere(count: number): Promise<{ request_id: string }[]> {
+    for (let i = 0; i < 100; i++) {
+      const records = await customerRecords();
+      if (records.length >= count) return records;
+      await new Promise((resolve) => setTimeout(resolve, 10));
+    }
+    throw new Error(`fewer than ${count} records within 1 s`);
+  }
+
+  /** The call's one record, settled: exact tokens and cost, charged to the customer's wallet. */
+  async function expectBilled(requestId: string | null, e: { provider: string; model: PricedModel; input: number; output: number; total: string }) {
+    const record = await t.settledRecord(requestId);
+    const prices = PRICES[e.model];
+    const baseCost = per1M(e.input, prices.input) + per1M(e.output, prices.output);
+    const total = baseCost + per1M(e.input + e.output, FEE_RATE);
+    expect(formatMoney(total)).toBe(e.total);
+    expect(record).toMatchObject({
+      status: 'completed',
+      provider: e.provider,
+      model: e.model.slice(e.model.indexOf('/') + 1),
+      usage_estimated: false,
+      customer_id: customer.customer_id,
+      model_usage: { input_tokens: e.input, output_tokens: e.output, total_cost: formatMoney(baseCost) },
+      total_request_cost: e.total,
+    });
+    expect((await customerRecords()).map((r) => r.request_id)).toEqual([requestId]);
+    const wallet = await findWallet(t.storage, customer.walletId);
+    expect(parseMoney('10') - wallet!.balance).toBe(total);
+    expect(wallet!.held).toBe(0n);
+    expect((await verifyLedger(t.storage)).problems).toEqual([]);
+  }
+
+  describe('@anthropic-ai/sdk to an OpenAI-shaped provider', () => {
+    it('messages.create: text and stop reason come back in Anthropic shape; the provider got an OpenAI request', async () => {
+      const { data, response } = await anthropicOn('https://api.openai.com/v1')
+        .messages.create({ model: 'gpt-4o', max_tokens: 6, system: 'be brief', messages: [{ role: 'user', content: 'one two three four' }] })
+        .withResponse();
+
+      const seen = lastUpstream();
+      expect(seen.path).toBe('/v1/chat/completions');
+      expect(seen.headers.authorization).toBe('Bearer sk-managed-openai');
+      expect(seen.headers['anthropic-version']).toBeUndefined();
+      expect(seen.json).toEqual({
+        model: 'gpt-4o',
+        messages: [
+          { role: 'system', content: 'be brief' },
+          { role: 'user', content: 'one two three four' },
+        ],
+        max_completion_tokens: 6,
+      });
+      expect(data).toMatchObject({
+        type: 'message',
+        role: 'assistant',
+        model: 'gpt-4o',
+        content: [{ type: 'text', text: 'tok tok tok tok tok tok' }],
+        stop_reason: 'end_turn',
+        usage: { input_tokens: 6, output_tokens: 6 },
+      });
+      // base 6/1M + 12/1M = 0.000018; fee 12 × 100/1M = 0.0012
+      await expectBilled(response.headers.get('x-tollgate-request-id'), { provider: 'openai', model: 'openai/gpt-4o', input: 6, output: 6, total: '0.0012180000' });
+    });
+
+    it('messages.stream: text deltas, stop reason and the final usage arrive as Anthropic events', async () => {
+      const stream = anthropicOn('https://api.openai.com/v1').messages.stream({ model: 'gpt-4o', max_tokens: 3, messages: [{ role: 'user', content: 'a b c d e' }] });
+      const texts: string[] = [];
+      stream.on('text', (text) => texts.push(text));
+      const message = await stream.finalMessage();
+      const { response } = await stream.withResponse();
+
+      expect(lastUpstream().json).toMatchObject({ stream: true, stream_options: { include_usage: true } });
+      expect(texts).toEqual(['tok', ' tok', ' tok']);
+      expect(message).toMatchObject({ model: 'gpt-4o', stop_reason: 'end_turn', usage: { input_tokens: 5, output_tokens: 3 } });
+      expect(message.content).toEqual([{ type: 'text', text: 'tok tok tok', citations: undefined }].map(({ citations: _, ...block }) => block));
+      // base 5/1M + 6/1M = 0.000011; fee 8 × 100/1M = 0.0008
+      await expectBilled(response.headers.get('x-tollgate-request-id'), { provider: 'openai', model: 'openai/gpt-4o', input: 5, output: 3, total: '0.0008110000' });
+    });
+
+    it('a tool call comes back as a tool_use block, JSON and streamed', async () => {
+      const tools = [{ name: 'get_weather', description: 'Weather', input_schema: { type: 'object' as const, properties: { city: { type: 'string' } } } }];
+      const request = { model: 'gpt-4o', max_tokens: 4, tools, messages: [{ role: 'user' as const, content: 'weather in Paris' }] };
+      upstream.setNext({ toolCall: WEATHER_TOOL, times: 2 });
+
+      const client = anthropicOn('https://api.openai.com/v1');
+      const message = await client.messages.create(request);
+      expect(lastUpstream().json).toMatchObject({ tools: [{ type: 'function', function: { name: 'get_weather', parameters: tools[0]!.input_schema } }] });
+      expect(message.stop_reason).toBe('tool_use');
+      expect(message.content).toEqual([{ type: 'tool_use', id: expect.stringMatching(/^call_mock\d+$/), name: 'get_weather', input: WEATHER_TOOL.arguments }]);
+
+      const streamed = await client.messages.stream(request).finalMessage();
+      expect(streamed.stop_reason).toBe('tool_use');
+      expect(streamed.content).toEqual([{ type: 'tool_use', id: expect.stringMatching(/^call_mock\d+$/), name: 'get_weather', input: WEATHER_TOOL.arguments }]);
+    });
+
+    it('a tool result goes back to the provider as a tool message', async () => {
+      await anthropicOn('https://api.openai.com/v1').messages.create({
+        model: 'gpt-4o',
+        max_tokens: 2,
+        messages: [
+          { role: 'user', content: 'weather in Paris' },
+          { role: 'assistant', content: [{ type: 'tool_use', id: 'call_1', name: 'get_weather', input: { city: 'Paris' } }] },
+          { role: 'user', content: [{ type: 'tool_result', tool_use_id: 'call_1', content: 'sunny' }] },
+        ],
+      });
+      expect((lastUpstream().json as { messages: unknown[] }).messages).toEqual([
+        { role: 'user', content: 'weather in Paris' },
+        { role: 'assistant', content: null, tool_calls: [{ id: 'call_1', type: 'function', function: { name: 'get_weather', arguments: '{"city":"Paris"}' } }] },
+        { role: 'tool', tool_call_id: 'call_1', content: 'sunny' },
+      ]);
+    });
+
+    it('a field OpenAI cannot take is refused by name before any provider call, and nothing is billed', async () => {
+      const error = await anthropicOn('https://api.openai.com/v1')
+        .messages.create({ model: 'gpt-4o', max_tokens: 2, messages: [{ role: 'user', content: 'hi' }], ...{ top_k: 5 } })
+        .catch((e: unknown) => e);
+      expect(error).toBeInstanceOf(Anthropic.BadRequestError);
+      const body = (error as { error: { error: { code: string; message: string; issues: unknown[] } } }).error.error;
+      expect(body.code).toBe('untranslatable_request');
+      expect(body.message).toContain('top_k');
+      expect(body.issues).toEqual([{ path: ['top_k'], message: 'OpenAI has no top_k' }]);
+      expect(upstream.requests).toHaveLength(0);
+      expect(await customerRecords()).toEqual([]);
+    });
+
+    it("the provider's error arrives in Anthropic's shape and the call is recorded as an error, unbilled", async () => {
+      upstream.setNext({ status: 429 });
+      const error = await anthropicOn('https://api.openai.com/v1')
+        .messages.create({ model: 'gpt-4o', max_tokens: 2, messages: [{ role: 'user', content: 'hi' }] })
+        .catch((e: unknown) => e);
+      expect(error).toBeInstanceOf(Anthropic.RateLimitError);
+      expect((error as { error: unknown }).error).toEqual({ type: 'error', error: { type: 'rate_limit_error', message: 'Mock upstream error 429.' } });
+      const [record] = await recordsOnceThere(1);
+      expect(await t.settledRecord(record!.request_id)).toMatchObject({ status: 'error', total_request_cost: '0.0000000000' });
+      expect((await findWallet(t.storage, customer.walletId))!.balance).toBe(parseMoney('10'));
+    });
+  });
+
+  describe('@anthropic-ai/sdk to a Gemini provider', () => {
+    const gemini = () => anthropicOn('https://generativelanguage.googleapis.com/v1beta');
+
+    it('messages.create: the model goes in the URL, the text comes back', async () => {
+      const { data, response } = await gemini()
+        .messages.create({ model: 'gemini-2.0-flash', max_tokens: 4, system: 'short', messages: [{ role: 'user', content: 'one two three' }] })
+        .withResponse();
+      const seen = lastUpstream();
+      expect(seen.path).toBe('/v1beta/models/gemini-2.0-flash:generateContent');
+      expect(seen.headers['x-goog-api-key']).toBe('goog-managed');
+      expect(seen.json).toEqual({
+        systemInstruction: { parts: [{ text: 'short' }] },
+        contents: [{ role: 'user', parts: [{ text: 'one two three' }] }],
+        generationConfig: { maxOutputTokens: 4 },
+      });
+      expect(data).toMatchObject({ model: 'gemini-2.0-flash', content: [{ type: 'text', text: 'tok tok tok tok' }], stop_reason: 'end_turn', usage: { input_tokens: 4, output_tokens: 4 } });
+      // base 4/1M + 16/1M = 0.00002; fee 8 × 100/1M = 0.0008
+      await expectBilled(response.headers.get('x-tollgate-request-id'), { provider: 'google', model: 'google/gemini-2.0-flash', input: 4, output: 4, total: '0.0008200000' });
+    });
+
+    it('messages.stream goes to streamGenerateContent?alt=sse and is billed from its usage', async () => {
+      const stream = gemini().messages.stream({ model: 'gemini-2.0-flash', max_tokens: 2, messages: [{ role: 'user', content: 'x y' }] });
+      const message = await stream.finalMessage();
+      const { response } = await stream.withResponse();
+      expect(lastUpstream().url).toBe('/v1beta/models/gemini-2.0-flash:streamGenerateContent?alt=sse');
+      expect(message).toMatchObject({ content: [{ type: 'text', text: 'tok tok' }], stop_reason: 'end_turn', usage: { input_tokens: 2, output_tokens: 2 } });
+      // base 2/1M + 8/1M = 0.00001; fee 4 × 100/1M = 0.0004
+      await expectBilled(response.headers.get('x-tollgate-request-id'), { provider: 'google', model: 'google/gemini-2.0-flash', input: 2, output: 2, total: '0.0004100000' });
+    });
+
+    it('a function call comes back as tool_use, JSON and streamed', async () => {
+      upstream.setNext({ toolCall: WEATHER_TOOL, times: 2 });
+      const request = {
+        model: 'gemini-2.0-flash',
+        max_tokens: 3,
+        tools: [{ name: 'get_weather', input_schema: { type: 'object' as const, properties: {} } }],
+        messages: [{ role: 'user' as const, content: 'weather?' }],
+      };
+      const message = await gemini().messages.create(request);
+      expect(message.stop_reason).toBe('tool_use');
+      expect(message.content).toMatchObject([{ type: 'tool_use', name: 'get_weather', input: WEATHER_TOOL.arguments }]);
+      const streamed = await gemini().messages.stream(request).finalMessage();
+      expect(streamed.stop_reason).toBe('tool_use');
+      expect(streamed.content).toMatchObject([{ type: 'tool_use', name: 'get_weather', input: WEATHER_TOOL.arguments }]);
+    });
+  });
+
+  describe('openai client to an Anthropic provider', () => {
+    const claude = () => openaiOn('https://api.anthropic.com/v1');
+
+    it('chat.completions.create: an Anthropic request goes out, an OpenAI completion comes back', async () => {
+      const { data, response } = await claude()
+        .chat.completions.create({
+          model: 'claude-haiku-4-5',
+          max_tokens: 5,
+          messages: [
+            { role: 'system', content: 'terse' },
+            { role: 'user', content: 'one two three' },
+          ],
+        })
+        .withResponse();
+      const seen = lastUpstream();
+      expect(seen.path).toBe('/v1/messages');
+      expect(seen.headers['x-api-key']).toBe('sk-ant-managed');
+      expect(seen.headers['anthropic-version']).toBe('2023-06-01');
+      expect(seen.json).toEqual({ model: 'claude-haiku-4-5', max_tokens: 5, system: 'terse', messages: [{ role: 'user', content: 'one two three' }] });
+      expect(data).toMatchObject({
+        object: 'chat.completion',
+        model: 'claude-haiku-4-5',
+        choices: [{ index: 0, message: { role: 'assistant', content: 'tok tok tok tok tok' }, finish_reason: 'length' }],
+        usage: { prompt_tokens: 4, completion_tokens: 5, total_tokens: 9 },
+      });
+      // base 4/1M + 25/1M = 0.000029; fee 9 × 100/1M = 0.0009
+      await expectBilled(response.headers.get('x-tollgate-request-id'), { provider: 'anthropic', model: 'anthropic/claude-haiku-4-5', input: 4, output: 5, total: '0.0009290000' });
+    });
+
+    it('a stream with include_usage ends with the usage chunk; one without has none', async () => {
+      const request = { model: 'claude-haiku-4-5', max_tokens: 2, stream: true as const, messages: [{ role: 'user' as const, content: 'a b c' }] };
+      const { data: stream, response } = await claude()
+        .chat.completions.create({ ...request, stream_options: { include_usage: true } })
+        .withResponse();
+      const chunks: OpenAI.Chat.Completions.ChatCompletionChunk[] = [];
+      for await (const chunk of stream) chunks.push(chunk);
+      expect(chunks.map((c) => c.choices[0]?.delta.content ?? '').join('')).toBe('tok tok');
+      expect(chunks.find((c) => c.choices[0]?.finish_reason)?.choices[0]?.finish_reason).toBe('length');
+      expect(chunks.at(-1)).toMatchObject({ choices: [], usage: { prompt_tokens: 3, completion_tokens: 2, total_tokens: 5 } });
+      // base 3/1M + 10/1M = 0.000013; fee 5 × 100/1M = 0.0005
+      await expectBilled(response.headers.get('x-tollgate-request-id'), { provider: 'anthropic', model: 'anthropic/claude-haiku-4-5', input: 3, output: 2, total: '0.0005130000' });
+
+      const plain: OpenAI.Chat.Completions.ChatCompletionChunk[] = [];
+      for await (const chunk of await claude().chat.completions.create(request)) plain.push(chunk);
+      expect(plain.some((c) => c.usage)).toBe(false);
+    });
+
+    it('tool calls come back in OpenAI shape, JSON and streamed', async () => {
+      upstream.setNext({ toolCall: WEATHER_TOOL, times: 2 });
+      const request = {
+        model: 'claude-haiku-4-5',
+        max_tokens: 3,
+        tools: [{ type: 'function' as const, function: { name: 'get_weather', parameters: { type: 'object', properties: {} } } }],
+        messages: [{ role: 'user' as const, content: 'weather?' }],
+      };
+      const completion = await claude().chat.completions.create(request);
+      expect(lastUpstream().json).toMatchObject({ tools: [{ name: 'get_weather', input_schema: { type: 'object', properties: {} } }] });
+      expect(completion.choices[0]).toMatchObject({
+        finish_reason: 'tool_calls',
+        message: { content: null, tool_calls: [{ id: expect.stringMatching(/^toolu_mock\d+$/), type: 'function', function: { name: 'get_weather', arguments: JSON.stringify(WEATHER_TOOL.arguments) } }] },
+      });
+
+      const stream = claude().chat.completions.stream({ ...request, stream: true });
+      const final = await stream.finalChatCompletion();
+      expect(final.choices[0]).toMatchObject({
+        finish_reason: 'tool_calls',
+        message: { tool_calls: [{ id: expect.stringMatching(/^toolu_mock\d+$/), type: 'function', function: { name: 'get_weather', arguments: JSON.stringify(WEATHER_TOOL.arguments) } }] },
+      });
+    });
+
+    it('an image by URL reaches Anthropic as a url image block', async () => {
+      await claude().chat.completions.create({
+        model: 'claude-haiku-4-5',
+        max_tokens: 1,
+        messages: [{ role: 'user', content: [{ type: 'text', text: 'what is this' }, { type: 'image_url', image_url: { url: 'https://example.com/cat.png' } }] }],
+      });
+      expect((lastUpstream().json as { messages: unknown[] }).messages).toEqual([
+        { role: 'user', content: [{ type: 'text', text: 'what is this' }, { type: 'image', source: { type: 'url', url: 'https://example.com/cat.png' } }] },
+      ]);
+    });
+  });
+
+  describe('@google/genai to an OpenAI-shaped provider', () => {
+    it('generateContent and generateContentStream: the model from the client path, the answer in Gemini shape', async () => {
+      const ai = new GoogleGenAI({ apiKey: token(), httpOptions: { baseUrl: rewriteBase('google', 'https://api.openai.com/v1') } });
+      const result = await ai.models.generateContent({ model: 'gpt-4o', contents: 'one two', config: { maxOutputTokens: 2 } });
+      expect(lastUpstream().json).toEqual({ model: 'gpt-4o', messages: [{ role: 'user', content: 'one two' }], max_completion_tokens: 2 });
+      expect(result.text).toBe('tok tok');
+      expect(result.candidates?.[0]?.finishReason).toBe('STOP');
+      expect(result.usageMetadata).toMatchObject({ promptTokenCount: 2, candidatesTokenCount: 2 });
+      const [record] = await recordsOnceThere(1);
+      await expectBilled(record!.request_id, { provider: 'openai', model: 'openai/gpt-4o', input: 2, output: 2, total: '0.0004060000' });
+
+      const texts: string[] = [];
+      for await (const chunk of await ai.models.generateContentStream({ model: 'gpt-4o', contents: 'one two', config: { maxOutputTokens: 2 } })) {
+        texts.push(chunk.text ?? '');
+      }
+      expect(lastUpstream().json).toMatchObject({ stream: true });
+      expect(texts.join('')).toBe('tok tok');
+    });
+  });
+
+  describe("the published client's gateway(url, {format})", () => {
+    const pairs = [
+      { format: 'anthropic', url: 'https://api.openai.com/v1/chat/completions', body: { model: 'gpt-4o', max_tokens: 1, messages: [{ role: 'user', content: 'hi' }] }, text: ['content', 0, 'text'] },
+      { format: 'anthropic', url: 'https://generativelanguage.googleapis.com/v1beta/models/gemini-2.0-flash:generateContent', body: { model: 'gemini-2.0-flash', max_tokens: 1, messages: [{ role: 'user', content: 'hi' }] }, text: ['content', 0, 'text'] },
+      { format: 'openai', url: 'https://api.anthropic.com/v1/messages', body: { model: 'claude-haiku-4-5', max_tokens: 1, messages: [{ role: 'user', content: 'hi' }] }, text: ['choices', 0, 'message', 'content'] },
+      { format: 'openai', url: 'https://generativelanguage.googleapis.com/v1beta/models/gemini-2.0-flash:generateContent', body: { model: 'gemini-2.0-flash', max_tokens: 1, messages: [{ role: 'user', content: 'hi' }] }, text: ['choices', 0, 'message', 'content'] },
+      { format: 'google', url: 'https://api.openai.com/v1/models/gpt-4o:generateContent', body: { contents: [{ role: 'user', parts: [{ text: 'hi' }] }], generationConfig: { maxOutputTokens: 1 } }, text: ['candidates', 0, 'content', 'parts', 0, 'text'] },
+      { format: 'google', url: 'https://api.anthropic.com/v1/models/claude-haiku-4-5:generateContent', body: { contents: [{ role: 'user', parts: [{ text: 'hi' }] }], generationConfig: { maxOutputTokens: 1 } }, text: ['candidates', 0, 'content', 'parts', 0, 'text'] },
+    ] as const;
+
+    it.each(pairs)('$format client to $url', async ({ format, url, body, text }) => {
+      const result = await lava.gateway(url, { format, body, customer_id: customer.customer_id, meter_slug: meter.meter_slug });
+      expect(text.reduce<unknown>((value, key) => (value as Record<string | number, unknown>)[key], result)).toBe('tok');
+      expect(await recordsOnceThere(1)).toHaveLength(1);
+    });
+
+    it('bedrock is refused with unsupported_format', async () => {
+      const error = await lava.gateway('https://bedrock-runtime.us-east-1.amazonaws.com/model/x/converse', { format: 'bedrock', body: {} }).catch((e: unknown) => e);
+      expect(String(error)).toContain('bedrock');
+      const res = await fetch(`${base}/v1/rewrite/bedrock/https://api.openai.com/v1/chat/completions`, { method: 'POST', headers: { authorization: `Bearer ${t.merchant.secretKey}` }, body: '{}' });
+      expect(res.status).toBe(400);
+      expect(((await res.json()) as { error: { code: string } }).error.code).toBe('unsupported_format');
+    });
+  });
+});
