@@ -85,6 +85,34 @@ const dropInOperation = (summary: string, shape: 'OpenAI' | 'Anthropic', hasBody
   responses: gatewayResponses,
 });
 
+const rewriteOperation: Operation = {
+  tags: ['gateway'],
+  summary: 'Call a provider in another chat format (rewrite proxy)',
+  description:
+    "The request body in the client's format (`openai` Chat Completions, `anthropic` Messages, `google` generateContent) is translated " +
+    "to the provider's, and the answer (JSON, error or event stream) back; admission, metering and billing are /v1/forward's. " +
+    'Fields that cannot be translated are refused with `untranslatable_request`, naming each; `bedrock` is `unsupported_format`. ' +
+    'Rules: docs/decisions/0018-rewrite-proxy.md. ' +
+    credentialNote,
+  parameters: [
+    { name: 'format', in: 'path', required: true, description: "The client's format.", schema: { type: 'string', enum: ['openai', 'anthropic', 'google'] } },
+    {
+      name: 'providerUrl',
+      in: 'path',
+      required: true,
+      description: "The provider's chat endpoint or base URL, raw (`https://api.openai.com/v1/chat/completions`) or without scheme; may contain slashes.",
+      schema: { type: 'string' },
+    },
+    { name: 'metadata', in: 'query', required: false, description: 'JSON object of metadata recorded on the request.', schema: { type: 'string' } },
+  ],
+  requestBody: { required: true, description: "The request in the client's format.", content: { 'application/json': { schema: { type: 'object' } } } },
+  responses: {
+    ...gatewayResponses,
+    '200': { description: "The provider's answer in the client's format (JSON, or an event stream when the request streams)." },
+    '400': errorResponse('`unsupported_format`, `untranslatable_request` (with `issues` naming each field), `unsupported_provider`, `invalid_json`.'),
+  },
+};
+
 const GATEWAY_PATHS: Record<string, Record<string, Operation>> = {
   '/v1/forward': Object.fromEntries(['GET', 'POST', 'PUT', 'PATCH', 'DELETE'].map((m) => [m.toLowerCase(), forwardOperation(m)])),
   '/v1/chat/completions': { post: dropInOperation('Chat completions', 'OpenAI') },
@@ -92,6 +120,7 @@ const GATEWAY_PATHS: Record<string, Record<string, Operation>> = {
   '/v1/embeddings': { post: dropInOperation('Embeddings', 'OpenAI') },
   '/v1/models': { get: dropInOperation('Models this key may use', 'OpenAI', false) },
   '/v1/messages': { post: dropInOperation('Messages', 'Anthropic') },
+  '/v1/rewrite/{format}/{providerUrl}': { post: rewriteOperation },
 };
 
 function withGatewayPaths(generated: Record<string, unknown>): Record<string, unknown> {

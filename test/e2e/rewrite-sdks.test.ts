@@ -395,6 +395,11 @@ describe.each(databasesUnderTest())('the rewrite proxy with official clients on 
       expect(await recordsOnceThere(1)).toHaveLength(1);
     });
 
+    it('the endpoint is in the OpenAPI document', async () => {
+      const document = (await (await fetch(`${base}/v1/openapi.json`)).json()) as { paths: Record<string, { post?: { parameters?: { name: string }[] } }> };
+      expect(document.paths['/v1/rewrite/{format}/{providerUrl}']?.post?.parameters?.map((p) => p.name)).toEqual(['format', 'providerUrl', 'metadata']);
+    });
+
     it('bedrock is refused with unsupported_format', async () => {
       const error = await lava.gateway('https://bedrock-runtime.us-east-1.amazonaws.com/model/x/converse', { format: 'bedrock', body: {} }).catch((e: unknown) => e);
       expect(String(error)).toContain('bedrock');
