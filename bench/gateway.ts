@@ -33,7 +33,7 @@ function cpuTimes(pid: number): { user: number; system: number } {
 }
 
 /** utime + stime of a process, in milliseconds. */
-function cpuMs(pid: number): number {
+export function cpuMs(pid: number): number {
   const { user, system } = cpuTimes(pid);
   return user + system;
 }
@@ -44,13 +44,13 @@ function statusMb(pid: number, field: 'VmHWM' | 'VmRSS'): number {
 }
 
 /** The machine's CPU ticks so far, in all and stolen by the host (this is a VM). */
-function machineTicks(): { total: number; steal: number } {
+export function machineTicks(): { total: number; steal: number } {
   const fields = readFileSync('/proc/stat', 'utf8').split('\n')[0]!.trim().split(/\s+/).slice(1, 9).map(Number);
   return { total: fields.reduce((a, b) => a + b, 0), steal: fields[7] ?? 0 };
 }
 
 /** Percent of the machine's CPU time the host took back since `before`. */
-function stealPercent(before: { total: number; steal: number }): number {
+export function stealPercent(before: { total: number; steal: number }): number {
   const now = machineTicks();
   return (100 * (now.steal - before.steal)) / Math.max(1, now.total - before.total);
 }
@@ -95,7 +95,7 @@ function percentiles(latencies: number[]): { p50: number; p99: number } {
 /** A run's figures; a sequential run keeps its latencies, so slices combine into exact percentiles. */
 type Measured = { p50: number; p99: number; perSecond: number; ok: number; non2xx: number; latencies?: number[] };
 
-async function measure(url: string, headers: Record<string, string>, body: string, connections: number, seconds: number): Promise<Measured> {
+export async function measure(url: string, headers: Record<string, string>, body: string, connections: number, seconds: number): Promise<Measured> {
   if (connections === 1) return sequential(url, headers, body, seconds);
   const r = await load(url, headers, body, connections, seconds);
   return { p50: r.latency.p50, p99: r.latency.p99, perSecond: r.requests.average, ok: r['2xx'], non2xx: r.non2xx };
@@ -199,7 +199,7 @@ function combined(slices: Measured[]): Measured {
  * still queued in the server: the merchant's records must also stop growing, over longer than the
  * settlement writer waits for company (25 ms) and the admission write delay (50 ms).
  */
-async function waitForSettlements(storage: Storage, merchantId: string): Promise<void> {
+export async function waitForSettlements(storage: Storage, merchantId: string): Promise<void> {
   const STEADY_POLLS = 3;
   let last = -1;
   let steady = 0;
@@ -219,7 +219,7 @@ async function waitForSettlements(storage: Storage, merchantId: string): Promise
 }
 
 /** A merchant, a customer with a funded wallet and a meter: the forward URL and headers that bill them. */
-async function forwardClient(storage: Storage, serverUrl: string) {
+export async function forwardClient(storage: Storage, serverUrl: string) {
   const { secretKey, merchant } = await createMerchant(storage, { name: 'Gateway bench' });
   await creditWallet(storage, merchant.wallet_id, parseMoney('1000000'));
   const h = { authorization: `Bearer ${secretKey}`, 'content-type': 'application/json' };

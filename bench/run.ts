@@ -9,8 +9,8 @@
  *
  * PostgreSQL comes from BENCH_DATABASE_URL or TEST_DATABASE_URL (a fresh schema is created);
  * without either, only SQLite runs. `--quick` shrinks every size for a smoke run. While working on
- * one scenario, `--only records|usage|gateway` (comma-separated) and `--engine sqlite|postgres`
- * narrow the run (also `webhooks`); the report then holds only what ran. `--cpu-prof DIR` writes each server's V8
+ * one scenario, `--only records|usage|gateway|webhooks|rewrite` (comma-separated) and
+ * `--engine sqlite|postgres` narrow the run; the report then holds only what ran. `--cpu-prof DIR` writes each server's V8
  * CPU profile to DIR.
  * The report is printed and written to bench/results/latest.md.
  */
@@ -25,6 +25,7 @@ import { createMerchant } from '../src/storage/merchants.ts';
 import { migrateToLatest } from '../src/storage/migrate.ts';
 import { benchPostgresUrl, freshPostgresSchema, freshSqlite } from './databases.ts';
 import { benchGateway, startMock } from './gateway.ts';
+import { benchRewrite } from './rewrite.ts';
 import { benchWebhooks } from './webhooks.ts';
 
 const quick = process.argv.includes('--quick');
@@ -33,7 +34,7 @@ const optionList = (name: string) => {
   return i >= 0 ? process.argv[i + 1]?.split(',') : undefined;
 };
 const only = optionList('--only');
-const runs = (scenario: 'records' | 'usage' | 'gateway' | 'webhooks') => !only || only.includes(scenario);
+const runs = (scenario: 'records' | 'usage' | 'gateway' | 'webhooks' | 'rewrite') => !only || only.includes(scenario);
 const onlyEngines = optionList('--engine');
 /** `--cpu-prof DIR`: each server writes its V8 CPU profile to DIR when it exits. */
 const profileDir = optionList('--cpu-prof')?.[0];
@@ -84,6 +85,9 @@ async function main(): Promise<void> {
       });
       if (runs('webhooks')) await withServer(engine.url, mock.url, async (server) => {
         report.push(...(await benchWebhooks({ engine: engine.name, storage, serverUrl: server.url, burst: SIZES.webhookBurst, rateSeconds: SIZES.webhookRateSeconds })));
+      });
+      if (runs('rewrite')) await withServer(engine.url, mock.url, async (server) => {
+        report.push(...(await benchRewrite({ engine: engine.name, storage, serverUrl: server.url, serverPid: server.process.pid!, seconds: SIZES.gatewaySeconds })));
       });
     } finally {
       await storage.close();
