@@ -6,6 +6,7 @@
  *      metadata filter (p50 / p95 / p99 of sequential calls).
  *   3. The forward gateway against a direct call to the same mock provider (bench/gateway.ts).
  *   4. Webhook delivery: events per second to a local receiver and end-to-end lag (bench/webhooks.ts).
+ *   5. Rewrite proxy: CPU per request of an Anthropic client translated to an OpenAI-shaped mock, against forward (bench/rewrite.ts).
  *
  * PostgreSQL comes from BENCH_DATABASE_URL or TEST_DATABASE_URL (a fresh schema is created);
  * without either, only SQLite runs. `--quick` shrinks every size for a smoke run. While working on
