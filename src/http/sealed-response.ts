@@ -1,7 +1,7 @@
 import { createCipheriv, createDecipheriv, hkdfSync, randomBytes } from 'node:crypto';
 
 /**
- * Stored idempotent responses are sealed (decision 0016): a POST that creates a key (secret,
+ * Stored idempotent responses are sealed (decision 0019): a POST that creates a key (secret,
  * spend, wallet) answers with the raw key, and its replay must be able to answer it again for
  * 24 h, but a raw key must never be readable from the database. Each response is encrypted with
  * AES-256-GCM under a key derived from the caller's own credential (which the database holds

@@ -92,7 +92,7 @@ const rewriteOperation: Operation = {
     "The request body in the client's format (`openai` Chat Completions, `anthropic` Messages, `google` generateContent) is translated " +
     "to the provider's, and the answer (JSON, error or event stream) back; admission, metering and billing are /v1/forward's. " +
     'Fields that cannot be translated are refused with `untranslatable_request`, naming each; `bedrock` is `unsupported_format`. ' +
-    'Rules: docs/decisions/0018-rewrite-proxy.md. ' +
+    'Rules: docs/decisions/0022-rewrite-proxy.md. ' +
     credentialNote,
   parameters: [
     { name: 'format', in: 'path', required: true, description: "The client's format.", schema: { type: 'string', enum: ['openai', 'anthropic', 'google'] } },

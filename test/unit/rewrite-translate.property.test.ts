@@ -21,7 +21,7 @@ import { CODECS, createStreamTranslator, translateRequest, translateResponseBody
  * format and back is the same answer; and a provider's stream, cut into arbitrary chunks and
  * translated, tells the client the same text, tool calls, stop reason and usage.
  *
- * The generators produce what both formats of a pair can express (decision 0016 lists the rest,
+ * The generators produce what both formats of a pair can express (decision 0022 lists the rest,
  * which is refused by name, as the last tests show).
  */
 

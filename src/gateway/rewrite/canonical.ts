@@ -2,7 +2,7 @@
  * The rewrite proxy's pivot: every client format is read into these shapes and every provider
  * format written from them, so three formats need one reader and one writer each rather than a
  * translator per pair. Only what every format can express, or what a writer can refuse by name,
- * lives here (decision 0016); anything else in a request is refused, never dropped.
+ * lives here (decision 0022); anything else in a request is refused, never dropped.
  */
 import type { Issue } from '../../http/errors.ts';
 

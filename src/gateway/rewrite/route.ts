@@ -2,10 +2,12 @@
  * `POST /v1/rewrite/{format}/{providerUrl}`: a request in the client's format (`openai`,
  * `anthropic`, `google`) goes to a provider that speaks another, translated both ways; admission,
  * relay, metering and settlement are /v1/forward's (forwardRequest), so billing reads the
- * provider's own answer. Decision 0016 has the URL and translation rules.
+ * provider's own answer. Decision 0022 has the URL and translation rules.
  */
 import type { FastifyRequest } from 'fastify';
+import { dateOf } from '../../domain/clock.ts';
 import { ApiError } from '../../http/errors.ts';
+import { assertJsonDepth } from '../../http/json-depth.ts';
 import type { App, AppDeps } from '../../http/types.ts';
 import type { ProviderFamily } from '../../providers/types.ts';
 import { extractCredential, resolveCredential } from '../credentials.ts';
@@ -52,7 +54,7 @@ export function registerRewriteRoutes(app: App, deps: AppDeps, gateway: Gateway)
     if (!provider) throw new ApiError('unsupported_format', `${probe.provider.displayName} is not a chat provider the rewrite proxy can translate to.`);
     const credential = extractCredential(request.headers, probe.strippedKey ?? query.get('key'));
     if (!credential) throw new ApiError('unauthorized', 'Missing credential: send Authorization: Bearer <secret key or forward token>.');
-    const billing = await resolveCredential(deps.storage, credential.token);
+    const billing = await resolveCredential(deps.storage, gateway.credentials, credential.token, dateOf(deps.clock));
     const metadata = metadataOf(request, query.get('metadata'));
     if (client === provider) {
       // Nothing to translate: the call is /v1/forward's.
@@ -64,7 +66,7 @@ export function registerRewriteRoutes(app: App, deps: AppDeps, gateway: Gateway)
     const translated = translateRequest(client, provider, bodyJson(request), clientCall);
     const endpoint = providerEndpoint(provider, clientCall.base, translated.request.model, translated.request.stream);
     const target = resolveTarget(endpoint, gateway.registry, deps.config.upstreamOverrides);
-    const created = Math.floor(Date.now() / 1000);
+    const created = Math.floor(deps.clock.now() / 1000);
     const translator: ResponseTranslator = {
       body: (status, json) => Buffer.from(JSON.stringify(translateResponseBody(provider, client, status, json, { created }))),
       stream: () => createStreamTranslator(provider, client, { created, includeUsage: translated.request.streamUsage === true }),
@@ -157,6 +159,8 @@ function refuseProviderParameters(query: URLSearchParams): void {
 
 function bodyJson(request: FastifyRequest): unknown {
   const body = Buffer.isBuffer(request.body) ? request.body.toString('utf8') : '';
+  // The readers walk the whole body: it must stay shallow.
+  assertJsonDepth(body);
   try {
     return JSON.parse(body);
   } catch {
