@@ -13,7 +13,8 @@ import { leaksInSuiteLogs, printFigures, startSuiteGateway } from './harness.ts'
 // POST /v1/auth/callback takes no key by the interface: its one-time code is the credential.
 const PUBLIC = new Set(['GET /healthz', 'GET /readyz', 'GET /v1/openapi.json', 'POST /v1/auth/callback']);
 /** Where a spend key is a valid credential (it is a drop-in provider key). */
-const GATEWAY_PATHS = ['/v1/forward', '/v1/chat/completions', '/v1/responses', '/v1/embeddings', '/v1/models', '/v1/messages'];
+const REWRITE_PATH = '/v1/rewrite/{format}/{providerUrl}';
+const GATEWAY_PATHS = ['/v1/forward', '/v1/chat/completions', '/v1/responses', '/v1/embeddings', '/v1/models', '/v1/messages', REWRITE_PATH];
 
 type Operation = { method: string; path: string };
 type Answer = { status: number; text: string };
@@ -64,6 +65,8 @@ describe.each(databasesUnderTest())('security sweep on %s', (dialect) => {
     return table.find(([prefix]) => path.includes(prefix))?.[1] ?? 'unknown_00000000000000000000000000';
   };
   const urlOf = (op: Operation) => {
+    // A rewrite names a real format and provider, so the credential check is what answers.
+    if (op.path === REWRITE_PATH) return '/v1/rewrite/openai/https://api.openai.com/v1/chat/completions';
     const path = op.path.replace(/\{[^}]+\}/g, () => idFor(op.path));
     return op.path === '/v1/forward' ? `${path}?u=${encodeURIComponent('https://api.openai.com/v1/chat/completions')}` : path;
   };
