@@ -13,6 +13,7 @@ import { standardErrors } from '../http/schemas.ts';
 import type { App, AppDeps } from '../http/types.ts';
 import type { Storage } from '../storage/db.ts';
 import { addSums, emptySums, usageByDay, type UsageSums } from '../storage/usage.ts';
+import { topCustomers, topModels } from '../storage/usage-leaders.ts';
 import { requestFilterQuery, requestFiltersOf } from './requests.ts';
 
 const usageQuery = z.object({
@@ -120,4 +121,27 @@ export async function usageReport(
   const range = rangeOf(query, now);
   const days = await usageByDay(storage, merchantId, range, requestFiltersOf(query));
   return presentUsage(range, days);
+}
+
+export type UsageLeaderRow = UsageTotals & { key: string };
+export type UsageLeaders = { customers: UsageLeaderRow[]; models: UsageLeaderRow[] };
+
+/**
+ * The dashboard's top customers and models over the days GET /usage would report for the same
+ * start and end: a customer's row is what GET /usage?customer_id=… totals.
+ */
+export async function usageLeaders(
+  storage: Storage,
+  merchantId: string,
+  query: { start: string; end?: string | undefined },
+  now: Date,
+  limit: number,
+): Promise<UsageLeaders> {
+  const range = rangeOf(query, now);
+  const [customers, models] = await Promise.all([
+    topCustomers(storage.db, merchantId, range, limit),
+    topModels(storage.db, merchantId, range, limit),
+  ]);
+  const present = (rows: typeof customers) => rows.map((r) => ({ key: r.key, ...presentSums(r.sums) }));
+  return { customers: present(customers), models: present(models) };
 }

@@ -60,7 +60,7 @@ export function foldIntoDays(range: UsageRange, buckets: readonly BucketRow[]): 
   return days;
 }
 
-const isoOf = (ms: number) => new Date(ms).toISOString();
+export const isoOf = (ms: number) => new Date(ms).toISOString();
 
 /**
  * The rollups already hold 15-minute sums per (connection, meter) — and, in
@@ -103,7 +103,7 @@ const bucketOfCreatedAt = sql<string>`substr(requests.created_at, 1, 14) || case
   else '45' end || ':00.000Z'`;
 
 /** The same sums as a rollup row, computed from the records themselves. */
-const RECORD_SUMS = [
+export const RECORD_SUMS = [
   sql<unknown>`count(*)`.as('requests'),
   sql<unknown>`sum(requests.input_tokens + requests.output_tokens)`.as('tokens'),
   sql<unknown>`sum(requests.input_cost + requests.output_cost)`.as('usage_cost'),

@@ -2,12 +2,14 @@ import type { FastifyInstance } from 'fastify';
 import { ApiError } from '../../http/errors.ts';
 import type { AppDeps } from '../../http/types.ts';
 import { nowOf } from '../../http/types.ts';
-import { usageReport, type UsageReport } from '../../routes/usage.ts';
+import { usageLeaders, usageReport, type UsageLeaderRow, type UsageLeaders, type UsageReport } from '../../routes/usage.ts';
 import { html, jsonIsland } from '../html.ts';
 import { merchantOf, sendDashboardPage } from './shell.ts';
 
 const DAY_MS = 86_400_000;
 const DEFAULT_DAYS = 30;
+/** How many customers and models the overview ranks. */
+const LEADERS = 5;
 
 /** UTC offsets offered for the day boundaries (whole hours plus the common half and quarter ones). */
 const OFFSETS = [
@@ -32,9 +34,12 @@ export function registerOverviewPage(app: FastifyInstance, deps: AppDeps): void 
     const end = isDate(q.end) ? q.end : new Date(now).toISOString().slice(0, 10);
     const start = isDate(q.start) ? q.start : new Date(now - (DEFAULT_DAYS - 1) * DAY_MS).toISOString().slice(0, 10);
     let report: UsageReport | null = null;
+    let leaders: UsageLeaders | null = null;
     let problem: string | null = null;
     try {
-      report = await usageReport(deps.storage, merchantOf(request), { start: `${start}T00:00:00${tz}`, end: `${end}T00:00:00${tz}` }, new Date(now));
+      const range = { start: `${start}T00:00:00${tz}`, end: `${end}T00:00:00${tz}` };
+      report = await usageReport(deps.storage, merchantOf(request), range, new Date(now));
+      if (report.totals.total_requests > 0) leaders = await usageLeaders(deps.storage, merchantOf(request), range, new Date(now), LEADERS);
     } catch (e) {
       if (!(e instanceof ApiError)) throw e;
       problem = e.message;
@@ -53,7 +58,8 @@ ${OFFSETS.map((o) => html`<option value="${o}"${o === tz ? html` selected` : ''}
 <div><button type="submit">Show</button></div>
 </form>
 ${problem ? html`<p class="error" role="alert">${problem}</p>` : ''}
-${report ? reportSection(report) : ''}`,
+${report ? reportSection(report) : ''}
+${leaders ? leadersSection(leaders) : ''}`,
     });
   });
 }
@@ -90,4 +96,21 @@ ${report.items.map(
   (i) => html`<tr><th scope="row">${i.date}</th><td class="num">${i.total_requests}</td><td class="num">${i.total_usage_tokens}</td><td class="num">${i.total_usage_cost}</td><td class="num">${i.total_fee_amount}</td><td class="num">${i.total_service_charge_amount}</td><td class="num">${i.total_request_cost}</td></tr>`,
 )}
 </tbody></table></div></div>`;
+}
+
+function leadersTable(id: string, title: string, keyHeader: string, rows: UsageLeaderRow[], keyCell: (key: string) => ReturnType<typeof html>) {
+  return html`<div class="card"><h2 id="${id}-title">${title}</h2>
+${rows.length === 0 ? html`<p>None in this range.</p>` : html`<div class="table-wrap"><table id="${id}" aria-labelledby="${id}-title">
+<thead><tr><th scope="col">${keyHeader}</th><th scope="col" class="num">Requests</th><th scope="col" class="num">Tokens</th><th scope="col" class="num">Fees</th><th scope="col" class="num">Total</th></tr></thead>
+<tbody>
+${rows.map(
+  (r) => html`<tr><th scope="row">${keyCell(r.key)}</th><td class="num">${r.total_requests}</td><td class="num">${r.total_usage_tokens}</td><td class="num">${r.total_fee_amount}</td><td class="num">${r.total_request_cost}</td></tr>`,
+)}
+</tbody></table></div>`}</div>`;
+}
+
+/** Top customers and models for the same days as the totals above (ranked by total request cost). */
+function leadersSection(leaders: UsageLeaders) {
+  return html`${leadersTable('top-customers', 'Top customers', 'Customer', leaders.customers, (key) => html`<a href="/dashboard/customers/${key}">${key}</a>`)}
+${leadersTable('top-models', 'Top models', 'Model', leaders.models, (key) => (key ? html`<code>${key}</code>` : html`<span class="muted">no model given</span>`))}`;
 }

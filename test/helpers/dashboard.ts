@@ -1,0 +1,81 @@
+import type { Browser, BrowserContext, Page } from 'playwright-core';
+import { expect } from 'vitest';
+import { createMerchant } from '../../src/storage/merchants.ts';
+import { startTestApp, type TestApp } from './app.ts';
+import { launchChromium, loadWithWeight, screenshotBothWidths, seriousAccessibilityViolations } from './browser.ts';
+
+export const PAGE_BUDGET_BYTES = 150 * 1024;
+const PASSWORD = 'a long enough password';
+
+export type DashboardSession = {
+  t: TestApp;
+  browser: Browser;
+  context: BrowserContext;
+  page: Page;
+  base: string;
+  /** The signed-in merchant's secret key, for checking the pages against the API. */
+  secretKey: string;
+  merchantId: string;
+  /**
+   * Opens a page and checks what every dashboard page must satisfy: no request to another
+   * origin, under the weight budget, no serious axe violation; then photographs it at 375 and
+   * 1280 px (test-artifacts/screenshots).
+   */
+  visit(path: string, shot: string): Promise<void>;
+  /** GET/POST/… on the API as the signed-in merchant; the JSON answer. */
+  // eslint-disable-next-line @typescript-eslint/no-explicit-any
+  api(method: string, url: string, payload?: unknown): Promise<{ status: number; body: any }>;
+  close(): Promise<void>;
+};
+
+/** A merchant with a password, signed in to the dashboard in a real Chromium. */
+export async function signedInDashboard(email: string): Promise<DashboardSession> {
+  const t = await startTestApp('sqlite');
+  const { merchant, secretKey } = await createMerchant(t.storage, { name: 'Dash Shop', email, password: PASSWORD });
+  const base = await t.listen();
+  const browser = await launchChromium();
+  const context = await browser.newContext();
+  const page = await context.newPage();
+  await page.goto(`${base}/dashboard/sign-in`);
+  await page.getByLabel('Email').fill(email);
+  await page.getByLabel('Password').fill(PASSWORD);
+  await page.getByRole('button', { name: 'Sign in' }).click();
+  await page.waitForURL((u) => u.pathname === '/dashboard');
+
+  return {
+    t,
+    browser,
+    context,
+    page,
+    base,
+    secretKey,
+    merchantId: merchant.id,
+    async visit(path, shot) {
+      const { bytes, foreign } = await loadWithWeight(page, `${base}${path}`);
+      expect(foreign, `${path} requested another origin`).toEqual([]);
+      expect(bytes, `${path} weighs ${bytes} bytes`).toBeLessThan(PAGE_BUDGET_BYTES);
+      expect(await seriousAccessibilityViolations(page), path).toEqual([]);
+      await screenshotBothWidths(page, shot);
+    },
+    async api(method, url, payload) {
+      const res = await t.app.inject({
+        method: method as 'GET',
+        url,
+        headers: t.auth(secretKey),
+        ...(payload === undefined ? {} : { payload: payload as Record<string, unknown> }),
+      });
+      return { status: res.statusCode, body: res.body ? res.json() : null };
+    },
+    async close() {
+      await browser.close();
+      await t.close();
+    },
+  };
+}
+
+/** The text of every cell of a table's body rows (header cells included), row by row. */
+export async function tableRows(page: Page, selector: string): Promise<string[][]> {
+  return page.$$eval(`${selector} tbody tr`, (rows) =>
+    rows.map((r) => Array.from(r.querySelectorAll('th,td')).map((c) => (c.textContent ?? '').trim())),
+  );
+}

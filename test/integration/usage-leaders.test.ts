@@ -1,0 +1,60 @@
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { parseMoney } from '../../src/domain/money.ts';
+import { creditWallet } from '../../src/ledger/wallets.ts';
+import { usageLeaders, usageReport } from '../../src/routes/usage.ts';
+import { startTestApp, type TestApp } from '../helpers/app.ts';
+import { databasesUnderTest } from '../helpers/databases.ts';
+
+/** The dashboard overview's top customers and models, on both engines. */
+describe.each(databasesUnderTest())('usage leaders on %s', (dialect) => {
+  let t: TestApp;
+  const today = new Date().toISOString().slice(0, 10);
+
+  beforeAll(async () => {
+    t = await startTestApp(dialect);
+  });
+  afterAll(async () => {
+    await t?.close();
+  });
+
+  it("ranks customers by total cost with each one's GET /usage totals, and groups records by model", async () => {
+    const a = await t.customerWithMeter({ credit: '50' });
+    const b = (await t.app.inject({ method: 'POST', url: '/v1/customers', headers: t.auth(), payload: {} })).json();
+    await creditWallet(t.storage, b.wallet.wallet_id, parseMoney('50'));
+    const record = async (id: string, customer: string, extra: Record<string, unknown> = {}) => {
+      const res = await t.app.inject({
+        method: 'POST',
+        url: '/v1/requests',
+        headers: t.auth(),
+        payload: { request_id: id, customer_id: customer, meter_slug: a.meterSlug, input_tokens: 100, output_tokens: 50, ...extra },
+      });
+      expect(res.statusCode, res.body).toBe(201);
+      await t.settledRecord(id);
+    };
+    await record('l-1', b.customer_id, { provider: 'openai', model: 'gpt-4o-mini' });
+    await record('l-2', a.customerId, { provider: 'openai', model: 'gpt-4o-mini' });
+    await record('l-3', a.customerId);
+    await record('l-4', a.customerId, { provider: 'openai', model: 'gpt-4o' });
+
+    const now = new Date();
+    const range = { start: today, end: today };
+    const leaders = await usageLeaders(t.storage, t.merchant.merchantId, range, now, 5);
+    expect(leaders.customers.map((c) => [c.key, c.total_requests])).toEqual([[a.customerId, 3], [b.customer_id, 1]]);
+    for (const { key, ...totals } of leaders.customers) {
+      const report = await usageReport(t.storage, t.merchant.merchantId, { ...range, customer_id: key }, now);
+      expect(totals).toEqual(report.totals);
+    }
+    expect(Object.fromEntries(leaders.models.map((m) => [m.key, m.total_requests]))).toEqual({ 'gpt-4o-mini': 2, 'gpt-4o': 1, '': 1 });
+    const everything = await usageReport(t.storage, t.merchant.merchantId, range, now);
+    const modelsTotal = leaders.models.reduce((acc, m) => acc + parseMoney(m.total_request_cost), 0n);
+    expect(modelsTotal).toBe(parseMoney(everything.totals.total_request_cost));
+    expect(leaders.models.map((m) => parseMoney(m.total_request_cost))).toEqual(
+      leaders.models.map((m) => parseMoney(m.total_request_cost)).sort((x, y) => (x > y ? -1 : x < y ? 1 : 0)),
+    );
+
+    expect(await usageLeaders(t.storage, t.merchant.merchantId, { start: '2020-01-01', end: '2020-01-02' }, now, 5)).toEqual({ customers: [], models: [] });
+    const other = await t.newMerchant('Other');
+    expect(await usageLeaders(t.storage, other.merchantId, range, now, 5)).toEqual({ customers: [], models: [] });
+    expect((await usageLeaders(t.storage, t.merchant.merchantId, range, now, 1)).customers).toHaveLength(1);
+  });
+});
