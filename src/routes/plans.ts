@@ -27,7 +27,7 @@ const name = z.string().trim().min(1).max(255);
 const meterIds = z.array(z.string().min(1).max(100)).max(100);
 const newBundle = z.object({ name, cost: nonNegativeDecimal, credit_amount: positiveDecimal });
 
-const createBody = z.object({
+export const planCreateBody = z.object({
   name,
   period_amount: nonNegativeDecimal,
   included_credit: nonNegativeDecimal.optional().describe('Credit granted each cycle; defaults to period_amount'),
@@ -94,7 +94,7 @@ export function presentCreditBundle(row: CreditBundleRow): z.infer<typeof credit
   };
 }
 
-function presentPlan(plan: PlanWithParts): z.infer<typeof planSchema> {
+export function presentPlan(plan: PlanWithParts): z.infer<typeof planSchema> {
   return {
     plan_id: plan.id,
     subscription_config_id: plan.id,
@@ -140,29 +140,9 @@ export function registerPlanRoutes(app: App, { storage }: AppDeps): void {
 
   app.post(
     '/plans',
-    { schema: { tags, body: createBody, response: { 201: planSchema, ...standardErrors } } },
+    { schema: { tags, body: planCreateBody, response: { 201: planSchema, ...standardErrors } } },
     async (request, reply) => {
-      const { merchantId } = principalOf(request);
-      const body = request.body;
-      const index = body.default_auto_top_up_bundle_index ?? null;
-      if (index !== null && index >= body.credit_bundles.length) {
-        throw validationError([{ path: ['default_auto_top_up_bundle_index'], message: 'must be the index of one of credit_bundles' }]);
-      }
-      await checkMeterIds(storage, merchantId, body.meter_ids);
-      const periodAmount = parseMoney(body.period_amount);
-      const plan = await insertPlan(storage, merchantId, {
-        fields: {
-          name: body.name,
-          period_amount: periodAmount,
-          included_credit: body.included_credit === undefined ? periodAmount : parseMoney(body.included_credit),
-          billing_interval: body.billing_interval,
-          rollover_type: body.rollover_type,
-          bundle_rollover_type: body.bundle_rollover_type,
-        },
-        bundles: body.credit_bundles.map((b) => ({ name: b.name, cost: parseMoney(b.cost), credit_amount: parseMoney(b.credit_amount) })),
-        meterIds: body.meter_ids,
-        defaultBundleIndex: index,
-      });
+      const plan = await createPlan(storage, principalOf(request).merchantId, request.body);
       return reply.status(201).send(presentPlan(plan));
     },
   );
@@ -209,6 +189,29 @@ export function registerPlanRoutes(app: App, { storage }: AppDeps): void {
       return { id: plan.id, deleted: true as const };
     },
   );
+}
+
+/** A plan as POST /plans creates it (the dashboard's plan form too); validation errors name the field. */
+export async function createPlan(storage: Storage, merchantId: string, body: z.infer<typeof planCreateBody>): Promise<PlanWithParts> {
+  const index = body.default_auto_top_up_bundle_index ?? null;
+  if (index !== null && index >= body.credit_bundles.length) {
+    throw validationError([{ path: ['default_auto_top_up_bundle_index'], message: 'must be the index of one of credit_bundles' }]);
+  }
+  await checkMeterIds(storage, merchantId, body.meter_ids);
+  const periodAmount = parseMoney(body.period_amount);
+  return insertPlan(storage, merchantId, {
+    fields: {
+      name: body.name,
+      period_amount: periodAmount,
+      included_credit: body.included_credit === undefined ? periodAmount : parseMoney(body.included_credit),
+      billing_interval: body.billing_interval,
+      rollover_type: body.rollover_type,
+      bundle_rollover_type: body.bundle_rollover_type,
+    },
+    bundles: body.credit_bundles.map((b) => ({ name: b.name, cost: parseMoney(b.cost), credit_amount: parseMoney(b.credit_amount) })),
+    meterIds: body.meter_ids,
+    defaultBundleIndex: index,
+  });
 }
 
 /** Checks a PATCH body against the plan it changes and turns it into storage changes. */

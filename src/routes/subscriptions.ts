@@ -144,9 +144,7 @@ export function registerSubscriptionRoutes(app: App, deps: CommerceDeps): void {
     '/subscriptions/:id',
     { schema: { tags, params: idParams, response: { 200: successResponse, ...standardErrors, 409: errorResponse('`subscription_cancelled`') } } },
     async (request) => {
-      const sub = await liveSubscription(deps, principalOf(request).merchantId, request.params.id);
-      // Cancellation takes effect when the paid cycle ends (decision 0016).
-      await updateSubscription(storage.db, sub.id, { cancel_at_cycle_end: 1 });
+      await cancelAtCycleEnd(deps, principalOf(request).merchantId, request.params.id);
       return { success: true as const };
     },
   );
@@ -166,7 +164,13 @@ export function registerSubscriptionRoutes(app: App, deps: CommerceDeps): void {
   );
 }
 
-async function liveSubscription(deps: CommerceDeps, merchantId: string, id: string) {
+/** DELETE /subscriptions/{id} and the dashboard's Cancel: the subscription ends when its paid cycle does (decision 0016). */
+export async function cancelAtCycleEnd(deps: Pick<CommerceDeps, 'storage'>, merchantId: string, id: string): Promise<void> {
+  const sub = await liveSubscription(deps, merchantId, id);
+  await updateSubscription(deps.storage.db, sub.id, { cancel_at_cycle_end: 1 });
+}
+
+async function liveSubscription(deps: Pick<CommerceDeps, 'storage'>, merchantId: string, id: string) {
   const sub = await findSubscription(deps.storage.db, merchantId, id);
   if (!sub || sub.status === 'incomplete') throw notFound('subscription', id);
   if (sub.status === 'cancelled') throw new ApiError('subscription_cancelled');

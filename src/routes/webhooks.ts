@@ -227,3 +227,6 @@ export function registerWebhookRoutes(app: App, deps: AppDeps, resolve: Resolver
     },
   );
 }
+
+/** The dashboard's webhook form is read by the same schema. */
+export { createBody as webhookCreateBody, chosenEvents };

@@ -2,6 +2,8 @@ import type { Browser, BrowserContext, Page } from 'playwright-core';
 import { expect } from 'vitest';
 import { createMerchant } from '../../src/storage/merchants.ts';
 import { startTestApp, type TestApp } from './app.ts';
+import { startGatewayOnMock } from './gateway.ts';
+import type { MockUpstream } from './mock-upstream.ts';
 import { launchChromium, loadWithWeight, screenshotBothWidths, seriousAccessibilityViolations } from './browser.ts';
 
 export const PAGE_BUDGET_BYTES = 150 * 1024;
@@ -16,6 +18,8 @@ export type DashboardSession = {
   /** The signed-in merchant's secret key, for checking the pages against the API. */
   secretKey: string;
   merchantId: string;
+  /** The merchant's own wallet (what a spend key without a customer spends). */
+  walletId: string;
   /**
    * Opens a page and checks what every dashboard page must satisfy: no request to another
    * origin, under the weight budget, no serious axe violation; then photographs it at 375 and
@@ -28,19 +32,28 @@ export type DashboardSession = {
   close(): Promise<void>;
 };
 
-/** A merchant with a password, signed in to the dashboard in a real Chromium. */
-export async function signedInDashboard(email: string): Promise<DashboardSession> {
-  const t = await startTestApp('sqlite');
+/**
+ * A merchant with a password, signed in to the dashboard in a real Chromium; with `gateway`, the
+ * app forwards those provider hosts to a mock upstream (so spend keys can be used for real).
+ */
+export async function signedInDashboard(
+  email: string,
+  opts: { env?: Record<string, string>; gateway?: { providerHosts: string[]; providerKeys: Record<string, string> } } = {},
+): Promise<DashboardSession> {
+  let upstream: MockUpstream | undefined;
+  let t: TestApp;
+  let base: string;
+  if (opts.gateway) {
+    ({ t, upstream, base } = await startGatewayOnMock('sqlite', { ...opts.gateway, ...(opts.env ? { env: opts.env } : {}) }));
+  } else {
+    t = await startTestApp('sqlite', opts.env ? { env: opts.env } : {});
+    base = await t.listen();
+  }
   const { merchant, secretKey } = await createMerchant(t.storage, { name: 'Dash Shop', email, password: PASSWORD });
-  const base = await t.listen();
   const browser = await launchChromium();
   const context = await browser.newContext();
   const page = await context.newPage();
-  await page.goto(`${base}/dashboard/sign-in`);
-  await page.getByLabel('Email').fill(email);
-  await page.getByLabel('Password').fill(PASSWORD);
-  await page.getByRole('button', { name: 'Sign in' }).click();
-  await page.waitForURL((u) => u.pathname === '/dashboard');
+  await signIn(page, base, email);
 
   return {
     t,
@@ -50,6 +63,7 @@ export async function signedInDashboard(email: string): Promise<DashboardSession
     base,
     secretKey,
     merchantId: merchant.id,
+    walletId: merchant.wallet_id,
     async visit(path, shot) {
       const { bytes, foreign } = await loadWithWeight(page, `${base}${path}`);
       expect(foreign, `${path} requested another origin`).toEqual([]);
@@ -69,8 +83,26 @@ export async function signedInDashboard(email: string): Promise<DashboardSession
     async close() {
       await browser.close();
       await t.close();
+      await upstream?.close();
     },
   };
+}
+
+async function signIn(page: Page, base: string, email: string): Promise<void> {
+  await page.goto(`${base}/dashboard/sign-in`);
+  await page.getByLabel('Email').fill(email);
+  await page.getByLabel('Password').fill(PASSWORD);
+  await page.getByRole('button', { name: 'Sign in' }).click();
+  await page.waitForURL((u) => u.pathname === '/dashboard');
+}
+
+/** Another merchant, signed in in its own browser context (for proving one merchant cannot reach another's things). */
+export async function otherMerchantPage(d: DashboardSession, email: string): Promise<{ page: Page; close(): Promise<void> }> {
+  await createMerchant(d.t.storage, { name: 'Other Shop', email, password: PASSWORD });
+  const context = await d.browser.newContext();
+  const page = await context.newPage();
+  await signIn(page, d.base, email);
+  return { page, close: () => context.close() };
 }
 
 /** The text of every cell of a table's body rows (header cells included), row by row. */

@@ -1,10 +1,15 @@
 import type { FastifyInstance } from 'fastify';
 import type { AppDeps } from '../../http/types.ts';
 import { loadSession } from '../session.ts';
+import { registerCustomerPages } from './customers.ts';
 import { registerMeterPages } from './meters.ts';
 import { registerOverviewPage } from './overview.ts';
 import { registerRequestPages } from './requests.ts';
+import { registerPlanPages } from './plans.ts';
 import { registerSecretKeyPages } from './secret-keys.ts';
+import { registerSpendKeyPages } from './spend-keys.ts';
+import { registerSubscriptionPages } from './subscriptions.ts';
+import { registerWebhookPages } from './webhooks.ts';
 
 declare module 'fastify' {
   interface FastifyRequest {
@@ -28,5 +33,10 @@ export function registerDashboardRoutes(app: FastifyInstance, deps: AppDeps): vo
     registerSecretKeyPages(pages, deps);
     registerRequestPages(pages, deps);
     registerMeterPages(pages, deps);
+    registerCustomerPages(pages, deps);
+    registerSpendKeyPages(pages, deps);
+    registerWebhookPages(pages, deps);
+    registerPlanPages(pages, deps);
+    registerSubscriptionPages(pages, deps);
   });
 }

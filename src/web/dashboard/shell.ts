@@ -6,7 +6,12 @@ import { csrfTokenFor } from '../session.ts';
 export const NAV = [
   ['/dashboard', 'Overview'],
   ['/dashboard/requests', 'Requests'],
+  ['/dashboard/customers', 'Customers'],
   ['/dashboard/meters', 'Meters'],
+  ['/dashboard/plans', 'Plans'],
+  ['/dashboard/subscriptions', 'Subscriptions'],
+  ['/dashboard/spend-keys', 'Spend keys'],
+  ['/dashboard/webhooks', 'Webhooks'],
   ['/dashboard/secret-keys', 'Secret keys'],
 ] as const;
 

@@ -1,0 +1,169 @@
+import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
+import { presentSubscription } from '../../commerce/subscription-view.ts';
+import { formatMoney, parseMoney } from '../../domain/money.ts';
+import { positiveDecimal } from '../../http/schemas.ts';
+import type { AppDeps } from '../../http/types.ts';
+import { walletBuckets, walletCredits, type WalletBuckets, type WalletCredit } from '../../ledger/wallet-history.ts';
+import { grantCredit } from '../../ledger/wallets.ts';
+import { findConnection, listConnections, type ConnectionWithBalance } from '../../storage/connections.ts';
+import { findCustomerSubscriptionView } from '../../storage/subscriptions.ts';
+import { html } from '../html.ts';
+import { assertCsrf, WebError } from '../session.ts';
+import { csrfField, merchantOf, sendDashboardPage } from './shell.ts';
+
+const PAGE_SIZE = 50;
+const CREDITS_SHOWN = 50;
+const MAX_DESCRIPTION = 255;
+
+const CREDIT_KIND_LABELS: Record<string, string> = {
+  credit_grant: 'Granted by you',
+  operator_credit: 'Operator credit',
+  customer_payment: 'Customer payment',
+  plan_credit: 'Plan credit',
+};
+
+type GrantForm = { amount: string; description: string; error?: string };
+
+const displayName = (c: ConnectionWithBalance) => [c.first_name, c.last_name].filter(Boolean).join(' ') || c.email || '—';
+
+/** The amount field as the API's POST /customers/{id}/credits reads it: a decimal string, never a float. */
+function grantAmount(text: string): bigint | string {
+  const checked = positiveDecimal.safeParse(text.trim());
+  if (!checked.success) {
+    return `Enter the amount as a positive decimal number with at most 10 digits after the point, e.g. 25.00 (${checked.error.issues[0]?.message ?? 'invalid'}).`;
+  }
+  return parseMoney(checked.data);
+}
+
+export function registerCustomerPages(app: FastifyInstance, deps: AppDeps): void {
+  app.get<{ Querystring: { cursor?: string } }>('/dashboard/customers', async (request, reply) => {
+    const merchantId = merchantOf(request);
+    const cursor = request.query.cursor || undefined;
+    const rows = await listConnections(deps.storage, merchantId, { limit: PAGE_SIZE, ...(cursor ? { cursor } : {}) });
+    const page = rows.slice(0, PAGE_SIZE);
+    const next = rows.length > PAGE_SIZE ? page[page.length - 1]!.id : null;
+    const buckets = await walletBuckets(deps.storage, merchantId, page.map((c) => c.wallet_id));
+    return sendDashboardPage(request, reply, '/dashboard/customers', {
+      title: 'Customers',
+      main: html`<h1>Customers</h1>
+${page.length === 0 && !cursor ? emptyCustomers() : customerTable(page, buckets)}
+${next ? html`<p><a class="button secondary" href="/dashboard/customers?cursor=${encodeURIComponent(next)}" rel="next">More customers</a></p>` : ''}`,
+    });
+  });
+
+  app.get<{ Params: { id: string }; Querystring: { granted?: string } }>('/dashboard/customers/:id', async (request, reply) => {
+    return customerPage(deps, request, reply, { grant: { amount: '', description: '' }, granted: request.query.granted });
+  });
+
+  app.post<{ Params: { id: string } }>('/dashboard/customers/:id/credits', async (request, reply) => {
+    assertCsrf(request);
+    const merchantId = merchantOf(request);
+    const customer = await customerOf(deps, request);
+    const body = request.body as Record<string, unknown>;
+    const form: GrantForm = { amount: String(body.amount ?? ''), description: String(body.description ?? '').trim() };
+    const amount = grantAmount(form.amount);
+    if (typeof amount === 'string') return customerPage(deps, request, reply, { grant: { ...form, error: amount }, status: 400 });
+    if (form.description.length > MAX_DESCRIPTION) {
+      return customerPage(deps, request, reply, { grant: { ...form, error: `Keep the description under ${MAX_DESCRIPTION} characters.` }, status: 400 });
+    }
+    // The same ledger operation as POST /v1/customers/{id}/credits.
+    const grant = await grantCredit(deps.storage, { merchantId, walletId: customer.wallet_id, amount, description: form.description || null });
+    return reply.redirect(`/dashboard/customers/${encodeURIComponent(customer.id)}?granted=${encodeURIComponent(grant.transactionId)}`, 303);
+  });
+}
+
+async function customerOf(deps: AppDeps, request: FastifyRequest<{ Params: { id: string } }>): Promise<ConnectionWithBalance> {
+  const customer = await findConnection(deps.storage, merchantOf(request), request.params.id);
+  if (!customer) throw new WebError(404, `No customer with id ${request.params.id}.`);
+  return customer;
+}
+
+async function customerPage(
+  deps: AppDeps,
+  request: FastifyRequest<{ Params: { id: string } }>,
+  reply: FastifyReply,
+  opts: { grant: GrantForm; granted?: string | undefined; status?: number },
+): Promise<FastifyReply> {
+  const merchantId = merchantOf(request);
+  const customer = await customerOf(deps, request);
+  const [buckets, credits, subscription] = await Promise.all([
+    walletBuckets(deps.storage, merchantId, [customer.wallet_id]),
+    walletCredits(deps.storage, merchantId, customer.wallet_id, CREDITS_SHOWN),
+    findCustomerSubscriptionView(deps.storage, merchantId, customer.id),
+  ]);
+  const wallet = buckets.get(customer.wallet_id)!;
+  const granted = opts.granted ? credits.find((c) => c.transactionId === opts.granted) : undefined;
+  const sub = subscription && subscription.status !== 'cancelled' ? presentSubscription(subscription) : null;
+  const error = opts.grant.error;
+  return sendDashboardPage(request, reply, '/dashboard/customers', {
+    title: `Customer ${customer.id}`,
+    status: opts.status,
+    main: html`<h1>Customer <span class="secret">${customer.id}</span></h1>
+${granted ? html`<p class="notice" role="status" id="grant-notice">Granted ${formatMoney(granted.amount)}. The balance is now ${formatMoney(wallet.balance)}.</p>` : ''}
+<div class="card"><h2>Details</h2><dl class="kv">
+<dt>Name</dt><dd>${displayName(customer)}</dd><dt>Email</dt><dd>${customer.email ?? '—'}</dd>
+<dt>Reference</dt><dd>${customer.reference_id ?? '—'}</dd><dt>Wallet</dt><dd><code>${customer.wallet_id}</code></dd>
+<dt>Subscription</dt><dd>${sub ? html`<a href="/dashboard/subscriptions">${sub.plan.name}</a> (${sub.status}${sub.pending_change ? html`, ${sub.pending_change.type} at cycle end` : ''})` : 'none'}</dd>
+<dt>Created</dt><dd>${customer.created_at}</dd>
+</dl></div>
+${walletCard(wallet)}
+<form class="card" method="post" action="/dashboard/customers/${customer.id}/credits" novalidate>
+${csrfField(request, reply)}
+<h2>Grant credit</h2>
+<p class="muted">Adds to the prepaid bucket of this customer's wallet, as <code>POST /v1/customers/{id}/credits</code> does.</p>
+${error ? html`<p class="error" role="alert" id="grant-error">${error}</p>` : ''}
+<label for="grant-amount">Amount</label>
+<input id="grant-amount" name="amount" inputmode="decimal" autocomplete="off" value="${opts.grant.amount}" placeholder="25.00" required${error ? html` aria-invalid="true" aria-describedby="grant-error"` : ''}>
+<label for="grant-description">Description (optional)</label>
+<input id="grant-description" name="description" maxlength="${MAX_DESCRIPTION}" value="${opts.grant.description}">
+<button type="submit">Grant credit</button>
+</form>
+${creditsCard(credits)}
+<p><a href="/dashboard/requests?customer=${encodeURIComponent(customer.id)}">This customer's requests</a> · <a href="/dashboard/customers">All customers</a></p>`,
+  });
+}
+
+function walletCard(w: WalletBuckets) {
+  return html`<div class="card"><h2>Wallet</h2><dl class="kv" id="wallet-buckets">
+<dt>Balance</dt><dd id="wallet-balance">${formatMoney(w.balance)}</dd>
+<dt>Prepaid</dt><dd id="wallet-prepaid">${formatMoney(w.prepaid)}</dd>
+<dt>Plan cycle credit</dt><dd id="wallet-cycle">${formatMoney(w.cycle)}</dd>
+<dt>Bundle credit</dt><dd id="wallet-bundle">${formatMoney(w.bundle)}</dd>
+<dt>Held by requests in flight</dt><dd>${formatMoney(w.held)}</dd>
+<dt>Available</dt><dd>${formatMoney(w.available)}</dd>
+</dl></div>`;
+}
+
+function creditsCard(credits: WalletCredit[]) {
+  return html`<div class="card"><h2 id="credits-title">Credit grants</h2>
+${
+  credits.length === 0
+    ? html`<p>No credit yet. Grant some above, or sell credit with a plan's bundles.</p>`
+    : html`<div class="table-wrap"><table id="credits" aria-labelledby="credits-title">
+<thead><tr><th scope="col">Date (UTC)</th><th scope="col">Source</th><th scope="col">Bucket</th><th scope="col" class="num">Amount</th><th scope="col">Description</th></tr></thead>
+<tbody>${credits.map(
+        (c) => html`<tr><td>${c.createdAt.slice(0, 19).replace('T', ' ')}</td><td>${CREDIT_KIND_LABELS[c.kind] ?? c.kind}</td><td>${c.bucket}</td><td class="num">${formatMoney(c.amount)}</td><td>${c.description ?? ''}</td></tr>`,
+      )}</tbody></table></div>`
+}</div>`;
+}
+
+function customerTable(rows: ConnectionWithBalance[], buckets: Map<string, WalletBuckets>) {
+  return html`<div class="card table-wrap"><table>
+<caption class="visually-hidden">Customers, newest first, with their wallet buckets</caption>
+<thead><tr><th scope="col">Customer</th><th scope="col">Name</th><th scope="col">Reference</th><th scope="col" class="num">Balance</th><th scope="col" class="num">Prepaid</th><th scope="col" class="num">Cycle</th><th scope="col" class="num">Bundle</th></tr></thead>
+<tbody>
+${rows.map((c) => {
+  const w = buckets.get(c.wallet_id);
+  return html`<tr><th scope="row"><a href="/dashboard/customers/${c.id}">${c.id}</a></th><td>${displayName(c)}</td><td>${c.reference_id ?? '—'}</td>
+<td class="num">${formatMoney(c.balance)}</td><td class="num">${w ? formatMoney(w.prepaid) : '—'}</td><td class="num">${w ? formatMoney(w.cycle) : '—'}</td><td class="num">${w ? formatMoney(w.bundle) : '—'}</td></tr>`;
+})}
+</tbody></table></div>`;
+}
+
+function emptyCustomers() {
+  return html`<div class="card"><h2>No customers yet</h2>
+<p>A customer is someone you bill; each has a wallet. Create one with your secret key:</p>
+<pre class="secret">curl -X POST $TOLLGATE/v1/customers -H "Authorization: Bearer sk_live_…" \\
+  -H "Content-Type: application/json" -d '{"reference_id":"user-42","email":"ada@example.com"}'</pre>
+<p>Then grant it credit here, or record its first request.</p></div>`;
+}

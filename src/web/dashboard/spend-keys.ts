@@ -1,0 +1,162 @@
+import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
+import { CYCLES } from '../../domain/spend-limits.ts';
+import type { AppDeps } from '../../http/types.ts';
+import { presentSpendKey, spendKeyCreateBody, spendKeySettingsOf } from '../../routes/spend-keys.ts';
+import { findConnection } from '../../storage/connections.ts';
+import { findMerchant } from '../../storage/merchants.ts';
+import { insertSpendKey, listSpendKeys, revokeSpendKey, rotateSpendKey, updateSpendKey, type SpendKeyScope } from '../../storage/spend-keys.ts';
+import { html } from '../html.ts';
+import { assertCsrf, WebError } from '../session.ts';
+import { csrfField, merchantOf, sendDashboardPage } from './shell.ts';
+
+const LIST_LIMIT = 100;
+
+type SpendKey = ReturnType<typeof presentSpendKey>;
+type Form = Record<string, string>;
+type Flash = { created?: { name: string; key: string }; message?: string; error?: string; form?: Form; status?: number };
+
+const FIELD_LABELS: Record<string, string> = {
+  name: 'Name',
+  customer_id: 'Customer id',
+  spend_limit: 'Spend limit',
+  request_limit: 'Request limit',
+  rate_limit: 'Requests per minute',
+  allowed_models: 'Allowed models',
+};
+
+const scopeOf = (request: FastifyRequest): SpendKeyScope => ({ merchantId: merchantOf(request), walletId: null });
+const text = (form: Form, name: string) => (form[name] ?? '').trim();
+/** A whole number stays a number for the schema; anything else reaches it as text, so it is refused with the API's message. */
+const count = (value: string): number | string => (/^\d{1,15}$/.test(value) ? Number(value) : value);
+
+/** The form as the body POST /v1/spend_keys takes: blank fields are left out. */
+function bodyOf(form: Form): Record<string, unknown> {
+  const body: Record<string, unknown> = { name: text(form, 'name') || 'Spend key' };
+  if (text(form, 'customer_id')) body.customer_id = text(form, 'customer_id');
+  if (text(form, 'spend_amount')) body.spend_limit = { amount: text(form, 'spend_amount'), cycle: text(form, 'spend_cycle') };
+  if (text(form, 'request_count')) body.request_limit = { count: count(text(form, 'request_count')), cycle: text(form, 'request_cycle') };
+  if (text(form, 'rpm')) body.rate_limit = { rpm: count(text(form, 'rpm')) };
+  const models = text(form, 'allowed_models').split(',').map((m) => m.trim()).filter(Boolean);
+  if (models.length > 0) body.allowed_models = models;
+  return body;
+}
+
+export function registerSpendKeyPages(app: FastifyInstance, deps: AppDeps): void {
+  const page = async (request: FastifyRequest, reply: FastifyReply, flash: Flash = {}) => {
+    const now = new Date();
+    const keys = (await listSpendKeys(deps.storage, scopeOf(request), undefined, LIST_LIMIT)).slice(0, LIST_LIMIT).map((row) => presentSpendKey(row, now));
+    return sendDashboardPage(request, reply, '/dashboard/spend-keys', {
+      title: 'Spend keys',
+      status: flash.status,
+      main: html`<h1>Spend keys</h1>
+<p>A spend key is a provider-style API key you hand to a customer or a service: requests made with it are billed to a wallet and held to its limits.</p>
+${flash.created ? html`<div class="card notice" role="status"><p><strong>Copy the key of “${flash.created.name}” now; it is not shown again.</strong></p>
+<p class="secret" id="new-spend-key">${flash.created.key}</p></div>` : ''}
+${flash.message ? html`<p role="status" class="notice" id="spend-key-message">${flash.message}</p>` : ''}
+${keys.length === 0 ? emptyState() : keyTable(request, reply, keys)}
+${createForm(request, reply, flash)}`,
+    });
+  };
+
+  app.get('/dashboard/spend-keys', (request, reply) => page(request, reply));
+
+  app.post('/dashboard/spend-keys', async (request, reply) => {
+    assertCsrf(request);
+    const merchantId = merchantOf(request);
+    const form = (request.body ?? {}) as Form;
+    const parsed = spendKeyCreateBody.safeParse(bodyOf(form));
+    if (!parsed.success) {
+      const error = parsed.error.issues.map((i) => `${FIELD_LABELS[String(i.path[0])] ?? String(i.path[0] ?? 'Form')}: ${i.message}`).join('; ');
+      return page(request, reply, { error, form, status: 400 });
+    }
+    const { customer_id, connection_id: _c, wallet_id: _w, ...settings } = parsed.data;
+    let wallet: { walletId: string; connectionId: string | null };
+    if (customer_id) {
+      const customer = await findConnection(deps.storage, merchantId, customer_id);
+      if (!customer) return page(request, reply, { error: `Customer id: no customer with id ${customer_id}.`, form, status: 400 });
+      wallet = { walletId: customer.wallet_id, connectionId: customer.id };
+    } else {
+      const merchant = await findMerchant(deps.storage, merchantId);
+      if (!merchant) throw new WebError(404, 'Your merchant account no longer exists.');
+      wallet = { walletId: merchant.wallet_id, connectionId: null };
+    }
+    const { row, secret } = await insertSpendKey(deps.storage.db, { merchantId, ...wallet, settings: { ...spendKeySettingsOf(settings), name: settings.name } });
+    return page(request, reply, { created: { name: row.name, key: secret }, status: 201 });
+  });
+
+  app.post<{ Params: { id: string } }>('/dashboard/spend-keys/:id/status', async (request, reply) => {
+    assertCsrf(request);
+    const status = (request.body as Form).status === 'paused' ? 'paused' : 'active';
+    const row = await updateSpendKey(deps.storage, scopeOf(request), request.params.id, { status });
+    if (!row) throw new WebError(404, `No spend key with id ${request.params.id}.`);
+    return page(request, reply, { message: `${row.name} is ${status === 'paused' ? 'paused: its requests are refused until you resume it' : 'active again'}.` });
+  });
+
+  app.post<{ Params: { id: string } }>('/dashboard/spend-keys/:id/rotate', async (request, reply) => {
+    assertCsrf(request);
+    const rotated = await rotateSpendKey(deps.storage, scopeOf(request), request.params.id);
+    if (!rotated) throw new WebError(404, `No spend key with id ${request.params.id}.`);
+    return page(request, reply, { created: { name: rotated.row.name, key: rotated.secret } });
+  });
+
+  app.post<{ Params: { id: string } }>('/dashboard/spend-keys/:id/revoke', async (request, reply) => {
+    assertCsrf(request);
+    if (!(await revokeSpendKey(deps.storage, scopeOf(request), request.params.id))) throw new WebError(404, `No spend key with id ${request.params.id}.`);
+    return page(request, reply, { message: 'Spend key revoked: it no longer works.' });
+  });
+}
+
+const limitText = (current: string | number, limit: { amount?: unknown; count?: number; cycle: string } | null) =>
+  limit ? html`${current} of ${String(limit.amount ?? limit.count)} (${limit.cycle})` : html`${current} <span class="muted">(no limit)</span>`;
+
+function keyTable(request: FastifyRequest, reply: FastifyReply, keys: SpendKey[]) {
+  const action = (k: SpendKey, path: string, label: string, extra = html``, cls = 'secondary') =>
+    html`<form method="post" action="/dashboard/spend-keys/${k.spend_key_id}/${path}">${csrfField(request, reply)}${extra}<button class="${cls}" type="submit" aria-label="${label} ${k.name} (${k.key_preview})">${label}</button></form>`;
+  return html`<div class="card table-wrap"><table id="spend-keys">
+<caption class="visually-hidden">Spend keys with their limits and current counters</caption>
+<thead><tr><th scope="col">Name</th><th scope="col">Key</th><th scope="col">Status</th><th scope="col">Customer</th><th scope="col">Spend this cycle</th><th scope="col">Requests this cycle</th><th scope="col">Rate limit</th><th scope="col" class="num">Total spend</th><th scope="col"><span class="visually-hidden">Actions</span></th></tr></thead>
+<tbody>
+${keys.map(
+  (k) => html`<tr id="key-${k.spend_key_id}"><th scope="row">${k.name}</th><td><code>${k.key_preview}</code></td><td>${k.status}</td>
+<td>${k.customer_id ? html`<a href="/dashboard/customers/${k.customer_id}">${k.customer_id}</a>` : html`<span class="muted">your wallet</span>`}</td>
+<td class="spend">${limitText(k.current_spend, k.spend_limit)}</td><td class="requests">${limitText(k.current_requests, k.request_limit ? { count: k.request_limit.count, cycle: k.request_limit.cycle } : null)}</td>
+<td>${k.rate_limit ? `${k.rate_limit.rpm}/min` : '—'}</td><td class="num">${k.total_spend}</td>
+<td class="actions">${action(k, 'status', k.status === 'active' ? 'Pause' : 'Resume', html`<input type="hidden" name="status" value="${k.status === 'active' ? 'paused' : 'active'}">`)}
+${action(k, 'rotate', 'Rotate')}${action(k, 'revoke', 'Revoke', html``, 'danger')}</td></tr>`,
+)}
+</tbody></table></div>`;
+}
+
+function cycleSelect(id: string, name: string, selected: string | undefined) {
+  return html`<select id="${id}" name="${name}">${CYCLES.map((c) => html`<option${c === (selected || 'monthly') ? html` selected` : ''}>${c}</option>`)}</select>`;
+}
+
+function createForm(request: FastifyRequest, reply: FastifyReply, flash: Flash) {
+  const f = flash.form ?? {};
+  const invalid = flash.error ? html` aria-describedby="spend-key-error"` : '';
+  return html`<form class="card" method="post" action="/dashboard/spend-keys" novalidate${invalid}>
+${csrfField(request, reply)}
+<h2>Create a spend key</h2>
+${flash.error ? html`<p class="error" role="alert" id="spend-key-error">${flash.error}</p>` : ''}
+<label for="sk-name">Name</label><input id="sk-name" name="name" maxlength="255" value="${f.name ?? 'Spend key'}" required>
+<label for="sk-customer">Customer id (blank: bill your own wallet)</label><input id="sk-customer" name="customer_id" value="${f.customer_id ?? ''}" placeholder="con_…">
+<div class="filters">
+<div><label for="sk-spend">Spend limit</label><input id="sk-spend" name="spend_amount" inputmode="decimal" value="${f.spend_amount ?? ''}" placeholder="none"></div>
+<div><label for="sk-spend-cycle">Spend limit resets</label>${cycleSelect('sk-spend-cycle', 'spend_cycle', f.spend_cycle)}</div>
+</div><div class="filters">
+<div><label for="sk-requests">Request limit</label><input id="sk-requests" name="request_count" inputmode="numeric" value="${f.request_count ?? ''}" placeholder="none"></div>
+<div><label for="sk-request-cycle">Request limit resets</label>${cycleSelect('sk-request-cycle', 'request_cycle', f.request_cycle)}</div>
+</div>
+<label for="sk-rpm">Requests per minute</label><input id="sk-rpm" name="rpm" inputmode="numeric" value="${f.rpm ?? ''}" placeholder="no rate limit">
+<label for="sk-models">Allowed models (comma-separated; blank: any)</label><input id="sk-models" name="allowed_models" value="${f.allowed_models ?? ''}">
+<button type="submit">Create spend key</button>
+</form>`;
+}
+
+function emptyState() {
+  return html`<div class="card"><h2>No spend keys yet</h2>
+<p>Create one below, or with your secret key:</p>
+<pre class="secret">curl -X POST $TOLLGATE/v1/spend_keys -H "Authorization: Bearer sk_live_…" \\
+  -H "Content-Type: application/json" -d '{"name":"Team A","spend_limit":{"amount":"50.00","cycle":"monthly"}}'</pre>
+<p>Then call a provider through Tollgate with it, e.g. <code>OPENAI_BASE_URL=$TOLLGATE/v1 OPENAI_API_KEY=&lt;spend key&gt;</code>.</p></div>`;
+}

@@ -1,0 +1,60 @@
+import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
+import { presentSubscription, type PresentedSubscription } from '../../commerce/subscription-view.ts';
+import { ApiError } from '../../http/errors.ts';
+import type { AppDeps } from '../../http/types.ts';
+import { cancelAtCycleEnd } from '../../routes/subscriptions.ts';
+import { listSubscriptionViews } from '../../storage/subscriptions.ts';
+import { html } from '../html.ts';
+import { assertCsrf, WebError } from '../session.ts';
+import { csrfField, merchantOf, sendDashboardPage } from './shell.ts';
+
+const LIST_LIMIT = 100;
+
+export function registerSubscriptionPages(app: FastifyInstance, deps: AppDeps): void {
+  const subscriptionsPage = async (request: FastifyRequest, reply: FastifyReply, flash: { message?: string; status?: number } = {}) => {
+    const rows = await listSubscriptionViews(deps.storage, merchantOf(request), { status: 'all', limit: LIST_LIMIT });
+    const subs = rows.slice(0, LIST_LIMIT).map(presentSubscription);
+    return sendDashboardPage(request, reply, '/dashboard/subscriptions', {
+      title: 'Subscriptions',
+      status: flash.status,
+      main: html`<h1>Subscriptions</h1>
+${flash.message ? html`<p class="notice" role="status" id="subscription-message">${flash.message}</p>` : ''}
+${subs.length === 0 ? emptySubscriptions() : subscriptionTable(request, reply, subs)}`,
+    });
+  };
+
+  app.get('/dashboard/subscriptions', (request, reply) => subscriptionsPage(request, reply));
+
+  app.post<{ Params: { id: string } }>('/dashboard/subscriptions/:id/cancel', async (request, reply) => {
+    assertCsrf(request);
+    try {
+      await cancelAtCycleEnd(deps, merchantOf(request), request.params.id);
+    } catch (e) {
+      if (!(e instanceof ApiError)) throw e;
+      if (e.code === 'subscription_cancelled') return subscriptionsPage(request, reply, { message: 'That subscription is already cancelled.', status: 409 });
+      throw new WebError(404, `No subscription with id ${request.params.id}.`);
+    }
+    return subscriptionsPage(request, reply, { message: 'The subscription will end when its current cycle does; its credit stays usable until then.' });
+  });
+}
+
+function subscriptionTable(request: FastifyRequest, reply: FastifyReply, subs: PresentedSubscription[]) {
+  return html`<div class="card table-wrap"><table id="subscriptions">
+<caption class="visually-hidden">Subscriptions, newest first</caption>
+<thead><tr><th scope="col">Customer</th><th scope="col">Plan</th><th scope="col">Status</th><th scope="col">Cycle ends (UTC)</th><th scope="col" class="num">Credit left</th><th scope="col" class="num">Cycle</th><th scope="col" class="num">Bundle</th><th scope="col">Pending change</th><th scope="col"><span class="visually-hidden">Actions</span></th></tr></thead>
+<tbody>
+${subs.map(
+  (s) => html`<tr id="sub-${s.subscription_id}"><th scope="row"><a href="/dashboard/customers/${s.customer_id}">${s.customer_id}</a></th><td>${s.plan.name}</td><td class="status">${s.status}</td>
+<td>${s.cycle_end_at?.slice(0, 16).replace('T', ' ') ?? '—'}</td><td class="num credit-total">${s.credits.total_remaining}</td><td class="num">${s.credits.cycle_remaining}</td><td class="num">${s.credits.bundle_remaining}</td>
+<td class="pending">${s.pending_change ? `${s.pending_change.type}${s.pending_change.effective_at ? ` at ${s.pending_change.effective_at.slice(0, 16).replace('T', ' ')}` : ''}` : '—'}</td>
+<td>${s.status !== 'cancelled' && s.pending_change?.type !== 'cancellation' ? html`<form method="post" action="/dashboard/subscriptions/${s.subscription_id}/cancel">${csrfField(request, reply)}<button class="danger" type="submit" aria-label="Cancel at cycle end: the subscription of ${s.customer_id}">Cancel at cycle end</button></form>` : ''}</td></tr>`,
+)}
+</tbody></table></div>`;
+}
+
+function emptySubscriptions() {
+  return html`<div class="card"><h2>No subscriptions yet</h2>
+<p>Subscribe a customer to one of your <a href="/dashboard/plans">plans</a> with your secret key (or send them to a hosted checkout):</p>
+<pre class="secret">curl -X POST $TOLLGATE/v1/subscriptions -H "Authorization: Bearer sk_live_…" \\
+  -H "Content-Type: application/json" -d '{"customer_id":"con_…","plan_id":"plan_…"}'</pre></div>`;
+}

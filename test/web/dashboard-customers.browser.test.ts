@@ -1,0 +1,91 @@
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { parseMoney } from '../../src/domain/money.ts';
+import { creditWallet } from '../../src/ledger/wallets.ts';
+import { otherMerchantPage, signedInDashboard, tableRows, type DashboardSession } from '../helpers/dashboard.ts';
+
+/**
+ * The customers pages in real Chromium: the list with wallet buckets, a customer's detail with
+ * its credit grants, and granting credit from the page — checked over the API, to the unit.
+ */
+describe('dashboard customers (Chromium)', () => {
+  let d: DashboardSession;
+  let customer: { customer_id: string; wallet: { wallet_id: string } };
+  const balanceOverApi = async () => (await d.api('GET', `/v1/customers/${customer.customer_id}`)).body.wallet.balance as string;
+
+  beforeAll(async () => {
+    d = await signedInDashboard('customers@shop.example');
+  });
+  afterAll(async () => {
+    await d?.close();
+  });
+
+  it('says how to create a first customer when there is none', async () => {
+    await d.visit('/dashboard/customers', 'customers-empty');
+    const text = await d.page.textContent('main');
+    expect(text).toContain('No customers yet');
+    expect(text).toContain('POST $TOLLGATE/v1/customers');
+  });
+
+  it('lists customers with their balance split into prepaid, cycle and bundle credit', async () => {
+    customer = (await d.api('POST', '/v1/customers', { name: 'Ada Lovelace', email: 'ada@example.com', reference_id: 'user-42' })).body;
+    await creditWallet(d.t.storage, customer.wallet.wallet_id, parseMoney('10'));
+    await creditWallet(d.t.storage, customer.wallet.wallet_id, parseMoney('3.5'), 'cycle');
+    await creditWallet(d.t.storage, customer.wallet.wallet_id, parseMoney('0.25'), 'bundle');
+    await d.visit('/dashboard/customers', 'customers');
+    const [row] = await tableRows(d.page, 'table');
+    expect(row).toEqual([customer.customer_id, 'Ada Lovelace', 'user-42', await balanceOverApi(), '10.0000000000', '3.5000000000', '0.2500000000']);
+    expect(await balanceOverApi()).toBe('13.7500000000');
+  });
+
+  it('grants credit from the customer page: the API sees the exact amount, and the grant is listed', async () => {
+    await d.page.getByRole('link', { name: customer.customer_id }).click();
+    await d.page.waitForURL((u) => u.pathname === `/dashboard/customers/${customer.customer_id}`);
+    await d.visit(`/dashboard/customers/${customer.customer_id}`, 'customer');
+    expect(await d.page.textContent('#wallet-cycle')).toBe('3.5000000000');
+    await d.page.getByLabel('Amount').fill('12.3456789012');
+    await d.page.getByLabel('Description (optional)').fill('Welcome credit');
+    await d.page.getByRole('button', { name: 'Grant credit' }).click();
+    await d.page.waitForSelector('#grant-notice');
+    expect(await balanceOverApi()).toBe('26.0956789012');
+    expect(await d.page.textContent('#wallet-balance')).toBe('26.0956789012');
+    expect(await d.page.textContent('#grant-notice')).toContain('Granted 12.3456789012');
+    const credits = await tableRows(d.page, '#credits');
+    expect(credits[0]!.slice(1)).toEqual(['Granted by you', 'prepaid', '12.3456789012', 'Welcome credit']);
+    expect(credits.map((c) => c[3])).toEqual(expect.arrayContaining(['10.0000000000', '3.5000000000', '0.2500000000']));
+    await d.visit(`/dashboard/customers/${customer.customer_id}`, 'customer-granted');
+  });
+
+  it('refuses amounts that are not exact positive decimals, saying why, and grants nothing', async () => {
+    const before = await balanceOverApi();
+    for (const amount of ['1e3', '-5', '0', '12.34567890123', 'ten', '0.1+0.2', '']) {
+      await d.page.goto(`${d.base}/dashboard/customers/${customer.customer_id}`);
+      await d.page.getByLabel('Amount').fill(amount);
+      const [response] = await Promise.all([
+        d.page.waitForResponse((r) => r.request().method() === 'POST'),
+        d.page.getByRole('button', { name: 'Grant credit' }).click(),
+      ]);
+      expect(response.status(), amount).toBe(400);
+      expect(await d.page.textContent('#grant-error'), amount).toContain('Enter the amount as a positive decimal number');
+      expect(await d.page.getAttribute('#grant-amount', 'aria-invalid')).toBe('true');
+    }
+    expect(await d.page.locator('#grant-amount').inputValue()).toBe('');
+    expect(await balanceOverApi()).toBe(before);
+  });
+
+  it("refuses a grant without its CSRF token, and another merchant's grant to this customer", async () => {
+    const before = await balanceOverApi();
+    const noToken = await d.page.request.post(`${d.base}/dashboard/customers/${customer.customer_id}/credits`, { form: { amount: '5' }, maxRedirects: 0 });
+    expect(noToken.status()).toBe(403);
+
+    const other = await otherMerchantPage(d, 'other-customers@shop.example');
+    await other.page.goto(`${d.base}/dashboard/customers`);
+    expect(await other.page.textContent('main')).not.toContain(customer.customer_id);
+    const token = await other.page.getAttribute('input[name=_csrf]', 'value');
+    const page = await other.page.goto(`${d.base}/dashboard/customers/${customer.customer_id}`);
+    expect(page!.status()).toBe(404);
+    const grant = await other.page.request.post(`${d.base}/dashboard/customers/${customer.customer_id}/credits`, { form: { _csrf: token!, amount: '5' }, maxRedirects: 0 });
+    expect(grant.status()).toBe(404);
+    await other.close();
+    expect(await balanceOverApi()).toBe(before);
+  });
+});

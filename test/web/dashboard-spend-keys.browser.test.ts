@@ -1,0 +1,127 @@
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { parseMoney } from '../../src/domain/money.ts';
+import { creditWallet } from '../../src/ledger/wallets.ts';
+import { signedInDashboard, type DashboardSession } from '../helpers/dashboard.ts';
+
+type Key = { spend_key_id: string; name: string; key_preview: string; status: string; current_spend: string; current_requests: number; total_requests: number };
+
+/**
+ * Spend keys from the dashboard in real Chromium: created with limits (the key shown once), used
+ * through the gateway, its counters on the page equal to the API's, paused, resumed and rotated —
+ * each change proved by what the gateway then does with the key.
+ */
+describe('dashboard spend keys (Chromium)', () => {
+  let d: DashboardSession;
+  let key: string;
+  let keyId: string;
+
+  beforeAll(async () => {
+    d = await signedInDashboard('spend@shop.example', { gateway: { providerHosts: ['api.openai.com'], providerKeys: { openai: 'sk-openai-managed' } } });
+    await creditWallet(d.t.storage, d.walletId, parseMoney('20'));
+  });
+  afterAll(async () => {
+    await d?.close();
+  });
+
+  const chat = (k: string) =>
+    fetch(`${d.base}/v1/chat/completions`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${k}`, 'content-type': 'application/json' },
+      body: JSON.stringify({ model: 'gpt-4o', max_tokens: 4, messages: [{ role: 'user', content: 'hello there' }] }),
+    });
+  const keysOverApi = async () => (await d.api('GET', '/v1/spend_keys?limit=100')).body.data as Key[];
+  /** Settlement runs after the answer: wait until the key has counted `requests` and holds no reservation. */
+  async function settled(requests: number): Promise<Key> {
+    for (let i = 0; i < 200; i++) {
+      const inFlight = await d.t.storage.db.selectFrom('spend_key_reservations').select('request_pk').where('spend_key_id', '=', keyId).execute();
+      const found = (await keysOverApi()).find((k) => k.spend_key_id === keyId)!;
+      if (found.total_requests === requests && inFlight.length === 0) return found;
+      await new Promise((r) => setTimeout(r, 20));
+    }
+    throw new Error('the spend key never settled');
+  }
+  const cell = (selector: string) => d.page.textContent(`#key-${keyId} ${selector}`);
+  const clickRowButton = async (name: RegExp) => {
+    await Promise.all([d.page.waitForResponse((r) => r.request().method() === 'POST'), d.page.getByRole('button', { name }).click()]);
+  };
+
+  it('says how to create a first spend key when there is none', async () => {
+    await d.visit('/dashboard/spend-keys', 'spend-keys-empty');
+    expect(await d.page.textContent('main')).toContain('No spend keys yet');
+  });
+
+  it('refuses a form with a bad limit, saying which, and creates nothing', async () => {
+    await d.page.getByLabel('Spend limit', { exact: true }).fill('five dollars');
+    await d.page.getByLabel('Request limit', { exact: true }).fill('2.5');
+    await clickRowButton(/^Create spend key$/);
+    const error = await d.page.textContent('#spend-key-error');
+    expect(error).toContain('Spend limit');
+    expect(error).toContain('Request limit');
+    expect(await keysOverApi()).toEqual([]);
+    const noToken = await d.page.request.post(`${d.base}/dashboard/spend-keys`, { form: { name: 'sneaky' }, maxRedirects: 0 });
+    expect(noToken.status()).toBe(403);
+    expect(await keysOverApi()).toEqual([]);
+  });
+
+  it('creates a key with limits and shows it once; the key works and its counters match the API', async () => {
+    await d.page.goto(`${d.base}/dashboard/spend-keys`);
+    await d.page.getByLabel('Name').fill('Team A');
+    await d.page.getByLabel('Spend limit', { exact: true }).fill('5.00');
+    await d.page.getByLabel('Spend limit resets').selectOption('daily');
+    await d.page.getByLabel('Request limit', { exact: true }).fill('100');
+    await d.page.getByLabel('Request limit resets').selectOption('daily');
+    await d.page.getByLabel('Requests per minute').fill('60');
+    await clickRowButton(/^Create spend key$/);
+    key = (await d.page.textContent('#new-spend-key'))!.trim();
+    expect(key).toMatch(/^spk_live_/);
+    const [created] = await keysOverApi();
+    keyId = created!.spend_key_id;
+    expect((await d.api('GET', `/v1/spend_keys/${keyId}`)).body).toMatchObject({
+      name: 'Team A',
+      spend_limit: { amount: '5.0000000000', cycle: 'daily' },
+      request_limit: { count: 100, cycle: 'daily' },
+      rate_limit: { rpm: 60, burst: null },
+    });
+
+    expect((await chat(key)).status).toBe(200);
+    expect((await chat(key)).status).toBe(200);
+    const used = await settled(2);
+    expect(parseMoney(used.current_spend)).toBeGreaterThan(0n);
+    await d.visit('/dashboard/spend-keys', 'spend-keys');
+    expect(await d.page.content()).not.toContain(key);
+    expect(await cell('.spend')).toBe(`${used.current_spend} of 5.0000000000 (daily)`);
+    expect(await cell('.requests')).toBe('2 of 100 (daily)');
+  });
+
+  it('pauses and resumes the key: the gateway refuses it while paused', async () => {
+    await clickRowButton(/^Pause Team A/);
+    expect((await d.api('GET', `/v1/spend_keys/${keyId}`)).body.status).toBe('paused');
+    d.t.clock.advance(3_000); // past the gateway's credential cache
+    const refused = await chat(key);
+    expect(refused.status).toBe(403);
+    expect(((await refused.json()) as { error: { code: string } }).error.code).toBe('spend_key_paused');
+    expect(await d.page.textContent('#spend-key-message')).toContain('paused');
+
+    await clickRowButton(/^Resume Team A/);
+    expect((await d.api('GET', `/v1/spend_keys/${keyId}`)).body.status).toBe('active');
+    d.t.clock.advance(3_000);
+    expect((await chat(key)).status).toBe(200);
+    await settled(3);
+  });
+
+  it('rotates the key: the new key is shown once and works, the old one stops', async () => {
+    const before = (await d.api('GET', `/v1/spend_keys/${keyId}`)).body.key_preview;
+    await clickRowButton(/^Rotate Team A/);
+    const rotated = (await d.page.textContent('#new-spend-key'))!.trim();
+    expect(rotated).toMatch(/^spk_live_/);
+    expect(rotated).not.toBe(key);
+    expect((await d.api('GET', `/v1/spend_keys/${keyId}`)).body.key_preview).not.toBe(before);
+    d.t.clock.advance(3_000);
+    expect((await chat(key)).status).toBe(401);
+    expect((await chat(rotated)).status).toBe(200);
+    await settled(4);
+    await d.page.goto(`${d.base}/dashboard/spend-keys`);
+    expect(await d.page.content()).not.toContain(rotated);
+    expect(await cell('.requests')).toBe('4 of 100 (daily)');
+  });
+});
