@@ -5,7 +5,7 @@ import type { Browser } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createMerchant } from '../../src/storage/merchants.ts';
 import { startTestApp, type TestApp } from '../helpers/app.ts';
-import { launchChromium } from '../helpers/browser.ts';
+import { launchChromium, loadWithWeight, screenshotBothWidths, seriousAccessibilityViolations } from '../helpers/browser.ts';
 import { fakeBrowserOpener, runCollecting, signInAndApprove } from '../helpers/cli-login.ts';
 
 const EMAIL = 'Owner@CLI.example';
@@ -68,6 +68,35 @@ process.stdout.write(JSON.stringify(credentials));`;
     });
     expect(res.status()).toBe(403);
     expect(res.headers().location).toBeUndefined();
+    await context.close();
+  });
+
+  it('shows the authorization page accessibly, light, with only the loopback listener as an extra form target', async () => {
+    const context = await browser.newContext();
+    const page = await context.newPage();
+    await page.goto(`${baseUrl}/dashboard/sign-in`);
+    await page.getByLabel('Email').fill(EMAIL);
+    await page.getByLabel('Password').fill(PASSWORD);
+    await page.getByRole('button', { name: 'Sign in' }).click();
+    await page.waitForURL((u) => u.pathname === '/dashboard');
+    const url = `${baseUrl}/auth/connect?state=${'b'.repeat(32)}&port=45678`;
+    const { bytes, foreign } = await loadWithWeight(page, url);
+    expect(foreign).toEqual([]);
+    expect(bytes).toBeLessThan(150 * 1024);
+    expect(await seriousAccessibilityViolations(page)).toEqual([]);
+    await screenshotBothWidths(page, 'cli-authorize');
+    const csp = (await page.request.get(url)).headers()['content-security-policy'];
+    expect(csp).toContain("form-action 'self' http://127.0.0.1:45678");
+    expect(csp).toContain("script-src 'self'");
+    // Reachable by keyboard: the first Tab is the skip link, and Approve is a focusable button.
+    await page.keyboard.press('Tab');
+    expect(await page.evaluate(() => document.activeElement?.textContent)).toBe('Skip to content');
+    const focused: string[] = [];
+    for (let i = 0; i < 10 && focused.at(-1) !== 'Approve'; i++) {
+      await page.keyboard.press('Tab');
+      focused.push((await page.evaluate(() => document.activeElement?.textContent)) ?? '');
+    }
+    expect(focused.at(-1)).toBe('Approve');
     await context.close();
   });
 });

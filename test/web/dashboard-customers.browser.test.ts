@@ -55,6 +55,21 @@ describe('dashboard customers (Chromium)', () => {
     await d.visit(`/dashboard/customers/${customer.customer_id}`, 'customer-granted');
   });
 
+  it('grants credit with the keyboard alone: skip link to the content, Tab to the labelled field, Enter to submit', async () => {
+    const before = parseMoney(await balanceOverApi());
+    await d.page.goto(`${d.base}/dashboard/customers/${customer.customer_id}`);
+    await d.page.keyboard.press('Tab');
+    expect(await d.page.evaluate(() => document.activeElement?.textContent)).toBe('Skip to content');
+    await d.page.keyboard.press('Enter');
+    expect(await d.page.evaluate(() => document.activeElement?.id)).toBe('main');
+    for (let i = 0; i < 30 && (await d.page.evaluate(() => document.activeElement?.id)) !== 'grant-amount'; i++) await d.page.keyboard.press('Tab');
+    expect(await d.page.evaluate(() => (document.activeElement as HTMLInputElement).labels?.[0]?.textContent)).toBe('Amount');
+    await d.page.keyboard.type('1.5');
+    await d.page.keyboard.press('Enter');
+    await d.page.waitForSelector('#grant-notice');
+    expect(parseMoney(await balanceOverApi()) - before).toBe(parseMoney('1.5'));
+  });
+
   it('refuses amounts that are not exact positive decimals, saying why, and grants nothing', async () => {
     const before = await balanceOverApi();
     for (const amount of ['1e3', '-5', '0', '12.34567890123', 'ten', '0.1+0.2', '']) {
