@@ -19,6 +19,16 @@ describe('dashboard overview leaders (Chromium)', () => {
     await d?.close();
   });
 
+  it('says how to record a first request while the log is empty, and tells an empty filter apart', async () => {
+    await d.visit('/dashboard/requests', 'requests-empty');
+    const text = await d.page.textContent('main');
+    expect(text).toContain('No requests yet');
+    expect(text).toContain('POST $TOLLGATE/v1/requests');
+    await d.page.goto(`${d.base}/dashboard/requests?status=error`);
+    expect(await d.page.textContent('main')).toContain('No requests match');
+    expect(await d.page.textContent('main')).not.toContain('POST $TOLLGATE/v1/requests');
+  });
+
   it('ranks customers and models by total cost, with the numbers of GET /v1/usage and GET /v1/requests', async () => {
     const big = await d.t.customerWithMeter({ credit: '100', secretKey: d.secretKey });
     const small = (await d.api('POST', '/v1/customers', {})).body;

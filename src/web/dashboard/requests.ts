@@ -65,7 +65,7 @@ ${STATUSES.map((s) => html`<option${s === q.status ? html` selected` : ''}>${s}<
 <div><label for="f-to">To (UTC)</label><input id="f-to" name="to" type="date" value="${q.to ?? ''}"></div>
 <div><button type="submit">Filter</button><a class="button secondary" href="/dashboard/requests.csv?${queryString(q)}">Export CSV</a></div>
 </form>
-${page.length === 0 ? emptyLog() : logTable(page)}
+${page.length === 0 ? emptyLog(queryString(q) !== '' || Boolean(filled(q.cursor))) : logTable(page)}
 ${next ? html`<p><a class="button secondary" href="/dashboard/requests?${queryString(q, { cursor: next })}" rel="next">Older requests</a></p>` : ''}`,
     });
   });
@@ -95,10 +95,18 @@ ${next ? html`<p><a class="button secondary" href="/dashboard/requests?${querySt
   });
 }
 
-function emptyLog() {
-  return html`<div class="card"><h2>No requests match</h2>
-<p>Requests appear here once your integration records them (<code>POST /v1/requests</code>) or forwards them through
-<code>/v1/forward</code>. Clear the filters to see every request.</p></div>`;
+/** Filtered to nothing: say so; nothing at all yet: say how to record a first request. */
+function emptyLog(filtered: boolean) {
+  if (filtered) {
+    return html`<div class="card"><h2>No requests match</h2>
+<p>No request matches these filters. <a href="/dashboard/requests">Clear the filters</a> to see every request.</p></div>`;
+  }
+  return html`<div class="card"><h2>No requests yet</h2>
+<p>Requests appear here once your integration records them or forwards them through <code>/v1/forward</code>. Record a first one with your secret key:</p>
+<pre class="secret">curl -X POST $TOLLGATE/v1/requests -H "Authorization: Bearer sk_live_…" \\
+  -H "Content-Type: application/json" \\
+  -d '{"request_id":"first-1","customer_id":"con_…","meter_slug":"…","input_tokens":1000,"output_tokens":500}'</pre>
+<p>It needs a <a href="/dashboard/meters">meter</a> and a <a href="/dashboard/customers">customer</a>.</p></div>`;
 }
 
 function logTable(rows: RequestRow[]) {
