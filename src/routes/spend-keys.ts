@@ -259,4 +259,4 @@ export function registerSpendKeyRoutes(app: App, { storage }: AppDeps): void {
 }
 
 /** The dashboard's spend key form is read by the same schema and turned into the same settings. */
-export { createBody as spendKeyCreateBody, toSettings as spendKeySettingsOf };
+export { createBody as spendKeyCreateBody, updateBody as spendKeyUpdateBody, toSettings as spendKeySettingsOf };

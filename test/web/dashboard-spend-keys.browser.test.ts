@@ -124,4 +124,29 @@ describe('dashboard spend keys (Chromium)', () => {
     expect(await d.page.content()).not.toContain(rotated);
     expect(await cell('.requests')).toBe('4 of 100 (daily)');
   });
+
+  it("changes a key's limits on its page: the API sees them, the counters stay the API's", async () => {
+    await d.page.goto(`${d.base}/dashboard/spend-keys`);
+    await d.page.getByRole('link', { name: 'Team A' }).click();
+    await d.page.waitForURL((u) => u.pathname === `/dashboard/spend-keys/${keyId}`);
+    await d.visit(`/dashboard/spend-keys/${keyId}`, 'spend-key');
+    const api = (await d.api('GET', `/v1/spend_keys/${keyId}`)).body;
+    expect(await d.page.textContent('#current-requests')).toBe(`${api.current_requests} of 100 (daily)`);
+    expect(await d.page.textContent('#current-spend')).toBe(`${api.current_spend} of 5.0000000000 (daily)`);
+
+    await d.page.getByLabel('Spend limit', { exact: true }).fill('-1');
+    await clickRowButton(/^Save limits$/);
+    expect(await d.page.textContent('#spend-key-error')).toContain('Spend limit');
+    expect((await d.api('GET', `/v1/spend_keys/${keyId}`)).body.spend_limit).toEqual({ amount: '5.0000000000', cycle: 'daily' });
+
+    await d.page.getByLabel('Spend limit', { exact: true }).fill('7.5');
+    await d.page.getByLabel('Spend limit resets').selectOption('weekly');
+    await d.page.getByLabel('Request limit', { exact: true }).fill('');
+    await clickRowButton(/^Save limits$/);
+    await d.page.waitForSelector('#limits-saved');
+    const after = (await d.api('GET', `/v1/spend_keys/${keyId}`)).body;
+    expect(after).toMatchObject({ spend_limit: { amount: '7.5000000000', cycle: 'weekly' }, request_limit: null, rate_limit: { rpm: 60 } });
+    expect(await d.page.textContent('#current-spend')).toBe(`${after.current_spend} of 7.5000000000 (weekly)`);
+    expect(await d.page.textContent('#current-requests')).toBe(`${after.current_requests} (no limit)`);
+  });
 });

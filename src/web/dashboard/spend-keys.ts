@@ -1,10 +1,10 @@
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { CYCLES } from '../../domain/spend-limits.ts';
 import type { AppDeps } from '../../http/types.ts';
-import { presentSpendKey, spendKeyCreateBody, spendKeySettingsOf } from '../../routes/spend-keys.ts';
+import { presentSpendKey, spendKeyCreateBody, spendKeySettingsOf, spendKeyUpdateBody } from '../../routes/spend-keys.ts';
 import { findConnection } from '../../storage/connections.ts';
 import { findMerchant } from '../../storage/merchants.ts';
-import { insertSpendKey, listSpendKeys, revokeSpendKey, rotateSpendKey, updateSpendKey, type SpendKeyScope } from '../../storage/spend-keys.ts';
+import { findSpendKey, insertSpendKey, listSpendKeys, revokeSpendKey, rotateSpendKey, updateSpendKey, type SpendKeyScope } from '../../storage/spend-keys.ts';
 import { html } from '../html.ts';
 import { assertCsrf, WebError } from '../session.ts';
 import { csrfField, merchantOf, sendDashboardPage } from './shell.ts';
@@ -29,16 +29,46 @@ const text = (form: Form, name: string) => (form[name] ?? '').trim();
 /** A whole number stays a number for the schema; anything else reaches it as text, so it is refused with the API's message. */
 const count = (value: string): number | string => (/^\d{1,15}$/.test(value) ? Number(value) : value);
 
-/** The form as the body POST /v1/spend_keys takes: blank fields are left out. */
-function bodyOf(form: Form): Record<string, unknown> {
-  const body: Record<string, unknown> = { name: text(form, 'name') || 'Spend key' };
-  if (text(form, 'customer_id')) body.customer_id = text(form, 'customer_id');
-  if (text(form, 'spend_amount')) body.spend_limit = { amount: text(form, 'spend_amount'), cycle: text(form, 'spend_cycle') };
-  if (text(form, 'request_count')) body.request_limit = { count: count(text(form, 'request_count')), cycle: text(form, 'request_cycle') };
-  if (text(form, 'rpm')) body.rate_limit = { rpm: count(text(form, 'rpm')) };
+/**
+ * The limit fields as the API's body takes them. A blank field is left out when creating (no
+ * limit) and sent as null when changing a key (the limit removed).
+ */
+function limitsBody(form: Form, blank: 'omit' | 'null'): Record<string, unknown> {
+  const body: Record<string, unknown> = {};
+  const set = (field: string, present: boolean, value: () => unknown) => {
+    if (present) body[field] = value();
+    else if (blank === 'null') body[field] = null;
+  };
+  set('spend_limit', text(form, 'spend_amount') !== '', () => ({ amount: text(form, 'spend_amount'), cycle: text(form, 'spend_cycle') }));
+  set('request_limit', text(form, 'request_count') !== '', () => ({ count: count(text(form, 'request_count')), cycle: text(form, 'request_cycle') }));
+  set('rate_limit', text(form, 'rpm') !== '', () => ({ rpm: count(text(form, 'rpm')) }));
   const models = text(form, 'allowed_models').split(',').map((m) => m.trim()).filter(Boolean);
-  if (models.length > 0) body.allowed_models = models;
+  set('allowed_models', models.length > 0, () => models);
   return body;
+}
+
+/** The form as the body POST /v1/spend_keys takes. */
+function bodyOf(form: Form): Record<string, unknown> {
+  return {
+    name: text(form, 'name') || 'Spend key',
+    ...(text(form, 'customer_id') ? { customer_id: text(form, 'customer_id') } : {}),
+    ...limitsBody(form, 'omit'),
+  };
+}
+
+const issueText = (issues: readonly { path: readonly PropertyKey[]; message: string }[]) =>
+  issues.map((i) => `${FIELD_LABELS[String(i.path[0])] ?? String(i.path[0] ?? 'Form')}: ${i.message}`).join('; ');
+
+/** What a key's limits look like in the form. */
+function formOfKey(k: SpendKey): Form {
+  return {
+    spend_amount: k.spend_limit ? String(k.spend_limit.amount) : '',
+    spend_cycle: k.spend_limit?.cycle ?? 'monthly',
+    request_count: k.request_limit ? String(k.request_limit.count) : '',
+    request_cycle: k.request_limit?.cycle ?? 'monthly',
+    rpm: k.rate_limit ? String(k.rate_limit.rpm) : '',
+    allowed_models: (k.allowed_models ?? []).join(', '),
+  };
 }
 
 export function registerSpendKeyPages(app: FastifyInstance, deps: AppDeps): void {
@@ -65,10 +95,7 @@ ${createForm(request, reply, flash)}`,
     const merchantId = merchantOf(request);
     const form = (request.body ?? {}) as Form;
     const parsed = spendKeyCreateBody.safeParse(bodyOf(form));
-    if (!parsed.success) {
-      const error = parsed.error.issues.map((i) => `${FIELD_LABELS[String(i.path[0])] ?? String(i.path[0] ?? 'Form')}: ${i.message}`).join('; ');
-      return page(request, reply, { error, form, status: 400 });
-    }
+    if (!parsed.success) return page(request, reply, { error: issueText(parsed.error.issues), form, status: 400 });
     const { customer_id, connection_id: _c, wallet_id: _w, ...settings } = parsed.data;
     let wallet: { walletId: string; connectionId: string | null };
     if (customer_id) {
@@ -82,6 +109,49 @@ ${createForm(request, reply, flash)}`,
     }
     const { row, secret } = await insertSpendKey(deps.storage.db, { merchantId, ...wallet, settings: { ...spendKeySettingsOf(settings), name: settings.name } });
     return page(request, reply, { created: { name: row.name, key: secret }, status: 201 });
+  });
+
+  const detailPage = async (request: FastifyRequest<{ Params: { id: string } }>, reply: FastifyReply, flash: { saved?: boolean; error?: string; form?: Form; status?: number } = {}) => {
+    const row = await findSpendKey(deps.storage, scopeOf(request), request.params.id);
+    if (!row) throw new WebError(404, `No spend key with id ${request.params.id}.`);
+    const k = presentSpendKey(row, new Date());
+    return sendDashboardPage(request, reply, '/dashboard/spend-keys', {
+      title: `Spend key ${k.name}`,
+      status: flash.status,
+      main: html`<h1>Spend key ${k.name}</h1>
+${flash.saved ? html`<p class="notice" role="status" id="limits-saved">Limits saved.</p>` : ''}
+<div class="card"><dl class="kv" id="counters">
+<dt>Key</dt><dd><code>${k.key_preview}</code></dd><dt>Status</dt><dd>${k.status}</dd>
+<dt>Bills</dt><dd>${k.customer_id ? html`customer <a href="/dashboard/customers/${k.customer_id}">${k.customer_id}</a>` : 'your own wallet'}</dd>
+<dt>Spend this cycle</dt><dd id="current-spend">${limitText(k.current_spend, k.spend_limit)}</dd><dt>Spend in total</dt><dd>${k.total_spend}</dd>
+<dt>Requests this cycle</dt><dd id="current-requests">${limitText(k.current_requests, k.request_limit ? { count: k.request_limit.count, cycle: k.request_limit.cycle } : null)}</dd><dt>Requests in total</dt><dd>${k.total_requests}</dd>
+<dt>Rate limit</dt><dd>${k.rate_limit ? `${k.rate_limit.rpm} per minute` : 'none'}</dd><dt>Last used</dt><dd>${k.last_used_at ?? 'never'}</dd>
+</dl></div>
+<form class="card" method="post" action="/dashboard/spend-keys/${k.spend_key_id}" novalidate>
+${csrfField(request, reply)}
+<h2>Limits</h2>
+<p class="muted">Leave a field blank to remove that limit.</p>
+${flash.error ? html`<p class="error" role="alert" id="spend-key-error">${flash.error}</p>` : ''}
+${limitInputs(flash.form ?? formOfKey(k))}
+<button type="submit">Save limits</button>
+</form>
+<p><a href="/dashboard/spend-keys">All spend keys</a></p>`,
+    });
+  };
+
+  app.get<{ Params: { id: string }; Querystring: { saved?: string } }>('/dashboard/spend-keys/:id', (request, reply) =>
+    detailPage(request, reply, { saved: request.query.saved === '1' }),
+  );
+
+  app.post<{ Params: { id: string } }>('/dashboard/spend-keys/:id', async (request, reply) => {
+    assertCsrf(request);
+    const form = (request.body ?? {}) as Form;
+    const parsed = spendKeyUpdateBody.safeParse(limitsBody(form, 'null'));
+    if (!parsed.success) return detailPage(request, reply, { error: issueText(parsed.error.issues), form, status: 400 });
+    // The same update as PATCH /v1/spend_keys/{id}: counters carry over as the API's do.
+    const row = await updateSpendKey(deps.storage, scopeOf(request), request.params.id, spendKeySettingsOf(parsed.data));
+    if (!row) throw new WebError(404, `No spend key with id ${request.params.id}.`);
+    return reply.redirect(`/dashboard/spend-keys/${encodeURIComponent(row.id)}?saved=1`, 303);
   });
 
   app.post<{ Params: { id: string } }>('/dashboard/spend-keys/:id/status', async (request, reply) => {
@@ -117,7 +187,7 @@ function keyTable(request: FastifyRequest, reply: FastifyReply, keys: SpendKey[]
 <thead><tr><th scope="col">Name</th><th scope="col">Key</th><th scope="col">Status</th><th scope="col">Customer</th><th scope="col">Spend this cycle</th><th scope="col">Requests this cycle</th><th scope="col">Rate limit</th><th scope="col" class="num">Total spend</th><th scope="col"><span class="visually-hidden">Actions</span></th></tr></thead>
 <tbody>
 ${keys.map(
-  (k) => html`<tr id="key-${k.spend_key_id}"><th scope="row">${k.name}</th><td><code>${k.key_preview}</code></td><td>${k.status}</td>
+  (k) => html`<tr id="key-${k.spend_key_id}"><th scope="row"><a href="/dashboard/spend-keys/${k.spend_key_id}">${k.name}</a></th><td><code>${k.key_preview}</code></td><td>${k.status}</td>
 <td>${k.customer_id ? html`<a href="/dashboard/customers/${k.customer_id}">${k.customer_id}</a>` : html`<span class="muted">your wallet</span>`}</td>
 <td class="spend">${limitText(k.current_spend, k.spend_limit)}</td><td class="requests">${limitText(k.current_requests, k.request_limit ? { count: k.request_limit.count, cycle: k.request_limit.cycle } : null)}</td>
 <td>${k.rate_limit ? `${k.rate_limit.rpm}/min` : '—'}</td><td class="num">${k.total_spend}</td>
@@ -131,6 +201,18 @@ function cycleSelect(id: string, name: string, selected: string | undefined) {
   return html`<select id="${id}" name="${name}">${CYCLES.map((c) => html`<option${c === (selected || 'monthly') ? html` selected` : ''}>${c}</option>`)}</select>`;
 }
 
+function limitInputs(f: Form) {
+  return html`<div class="filters">
+<div><label for="sk-spend">Spend limit</label><input id="sk-spend" name="spend_amount" inputmode="decimal" value="${f.spend_amount ?? ''}" placeholder="none"></div>
+<div><label for="sk-spend-cycle">Spend limit resets</label>${cycleSelect('sk-spend-cycle', 'spend_cycle', f.spend_cycle)}</div>
+</div><div class="filters">
+<div><label for="sk-requests">Request limit</label><input id="sk-requests" name="request_count" inputmode="numeric" value="${f.request_count ?? ''}" placeholder="none"></div>
+<div><label for="sk-request-cycle">Request limit resets</label>${cycleSelect('sk-request-cycle', 'request_cycle', f.request_cycle)}</div>
+</div>
+<label for="sk-rpm">Requests per minute</label><input id="sk-rpm" name="rpm" inputmode="numeric" value="${f.rpm ?? ''}" placeholder="no rate limit">
+<label for="sk-models">Allowed models (comma-separated; blank: any)</label><input id="sk-models" name="allowed_models" value="${f.allowed_models ?? ''}">`;
+}
+
 function createForm(request: FastifyRequest, reply: FastifyReply, flash: Flash) {
   const f = flash.form ?? {};
   const invalid = flash.error ? html` aria-describedby="spend-key-error"` : '';
@@ -140,15 +222,7 @@ ${csrfField(request, reply)}
 ${flash.error ? html`<p class="error" role="alert" id="spend-key-error">${flash.error}</p>` : ''}
 <label for="sk-name">Name</label><input id="sk-name" name="name" maxlength="255" value="${f.name ?? 'Spend key'}" required>
 <label for="sk-customer">Customer id (blank: bill your own wallet)</label><input id="sk-customer" name="customer_id" value="${f.customer_id ?? ''}" placeholder="con_…">
-<div class="filters">
-<div><label for="sk-spend">Spend limit</label><input id="sk-spend" name="spend_amount" inputmode="decimal" value="${f.spend_amount ?? ''}" placeholder="none"></div>
-<div><label for="sk-spend-cycle">Spend limit resets</label>${cycleSelect('sk-spend-cycle', 'spend_cycle', f.spend_cycle)}</div>
-</div><div class="filters">
-<div><label for="sk-requests">Request limit</label><input id="sk-requests" name="request_count" inputmode="numeric" value="${f.request_count ?? ''}" placeholder="none"></div>
-<div><label for="sk-request-cycle">Request limit resets</label>${cycleSelect('sk-request-cycle', 'request_cycle', f.request_cycle)}</div>
-</div>
-<label for="sk-rpm">Requests per minute</label><input id="sk-rpm" name="rpm" inputmode="numeric" value="${f.rpm ?? ''}" placeholder="no rate limit">
-<label for="sk-models">Allowed models (comma-separated; blank: any)</label><input id="sk-models" name="allowed_models" value="${f.allowed_models ?? ''}">
+${limitInputs(f)}
 <button type="submit">Create spend key</button>
 </form>`;
 }
