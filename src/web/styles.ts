@@ -1,7 +1,9 @@
 /**
  * The one stylesheet of Tollgate's pages, served at /assets/tollgate.css. Kept in a module (not a
  * .css file) so the compiled build in dist/ carries it without a copy step. Colours meet WCAG AA
- * contrast on their backgrounds; focus is always visible; the layout reflows down to 320 px.
+ * contrast on their backgrounds; focus is always visible; the layout reflows down to 320 px (wide
+ * tables scroll inside their card; the card is positioned so that visually hidden text in a table
+ * cannot stretch the page).
  */
 export const TOLLGATE_CSS = `
 *,*::before,*::after{box-sizing:border-box}
@@ -33,7 +35,10 @@ header.top button{margin:0;padding:.25rem .75rem;background:transparent;border-c
 .error{color:#a4161a;font-weight:600}
 .notice{background:#fff7e0;border:1px solid #b45309;padding:.75rem;border-radius:.25rem}
 .secret{font-family:ui-monospace,monospace;word-break:break-all;background:#eef3f8;padding:.5rem;border-radius:.25rem}
-.table-wrap{overflow-x:auto}
+.table-wrap{overflow-x:auto;position:relative}
+pre{white-space:pre-wrap;overflow-wrap:anywhere}
+td.actions form{display:inline-block}
+fieldset{border:1px solid #d0d0cc;border-radius:.25rem;margin:.75rem 0;padding:.5rem .75rem;min-width:0}
 table{border-collapse:collapse;width:100%;background:#fff}
 th,td{text-align:left;padding:.4rem .5rem;border-bottom:1px solid #d0d0cc;white-space:nowrap}
 td.num,th.num{text-align:right;font-variant-numeric:tabular-nums}

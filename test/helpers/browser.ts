@@ -41,6 +41,18 @@ export async function seriousAccessibilityViolations(page: Page): Promise<string
     .map((v) => `${v.id} (${v.impact}): ${v.help} at ${v.nodes.map((n) => n.target.join(' ')).join(', ')}`);
 }
 
+/**
+ * How far the page is wider than a 375 px phone screen (0 when it fits: wide tables scroll inside
+ * their own box, the page itself never scrolls sideways).
+ */
+export async function overflowAtPhoneWidth(page: Page): Promise<number> {
+  const original = page.viewportSize();
+  await page.setViewportSize(VIEWPORTS.narrow);
+  const overflow = await page.evaluate(() => document.documentElement.scrollWidth - document.documentElement.clientWidth);
+  if (original) await page.setViewportSize(original);
+  return overflow;
+}
+
 /** Screenshots of the current page at both widths, kept as test artefacts (gitignored). */
 export async function screenshotBothWidths(page: Page, name: string): Promise<void> {
   mkdirSync(SCREENSHOT_DIR, { recursive: true });

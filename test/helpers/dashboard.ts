@@ -4,7 +4,7 @@ import { createMerchant } from '../../src/storage/merchants.ts';
 import { startTestApp, type TestApp } from './app.ts';
 import { startGatewayOnMock } from './gateway.ts';
 import type { MockUpstream } from './mock-upstream.ts';
-import { launchChromium, loadWithWeight, screenshotBothWidths, seriousAccessibilityViolations } from './browser.ts';
+import { launchChromium, loadWithWeight, overflowAtPhoneWidth, screenshotBothWidths, seriousAccessibilityViolations } from './browser.ts';
 
 export const PAGE_BUDGET_BYTES = 150 * 1024;
 const PASSWORD = 'a long enough password';
@@ -69,6 +69,7 @@ export async function signedInDashboard(
       expect(foreign, `${path} requested another origin`).toEqual([]);
       expect(bytes, `${path} weighs ${bytes} bytes`).toBeLessThan(PAGE_BUDGET_BYTES);
       expect(await seriousAccessibilityViolations(page), path).toEqual([]);
+      expect(await overflowAtPhoneWidth(page), `${path} is wider than a 375 px screen`).toBe(0);
       await screenshotBothWidths(page, shot);
     },
     async api(method, url, payload) {

@@ -5,7 +5,7 @@ import type { Browser } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createMerchant } from '../../src/storage/merchants.ts';
 import { startTestApp, type TestApp } from '../helpers/app.ts';
-import { launchChromium, loadWithWeight, screenshotBothWidths, seriousAccessibilityViolations } from '../helpers/browser.ts';
+import { launchChromium, loadWithWeight, overflowAtPhoneWidth, screenshotBothWidths, seriousAccessibilityViolations } from '../helpers/browser.ts';
 import { fakeBrowserOpener, runCollecting, signInAndApprove } from '../helpers/cli-login.ts';
 
 const EMAIL = 'Owner@CLI.example';
@@ -84,6 +84,7 @@ process.stdout.write(JSON.stringify(credentials));`;
     expect(foreign).toEqual([]);
     expect(bytes).toBeLessThan(150 * 1024);
     expect(await seriousAccessibilityViolations(page)).toEqual([]);
+    expect(await overflowAtPhoneWidth(page)).toBe(0);
     await screenshotBothWidths(page, 'cli-authorize');
     const csp = (await page.request.get(url)).headers()['content-security-policy'];
     expect(csp).toContain("form-action 'self' http://127.0.0.1:45678");

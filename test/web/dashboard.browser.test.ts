@@ -2,7 +2,7 @@ import type { Browser, BrowserContext, Page } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createMerchant } from '../../src/storage/merchants.ts';
 import { startTestApp, type TestApp } from '../helpers/app.ts';
-import { launchChromium, loadWithWeight, screenshotBothWidths, seriousAccessibilityViolations } from '../helpers/browser.ts';
+import { launchChromium, loadWithWeight, overflowAtPhoneWidth, screenshotBothWidths, seriousAccessibilityViolations } from '../helpers/browser.ts';
 
 const PAGE_BUDGET_BYTES = 150 * 1024;
 const EMAIL = 'founder@shop.example';
@@ -32,6 +32,7 @@ describe('merchant dashboard (Chromium)', () => {
     expect(foreign, `${path} requested another origin`).toEqual([]);
     expect(bytes, `${path} weighs ${bytes} bytes`).toBeLessThan(PAGE_BUDGET_BYTES);
     expect(await seriousAccessibilityViolations(page), path).toEqual([]);
+    expect(await overflowAtPhoneWidth(page), `${path} is wider than a 375 px screen`).toBe(0);
     await screenshotBothWidths(page, shot);
     visited.push(path);
   }
