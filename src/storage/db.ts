@@ -1,10 +1,9 @@
 import { createHash } from 'node:crypto';
-import { mkdirSync } from 'node:fs';
-import { dirname, resolve } from 'node:path';
-import SqliteDatabase from 'better-sqlite3';
-import { CompiledQuery, Kysely, PostgresDialect, SqliteDialect, SqliteDriver, type DatabaseConnection, type SqliteDialectConfig } from 'kysely';
+import { Kysely, PostgresDialect } from 'kysely';
 import pg from 'pg';
 import type { Database, Dialect } from './schema.ts';
+import { openSqlite as openSqliteHandle } from './sqlite.ts';
+import type { SqliteWriter } from './sqlite-writer.ts';
 
 export type Storage = {
   db: Kysely<Database>;
@@ -18,44 +17,28 @@ export type Storage = {
    */
   pipeline?: pg.Pool;
   /**
-   * SQLite only: how many statements that write this handle has run so far. A row read through
-   * it is still what the database holds while this has not moved, but for what another process
+   * SQLite only: moves with every statement that may write, when it is sent and again when it is
+   * answered (a database file's writes run on the writer thread, sqlite.ts). A row read through this
+   * handle is still what the database holds while this has not moved, but for what another process
    * wrote meanwhile (decision 0011).
    */
   writeCount?: () => number;
+  /** SQLite database files only: the thread that runs every write, transaction and checkpoint (decision 0011). */
+  writer?: SqliteWriter;
   close(): Promise<void>;
 };
 
 const PG_INT8_OID = 20;
 
 /** Opens the database named by a DATABASE_URL value (`sqlite:<path>` or `postgres://…`). */
-export function openStorage(url: string, opts: { poolSize?: number } = {}): Storage {
-  if (url.startsWith('sqlite:')) return openSqlite(url.slice('sqlite:'.length));
+export function openStorage(url: string, opts: { poolSize?: number; onWriterDeath?: (error: Error) => void } = {}): Storage {
+  if (url.startsWith('sqlite:')) return openSqlite(url.slice('sqlite:'.length), opts.onWriterDeath);
   return openPostgres(url, opts.poolSize ?? 20);
 }
 
-function openSqlite(path: string): Storage {
-  const inMemory = path === ':memory:' || path === '';
-  if (!inMemory) mkdirSync(dirname(resolve(path)), { recursive: true });
-  const sqlite = new SqliteDatabase(inMemory ? ':memory:' : path);
-  sqlite.pragma('journal_mode = WAL');
-  sqlite.pragma('busy_timeout = 10000');
-  sqlite.pragma('synchronous = NORMAL');
-  // Checkpoints copy the WAL into the database file and sync it; hot pages (wallets, index
-  // edges) are copied once per checkpoint, so fewer, larger ones (~40 MB of WAL) write less.
-  sqlite.pragma('wal_autocheckpoint = 10000');
-  sqlite.pragma('foreign_keys = ON');
-  // Money is BIGINT; numbers above 2^53 must never pass through a JS number.
-  sqlite.defaultSafeIntegers(true);
-  const writes = { count: 0 };
-  const db = new Kysely<Database>({ dialect: new ImmediateSqliteDialect({ database: withStatementCache(sqlite, writes) }) });
-  return {
-    db,
-    dialect: 'sqlite',
-    describe: `sqlite:${inMemory ? ':memory:' : path}`,
-    writeCount: () => writes.count,
-    close: () => db.destroy(),
-  };
+function openSqlite(path: string, onWriterDeath?: (error: Error) => void): Storage {
+  const { db, describe, writeCount, writer } = openSqliteHandle(path, onWriterDeath ? { onWriterDeath } : {});
+  return { db, dialect: 'sqlite', describe, writeCount, ...(writer ? { writer } : {}), close: () => db.destroy() };
 }
 
 function openPostgres(url: string, max: number): Storage {
@@ -151,63 +134,3 @@ PreparingClient.prototype.query = function query(this: pg.Client, ...args: unkno
   }
   return unpreparedQuery.apply(this, args);
 } as typeof pg.Client.prototype.query;
-
-const STATEMENT_CACHE_SIZE = 500;
-
-/**
- * Kysely prepares every query anew; preparing costs more than running most of ours. The app issues
- * a small, fixed set of SQL texts, so prepared statements are kept and reused. Every run of a
- * statement that writes is counted in `writes` (Storage.writeCount).
- */
-function withStatementCache(sqlite: SqliteDatabase.Database, writes: { count: number }): SqliteDialectConfig['database'] {
-  const cache = new Map<string, SqliteDatabase.Statement>();
-  return {
-    close: () => sqlite.close(),
-    prepare: (text: string) => {
-      let statement = cache.get(text);
-      if (!statement) {
-        statement = sqlite.prepare(text);
-        if (!statement.readonly) countRuns(statement, writes);
-        if (cache.size >= STATEMENT_CACHE_SIZE) cache.delete(cache.keys().next().value!);
-        cache.set(text, statement);
-      }
-      return statement;
-    },
-  };
-}
-
-/**
- * Counts each run of a statement that writes, however Kysely runs it (`run`, or `all` for one with
- * RETURNING). Counted before it runs: a statement that fails may still have written part of a
- * transaction that is rolled back later, and a count too many only costs a read.
- */
-function countRuns(statement: SqliteDatabase.Statement, writes: { count: number }): void {
-  for (const method of ['run', 'all', 'get', 'iterate'] as const) {
-    const original = statement[method] as (...args: unknown[]) => unknown;
-    (statement as unknown as Record<string, unknown>)[method] = (...args: unknown[]) => {
-      writes.count++;
-      return original.apply(statement, args);
-    };
-  }
-}
-
-/**
- * SQLite transactions start with BEGIN IMMEDIATE: the write lock is taken up front, so two
- * processes sharing a file queue on busy_timeout instead of failing when a read turns into a write.
- */
-class ImmediateSqliteDialect extends SqliteDialect {
-  readonly #config: SqliteDialectConfig;
-  constructor(config: SqliteDialectConfig) {
-    super(config);
-    this.#config = config;
-  }
-  override createDriver(): SqliteDriver {
-    return new ImmediateSqliteDriver(this.#config);
-  }
-}
-
-class ImmediateSqliteDriver extends SqliteDriver {
-  override async beginTransaction(connection: DatabaseConnection): Promise<void> {
-    await connection.executeQuery(CompiledQuery.raw('begin immediate'));
-  }
-}
