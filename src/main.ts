@@ -25,12 +25,16 @@ export async function startServer(
   opts: { sweepIntervalMs?: number; renewalIntervalMs?: number } = {},
 ): Promise<RunningServer> {
   const heapGrowthLimited = limitHeapGrowth(config.heapGrowingPercent);
-  const storage = openStorage(config.databaseUrl);
+  // Money written by a batch the writer thread died under is written again member by member (the
+  // writers' fallback); the death itself must be loud.
+  let reportWriterDeath = (err: Error) => console.error(err);
+  const storage = openStorage(config.databaseUrl, { onWriterDeath: (err) => reportWriterDeath(err) });
   await migrateToLatest(storage);
   let reportOutage = (_err: unknown) => {};
   const { limiter, redis } = makeRateLimiter(config, (err) => reportOutage(err));
   const payments = createPaymentProvider(config);
   const app = await buildApp({ config, storage, rateLimiter: limiter, payments });
+  reportWriterDeath = (err) => app.log.error({ err }, 'the SQLite writer thread died; a new one takes over with the next write');
   reportOutage = (err) => app.log.warn({ err }, 'Redis is unreachable: rate limits are counted per instance until it is back');
   const url = await app.listen({ port: config.port, host: config.host });
   const sweeper = startSweeper(storage, app, opts.sweepIntervalMs ?? SWEEP_INTERVAL_MS);

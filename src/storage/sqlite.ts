@@ -219,9 +219,12 @@ class RoutedSqliteDriver implements Driver {
     (connection as RoutedConnection).release();
   }
 
+  /** Lets every write already asked for run (none is lost at shutdown), then closes both connections. */
   async destroy(): Promise<void> {
-    await this.writer.close();
+    await this.writerTurn.idle();
+    // The writer's connection closes last, so SQLite's final checkpoint runs on its thread too.
     this.#reader.close();
+    await this.writer.close();
   }
 }
 
@@ -283,6 +286,7 @@ function resultOf<R>(result: WriterResult): QueryResult<R> {
 class Turn {
   #held = false;
   readonly #waiting: (() => void)[] = [];
+  readonly #idle: (() => void)[] = [];
 
   take(): Promise<void> | void {
     if (!this.#held) {
@@ -295,6 +299,14 @@ class Turn {
   give(): void {
     const next = this.#waiting.shift();
     if (next) next();
-    else this.#held = false;
+    else {
+      this.#held = false;
+      for (const resolve of this.#idle.splice(0)) resolve();
+    }
+  }
+
+  /** Resolves once nobody holds or waits for the turn. */
+  idle(): Promise<void> | void {
+    if (this.#held) return new Promise((resolve) => this.#idle.push(resolve));
   }
 }
