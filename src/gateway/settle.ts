@@ -103,13 +103,16 @@ function settlementWrite(
   }
   const { usage, estimated } = billed;
   const responseBody = outcome.kind === 'answered' ? outcome.responseBody : null;
-  const model = plan.target.provider.modelFrom(plan.requestJson, plan.target.publicUrl, responseBody) ?? plan.model;
+  // The provider's name for what it served: from its answer, a stream's events included (the
+  // meter noted it), else from the request. The request's own name is kept when it differs.
+  const model = usage?.model ?? plan.target.provider.modelFrom(plan.requestJson, plan.target.publicUrl, responseBody) ?? plan.model;
   const settlement: SettleInput = {
     recordId: plan.recordId,
     holdIds: plan.holdIds,
     billing: plan.billing,
     usage: toUsage(usage),
     model,
+    requestedModel: plan.model !== null && plan.model !== model ? plan.model : null,
     prices: plan.prices,
     baseCostCharged: plan.providerKeyType === 'managed' && plan.prices !== null,
     serviceChargeRate: plan.billing.serviceChargeRate ?? deps.config.serviceChargeRate,

@@ -37,6 +37,8 @@ export type ChargeInput = {
   usage: Usage;
   provider: string;
   model: string | null;
+  /** The model the request named, when the provider served it under another name. */
+  requestedModel?: string | null;
   endpoint: string;
   providerKeyType: RequestRow['provider_key_type'];
   basePrices: BasePrices | null;
@@ -266,6 +268,7 @@ export function buildRequestRecord(input: ChargeInput, priced: PricedRequest, re
     meter_id: input.meter?.id ?? null,
     provider: input.provider,
     model: input.model,
+    requested_model: input.requestedModel ?? null,
     endpoint: input.endpoint,
     provider_key_type: input.providerKeyType,
     response_id: input.responseId ?? null,
@@ -287,6 +290,7 @@ export type RecordIdentity = Pick<
   | 'meter_id'
   | 'provider'
   | 'model'
+  | 'requested_model'
   | 'endpoint'
   | 'provider_key_type'
   | 'response_id'
@@ -310,6 +314,7 @@ export function completedRequestRow(identity: RecordIdentity, usage: Usage, pric
     meter_id: identity.meter_id,
     provider: identity.provider,
     model: identity.model,
+    requested_model: identity.requested_model,
     endpoint: identity.endpoint,
     provider_key_type: identity.provider_key_type,
     response_id: identity.response_id,

@@ -14,6 +14,7 @@ import * as m0010 from './migrations/0010_webhooks.ts';
 import * as m0011 from './migrations/0011_dashboard.ts';
 import * as m0012 from './migrations/0012_events_undispatched_by_merchant.ts';
 import * as m0013 from './migrations/0013_subscription_cycle_anchor.ts';
+import * as m0014 from './migrations/0014_request_requested_model.ts';
 
 /** The ordered, frozen list. New migrations are appended, never inserted or edited. */
 const MIGRATIONS: Record<string, Migration> = {
@@ -30,6 +31,7 @@ const MIGRATIONS: Record<string, Migration> = {
   '0011_dashboard': m0011,
   '0012_events_undispatched_by_merchant': m0012,
   '0013_subscription_cycle_anchor': m0013,
+  '0014_request_requested_model': m0014,
 };
 
 const provider: MigrationProvider = { getMigrations: async () => MIGRATIONS };

@@ -120,7 +120,10 @@ export interface RequestsTable {
   connection_id: string | null;
   meter_id: string | null;
   provider: string;
+  /** The model the provider served (from its answer), else the one the request named. */
   model: string | null;
+  /** The model the request named, when the provider answered under another name; else null. */
+  requested_model: string | null;
   endpoint: string;
   provider_key_type: 'managed' | 'unmanaged';
   response_id: string | null;

@@ -80,6 +80,8 @@ export type Behaviour = {
   cacheWriteTokens?: number;
   /** Answer chat/messages/Gemini calls with this one tool call instead of text (JSON and streams). */
   toolCall?: MockToolCall;
+  /** Answer under this model name instead of the requested one (a dated version, as providers do). */
+  servedModel?: string;
 };
 
 export type MockToolCall = { name: string; arguments: Record<string, unknown> };
@@ -212,10 +214,10 @@ function route(req: RecordedRequest, behaviour: Behaviour, seq: number): Answer 
   if (req.json === undefined && !path.endsWith('/audio/speech')) {
     return errorAnswer(familyOf(path), 400, undefined, 'The request body is not valid JSON.');
   }
-  const body = (req.json ?? {}) as Body;
+  const body = { ...((req.json ?? {}) as Body), ...(behaviour.servedModel ? { model: behaviour.servedModel } : {}) };
   const usage = usageFor(body, behaviour);
   const gemini = /\/models\/([^/:]+):(generateContent|streamGenerateContent)$/.exec(path);
-  if (gemini) return geminiAnswer(gemini[1]!, gemini[2] === 'streamGenerateContent', req.query.get('alt') === 'sse', usage, seq, behaviour.toolCall);
+  if (gemini) return geminiAnswer(behaviour.servedModel ?? gemini[1]!, gemini[2] === 'streamGenerateContent', req.query.get('alt') === 'sse', usage, seq, behaviour.toolCall);
   if (path.endsWith('/chat/completions')) return chatAnswer(body, usage, seq, behaviour.toolCall);
   if (path.endsWith('/responses')) return responsesAnswer(body, usage, seq);
   if (path.endsWith('/embeddings')) return embeddingsAnswer(body, usage);

@@ -209,6 +209,7 @@ export function pendingRecord(input: AdmitInput, id: string, at: string): Reques
     meter_id: input.billing.meter?.id ?? null,
     provider: input.record.provider,
     model: input.record.model,
+    requested_model: null,
     endpoint: input.record.endpoint,
     provider_key_type: input.record.provider_key_type,
     response_id: null,

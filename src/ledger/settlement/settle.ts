@@ -37,7 +37,10 @@ export type SettleInput = {
   holdIds: string[];
   billing: BillingContext;
   usage: Usage;
+  /** The model the provider served. */
   model: string | null;
+  /** The model the request named, when it differs from `model`. */
+  requestedModel?: string | null;
   prices: BasePrices | null;
   baseCostCharged: boolean;
   serviceChargeRate: bigint;
@@ -72,6 +75,7 @@ function chargeInputOf(input: SettleInput, pending: PendingFacts): ChargeInput {
     usage: input.usage,
     provider: pending.provider,
     model: input.model,
+    requestedModel: input.requestedModel ?? null,
     endpoint: pending.endpoint,
     providerKeyType: pending.provider_key_type,
     basePrices: input.prices,
@@ -389,6 +393,7 @@ function completedRecord(input: SettleInput, pending: PendingFacts, priced: Pric
     meter_id: input.billing.meter?.id ?? null,
     provider: pending.provider,
     model: input.model,
+    requested_model: input.requestedModel ?? null,
     endpoint: pending.endpoint,
     provider_key_type: pending.provider_key_type,
     response_id: input.responseId,
