@@ -14,7 +14,7 @@ import { documentSharedBehaviour } from './http/schemas.ts';
 import type { App, AppDeps, AppOptions } from './http/types.ts';
 import { broadcastCredentialChanges } from './gateway/credential-broadcast.ts';
 import { systemClock } from './domain/clock.ts';
-import { registerDropInRoutes } from './gateway/drop-in.ts';
+import { registerDropInRoutes, registerGeminiDropInRoutes } from './gateway/drop-in.ts';
 import { TestPaymentProvider } from './payments/test-provider.ts';
 import { createGateway, registerForwardRoutes } from './gateway/forward.ts';
 import { registerAuthCallbackRoute } from './routes/auth-callback.ts';
@@ -107,6 +107,10 @@ export async function buildApp(options: AppOptions): Promise<App> {
   await app.register(async (scope) => registerDropInRoutes(scope.withTypeProvider<ZodTypeProvider>(), deps, gateway), {
     prefix: '/v1',
   });
+  // Gemini's native API, at the paths @google/genai builds from its base URL and API version.
+  for (const prefix of ['/v1beta', '/v1']) {
+    await app.register(async (scope) => registerGeminiDropInRoutes(scope.withTypeProvider<ZodTypeProvider>(), deps, gateway), { prefix });
+  }
   await app.register(async (scope) => registerRewriteRoutes(scope.withTypeProvider<ZodTypeProvider>(), deps, gateway), {
     prefix: '/v1',
   });

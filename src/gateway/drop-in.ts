@@ -1,6 +1,8 @@
 /**
  * Drop-in provider endpoints: `POST /v1/chat/completions`, `/v1/responses`, `/v1/embeddings`,
- * `GET /v1/models` (OpenAI shape) and `POST /v1/messages` (Anthropic shape). A client configured
+ * `GET /v1/models` (OpenAI shape, or Anthropic's for an Anthropic client), `POST /v1/messages` and
+ * `/v1/messages/count_tokens` (Anthropic shape), and Gemini's native
+ * `POST /{v1beta|v1}/models/{model}:{generateContent|streamGenerateContent|…}`. A client configured
  * with Tollgate as its base URL and a Tollgate key as its API key works unchanged: the request is
  * routed by its model to a provider and then takes the same path as /v1/forward.
  */
@@ -10,76 +12,106 @@ import { dateOf } from '../domain/clock.ts';
 import { ApiError } from '../http/errors.ts';
 import { assertJsonDepth } from '../http/json-depth.ts';
 import type { App, AppDeps } from '../http/types.ts';
-import type { ProviderModule } from '../providers/types.ts';
+import type { ProviderFamily, ProviderModule } from '../providers/types.ts';
 import { installDialectErrorHandler } from './error-dialects.ts';
 import { extractCredential, resolveCredential, type BillingContext } from './credentials.ts';
 import { forwardRequest, metadataOf, type Gateway } from './forward.ts';
 import { authenticateSpendKey, checkRequestShape, modelAllowed, providerAllowed } from './spend-key-guard.ts';
 import { resolveTarget } from './target.ts';
+import type { SpendKeyRow } from '../storage/spend-keys.ts';
 
 type Shape = 'openai' | 'anthropic';
 
 const OPENAI_PATHS = ['/chat/completions', '/responses', '/embeddings'] as const;
+const ANTHROPIC_PATHS = ['/messages', '/messages/count_tokens'] as const;
 
-/** Model-name prefixes that identify a provider when the model is not written `provider/model`. */
-const MODEL_PREFIXES: readonly [RegExp, string][] = [
-  [/^(gpt-|o\d|chatgpt-|text-embedding-|davinci|babbage|omni-moderation|tts-|whisper-|dall-e)/, 'openai'],
-  [/^claude-/, 'anthropic'],
-  [/^gemini-|^text-embedding-00|^gemma-/, 'google-openai'],
-  [/^(mistral-|codestral|ministral|pixtral|open-mistral|magistral)/, 'mistral'],
-  [/^deepseek-/, 'deepseek'],
-  [/^grok-/, 'xai'],
-  [/^(command|embed-)/, 'cohere'],
-  [/^(kimi-|moonshot-)/, 'moonshot'],
-];
+/** The Gemini API methods the native drop-in forwards (`models/{model}:{method}`). */
+const GEMINI_METHODS = new Set(['generateContent', 'streamGenerateContent', 'countTokens', 'embedContent', 'batchEmbedContents']);
 
 export function registerDropInRoutes(app: App, deps: AppDeps, gateway: Gateway): void {
-  app.removeAllContentTypeParsers();
-  app.addContentTypeParser('*', { parseAs: 'buffer' }, (_request, body, done) => done(null, body));
-  // Authenticated before the body is read (onRequest runs before parsing): a caller without a
-  // valid key never makes the server buffer up to the body limit.
-  const callers = new WeakMap<FastifyRequest, Caller>();
-  // Refusals answer in the shape of the endpoint's provider: Anthropic's on /messages, else OpenAI's.
-  installDialectErrorHandler(app, (request) => (request.url.split('?')[0]!.endsWith('/messages') ? 'anthropic' : 'openai'));
-  app.addHook('onRequest', async (request) => {
-    callers.set(request, await authenticate(deps, gateway, request));
-  });
-  const callerOf = async (request: FastifyRequest) => callers.get(request) ?? (await authenticate(deps, gateway, request));
+  acceptRawBodies(app);
+  // Refusals answer in the shape of the endpoint's provider: Anthropic's on /messages and for an
+  // Anthropic client's model list, else OpenAI's.
+  installDialectErrorHandler(app, (request) => (isAnthropicShaped(request) ? 'anthropic' : 'openai'));
+  const callerOf = authenticateBeforeBody(app, deps, gateway, () => null);
 
   for (const path of OPENAI_PATHS) {
     app.post(path, { schema: { hide: true } }, async (request, reply) =>
       dropIn(deps, gateway, request, reply, { shape: 'openai', path, caller: await callerOf(request) }),
     );
   }
-  app.post('/messages', { schema: { hide: true } }, async (request, reply) =>
-    dropIn(deps, gateway, request, reply, { shape: 'anthropic', path: '/messages', caller: await callerOf(request) }),
-  );
+  for (const path of ANTHROPIC_PATHS) {
+    app.post(path, { schema: { hide: true } }, async (request, reply) =>
+      dropIn(deps, gateway, request, reply, { shape: 'anthropic', path, caller: await callerOf(request) }),
+    );
+  }
   app.get('/models', { exposeHeadRoute: false, schema: { hide: true } }, async (request) => {
     const { billing, token } = await callerOf(request);
     // The cached key may be up to 2 s old: one read of its row refuses a key just revoked,
     // rotated, paused or expired on another instance, and filters by its current allow-lists.
     const spendKey = billing.spendKey ? await authenticateSpendKey(deps.storage, token, dateOf(deps.clock)) : null;
-    const data = listModels(deps, gateway);
-    // A spend key sees only what its allow-lists (and its request shape) let it use.
-    if (!spendKey) return { object: 'list', data };
-    const family = spendKey.request_shape === 'anthropic' ? 'anthropic' : 'openai-compatible';
-    return {
-      object: 'list',
-      data: data.filter((m) => {
-        const provider = gateway.registry.getProvider(m.owned_by);
-        const bare = m.id.startsWith(`${m.owned_by}/`) ? m.id.slice(m.owned_by.length + 1) : m.id;
-        return provider?.family === family && providerAllowed(spendKey, m.owned_by) && modelAllowed(spendKey, m.owned_by, bare);
-      }),
-    };
+    const anthropicClient = isAnthropicShaped(request);
+    const models = listModels(deps, gateway).filter(
+      (m) => (!anthropicClient || m.provider.family === 'anthropic') && (!spendKey || visibleTo(spendKey, m.provider, m.model)),
+    );
+    return anthropicClient ? anthropicModelList(models) : { object: 'list', data: models.map(openaiModel) };
   });
+}
+
+/**
+ * Gemini's native API, for @google/genai given Tollgate as its base URL: registered under
+ * `/v1beta` and `/v1` (the client's `apiVersion`). The key comes as `x-goog-api-key` or `?key=`;
+ * refusals are in Google's dialect.
+ */
+export function registerGeminiDropInRoutes(app: App, deps: AppDeps, gateway: Gateway): void {
+  acceptRawBodies(app);
+  installDialectErrorHandler(app, () => 'google');
+  const callerOf = authenticateBeforeBody(app, deps, gateway, (request) => new URL(request.url, 'http://x').searchParams.get('key'));
+  app.post('/models/*', { schema: { hide: true } }, async (request, reply) => {
+    const { billing } = await callerOf(request);
+    const call = geminiCallOf(request.url);
+    const google = gateway.registry.getProvider('google')!;
+    if (billing.spendKey) checkRequestShape(billing.spendKey, google.family);
+    const url = `${new URL(google.baseUrl).origin}/${call.version}/models/${call.model}:${call.method}${call.providerQuery}`;
+    const target = resolveTarget(url, gateway.registry, deps.config.upstreamOverrides);
+    await forwardRequest(deps, gateway, request, reply, { target, billing, metadata: metadataOf(request, call.metadata) });
+  });
+}
+
+function acceptRawBodies(app: App): void {
+  app.removeAllContentTypeParsers();
+  app.addContentTypeParser('*', { parseAs: 'buffer' }, (_request, body, done) => done(null, body));
 }
 
 type Caller = { billing: BillingContext; token: string };
 
-async function authenticate(deps: AppDeps, gateway: Gateway, request: FastifyRequest): Promise<Caller> {
-  const credential = extractCredential(request.headers, null);
-  if (!credential) throw new ApiError('unauthorized', 'Missing API key: send Authorization: Bearer <key> or x-api-key.');
-  return { billing: await resolveCredential(deps.storage, gateway.credentials, credential.token, dateOf(deps.clock)), token: credential.token };
+/**
+ * Authenticates every request of the scope before its body is read (onRequest runs before
+ * parsing): a caller without a valid key never makes the server buffer up to the body limit.
+ */
+function authenticateBeforeBody(
+  app: App,
+  deps: AppDeps,
+  gateway: Gateway,
+  queryKeyOf: (request: FastifyRequest) => string | null,
+): (request: FastifyRequest) => Promise<Caller> {
+  const callers = new WeakMap<FastifyRequest, Caller>();
+  const authenticate = async (request: FastifyRequest): Promise<Caller> => {
+    const credential = extractCredential(request.headers, queryKeyOf(request));
+    if (!credential) throw new ApiError('unauthorized', 'Missing API key: send Authorization: Bearer <key> or x-api-key.');
+    return { billing: await resolveCredential(deps.storage, gateway.credentials, credential.token, dateOf(deps.clock)), token: credential.token };
+  };
+  app.addHook('onRequest', async (request) => {
+    callers.set(request, await authenticate(request));
+  });
+  return async (request) => callers.get(request) ?? (await authenticate(request));
+}
+
+/** Anthropic's endpoints, and a model list asked for by an Anthropic client (its version header, or its key header alone). */
+function isAnthropicShaped(request: FastifyRequest): boolean {
+  const path = request.url.split('?')[0]!;
+  if (path.endsWith('/messages') || path.endsWith('/messages/count_tokens')) return true;
+  return request.headers['anthropic-version'] !== undefined || (request.headers['x-api-key'] !== undefined && request.headers.authorization === undefined);
 }
 
 async function dropIn(
@@ -103,6 +135,28 @@ async function dropIn(
   await forwardRequest(deps, gateway, request, reply, { target, billing, metadata: metadataOf(request, fromQuery) });
 }
 
+type GeminiCall = { version: string; model: string; method: string; providerQuery: string; metadata: string | null };
+
+/**
+ * `/{version}/models/{model}:{method}?…` as @google/genai sends it. The model stays as sent
+ * (percent-escapes included); `key` and `metadata` are Tollgate's, every other parameter
+ * (`alt=sse`) goes on to Google.
+ */
+function geminiCallOf(rawUrl: string): GeminiCall {
+  const question = rawUrl.indexOf('?');
+  const path = question === -1 ? rawUrl : rawUrl.slice(0, question);
+  const match = /^\/(v1beta|v1)\/models\/([^/:]+):([A-Za-z]+)$/.exec(path);
+  if (!match || !GEMINI_METHODS.has(match[3]!)) {
+    throw new ApiError('route_not_found', `No endpoint POST ${path}: the Gemini drop-in serves models/{model}:${[...GEMINI_METHODS].join('|')}.`);
+  }
+  const query = new URLSearchParams(question === -1 ? '' : rawUrl.slice(question + 1));
+  const metadata = query.get('metadata');
+  query.delete('key');
+  query.delete('metadata');
+  const rest = query.toString();
+  return { version: match[1]!, model: match[2]!, method: match[3]!, providerQuery: rest === '' ? '' : `?${rest}`, metadata };
+}
+
 function parseBody(request: FastifyRequest): Record<string, unknown> {
   const text = Buffer.isBuffer(request.body) ? request.body.toString('utf8') : '';
   assertJsonDepth(text);
@@ -115,6 +169,8 @@ function parseBody(request: FastifyRequest): Record<string, unknown> {
   throw new ApiError('invalid_json', 'The request body must be a JSON object with a model.');
 }
 
+const FAMILY_OF_SHAPE: Record<Shape, ProviderFamily> = { openai: 'openai-compatible', anthropic: 'anthropic' };
+
 /** Picks the provider for a model: `provider/model` explicitly, else by the model's name. */
 export function routeModel(gateway: Pick<Gateway, 'registry'>, requested: string, shape: Shape): { provider: ProviderModule; model: string } {
   if (!requested) {
@@ -122,15 +178,13 @@ export function routeModel(gateway: Pick<Gateway, 'registry'>, requested: string
   }
   const slash = requested.indexOf('/');
   const explicit = slash > 0 ? gateway.registry.getProvider(requested.slice(0, slash)) : undefined;
-  const providerId = explicit ? explicit.id : MODEL_PREFIXES.find(([re]) => re.test(requested))?.[1];
-  const provider = explicit ?? (providerId ? gateway.registry.getProvider(providerId) : undefined);
+  const provider = explicit ?? gateway.registry.listProviders().find((p) => p.modelNames?.test(requested));
   if (!provider) {
     throw new ApiError('unsupported_provider', `No provider serves model "${requested}"; write it as provider/model.`, {
       issues: [{ path: ['model'], message: 'names no known provider' }],
     });
   }
-  const expected = shape === 'anthropic' ? 'anthropic' : 'openai-compatible';
-  if (provider.family !== expected) {
+  if (provider.family !== FAMILY_OF_SHAPE[shape]) {
     const where = shape === 'anthropic' ? 'the OpenAI-shaped endpoints' : 'POST /v1/messages';
     throw new ApiError('unsupported_provider', `Model "${requested}" is served by ${provider.id}; use ${where}.`, {
       issues: [{ path: ['model'], message: `is not served through this endpoint` }],
@@ -139,25 +193,45 @@ export function routeModel(gateway: Pick<Gateway, 'registry'>, requested: string
   return { provider, model: explicit ? requested.slice(slash + 1) : requested };
 }
 
+type ListedModel = { provider: ProviderModule; model: string; name: string };
+
 /**
- * Models of every provider with a managed key, from the price catalog, in OpenAI's list shape.
- * Gemini is listed under google-openai, the path the drop-in endpoints route it to (a google/…
- * id would name the native Gemini API, which no drop-in endpoint speaks).
+ * Models of every provider with a managed key, from the price catalog, each with the provider the
+ * drop-in endpoints route it to. A provider that is another API of a keyed provider's account
+ * (Gemini's OpenAI-compatible path) is listed in its place when it speaks a drop-in shape, since
+ * the native one may not (Gemini's native API has no OpenAI- or Anthropic-shaped endpoint).
  */
-function listModels(deps: AppDeps, gateway: Gateway) {
-  const data: { id: string; object: 'model'; created: number; owned_by: string }[] = [];
+function listModels(deps: AppDeps, gateway: Gateway): ListedModel[] {
   const providers = new Set<ProviderModule>();
   for (const providerId of Object.keys(deps.config.providerKeys)) {
-    const provider = gateway.registry.getProvider(providerId === 'google' ? 'google-openai' : providerId);
-    if (provider) providers.add(provider);
+    const provider = gateway.registry.getProvider(providerId);
+    if (!provider) continue;
+    const dropInTwin = gateway.registry.listProviders().find((p) => p.sharesAccountWith === provider.id && p.family === 'openai-compatible');
+    providers.add(provider.family === 'google' && dropInTwin ? dropInTwin : provider);
   }
+  const listed: ListedModel[] = [];
   for (const provider of providers) {
-    const catalog = findCatalogProvider({ providerId: provider.id === 'google-openai' ? 'google' : provider.id });
+    const catalog = findCatalogProvider({ providerId: provider.sharesAccountWith ?? provider.id });
     for (const model of catalog?.models ?? []) {
-      if (model.deprecated) continue;
-      const id = provider.id === 'openai' ? model.id : `${provider.id}/${model.id}`;
-      data.push({ id, object: 'model', created: 0, owned_by: provider.id });
+      if (!model.deprecated) listed.push({ provider, model: model.id, name: model.name ?? model.id });
     }
   }
-  return data;
+  return listed;
+}
+
+/** What a spend key's allow-lists (and its request shape) let it use. */
+function visibleTo(key: SpendKeyRow, provider: ProviderModule, model: string): boolean {
+  const family = key.request_shape === 'anthropic' ? 'anthropic' : 'openai-compatible';
+  return provider.family === family && providerAllowed(key, provider.id, provider.sharesAccountWith) && modelAllowed(key, provider.id, model);
+}
+
+/** OpenAI's list item; the id is one the drop-in endpoints route (`provider/model` but for OpenAI's own). */
+function openaiModel({ provider, model }: ListedModel) {
+  return { id: provider.id === 'openai' ? model : `${provider.id}/${model}`, object: 'model' as const, created: 0, owned_by: provider.id };
+}
+
+/** Anthropic's model list (one page): its models are routed by their bare ids. */
+function anthropicModelList(models: ListedModel[]) {
+  const data = models.map(({ model, name }) => ({ type: 'model' as const, id: model, display_name: name, created_at: '1970-01-01T00:00:00Z' }));
+  return { data, has_more: false, first_id: data[0]?.id ?? null, last_id: data.at(-1)?.id ?? null };
 }

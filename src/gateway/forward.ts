@@ -5,7 +5,7 @@ import { dateOf } from '../domain/clock.ts';
 import { newId } from '../domain/ids.ts';
 import { lookupBasePrices } from '../domain/prices.ts';
 import type { BasePrices } from '../domain/pricing.ts';
-import { ApiError, envelope, ERRORS, validationError, type ErrorCode } from '../http/errors.ts';
+import { ApiError, validationError, type ErrorCode } from '../http/errors.ts';
 import { assertJsonDepth } from '../http/json-depth.ts';
 import { METADATA_HEADER, outsideMetadata, type Metadata } from '../http/metadata.ts';
 import type { App, AppDeps } from '../http/types.ts';
@@ -14,7 +14,7 @@ import { ADMISSION_WRITE_DELAY_MS, admitDeferred, DelayQueue, type AdmissionWrit
 import { pricingFor } from '../ledger/billing.ts';
 import { WalletLeases } from '../ledger/leases.ts';
 import { createRegistry, type ProviderModule, type ProviderRegistry } from '../providers/index.ts';
-import { dialectOfFamily, installDialectErrorHandler, type ErrorDialect } from './error-dialects.ts';
+import { dialectOfFamily, installDialectErrorHandler, renderError, type ErrorDialect } from './error-dialects.ts';
 import { CredentialCache, watchCredentialChanges } from './credential-cache.ts';
 import { extractCredential, resolveCredential, type BillingContext } from './credentials.ts';
 import { checkSpendKeyRequest, SpendKeyBuckets } from './spend-key-guard.ts';
@@ -210,16 +210,20 @@ function targetOf(gateway: Gateway, rawTarget: string, overrides: Readonly<Recor
   return target;
 }
 
-/** Providers served with another provider's managed key: Gemini's OpenAI-compatible path is Google's. */
-const KEY_SHARED_WITH: Readonly<Record<string, string>> = { 'google-openai': 'google' };
-
-/** The operator's key for a provider: its own, else the one it shares (GOOGLE_API_KEY serves both Gemini paths). */
-export function managedKeyFor(config: Pick<AppDeps['config'], 'providerKeys'>, providerId: string): string | undefined {
-  const shared = KEY_SHARED_WITH[providerId];
-  return config.providerKeys[providerId] ?? (shared === undefined ? undefined : config.providerKeys[shared]);
+/** The operator's key for a provider: its own, else its account's (GOOGLE_API_KEY serves both Gemini paths). */
+export function managedKeyFor(config: Pick<AppDeps['config'], 'providerKeys'>, provider: Pick<ProviderModule, 'id' | 'sharesAccountWith'>): string | undefined {
+  const account = provider.sharesAccountWith;
+  return config.providerKeys[provider.id] ?? (account === undefined ? undefined : config.providerKeys[account]);
 }
 
-export type ForwardCall = { target: ResolvedTarget; billing: BillingContext; metadata: Metadata; rewrite?: Rewrite };
+export type ForwardCall = {
+  target: ResolvedTarget;
+  billing: BillingContext;
+  metadata: Metadata;
+  rewrite?: Rewrite;
+  /** The dialect of Tollgate's own errors to this caller; default: that of the target provider's clients. */
+  dialect?: ErrorDialect;
+};
 
 /** The rewrite proxy's changes to a forwarded call: its body and headers, and its answer's translation. */
 export type Rewrite = { body: unknown; headers: Record<string, string | string[] | undefined>; translator: ResponseTranslator };
@@ -262,6 +266,8 @@ type ForwardPlan = {
   providerKeyType: 'managed' | 'unmanaged';
   metadata: Metadata;
   translator: ResponseTranslator | undefined;
+  /** The dialect of an error Tollgate answers once the relay has begun (an unreachable provider). */
+  dialect: ErrorDialect;
 };
 
 /** Everything decided before the provider is called; any refusal here costs no provider call. */
@@ -269,7 +275,7 @@ async function planForward(
   deps: AppDeps,
   gateway: Gateway,
   request: FastifyRequest,
-  { target, billing, metadata, rewrite }: ForwardCall,
+  { target, billing, metadata, rewrite, dialect }: ForwardCall,
 ): Promise<ForwardPlan> {
   const { config, storage } = deps;
   // Every forwarded request ends in background work (its settlement or failure, maybe its
@@ -280,7 +286,7 @@ async function planForward(
   let body = rewrite ? Buffer.from(JSON.stringify(rewrite.body)) : Buffer.isBuffer(request.body) && request.body.length > 0 ? request.body : undefined;
   let requestJson = rewrite ? rewrite.body : parseJsonBody(request, body);
   let hideInjectedUsage = false;
-  if (isStreamingRequest(requestJson, target.publicUrl)) {
+  if (target.provider.requestsStream(requestJson, target.publicUrl)) {
     const prepared = target.provider.prepareStreamRequest(requestJson, target.publicUrl);
     if (prepared.body !== requestJson) {
       requestJson = prepared.body;
@@ -289,7 +295,7 @@ async function planForward(
     hideInjectedUsage = prepared.injectedUsage;
   }
 
-  const providerKey = billing.providerKey ?? managedKeyFor(config, target.provider.id);
+  const providerKey = billing.providerKey ?? managedKeyFor(config, target.provider);
   if (!providerKey) {
     throw new ApiError(
       'provider_key_missing',
@@ -304,7 +310,7 @@ async function planForward(
   if (model?.includes('\u0000')) {
     throw validationError([{ path: ['model'], message: 'must not contain the NUL character (\\u0000)' }]);
   }
-  const spendKeyRequest = { providerId: target.provider.id, family: target.provider.family, model };
+  const spendKeyRequest = { providerId: target.provider.id, family: target.provider.family, model, sharesAccountWith: target.provider.sharesAccountWith };
   if (billing.spendKey) {
     checkSpendKeyRequest(billing.spendKey, spendKeyRequest);
     await gateway.buckets.take(billing.spendKey);
@@ -365,6 +371,7 @@ async function planForward(
     providerKeyType,
     metadata,
     translator: rewrite?.translator,
+    dialect: dialect ?? dialectOfFamily(target.provider.family),
   };
 }
 
@@ -400,20 +407,21 @@ async function forward(deps: AppDeps, gateway: Gateway, plan: ForwardPlan, res: 
   }).finally(() => gateway.holds.delete(plan.holdIds));
   if (outcome.kind === 'failed') {
     const code: ErrorCode = outcome.reason === 'timeout' ? 'upstream_timeout' : 'upstream_unreachable';
-    sendEnvelope(res, code, plan.requestId, closing);
+    sendError(res, new ApiError(code), plan, closing);
   }
   // The client has its answer; the record and the money are settled off its path.
   gateway.settlements.settle(deps, plan, outcome);
 }
 
-function sendEnvelope(res: ServerResponse, code: ErrorCode, requestId: string, closing: () => boolean): void {
+/** An error of Tollgate's own after the response was taken over from Fastify, in the caller's dialect. */
+function sendError(res: ServerResponse, error: ApiError, plan: Pick<ForwardPlan, 'requestId' | 'dialect'>, closing: () => boolean): void {
   if (res.headersSent || res.destroyed) return;
-  res.writeHead(ERRORS[code].status, {
+  res.writeHead(error.status, {
     'content-type': 'application/json; charset=utf-8',
-    [REQUEST_ID_HEADER]: requestId,
+    [REQUEST_ID_HEADER]: plan.requestId,
     ...shutdownHeaders(closing),
   });
-  res.end(JSON.stringify(envelope(code)));
+  res.end(JSON.stringify(renderError(plan.dialect, error)));
   if (closing()) closeAfterResponse(res);
 }
 
@@ -433,11 +441,6 @@ function parseJsonBody(request: FastifyRequest, body: Buffer | undefined): unkno
     // Not ours to judge: the provider answers a malformed body itself.
     return undefined;
   }
-}
-
-function isStreamingRequest(body: unknown, url: URL): boolean {
-  if (url.pathname.includes(':streamGenerateContent')) return true;
-  return typeof body === 'object' && body !== null && (body as { stream?: unknown }).stream === true;
 }
 
 export type { ForwardPlan, ProviderModule };

@@ -60,13 +60,14 @@ export function modelAllowed(key: Pick<SpendKeyRow, 'allowed_models'>, providerI
   return allowed.includes(model) || allowed.includes(`${providerId}/${model}`);
 }
 
-export function providerAllowed(key: Pick<SpendKeyRow, 'allowed_providers'>, providerId: string): boolean {
+/** Whether an allow-list admits a provider: by its id, or by the provider whose account it shares (ProviderModule.sharesAccountWith). */
+export function providerAllowed(key: Pick<SpendKeyRow, 'allowed_providers'>, providerId: string, sharesAccountWith?: string): boolean {
   const allowed = parseList(key.allowed_providers);
-  return allowed === null || allowed.includes(providerId) || (providerId === 'google-openai' && allowed.includes('google'));
+  return allowed === null || allowed.includes(providerId) || (sharesAccountWith !== undefined && allowed.includes(sharesAccountWith));
 }
 
 /** What a spend key is checked against: the provider the request goes to and the model it names. */
-export type SpendKeyRequest = { providerId: string; family: string; model: string | null };
+export type SpendKeyRequest = { providerId: string; family: string; model: string | null; sharesAccountWith?: string | undefined };
 
 /**
  * The endpoint's shape (its provider family) against the key's → 403 `request_shape_mismatch`.
@@ -74,20 +75,22 @@ export type SpendKeyRequest = { providerId: string; family: string; model: strin
  * about its shape rather than about the model.
  */
 export function checkRequestShape(key: Pick<SpendKeyRow, 'request_shape'>, family: string): void {
-  const shapeOk = key.request_shape === 'anthropic' ? family === 'anthropic' : family === 'openai-compatible';
+  // Gemini's native API is a third shape the two key shapes do not name: openai-shaped keys, which
+  // reach Gemini models through its OpenAI-compatible path, reach them natively too.
+  const shapeOk = key.request_shape === 'anthropic' ? family === 'anthropic' : family === 'openai-compatible' || family === 'google';
   if (shapeOk) return;
   throw new ApiError(
     'request_shape_mismatch',
     key.request_shape === 'anthropic'
       ? 'This spend key is anthropic-shaped: use POST /v1/messages.'
-      : 'This spend key is openai-shaped: use the OpenAI-shaped endpoints (chat completions, responses, embeddings).',
+      : "This spend key is openai-shaped: use the OpenAI-shaped endpoints (chat completions, responses, embeddings) or Gemini's.",
   );
 }
 
 /** Checks that need no state: the endpoint shape, the provider and the model. */
 export function checkSpendKeyRequest(key: SpendKeyRow, request: SpendKeyRequest): void {
   checkRequestShape(key, request.family);
-  if (!providerAllowed(key, request.providerId)) {
+  if (!providerAllowed(key, request.providerId, request.sharesAccountWith)) {
     throw new ApiError('provider_not_allowed', `This spend key may not use provider ${request.providerId}.`);
   }
   if (!modelAllowed(key, request.providerId, request.model)) {
@@ -297,15 +300,19 @@ export async function lockSpendKeyForAdmission(
   return row;
 }
 
-/** A reached request limit: when the cycle ends; a `total` limit never resets, so no retry helps. */
+/**
+ * A reached request limit. A cycle's limit is 429 with the seconds until the cycle ends. A `total`
+ * limit never resets, so no retry helps: 403 `request_limit_exhausted`, which none of the
+ * mainstream clients retries (the Vercel AI SDK retries every 429 whatever its headers say), and
+ * `x-should-retry: false` besides (decision 0021).
+ */
 function requestLimitReached(key: SpendKeyRow, now: Date): ApiError {
   const cycle = key.request_limit_cycle as Cycle;
   const retry = secondsUntilCycleEnd(cycle, now);
   if (retry === null) {
     return new ApiError(
-      'request_limit_reached',
-      `This spend key's request limit of ${key.request_limit_count} requests in total is reached; it never resets, so raise the limit to go on.`,
-      // The official OpenAI and Anthropic clients retry a 429 unless told not to.
+      'request_limit_exhausted',
+      `This spend key's request limit of ${key.request_limit_count} requests in total is used up; it never resets, so raise the limit to go on.`,
       { headers: { 'x-should-retry': 'false' } },
     );
   }

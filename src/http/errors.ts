@@ -32,6 +32,7 @@ export const ERRORS = {
   request_shape_mismatch: { status: 403, message: "This endpoint does not accept the spend key's request shape." },
   provider_not_allowed: { status: 403, message: 'This spend key may not use this provider.' },
   model_not_allowed: { status: 403, message: 'This spend key may not use this model.' },
+  request_limit_exhausted: { status: 403, message: "The spend key's total request limit is used up; it never resets." },
   not_found: { status: 404, message: 'The resource does not exist.' },
   route_not_found: { status: 404, message: 'No such endpoint.' },
   method_not_allowed: { status: 405, message: 'This method is not allowed on this endpoint.' },

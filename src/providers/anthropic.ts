@@ -1,5 +1,5 @@
 import { applyKey } from './auth.ts';
-import { countAt, firstString, isObject, objectAt, parseJson, stringAt, type JsonObject } from './json.ts';
+import { countAt, firstString, isObject, objectAt, parseJson, streamFlagSet, stringAt, type JsonObject } from './json.ts';
 import { collapseDoubledVersion, routeFromBaseUrl } from './route.ts';
 import { createSseMeter } from './sse.ts';
 import { reportFromTokens, withIdentity, type ReportedTokens, type UsageTally } from './usage.ts';
@@ -29,6 +29,8 @@ export const anthropic: ProviderModule = {
   isInjectedUsageEvent: () => false,
   // The client's paths start with /v1/, and so does the published client's Anthropic base URL.
   canonicalPath: (pathname) => collapseDoubledVersion(pathname, ['v1']),
+  requestsStream: streamFlagSet,
+  modelNames: /^claude-/,
 };
 
 function modelFrom(requestBody: unknown, _url: URL, responseBody?: unknown): string | null {

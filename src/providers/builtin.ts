@@ -10,16 +10,24 @@ import type { ProviderModule } from './types.ts';
  * `basePaths` is given only where a provider documents more than its SDK base on the same host.
  */
 const OPENAI_COMPATIBLE: readonly OpenAICompatibleOptions[] = [
-  { id: 'openai', displayName: 'OpenAI', baseUrl: 'https://api.openai.com/v1' },
+  {
+    id: 'openai',
+    displayName: 'OpenAI',
+    baseUrl: 'https://api.openai.com/v1',
+    modelNames: /^(gpt-|o\d|chatgpt-|text-embedding-(3|ada)|davinci|babbage|omni-moderation|tts-|whisper-|dall-e)/,
+  },
   {
     id: 'google-openai',
     displayName: 'Google Gemini (OpenAI-compatible)',
     baseUrl: 'https://generativelanguage.googleapis.com/v1beta/openai',
+    // Gemini's OpenAI-compatible path: the drop-in endpoints' route to Gemini models, on Google's account.
+    modelNames: /^(gemini-|text-embedding-00|gemma-)/,
+    sharesAccountWith: 'google',
   },
-  { id: 'mistral', displayName: 'Mistral AI', baseUrl: 'https://api.mistral.ai/v1' },
+  { id: 'mistral', displayName: 'Mistral AI', baseUrl: 'https://api.mistral.ai/v1', modelNames: /^(mistral-|codestral|ministral|pixtral|open-mistral|magistral)/ },
   // DeepSeek documents https://api.deepseek.com (no /v1) as its primary base.
-  { id: 'deepseek', displayName: 'DeepSeek', baseUrl: 'https://api.deepseek.com/v1', basePaths: ['/'] },
-  { id: 'xai', displayName: 'xAI', baseUrl: 'https://api.x.ai/v1' },
+  { id: 'deepseek', displayName: 'DeepSeek', baseUrl: 'https://api.deepseek.com/v1', basePaths: ['/'], modelNames: /^deepseek-/ },
+  { id: 'xai', displayName: 'xAI', baseUrl: 'https://api.x.ai/v1', modelNames: /^grok-/ },
   { id: 'kluster', displayName: 'kluster.ai', baseUrl: 'https://api.kluster.ai/v1' },
   { id: 'inference', displayName: 'Inference.net', baseUrl: 'https://api.inference.net/v1' },
   { id: 'groq', displayName: 'Groq', baseUrl: 'https://api.groq.com/openai/v1' },
@@ -31,7 +39,7 @@ const OPENAI_COMPATIBLE: readonly OpenAICompatibleOptions[] = [
   { id: 'sambanova', displayName: 'SambaNova', baseUrl: 'https://api.sambanova.ai/v1' },
   { id: 'deepinfra', displayName: 'DeepInfra', baseUrl: 'https://api.deepinfra.com/v1/openai' },
   // Only the compatibility API: Cohere's native /v1 and /v2 report usage in another shape.
-  { id: 'cohere', displayName: 'Cohere (OpenAI-compatible)', baseUrl: 'https://api.cohere.ai/compatibility/v1' },
+  { id: 'cohere', displayName: 'Cohere (OpenAI-compatible)', baseUrl: 'https://api.cohere.ai/compatibility/v1', modelNames: /^(command|embed-)/ },
   { id: 'parasail', displayName: 'Parasail', baseUrl: 'https://api.parasail.io/v1' },
   { id: 'nebius', displayName: 'Nebius AI Studio', baseUrl: 'https://api.studio.nebius.com/v1' },
   { id: 'fireworks', displayName: 'Fireworks AI', baseUrl: 'https://api.fireworks.ai/inference/v1' },
@@ -41,7 +49,7 @@ const OPENAI_COMPATIBLE: readonly OpenAICompatibleOptions[] = [
   { id: 'gmicloud', displayName: 'GMI Cloud', baseUrl: 'https://api.gmi-serving.com/v1' },
   { id: 'chutes', displayName: 'Chutes', baseUrl: 'https://llm.chutes.ai/v1' },
   { id: 'baseten', displayName: 'Baseten', baseUrl: 'https://inference.baseten.co/v1' },
-  { id: 'moonshot', displayName: 'Moonshot AI', baseUrl: 'https://api.moonshot.ai/v1' },
+  { id: 'moonshot', displayName: 'Moonshot AI', baseUrl: 'https://api.moonshot.ai/v1', modelNames: /^(kimi-|moonshot-)/ },
 ];
 
 /** All built-in providers: 25 OpenAI-compatible plus the three with their own wire formats. */

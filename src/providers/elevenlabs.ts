@@ -1,5 +1,5 @@
 import { applyKey } from './auth.ts';
-import { arrayAt, countAt, stringAt } from './json.ts';
+import { arrayAt, countAt, streamFlagSet, stringAt } from './json.ts';
 import { routeFromBaseUrl } from './route.ts';
 import { emptyUsage, withIdentity } from './usage.ts';
 import type { MeterContext, ProviderModule, StreamMeter, UsageReport } from './types.ts';
@@ -29,6 +29,7 @@ export const elevenlabs: ProviderModule = {
   responseId: (body) => stringAt(body, 'transcription_id') ?? null,
   prepareStreamRequest: (body) => ({ body, injectedUsage: false }),
   isInjectedUsageEvent: () => false,
+  requestsStream: streamFlagSet,
 };
 
 type Endpoint = 'text-to-speech' | 'text-to-dialogue' | 'speech-to-text' | 'other';

@@ -32,6 +32,8 @@ export const google: ProviderModule = {
   isInjectedUsageEvent: () => false,
   // @google/genai appends /<apiVersion>/models/… to its base URL, whose published form ends in /v1beta.
   canonicalPath: (pathname) => collapseDoubledVersion(pathname, GEMINI_API_VERSIONS),
+  // The method says it, not the body: `:streamGenerateContent` streams (SSE with alt=sse, else a JSON array).
+  requestsStream: (_body, url) => url.pathname.endsWith(':streamGenerateContent'),
 };
 
 const GEMINI_API_VERSIONS = ['v1', 'v1beta', 'v1alpha'] as const;

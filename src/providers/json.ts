@@ -48,3 +48,8 @@ export function firstString(...candidates: (string | undefined)[]): string | nul
   for (const candidate of candidates) if (candidate) return candidate;
   return null;
 }
+
+/** The body's own `stream: true` (OpenAI-compatible, Anthropic and ElevenLabs requests). */
+export function streamFlagSet(body: unknown): boolean {
+  return isObject(body) && body.stream === true;
+}

@@ -1,5 +1,5 @@
 import { applyKey } from './auth.ts';
-import { arrayAt, countAt, firstString, isObject, objectAt, parseJson, stringAt, type JsonObject } from './json.ts';
+import { arrayAt, countAt, firstString, isObject, objectAt, parseJson, streamFlagSet, stringAt, type JsonObject } from './json.ts';
 import { routeFromBaseUrl } from './route.ts';
 import { createSseMeter } from './sse.ts';
 import { emptyUsage, plausibleProviderMs, reportFromTokens, timestampFromUnixSeconds, withIdentity, type ReportedTokens, type UsageTally } from './usage.ts';
@@ -23,6 +23,10 @@ export type OpenAICompatibleOptions = {
    * metered from the text deltas (estimated), so turn this off only for a provider that rejects it.
    */
   acceptsStreamOptions?: boolean;
+  /** See ProviderModule.modelNames. */
+  modelNames?: RegExp;
+  /** See ProviderModule.sharesAccountWith. */
+  sharesAccountWith?: string;
 };
 
 export function createOpenAICompatibleProvider(options: OpenAICompatibleOptions): ProviderModule {
@@ -46,6 +50,9 @@ export function createOpenAICompatibleProvider(options: OpenAICompatibleOptions)
       acceptsStreamOptions ? requestStreamUsage(body, url) : { body, injectedUsage: false },
     isInjectedUsageEvent: isInjectedUsageChunk,
     stripInjectedUsageFields: stripNullUsage,
+    requestsStream: streamFlagSet,
+    ...(options.modelNames ? { modelNames: options.modelNames } : {}),
+    ...(options.sharesAccountWith ? { sharesAccountWith: options.sharesAccountWith } : {}),
   };
 }
 

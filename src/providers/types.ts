@@ -131,5 +131,18 @@ export type ProviderModule = {
    * to a versioned base URL (`/v1` + `/v1/messages`); absent = paths are used as given.
    */
   canonicalPath?(pathname: string): string;
+  /** Whether a request to `url` with this body asks for an event stream (the body's flag, or the URL's method). */
+  requestsStream(body: unknown, url: URL): boolean;
+  /**
+   * Model names this provider serves when a drop-in request does not name its provider
+   * (`gpt-…` → OpenAI, `claude-…` → Anthropic); absent = reached only as `provider/model`.
+   */
+  readonly modelNames?: RegExp;
+  /**
+   * The provider whose account this one is another API of (Gemini's OpenAI-compatible path is
+   * Google's): it is served with that provider's managed key when it has none of its own, priced
+   * from that provider's catalog, and allowed wherever a spend key allows that provider.
+   */
+  readonly sharesAccountWith?: string;
 };
 

@@ -77,7 +77,7 @@ const forwardOperation = (method: string): Operation => ({
   responses: gatewayResponses,
 });
 
-const dropInOperation = (summary: string, shape: 'OpenAI' | 'Anthropic', hasBody = true): Operation => ({
+const dropInOperation = (summary: string, shape: 'OpenAI' | 'Anthropic' | 'Gemini', hasBody = true): Operation => ({
   tags: ['drop-in'],
   summary,
   description: `${shape}-shaped drop-in endpoint: point the ${shape} SDK's base URL at Tollgate and use a secret key or spend key as its API key. Routed by \`model\` (or \`provider/model\`). ${credentialNote}`,
@@ -113,6 +113,28 @@ const rewriteOperation: Operation = {
   },
 };
 
+/** Gemini's native API as @google/genai calls it (`apiVersion` v1 or v1beta), the key in `x-goog-api-key` or `?key=`. */
+function geminiPaths(): Record<string, Record<string, Operation>> {
+  const paths: Record<string, Record<string, Operation>> = {};
+  for (const version of ['v1', 'v1beta']) {
+    for (const method of ['generateContent', 'streamGenerateContent', 'countTokens', 'embedContent', 'batchEmbedContents']) {
+      const operation = dropInOperation(`Gemini ${method} (${version})`, 'Gemini');
+      paths[`/${version}/models/{model}:${method}`] = {
+        post: {
+          ...operation,
+          parameters: [
+            { name: 'model', in: 'path', required: true, description: 'The Gemini model, e.g. `gemini-2.5-flash`.', schema: { type: 'string' } },
+            ...(method === 'streamGenerateContent'
+              ? [{ name: 'alt', in: 'query', required: false, description: '`sse` for an event stream (else a JSON array).', schema: { type: 'string' } }]
+              : []),
+          ],
+        },
+      };
+    }
+  }
+  return paths;
+}
+
 const GATEWAY_PATHS: Record<string, Record<string, Operation>> = {
   '/v1/forward': Object.fromEntries(['GET', 'POST', 'PUT', 'PATCH', 'DELETE'].map((m) => [m.toLowerCase(), forwardOperation(m)])),
   '/v1/chat/completions': { post: dropInOperation('Chat completions', 'OpenAI') },
@@ -120,6 +142,8 @@ const GATEWAY_PATHS: Record<string, Record<string, Operation>> = {
   '/v1/embeddings': { post: dropInOperation('Embeddings', 'OpenAI') },
   '/v1/models': { get: dropInOperation('Models this key may use', 'OpenAI', false) },
   '/v1/messages': { post: dropInOperation('Messages', 'Anthropic') },
+  '/v1/messages/count_tokens': { post: dropInOperation("Count a message's tokens (forwarded to Anthropic, recorded at no cost)", 'Anthropic') },
+  ...geminiPaths(),
   '/v1/rewrite/{format}/{providerUrl}': { post: rewriteOperation },
 };
 

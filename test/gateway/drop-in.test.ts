@@ -172,6 +172,33 @@ describe.each(databasesUnderTest())('drop-in provider endpoints on %s', (dialect
     expect(JSON.stringify(seen.headers)).not.toContain(t.merchant.secretKey);
   });
 
+  it("lists Anthropic's models in Anthropic's shape to the anthropic client, and each one routes", async () => {
+    const anthropic = new Anthropic({ apiKey: t.merchant.secretKey, baseURL: base });
+    const models: Anthropic.ModelInfo[] = [];
+    for await (const model of anthropic.models.list()) models.push(model);
+    expect(models.length).toBeGreaterThan(0);
+    expect(models.every((m) => m.type === 'model' && m.id.startsWith('claude-') && m.display_name.length > 0)).toBe(true);
+    const haiku = models.find((m) => m.id === 'claude-haiku-4-5');
+    expect(haiku).toMatchObject({ type: 'model', display_name: expect.stringContaining('Haiku') });
+    const message = await anthropic.messages.create({ model: haiku!.id, max_tokens: 2, messages: [{ role: 'user', content: 'hi' }] });
+    expect(message.model).toBe('claude-haiku-4-5');
+  });
+
+  it('counts tokens for the anthropic client through Anthropic, recorded at no cost', async () => {
+    const anthropic = new Anthropic({ apiKey: t.merchant.secretKey, baseURL: base });
+    const { data, response } = await anthropic.messages
+      .countTokens({ model: 'claude-sonnet-4-5', messages: [{ role: 'user', content: 'one two three' }] })
+      .withResponse();
+    expect(data.input_tokens).toBe(3);
+    const seen = upstream.requests.at(-1)!;
+    expect(seen.path).toBe('/v1/messages/count_tokens');
+    expect(seen.headers['x-api-key']).toBe('sk-ant-managed');
+    const record = await t.settledRecord(response.headers.get('x-tollgate-request-id'));
+    expect(record).toMatchObject({ status: 'completed', provider: 'anthropic', endpoint: 'POST https://api.anthropic.com/v1/messages/count_tokens', usage_estimated: false });
+    expect(record.model_usage).toMatchObject({ input_tokens: 0, output_tokens: 0, total_cost: '0.0000000000' });
+    expect(record).toMatchObject({ total_merchant_cost: '0.0000000000', total_wallet_cost: '0.0000000000' });
+  });
+
   it('lists the models of providers with managed keys in the OpenAI shape', async () => {
     const openai = new OpenAI({ apiKey: t.merchant.secretKey, baseURL: `${base}/v1` });
     const ids: string[] = [];

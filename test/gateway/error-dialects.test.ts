@@ -1,6 +1,8 @@
 import Anthropic from '@anthropic-ai/sdk';
 import OpenAI from 'openai';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { parseMoney } from '../../src/domain/money.ts';
+import { creditWallet } from '../../src/ledger/wallets.ts';
 import type { TestApp } from '../helpers/app.ts';
 import { startGatewayOnMock } from '../helpers/gateway.ts';
 import type { MockUpstream } from '../helpers/mock-upstream.ts';
@@ -75,5 +77,92 @@ describe('refusals in each surface’s own dialect', () => {
     const res = await fetch(`${base}/v1/forward?u=${encodeURIComponent('https://evil.example/x')}`, { headers: { authorization: `Bearer ${t.merchant.secretKey}` } });
     expect(res.status).toBe(400);
     expect(await res.json()).toEqual({ error: { code: 'unsupported_provider', status: 400, message: expect.any(String) } });
+  });
+});
+
+/**
+ * Errors Tollgate answers after the relay began (the provider never answered), and every refusal
+ * of the rewrite proxy, in the dialect of the client's own surface (decision 0021).
+ */
+describe('errors after the relay began, and on the rewrite proxy, in the caller’s dialect', () => {
+  let upstream: MockUpstream;
+  let t: TestApp;
+  let base: string;
+
+  beforeAll(async () => {
+    ({ upstream, t, base } = await startGatewayOnMock('sqlite', {
+      providerHosts: ['api.openai.com', 'api.anthropic.com', 'generativelanguage.googleapis.com'],
+      providerKeys: { openai: 'sk-o', anthropic: 'sk-a', google: 'g' },
+      env: { UPSTREAM_TIMEOUT_MS: '300' },
+    }));
+    await creditWallet(t.storage, t.merchant.walletId, parseMoney('5'));
+  });
+  afterAll(async () => {
+    await t?.close();
+    await upstream?.close();
+  });
+
+  const message = { model: 'gpt-4o-mini', max_tokens: 2, messages: [{ role: 'user' as const, content: 'hi' }] };
+
+  it('answers a provider timeout on /v1/messages in Anthropic’s dialect, typed timeout_error', async () => {
+    upstream.setNext({ hang: true });
+    const anthropic = new Anthropic({ apiKey: t.merchant.secretKey, baseURL: base, maxRetries: 0 });
+    const error = (await anthropic.messages.create({ ...message, model: 'claude-haiku-4-5' }).catch((e: unknown) => e)) as InstanceType<typeof Anthropic.APIError>;
+    expect(error).toBeInstanceOf(Anthropic.APIError);
+    expect(error.status).toBe(504);
+    expect(error.error).toMatchObject({ type: 'error', error: { type: 'timeout_error', code: 'upstream_timeout', status: 504 } });
+  });
+
+  it('answers a provider timeout behind the rewrite proxy in the client’s dialect, not the provider’s', async () => {
+    upstream.setNext({ hang: true });
+    // An Anthropic client calling an OpenAI model.
+    const anthropic = new Anthropic({ apiKey: t.merchant.secretKey, baseURL: `${base}/v1/rewrite/anthropic/https://api.openai.com/v1`, maxRetries: 0 });
+    const error = (await anthropic.messages.create(message).catch((e: unknown) => e)) as InstanceType<typeof Anthropic.APIError>;
+    expect(error).toBeInstanceOf(Anthropic.APIError);
+    expect(error.status).toBe(504);
+    expect(error.error).toMatchObject({ type: 'error', error: { type: 'timeout_error', code: 'upstream_timeout' } });
+  });
+
+  it('answers a provider timeout on the native Gemini drop-in in Google’s dialect', async () => {
+    upstream.setNext({ hang: true });
+    const res = await fetch(`${base}/v1beta/models/gemini-2.0-flash:generateContent`, {
+      method: 'POST',
+      headers: { 'x-goog-api-key': t.merchant.secretKey, 'content-type': 'application/json' },
+      body: JSON.stringify({ contents: [{ parts: [{ text: 'hi' }] }] }),
+    });
+    expect(res.status).toBe(504);
+    const body = (await res.json()) as { error: { code: number; status: string; details: { reason: string }[] } };
+    expect(body.error).toMatchObject({ code: 504, status: 'DEADLINE_EXCEEDED' });
+    expect(body.error.details[0]!.reason).toBe('upstream_timeout');
+  });
+
+  it('refuses on the rewrite proxy in the client’s dialect: Anthropic’s for an unknown key, OpenAI’s for an untranslatable field', async () => {
+    upstream.reset();
+    const anthropic = new Anthropic({ apiKey: 'sk_live_unknownunknownunknown', baseURL: `${base}/v1/rewrite/anthropic/https://api.openai.com/v1`, maxRetries: 0 });
+    const unknown = (await anthropic.messages.create(message).catch((e: unknown) => e)) as InstanceType<typeof Anthropic.APIError>;
+    expect(unknown).toBeInstanceOf(Anthropic.APIError);
+    expect(unknown.status).toBe(401);
+    expect(unknown.error).toMatchObject({ type: 'error', error: { type: 'authentication_error', code: 'unauthorized' } });
+
+    const openai = new OpenAI({ apiKey: t.merchant.secretKey, baseURL: `${base}/v1/rewrite/openai/https://api.anthropic.com/v1`, maxRetries: 0 });
+    const untranslatable = (await openai.chat.completions
+      .create({ model: 'claude-haiku-4-5', max_tokens: 2, messages: [{ role: 'user', content: 'hi' }], logprobs: true })
+      .catch((e: unknown) => e)) as InstanceType<typeof OpenAI.APIError>;
+    expect(untranslatable).toBeInstanceOf(OpenAI.APIError);
+    expect(untranslatable.status).toBe(400);
+    expect(untranslatable.code).toBe('untranslatable_request');
+    expect(untranslatable.type).toBe('invalid_request_error');
+    expect(untranslatable.param).toBe('logprobs');
+    expect(upstream.requests).toHaveLength(0);
+  });
+
+  it('keeps Tollgate’s envelope on the rewrite proxy for a format it does not speak', async () => {
+    const res = await fetch(`${base}/v1/rewrite/bedrock/https://api.openai.com/v1/chat/completions`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${t.merchant.secretKey}`, 'content-type': 'application/json' },
+      body: '{}',
+    });
+    expect(res.status).toBe(400);
+    expect(((await res.json()) as { error: { code: string } }).error.code).toBe('unsupported_format');
   });
 });

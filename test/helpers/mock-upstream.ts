@@ -13,6 +13,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
  *   GET  …/models             OpenAI model list
  *   POST …/audio/speech       binary audio (bytes = input characters)
  *   POST …/messages           Anthropic Messages, JSON or SSE
+ *   POST …/messages/count_tokens   Anthropic token count (`input_tokens`: words of the prompt)
  *   POST …/text-to-speech/{voice}[/stream]   ElevenLabs audio (bytes = characters of `text`)
  *   POST …/speech-to-text     ElevenLabs transcript of any upload; its last word ends at TRANSCRIPT_SECONDS
  *   POST …/models/{m}:generateContent, …:streamGenerateContent[?alt=sse]   Gemini
@@ -214,7 +215,7 @@ function route(req: RecordedRequest, behaviour: Behaviour, seq: number): Answer 
   if (req.json === undefined && !path.endsWith('/audio/speech')) {
     return errorAnswer(familyOf(path), 400, undefined, 'The request body is not valid JSON.');
   }
-  const body = { ...((req.json ?? {}) as Body), ...(behaviour.servedModel ? { model: behaviour.servedModel } : {}) };
+  const body: Body = { ...((req.json ?? {}) as Body), ...(behaviour.servedModel ? { model: behaviour.servedModel } : {}) };
   const usage = usageFor(body, behaviour);
   const gemini = /\/models\/([^/:]+):(generateContent|streamGenerateContent)$/.exec(path);
   if (gemini) return geminiAnswer(behaviour.servedModel ?? gemini[1]!, gemini[2] === 'streamGenerateContent', req.query.get('alt') === 'sse', usage, seq, behaviour.toolCall);
@@ -224,6 +225,7 @@ function route(req: RecordedRequest, behaviour: Behaviour, seq: number): Answer 
   if (path.endsWith('/audio/speech')) return speechAnswer(body);
   if (/\/text-to-speech\/[^/]+(\/stream)?$/.test(path)) return speechAnswer({ input: body.text });
   if (path.endsWith('/messages')) return anthropicAnswer(body, usage, seq, behaviour.toolCall);
+  if (path.endsWith('/messages/count_tokens')) return json(200, { input_tokens: usage.input });
   return errorAnswer(familyOf(path), 404, undefined);
 }
 

@@ -14,7 +14,14 @@ import { leaksInSuiteLogs, printFigures, startSuiteGateway } from './harness.ts'
 const PUBLIC = new Set(['GET /healthz', 'GET /readyz', 'GET /v1/openapi.json', 'POST /v1/auth/callback']);
 /** Where a spend key is a valid credential (it is a drop-in provider key). */
 const REWRITE_PATH = '/v1/rewrite/{format}/{providerUrl}';
-const GATEWAY_PATHS = ['/v1/forward', '/v1/chat/completions', '/v1/responses', '/v1/embeddings', '/v1/models', '/v1/messages', REWRITE_PATH];
+const GATEWAY_PATHS = ['/v1/forward', '/v1/chat/completions', '/v1/responses', '/v1/embeddings', '/v1/models', '/v1/messages', '/v1/messages/count_tokens', REWRITE_PATH];
+/** Gemini's native drop-in (`/v1beta/models/{model}:generateContent`, …): answers in Google's dialect. */
+const isGatewayPath = (path: string) => GATEWAY_PATHS.includes(path) || /^\/v1(beta)?\/models\/\{model\}:/.test(path);
+/** The interface's code; in Google's dialect (whose `code` is the HTTP status) the ErrorInfo reason. */
+const interfaceCode = (text: string): unknown => {
+  const error = JSON.parse(text).error;
+  return typeof error?.code === 'number' ? error.details?.[0]?.reason : error?.code;
+};
 
 type Operation = { method: string; path: string };
 type Answer = { status: number; text: string };
@@ -93,11 +100,11 @@ describe.each(databasesUnderTest())('security sweep on %s', (dialect) => {
     for (const op of guarded) {
       checks++;
       const anonymous = await call(op, {});
-      if (anonymous.status !== 401 || JSON.parse(anonymous.text).error?.code !== 'unauthorized') failures.push(`no key: ${op.method} ${op.path} -> ${anonymous.status}`);
+      if (anonymous.status !== 401 || interfaceCode(anonymous.text) !== 'unauthorized') failures.push(`no key: ${op.method} ${op.path} -> ${anonymous.status}`);
     }
     const ownerIds = Object.entries(a).filter(([name]) => name !== 'meterSlug').map(([, id]) => id);
     for (const op of guarded) {
-      if (op.path === '/v1/forward' || GATEWAY_PATHS.includes(op.path)) continue;
+      if (op.path === '/v1/forward' || isGatewayPath(op.path)) continue;
       checks++;
       const stranger = await call(op, { authorization: `Bearer ${otherKey}` });
       const namesOwner = op.path.includes('{');
@@ -108,7 +115,7 @@ describe.each(databasesUnderTest())('security sweep on %s', (dialect) => {
       if (stranger.status < 300 && stranger.text.includes(email)) failures.push(`stranger saw the owner's e-mail: ${op.method} ${op.path}`);
     }
     for (const op of guarded) {
-      if (GATEWAY_PATHS.includes(op.path)) continue;
+      if (isGatewayPath(op.path)) continue;
       checks++;
       const withSpendKey = await call(op, { authorization: `Bearer ${spendKey}` });
       if (![401, 403].includes(withSpendKey.status)) failures.push(`spend key: ${op.method} ${op.path} -> ${withSpendKey.status}`);

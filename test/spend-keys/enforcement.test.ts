@@ -277,19 +277,19 @@ describe.each(databasesUnderTest())('spend key enforcement on %s', (dialect) => 
     await settled(key.spend_key_id, 1);
   });
 
-  it('a reached total request limit answers 429 without Retry-After and tells clients not to retry', async () => {
+  it('a used-up total request limit answers 403 request_limit_exhausted without Retry-After and tells clients not to retry', async () => {
     const key = await createKey({ request_limit: { count: 1, cycle: 'total' } });
     expect((await chat(key.key)).status).toBe(200);
     const refused = await chat(key.key);
-    expect(refused.status).toBe(429);
-    expect(await codeOf(refused)).toBe('request_limit_reached');
+    expect(refused.status).toBe(403);
+    expect(await codeOf(refused)).toBe('request_limit_exhausted');
     expect(refused.headers.get('retry-after')).toBeNull();
     expect(refused.headers.get('x-should-retry')).toBe('false');
     // The official client stops at once instead of retrying a limit that never resets.
     const openai = new OpenAI({ apiKey: key.key, baseURL: `${base}/v1`, maxRetries: 2 });
     const before = upstream.requests.length;
     await expect(openai.chat.completions.create({ model: 'gpt-4o', max_tokens: 2, messages: [{ role: 'user', content: 'x' }] })).rejects.toMatchObject({
-      status: 429,
+      status: 403,
     });
     expect(upstream.requests.length).toBe(before);
     const after = await settled(key.spend_key_id, 1);

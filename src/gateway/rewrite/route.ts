@@ -8,12 +8,14 @@ import type { FastifyRequest } from 'fastify';
 import { dateOf } from '../../domain/clock.ts';
 import { ApiError } from '../../http/errors.ts';
 import { assertJsonDepth } from '../../http/json-depth.ts';
+import type { Metadata } from '../../http/metadata.ts';
 import type { App, AppDeps } from '../../http/types.ts';
 import type { ProviderFamily } from '../../providers/types.ts';
-import { extractCredential, resolveCredential } from '../credentials.ts';
+import { extractCredential, resolveCredential, type BillingContext } from '../credentials.ts';
+import { installDialectErrorHandler } from '../error-dialects.ts';
 import { forwardRequest, metadataOf, type Gateway } from '../forward.ts';
 import type { ResponseTranslator } from '../relay.ts';
-import { resolveTarget } from '../target.ts';
+import { resolveTarget, type ResolvedTarget } from '../target.ts';
 import { REWRITE_FORMATS, type RewriteFormat } from './canonical.ts';
 import { createStreamTranslator, translateRequest, translateResponseBody } from './translate.ts';
 
@@ -46,19 +48,19 @@ const OWN_PARAMETERS = new Set(['metadata', 'key', 'alt']);
 export function registerRewriteRoutes(app: App, deps: AppDeps, gateway: Gateway): void {
   app.removeAllContentTypeParsers();
   app.addContentTypeParser('*', { parseAs: 'buffer' }, (_request, body, done) => done(null, body));
+  // Refusals in the client's own dialect, which its format names; Tollgate's envelope before that.
+  installDialectErrorHandler(app, (request) => clientFormatOf(request.url) ?? 'tollgate');
+  // The call is authorised before its body is read (onRequest runs before parsing), as on
+  // /v1/forward: a caller without a valid credential never makes the server buffer the body.
+  const calls = new WeakMap<FastifyRequest, RewriteCall>();
+  app.addHook('onRequest', async (request) => {
+    calls.set(request, await authorisedRewriteCall(deps, gateway, request));
+  });
   app.post('/rewrite/*', { schema: { hide: true } }, async (request, reply) => {
-    const { client, providerUrl, query } = splitRewritePath(request.url);
-    const url = providerUrlOf(providerUrl);
-    const probe = resolveTarget(url.toString(), gateway.registry, deps.config.upstreamOverrides);
-    const provider = FORMAT_OF_FAMILY[probe.provider.family];
-    if (!provider) throw new ApiError('unsupported_format', `${probe.provider.displayName} is not a chat provider the rewrite proxy can translate to.`);
-    const credential = extractCredential(request.headers, probe.strippedKey ?? query.get('key'));
-    if (!credential) throw new ApiError('unauthorized', 'Missing credential: send Authorization: Bearer <secret key or forward token>.');
-    const billing = await resolveCredential(deps.storage, gateway.credentials, credential.token, dateOf(deps.clock));
-    const metadata = metadataOf(request, query.get('metadata'));
+    const { client, provider, url, probe, billing, metadata, query } = calls.get(request) ?? (await authorisedRewriteCall(deps, gateway, request));
     if (client === provider) {
       // Nothing to translate: the call is /v1/forward's.
-      await forwardRequest(deps, gateway, request, reply, { target: probe, billing, metadata });
+      await forwardRequest(deps, gateway, request, reply, { target: probe, billing, metadata, dialect: client });
       return;
     }
     const clientCall = clientCallOf(client, url);
@@ -72,8 +74,38 @@ export function registerRewriteRoutes(app: App, deps: AppDeps, gateway: Gateway)
       stream: () => createStreamTranslator(provider, client, { created, includeUsage: translated.request.streamUsage === true }),
     };
     const rewrite = { body: translated.body, headers: providerHeaders(request, provider), translator };
-    await forwardRequest(deps, gateway, request, reply, { target, billing, metadata, rewrite });
+    await forwardRequest(deps, gateway, request, reply, { target, billing, metadata, rewrite, dialect: client });
   });
+}
+
+type RewriteCall = {
+  client: RewriteFormat;
+  provider: RewriteFormat;
+  url: URL;
+  /** The provider URL as given, resolved: the target when nothing is translated. */
+  probe: ResolvedTarget;
+  billing: BillingContext;
+  metadata: Metadata;
+  query: URLSearchParams;
+};
+
+/** The formats, provider and payer of a rewrite call, from its URL and headers alone. */
+async function authorisedRewriteCall(deps: AppDeps, gateway: Gateway, request: FastifyRequest): Promise<RewriteCall> {
+  const { client, providerUrl, query } = splitRewritePath(request.url);
+  const url = providerUrlOf(providerUrl);
+  const probe = resolveTarget(url.toString(), gateway.registry, deps.config.upstreamOverrides);
+  const provider = FORMAT_OF_FAMILY[probe.provider.family];
+  if (!provider) throw new ApiError('unsupported_format', `${probe.provider.displayName} is not a chat provider the rewrite proxy can translate to.`);
+  const credential = extractCredential(request.headers, probe.strippedKey ?? query.get('key'));
+  if (!credential) throw new ApiError('unauthorized', 'Missing credential: send Authorization: Bearer <secret key or forward token>.');
+  const billing = await resolveCredential(deps.storage, gateway.credentials, credential.token, dateOf(deps.clock));
+  return { client, provider, url, probe, billing, metadata: metadataOf(request, query.get('metadata')), query };
+}
+
+/** The client's format named by a rewrite URL, or null when it names none this proxy speaks. */
+function clientFormatOf(rawUrl: string): RewriteFormat | null {
+  const format = /\/rewrite\/([^/?]+)/.exec(rawUrl)?.[1];
+  return format !== undefined && (REWRITE_FORMATS as readonly string[]).includes(format) ? (format as RewriteFormat) : null;
 }
 
 type RewritePath = { client: RewriteFormat; providerUrl: string; query: URLSearchParams };

@@ -1,0 +1,134 @@
+import { createAnthropic } from '@ai-sdk/anthropic';
+import { createGoogleGenerativeAI } from '@ai-sdk/google';
+import { createOpenAI } from '@ai-sdk/openai';
+import Anthropic from '@anthropic-ai/sdk';
+import { GoogleGenAI } from '@google/genai';
+import { ChatOpenAI } from '@langchain/openai';
+import { generateText, type LanguageModel } from 'ai';
+import OpenAI from 'openai';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { parseMoney } from '../../src/domain/money.ts';
+import { creditWallet } from '../../src/ledger/wallets.ts';
+import type { TestApp } from '../helpers/app.ts';
+import { startGatewayOnMock } from '../helpers/gateway.ts';
+import type { MockUpstream } from '../helpers/mock-upstream.ts';
+
+type Json = Record<string, unknown>;
+type Shape = 'openai' | 'anthropic';
+
+/**
+ * A refusal that retrying cannot fix — a `total` request limit that is used up, a revoked key, a
+ * paused key, a model the key may not use — reaches each mainstream client as an error it does not
+ * retry: every client below is left at its default retry settings, and exactly one attempt (its
+ * own fetch calls, counted) reaches Tollgate, none the provider.
+ */
+describe('refusals no retry can fix, with each client at its default retries', () => {
+  let upstream: MockUpstream;
+  let t: TestApp;
+  let base: string;
+
+  beforeAll(async () => {
+    ({ upstream, t, base } = await startGatewayOnMock('sqlite', {
+      providerHosts: ['api.openai.com', 'api.anthropic.com', 'generativelanguage.googleapis.com'],
+      providerKeys: { openai: 'sk-openai-managed', anthropic: 'sk-ant-managed', google: 'google-managed' },
+    }));
+    await creditWallet(t.storage, t.merchant.walletId, parseMoney('5'));
+  });
+  afterAll(async () => {
+    await t?.close();
+    await upstream?.close();
+  });
+
+  const api = async (method: 'POST' | 'PATCH' | 'DELETE', url: string, payload?: Json) => {
+    const res = await t.app.inject({ method, url, headers: t.auth(), ...(payload ? { payload } : {}) });
+    expect(res.statusCode).toBeLessThan(300);
+    return res.statusCode === 204 ? {} : (res.json() as Json);
+  };
+  const createKey = async (shape: Shape, extra: Json = {}) =>
+    (await api('POST', '/v1/spend_keys', { name: 'k', request_shape: shape, ...extra })) as { key: string; spend_key_id: string };
+
+  /** A spend key refused for `reason`, of the shape the client speaks. */
+  async function refusedKey(reason: Refusal, shape: Shape): Promise<string> {
+    if (reason === 'model_not_allowed') return (await createKey(shape, { allowed_models: ['some-other-model'] })).key;
+    if (reason === 'request_limit_exhausted') {
+      const key = await createKey(shape, { request_limit: { count: 1, cycle: 'total' } });
+      // The one request the limit allows.
+      const used = await fetch(`${base}/v1/${shape === 'anthropic' ? 'messages' : 'chat/completions'}`, {
+        method: 'POST',
+        headers: { authorization: `Bearer ${key.key}`, 'content-type': 'application/json' },
+        body: JSON.stringify({ model: shape === 'anthropic' ? 'claude-haiku-4-5' : 'gpt-4o-mini', max_tokens: 1, messages: [{ role: 'user', content: 'hi' }] }),
+      });
+      expect(used.status).toBe(200);
+      await used.arrayBuffer();
+      return key.key;
+    }
+    const key = await createKey(shape);
+    if (reason === 'spend_key_paused') await api('PATCH', `/v1/spend_keys/${key.spend_key_id}`, { status: 'paused' });
+    else await api('DELETE', `/v1/spend_keys/${key.spend_key_id}`);
+    return key.key;
+  }
+
+  type Refusal = 'request_limit_exhausted' | 'spend_key_paused' | 'unauthorized' | 'model_not_allowed';
+  const REFUSALS: [Refusal, number][] = [
+    ['request_limit_exhausted', 403],
+    ['spend_key_paused', 403],
+    ['unauthorized', 401],
+    ['model_not_allowed', 403],
+  ];
+
+  /** A fetch that counts the attempts a client makes. */
+  function countingFetch(): { fetch: typeof fetch; attempts: () => number } {
+    let attempts = 0;
+    return {
+      fetch: (input, init) => {
+        attempts += 1;
+        return fetch(input, init);
+      },
+      attempts: () => attempts,
+    };
+  }
+
+  const aiSdk = (model: LanguageModel) => generateText({ model, prompt: 'hi', maxOutputTokens: 2 });
+  const CLIENTS: [name: string, shape: Shape, call: (key: string, f: typeof fetch) => Promise<unknown>][] = [
+    ['openai', 'openai', (key, f) => new OpenAI({ apiKey: key, baseURL: `${base}/v1`, fetch: f }).chat.completions.create({ model: 'gpt-4o-mini', max_tokens: 2, messages: [{ role: 'user', content: 'hi' }] })],
+    ['@anthropic-ai/sdk', 'anthropic', (key, f) => new Anthropic({ apiKey: key, baseURL: base, fetch: f }).messages.create({ model: 'claude-haiku-4-5', max_tokens: 2, messages: [{ role: 'user', content: 'hi' }] })],
+    ['@google/genai', 'openai', (key, f) => new GoogleGenAI({ apiKey: key, httpOptions: { baseUrl: base, fetch: f } as never }).models.generateContent({ model: 'gemini-2.0-flash', contents: 'hi' })],
+    ['ai + @ai-sdk/openai', 'openai', (key, f) => aiSdk(createOpenAI({ apiKey: key, baseURL: `${base}/v1`, fetch: f }).chat('gpt-4o-mini'))],
+    ['ai + @ai-sdk/anthropic', 'anthropic', (key, f) => aiSdk(createAnthropic({ apiKey: key, baseURL: `${base}/v1`, fetch: f })('claude-haiku-4-5'))],
+    ['ai + @ai-sdk/google', 'openai', (key, f) => aiSdk(createGoogleGenerativeAI({ apiKey: key, baseURL: `${base}/v1beta`, fetch: f })('gemini-2.0-flash'))],
+    ['@langchain/openai', 'openai', (key, f) => new ChatOpenAI({ model: 'gpt-4o-mini', apiKey: key, configuration: { baseURL: `${base}/v1`, fetch: f } }).invoke('hi')],
+  ];
+
+  for (const [name, shape, call] of CLIENTS) {
+    it(`${name} makes one attempt for each refusal and surfaces its status`, async () => {
+      for (const [reason, status] of REFUSALS) {
+        const key = await refusedKey(reason, shape);
+        upstream.reset();
+        const counter = countingFetch();
+        const error = await call(key, counter.fetch).then(
+          () => null,
+          (e: unknown) => e as { status?: number; statusCode?: number; message?: string },
+        );
+        expect(error, `${name}: ${reason}`).not.toBeNull();
+        expect(error!.status ?? error!.statusCode ?? (error as { lc_error_code?: string }).lc_error_code, `${name}: ${reason}`).toBe(status);
+        expect(counter.attempts(), `${name}: ${reason}`).toBe(1);
+        expect(upstream.requests, `${name}: ${reason}`).toHaveLength(0);
+      }
+    });
+  }
+
+  it('answers a used-up total request limit with 403 request_limit_exhausted and x-should-retry: false', async () => {
+    const key = await refusedKey('request_limit_exhausted', 'openai');
+    const res = await fetch(`${base}/v1/chat/completions`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json' },
+      body: JSON.stringify({ model: 'gpt-4o-mini', max_tokens: 1, messages: [{ role: 'user', content: 'hi' }] }),
+    });
+    expect(res.status).toBe(403);
+    expect(res.headers.get('x-should-retry')).toBe('false');
+    expect(res.headers.get('retry-after')).toBeNull();
+    const body = (await res.json()) as { error: Json };
+    expect(body.error).toMatchObject({ code: 'request_limit_exhausted', type: 'permission_error', status: 403 });
+    expect(String(body.error.message)).toContain('never resets');
+  });
+});
