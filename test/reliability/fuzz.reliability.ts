@@ -134,7 +134,13 @@ describe.each(engines)('fuzz on %s', (dialect) => {
           // A provider's own error is relayed as it came (decision 0007); only Tollgate's answers must be the envelope.
           if (res.statusCode >= 400 && res.headers[MOCK_UPSTREAM_HEADER] === undefined) {
             const body = res.json();
-            expect(body.error).toMatchObject({ code: expect.any(String), message: expect.any(String), status: res.statusCode });
+            // Google's dialect (the native Gemini drop-in, decision 0021): `code` is the HTTP status, the interface's code the reason.
+            if (typeof body.error?.code === 'number') {
+              expect(body.error).toMatchObject({ code: res.statusCode, message: expect.any(String), status: expect.any(String) });
+              expect(body.error.details[0]).toMatchObject({ reason: expect.any(String), metadata: { status: String(res.statusCode) } });
+            } else {
+              expect(body.error).toMatchObject({ code: expect.any(String), message: expect.any(String), status: res.statusCode });
+            }
           }
         }),
         { numRuns: runsPerOperation },
