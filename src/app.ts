@@ -44,7 +44,7 @@ const RATE_WINDOW_MS = 60_000;
 
 /** The only wiring point: every route, hook and plugin is attached here. */
 export async function buildApp(options: AppOptions): Promise<App> {
-  const deps: AppDeps = { ...options, clock: options.clock ?? systemClock };
+  const deps: AppDeps = { ...options, clock: options.clock ?? systemClock, payments: options.payments ?? new TestPaymentProvider() };
   const app = Fastify({
     logger: loggerOptions(deps.config.logLevel, deps.logStream),
     childLoggerFactory: lazyRequestLogger,
@@ -90,7 +90,7 @@ export async function buildApp(options: AppOptions): Promise<App> {
       'openapiObject' in documents ? documentSharedBehaviour(documents.openapiObject) : documents.swaggerObject,
   });
 
-  const commerce = { storage: deps.storage, payments: deps.payments ?? new TestPaymentProvider(), clock: deps.clock };
+  const commerce = { storage: deps.storage, payments: deps.payments, clock: deps.clock };
   registerHealthRoutes(app, deps);
   await app.register(async (scope) => registerCheckoutPage(scope, commerce));
   registerOpenApiRoute(app);

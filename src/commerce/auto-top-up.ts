@@ -1,6 +1,8 @@
 import { setTimeout as sleep } from 'node:timers/promises';
-import { sql, type ExpressionBuilder } from 'kysely';
+import type { ExpressionBuilder } from 'kysely';
+import { dateOf } from '../domain/clock.ts';
 import { fundWallet } from '../ledger/funding.ts';
+import { availableOf } from '../ledger/wallets.ts';
 import type { Database } from '../storage/schema.ts';
 import { findPayment, insertPayment, latestPaymentMethod, transitionPayment } from '../storage/subscriptions.ts';
 import { savedMethodOf, type CommerceDeps } from './subscriptions.ts';
@@ -14,8 +16,8 @@ import { savedMethodOf, type CommerceDeps } from './subscriptions.ts';
  * for rather than followed by another: callers that saw the same shortfall race for the same row,
  * and the losers wait for the winner's outcome.
  *
- * Not yet called by admission (the billing core is being restructured; decision 0016 says where
- * the hook goes).
+ * Every billed path (POST /v1/requests, forward, drop-in, rewrite) reaches it through
+ * `admitWithAutoTopUp` around its call into the ledger.
  */
 const WAIT_POLL_MS = 20;
 const WAIT_LIMIT_MS = 10_000;
@@ -100,13 +102,17 @@ async function shortfallSnapshot(deps: CommerceDeps, walletId: string, subscript
   const row = await deps.storage.db
     .selectFrom('wallets')
     .select([
-      sql<bigint>`wallets.balance - wallets.held`.as('available'),
+      'wallets.id',
+      'wallets.balance',
+      'wallets.held',
       (eb) => purchases(eb).select((p) => p.fn.countAll<bigint>().as('n')).as('bought'),
       (eb) => purchases(eb).select('reference').where('status', '=', 'pending').limit(1).as('pending'),
     ])
     .where('id', '=', walletId)
     .executeTakeFirstOrThrow();
-  return { available: BigInt(row.available), bought: BigInt(row.bought ?? 0n), lastPending: row.pending };
+  // Holds this process admitted but has not written yet count too (SQLite's deferred admission).
+  const available = availableOf({ id: row.id, balance: BigInt(row.balance), held: BigInt(row.held) });
+  return { available, bought: BigInt(row.bought ?? 0n), lastPending: row.pending };
 }
 
 /** Waits for another caller's purchase to settle. */
@@ -118,4 +124,52 @@ async function outcomeOf(deps: CommerceDeps, reference: string): Promise<'succee
     if (!payment || payment.status === 'failed' || Date.now() >= deadline) return 'failed';
     await sleep(WAIT_POLL_MS);
   }
+}
+
+/** A billed path's refusal for want of money: whose it is, and how much the wallet lacked. */
+export type Refused = { outcome: 'insufficient_balance'; payer: 'wallet' | 'merchant' };
+
+export type RefusedRequest = {
+  /** The customer's wallet that pays the request. */
+  walletId: string;
+  /** The meter pricing the request; only a meter linked to the subscription's plan triggers a purchase. */
+  meterId: string | null;
+};
+
+/**
+ * Runs a billed path's admission (or charge) and, when the customer's wallet could not pay it,
+ * buys the subscription's auto top-up bundle (once however many requests are short at the same
+ * time) and tries once more. The refusal is returned as it was when there is nothing to buy: no
+ * auto top-up bundle, a meter the plan does not link, the merchant's share refused, or a declined
+ * payment. `needed` is what the wallet must have available for the request.
+ */
+export async function admitWithAutoTopUp<T extends { outcome: string }>(
+  deps: CommerceDeps,
+  request: RefusedRequest,
+  needed: (refused: Extract<T, Refused>) => bigint,
+  attempt: () => Promise<T>,
+): Promise<T> {
+  const first = await attempt();
+  if (!isWalletRefusal(first) || request.meterId === null) return first;
+  if (!(await meterLinkedToSubscribedPlan(deps, request.walletId, request.meterId))) return first;
+  const result = await topUpIfShort(deps, request.walletId, needed(first), dateOf(deps.clock));
+  return result === 'no_auto_top_up' || result === 'payment_failed' ? first : attempt();
+}
+
+function isWalletRefusal<T extends { outcome: string }>(outcome: T): outcome is Extract<T, Refused> {
+  return outcome.outcome === 'insufficient_balance' && (outcome as unknown as Refused).payer === 'wallet';
+}
+
+/** Whether the meter is one the wallet's live subscription's plan links (plan credit is for those). */
+async function meterLinkedToSubscribedPlan(deps: CommerceDeps, walletId: string, meterId: string): Promise<boolean> {
+  const row = await deps.storage.db
+    .selectFrom('subscriptions')
+    .innerJoin('connections', 'connections.id', 'subscriptions.connection_id')
+    .innerJoin('plan_meters', 'plan_meters.plan_id', 'subscriptions.plan_id')
+    .select('subscriptions.id')
+    .where('connections.wallet_id', '=', walletId)
+    .where('subscriptions.status', 'in', ['active', 'past_due'])
+    .where('plan_meters.meter_id', '=', meterId)
+    .executeTakeFirst();
+  return row !== undefined;
 }

@@ -1,6 +1,7 @@
 import type { ServerResponse } from 'node:http';
 import type { FastifyReply, FastifyRequest } from 'fastify';
 import type { Dispatcher } from 'undici';
+import { admitWithAutoTopUp } from '../commerce/auto-top-up.ts';
 import { dateOf } from '../domain/clock.ts';
 import { newId } from '../domain/ids.ts';
 import { lookupBasePrices } from '../domain/prices.ts';
@@ -316,7 +317,7 @@ async function planForward(
     await gateway.buckets.take(billing.spendKey);
   }
   const prices = model ? pricesOf(gateway, target.provider.id, model, config, deps.clock.now()) : null;
-  const { pricing, walletId } = pricingFor(billing);
+  const { pricing, walletId, meterPriced } = pricingFor(billing);
   const serviceChargeRate = billing.serviceChargeRate ?? config.serviceChargeRate;
   const estimate = estimateHold({
     requestBody: requestJson,
@@ -347,7 +348,12 @@ async function planForward(
     },
     spendKeyRequest,
   };
-  const admitted = await admit(storage, gateway, admission);
+  const admitted = await admitWithAutoTopUp(
+    deps,
+    { walletId, meterId: meterPriced ? (billing.meter?.id ?? null) : null },
+    () => estimate.wallet,
+    () => admit(storage, gateway, admission),
+  );
   if (admitted.outcome === 'insufficient_balance') {
     throw new ApiError('insufficient_balance', undefined, { headers: { [REQUEST_ID_HEADER]: requestId } });
   }

@@ -17,14 +17,14 @@ export type AppDeps = {
   rateLimiter: RateLimiter;
   /** Every decision by time reads this clock (holds, leases, spend-key limits, caches). */
   clock: Clock;
-  /** Takes payments for checkout, renewals and auto top-up; the built-in test provider when absent. */
-  payments?: PaymentProvider;
+  /** Takes payments for checkout, renewals and auto top-up (the built-in test provider unless configured). */
+  payments: PaymentProvider;
   /** Where logs go instead of stdout (tests read them back). */
   logStream?: DestinationStream;
 };
 
-/** What buildApp is given: the clock defaults to the system's. */
-export type AppOptions = Omit<AppDeps, 'clock'> & { clock?: Clock };
+/** What buildApp is given: the clock defaults to the system's, the payment provider to the built-in test one. */
+export type AppOptions = Omit<AppDeps, 'clock' | 'payments'> & { clock?: Clock; payments?: PaymentProvider };
 
 declare module 'fastify' {
   interface FastifyContextConfig {

@@ -1,5 +1,6 @@
 import { createHash } from 'node:crypto';
 import { z } from 'zod';
+import { admitWithAutoTopUp } from '../commerce/auto-top-up.ts';
 import { formatMoney } from '../domain/money.ts';
 import { lookupBasePrices } from '../domain/prices.ts';
 import { formatMicros, secondsToMicros, toSeconds, type Usage } from '../domain/pricing.ts';
@@ -313,7 +314,13 @@ export function registerRequestRoutes(app: App, deps: AppDeps): void {
     for (let attempt = 1; ; attempt++) {
       const parties = await resolveConnectionAndMeter(lookups, principal.merchantId, body).catch((e: unknown) => new Unresolved(e));
       if (parties instanceof Unresolved) return storedOr(parties.error);
-      const outcome = await writer.charge(chargeInputOf(principal, body, hash, parties));
+      const input = chargeInputOf(principal, body, hash, parties);
+      const outcome = await admitWithAutoTopUp(
+        deps,
+        { walletId: parties.connection.wallet_id, meterId: parties.meter.id },
+        (refused) => refused.needed,
+        () => writer.charge(input),
+      );
       switch (outcome.outcome) {
         case 'recorded':
           return { status: 201, row: presentRequest(outcome.row) };
