@@ -17,6 +17,13 @@ import {
   type ConnectionFields,
   type ConnectionWithBalance,
 } from '../storage/connections.ts';
+import { liveSubscriptionSummaries, type SubscriptionSummary } from '../storage/subscriptions.ts';
+
+/** The customer as the API shows it, with its subscription read now. */
+async function presentWithSubscription(storage: AppDeps['storage'], row: ConnectionWithBalance): Promise<Customer> {
+  const summaries = await liveSubscriptionSummaries(storage.db, [row.id]);
+  return presentCustomer(row, new Date(), summaries.get(row.id) ?? null);
+}
 
 const text = (max: number) => z.string().trim().min(1).max(max);
 
@@ -63,7 +70,10 @@ export const customerSchema = z.object({
   reference_id: z.string().nullable(),
   contact: contactSchema,
   wallet: contactSchema.extend({ wallet_id: z.string(), balance: z.string() }),
-  subscription: z.null(),
+  subscription: z
+    .object({ subscription_id: z.string(), plan_id: z.string(), name: z.string().describe("The plan's name"), status: z.enum(['active', 'past_due']) })
+    .nullable()
+    .describe('The subscription that is not cancelled (as GET /customers/{id}/subscription shows it in full), or null'),
   metadata: z.record(z.string(), z.string()).nullable(),
   next_usage_reset: z.string(),
   previous_usage_reset: z.string(),
@@ -73,7 +83,8 @@ export type Customer = z.infer<typeof customerSchema>;
 
 export const customerListQuery = pageQuery.extend({ reference_id: z.string().min(1).max(255).optional() });
 
-export function presentCustomer(row: ConnectionWithBalance, now = new Date()): Customer {
+/** `subscription`: the customer's subscription that is not cancelled (liveSubscriptionSummaries), if any. */
+export function presentCustomer(row: ConnectionWithBalance, now = new Date(), subscription: SubscriptionSummary | null = null): Customer {
   const contact = { phone: row.phone, email: row.email, first_name: row.first_name, last_name: row.last_name };
   const periodStart = Date.UTC(now.getUTCFullYear(), now.getUTCMonth(), 1);
   const nextPeriod = Date.UTC(now.getUTCFullYear(), now.getUTCMonth() + 1, 1);
@@ -84,7 +95,7 @@ export function presentCustomer(row: ConnectionWithBalance, now = new Date()): C
     reference_id: row.reference_id,
     contact,
     wallet: { wallet_id: row.wallet_id, balance: formatMoney(row.balance), ...contact },
-    subscription: null,
+    subscription,
     metadata: row.metadata === null ? null : (JSON.parse(row.metadata) as Record<string, string>),
     next_usage_reset: new Date(nextPeriod).toISOString(),
     previous_usage_reset: new Date(periodStart).toISOString(),
@@ -165,7 +176,7 @@ export function registerCustomerRoutes(app: App, deps: AppDeps): void {
       const row = await updateConnection(storage, principalOf(request).merchantId, request.params.id, toFields(request.body));
       if (row === 'reference_taken') throw referenceTaken();
       if (!row) throw notFound('customer', request.params.id);
-      return presentCustomer(row);
+      return presentWithSubscription(storage, row);
     },
   );
 }
@@ -183,7 +194,8 @@ export function registerCustomerReadRoutes(app: App, { storage }: AppDeps, base:
       await assertCursor(cursor, (id) => connectionIdExists(storage, merchantId, id));
       const rows = await listConnections(storage, merchantId, { cursor, limit, referenceId: reference_id });
       const now = new Date();
-      return toPage(rows, limit, (row) => presentCustomer(row, now));
+      const summaries = await liveSubscriptionSummaries(storage.db, rows.map((row) => row.id));
+      return toPage(rows, limit, (row) => presentCustomer(row, now, summaries.get(row.id) ?? null));
     },
   );
 
@@ -193,7 +205,7 @@ export function registerCustomerReadRoutes(app: App, { storage }: AppDeps, base:
     async (request) => {
       const row = await findConnection(storage, principalOf(request).merchantId, request.params.id);
       if (!row) throw notFound(noun, request.params.id);
-      return presentCustomer(row);
+      return presentWithSubscription(storage, row);
     },
   );
 

@@ -125,6 +125,24 @@ export async function listSubscriptionViews(
   return rows.map(toView);
 }
 
+/** What a customer object shows of its subscription (the one not cancelled), by customer id. */
+export type SubscriptionSummary = { subscription_id: string; plan_id: string; name: string; status: 'active' | 'past_due' };
+
+export async function liveSubscriptionSummaries(db: Db, connectionIds: readonly string[]): Promise<Map<string, SubscriptionSummary>> {
+  if (connectionIds.length === 0) return new Map();
+  const rows = await db
+    .selectFrom('subscriptions')
+    .innerJoin('plans', 'plans.id', 'subscriptions.plan_id')
+    .select(['subscriptions.connection_id', 'subscriptions.id', 'subscriptions.plan_id', 'subscriptions.status', 'plans.name'])
+    .where('subscriptions.connection_id', 'in', [...new Set(connectionIds)])
+    // A reservation still being paid (`incomplete`) is not a subscription yet.
+    .where('subscriptions.status', 'in', ['active', 'past_due'])
+    .execute();
+  return new Map(
+    rows.map((r) => [r.connection_id, { subscription_id: r.id, plan_id: r.plan_id, name: r.name, status: r.status as SubscriptionSummary['status'] }]),
+  );
+}
+
 export async function subscriptionIdExists(storage: Storage, merchantId: string, id: string): Promise<boolean> {
   const row = await storage.db.selectFrom('subscriptions').select('id').where('merchant_id', '=', merchantId).where('id', '=', id).executeTakeFirst();
   return row !== undefined;

@@ -1,4 +1,5 @@
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { renewDueSubscriptions } from '../../src/commerce/renewals.ts';
 import { parseMoney } from '../../src/domain/money.ts';
 import { verifyLedger } from '../../src/ledger/verify.ts';
 import { startTestApp, type TestApp } from '../helpers/app.ts';
@@ -51,6 +52,29 @@ describe.each(databasesUnderTest())('subscriptions API on %s', (dialect) => {
     const again = await subscribe(t, customerId, plan.plan_id);
     expect(again.statusCode).toBe(409);
     expect(again.json().error.code).toBe('subscription_exists');
+  });
+
+  it('the customer object shows its subscription (id, plan, plan name, status) in every read, and null once it is cancelled', async () => {
+    const plan = await createPlan(t, { name: 'Starter', period_amount: '0', included_credit: '1', billing_interval: 'day' });
+    const { customerId } = await createCustomer(t);
+    const customer = () => get(`/v1/customers/${customerId}`).then((r) => r.json());
+    expect((await customer()).subscription).toBeNull();
+    const sub = (await subscribe(t, customerId, plan.plan_id)).json().subscription;
+    const summary = { subscription_id: sub.subscription_id, plan_id: plan.plan_id, name: 'Starter', status: 'active' };
+    expect((await customer()).subscription).toEqual(summary);
+    expect((await get(`/v1/connections/${customerId}`)).json().subscription).toEqual(summary);
+    const listed = (await get('/v1/customers?limit=100')).json().data.find((c: { customer_id: string }) => c.customer_id === customerId);
+    expect(listed.subscription).toEqual(summary);
+    const patched = await t.app.inject({ method: 'PATCH', url: `/v1/customers/${customerId}`, headers: t.auth(), payload: { email: 'a@example.com' } });
+    expect(patched.json().subscription).toEqual(summary);
+    // The full view agrees with the summary.
+    expect((await get(`/v1/customers/${customerId}/subscription`)).json().subscription).toMatchObject({ subscription_id: sub.subscription_id, plan_id: plan.plan_id, status: 'active', plan: { name: 'Starter' } });
+
+    expect((await t.app.inject({ method: 'DELETE', url: `/v1/subscriptions/${sub.subscription_id}`, headers: t.auth() })).statusCode).toBe(200);
+    expect((await customer()).subscription).toEqual(summary);
+    await renewDueSubscriptions({ storage: t.storage, payments: t.payments, clock: t.clock }, new Date(new Date(sub.cycle_end_at).getTime() + 1000));
+    expect((await customer()).subscription).toBeNull();
+    expect((await get(`/v1/customers/${customerId}/subscription`)).json()).toEqual({ subscription: null });
   });
 
   it('charges a paid plan to the saved card once, and refuses without a card or on a decline with nothing written', async () => {

@@ -1,5 +1,5 @@
 import { Lava } from '@lavapayments/nodejs';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { verifyLedger } from '../../src/ledger/verify.ts';
 import { startTestApp, type TestApp } from '../helpers/app.ts';
 import { databasesUnderTest } from '../helpers/databases.ts';
@@ -14,10 +14,10 @@ describe.each(databasesUnderTest())('published Lava client: commerce on %s', (di
     t = await startTestApp(dialect);
     base = await t.listen();
   });
-  afterAll(async () => {
+  afterEach(async () => {
     expect((await verifyLedger(t.storage)).problems).toEqual([]);
-    await t?.close();
   });
+  afterAll(async () => t?.close());
 
   it('creates, lists, retrieves, updates and deletes plans, and reads their credit bundles', async () => {
     const m = await t.newMerchant();
@@ -86,6 +86,14 @@ describe.each(databasesUnderTest())('published Lava client: commerce on %s', (di
       pending_change: null,
     });
 
+    // The customer object names its subscription.
+    expect((await lava.customers.retrieve(customer.customer_id)).subscription).toEqual({
+      subscription_id: subscription.subscription_id,
+      plan_id: plan.plan_id,
+      name: 'Free tier',
+      status: 'active',
+    });
+
     const bundleId = plan.credit_bundles[0]!.credit_bundle_id;
     expect(await lava.subscriptions.update(subscription.subscription_id, { auto_top_up_bundle_id: bundleId })).toEqual({ success: true });
     const listed = await lava.subscriptions.list({ customer_id: customer.customer_id });
@@ -116,8 +124,18 @@ describe.each(databasesUnderTest())('published Lava client: commerce on %s', (di
     expect(await page.text()).toContain('Subscribe to Paid');
 
     const customer = await lava.customers.create({});
+    const bundleId = plan.credit_bundles[0]!.credit_bundle_id;
+    // A customer not on the bundle's plan cannot buy it.
     await expect(
-      lava.checkoutSessions.create({ checkout_mode: 'credit_bundle', origin_url: 'https://app.example.com', customer_id: customer.customer_id, credit_bundle_id: plan.credit_bundles[0]!.credit_bundle_id }),
+      lava.checkoutSessions.create({ checkout_mode: 'credit_bundle', origin_url: 'https://app.example.com', customer_id: customer.customer_id, credit_bundle_id: bundleId }),
     ).rejects.toThrow(/400.*credit_bundle_id/);
+
+    // A customer on the plan can: the session is for that customer and bundle.
+    const free = await lava.subscriptions.createPlan({ name: 'Free with bundles', period_amount: '0', billing_interval: 'month', credit_bundles: [{ name: 'Small', cost: '2', credit_amount: '2' }] });
+    const subscriber = await lava.customers.create({});
+    await lava.subscriptions.create({ customer_id: subscriber.customer_id, plan_id: free.plan_id });
+    const small = free.credit_bundles[0]!.credit_bundle_id;
+    const bundleSession = await lava.checkoutSessions.create({ checkout_mode: 'credit_bundle', origin_url: 'https://app.example.com', customer_id: subscriber.customer_id, credit_bundle_id: small });
+    expect(bundleSession).toMatchObject({ checkout_mode: 'credit_bundle', customer_id: subscriber.customer_id, credit_bundle_id: small, completed_at: null });
   });
 });
