@@ -15,7 +15,7 @@ import type { App, AppDeps, AppOptions } from './http/types.ts';
 import { broadcastCredentialChanges } from './gateway/credential-broadcast.ts';
 import { systemClock } from './domain/clock.ts';
 import { registerDropInRoutes, registerGeminiDropInRoutes } from './gateway/drop-in.ts';
-import { TestPaymentProvider } from './payments/test-provider.ts';
+import { createPaymentProvider } from './payments/index.ts';
 import { createGateway, registerForwardRoutes } from './gateway/forward.ts';
 import { registerAuthCallbackRoute } from './routes/auth-callback.ts';
 import { registerRewriteRoutes } from './gateway/rewrite/route.ts';
@@ -25,6 +25,7 @@ import { registerCustomerRoutes } from './routes/customers.ts';
 import { registerHealthRoutes } from './routes/health.ts';
 import { registerMeterRoutes } from './routes/meters.ts';
 import { registerOpenApiRoute } from './routes/openapi.ts';
+import { registerPaymentWebhookRoutes } from './routes/payment-webhooks.ts';
 import { registerPlanRoutes } from './routes/plans.ts';
 import { registerRequestRoutes } from './routes/requests.ts';
 import { registerSecretKeyRoutes } from './routes/secret-keys.ts';
@@ -44,7 +45,7 @@ const RATE_WINDOW_MS = 60_000;
 
 /** The only wiring point: every route, hook and plugin is attached here. */
 export async function buildApp(options: AppOptions): Promise<App> {
-  const deps: AppDeps = { ...options, clock: options.clock ?? systemClock, payments: options.payments ?? new TestPaymentProvider() };
+  const deps: AppDeps = { ...options, clock: options.clock ?? systemClock, payments: options.payments ?? createPaymentProvider(options.config) };
   const app = Fastify({
     logger: loggerOptions(deps.config.logLevel, deps.logStream),
     childLoggerFactory: lazyRequestLogger,
@@ -93,6 +94,7 @@ export async function buildApp(options: AppOptions): Promise<App> {
   const commerce = { storage: deps.storage, payments: deps.payments, clock: deps.clock };
   registerHealthRoutes(app, deps);
   await app.register(async (scope) => registerCheckoutPage(scope, commerce));
+  await app.register(async (scope) => registerPaymentWebhookRoutes(scope.withTypeProvider<ZodTypeProvider>(), commerce), { prefix: '/v1' });
   registerOpenApiRoute(app);
   await registerWebRoutes(app, deps);
 

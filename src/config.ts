@@ -80,6 +80,14 @@ export const configSchema = z.object({
   HEAP_GROWING_PERCENT: z.union([z.literal('off'), z.coerce.number().int().min(1).max(1000)]).default(30),
   /** This Tollgate's public URL (behind a proxy); checkout tokens carry it. Default: the URL a request reached. */
   PUBLIC_BASE_URL: z.url({ protocol: /^https?$/ }).optional(),
+  /** Selects the Stripe payment provider (with STRIPE_WEBHOOK_SECRET); the built-in `test` provider otherwise. */
+  STRIPE_SECRET_KEY: z.string().regex(/^(sk|rk)_[A-Za-z0-9_]+$/, 'must be a Stripe secret key (sk_… or rk_…)').optional(),
+  /** The signing secret of the Stripe webhook endpoint that calls POST /v1/payments/stripe/webhook. */
+  STRIPE_WEBHOOK_SECRET: z.string().regex(/^whsec_[A-Za-z0-9_]+$/, 'must be a Stripe webhook signing secret (whsec_…)').optional(),
+  /** The currency Stripe charges in: a two-decimal currency, lower-case ISO code. */
+  STRIPE_CURRENCY: z.string().regex(/^[a-z]{3}$/, 'must be a lower-case ISO currency code').default('usd'),
+  /** Another address for Stripe's API (a stand-in for tests); Stripe's own when unset. */
+  STRIPE_API_BASE: z.url({ protocol: /^https?$/ }).optional(),
   /** Output tokens assumed for the hold when a request sets no max_tokens. */
   DEFAULT_MAX_OUTPUT_TOKENS: z.coerce.number().int().min(1).default(4096),
   /** Development only: webhooks may use plain http to loopback (and deliveries may reach loopback). */
@@ -121,6 +129,8 @@ export type Config = {
   heapGrowingPercent: number | null;
   webhooks: { allowHttpLoopback: boolean; timeoutMs: number; maxConcurrency: number };
   dashboardSignup: boolean;
+  /** Null when the built-in `test` payment provider is used. */
+  stripe: { secretKey: string; webhookSecret: string; currency: string; apiBase: URL | undefined } | null;
 };
 
 export const DEFAULT_DATABASE_URL = 'sqlite:./data/tollgate.db';
@@ -135,6 +145,9 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     throw new ConfigError(`Invalid configuration:\n${lines.join('\n')}`);
   }
   const c = result.data;
+  if (Boolean(c.STRIPE_SECRET_KEY) !== Boolean(c.STRIPE_WEBHOOK_SECRET)) {
+    throw new ConfigError('Invalid configuration:\n  STRIPE_SECRET_KEY and STRIPE_WEBHOOK_SECRET go together: set both to use Stripe, or neither.');
+  }
   const providerKeys: Record<string, string> = { ...c.PROVIDER_KEYS };
   if (c.OPENAI_API_KEY) providerKeys.openai = c.OPENAI_API_KEY;
   if (c.ANTHROPIC_API_KEY) providerKeys.anthropic = c.ANTHROPIC_API_KEY;
@@ -166,6 +179,10 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
       maxConcurrency: c.WEBHOOK_MAX_CONCURRENCY,
     },
     dashboardSignup: c.DASHBOARD_SIGNUP,
+    stripe:
+      c.STRIPE_SECRET_KEY && c.STRIPE_WEBHOOK_SECRET
+        ? { secretKey: c.STRIPE_SECRET_KEY, webhookSecret: c.STRIPE_WEBHOOK_SECRET, currency: c.STRIPE_CURRENCY, apiBase: c.STRIPE_API_BASE ? new URL(c.STRIPE_API_BASE) : undefined }
+        : null,
   };
 }
 

@@ -1,4 +1,5 @@
 import type { Transaction } from 'kysely';
+import { dateOf } from '../domain/clock.ts';
 import { formatMoney } from '../domain/money.ts';
 import { fundWallet } from '../ledger/funding.ts';
 import type { ChargeOutcome, CheckoutDetails, SavedMethod } from '../payments/types.ts';
@@ -117,6 +118,34 @@ export async function confirmCheckout(deps: CommerceDeps, input: PayInput, payme
   }
   const outcome = await deps.payments.confirm(payment.provider_ref);
   return settle(deps, input, payment, outcome, savedAwaitingConfirmation.get(payment.id) ?? null);
+}
+
+/**
+ * A checkout payment the provider settled outside the page (its webhook: the customer completed an
+ * extra step with the provider and never came back, or the page's request died). The session and
+ * what it sells are read again; a customer it creates has no contact details (the page's form is
+ * not kept). Only a payment still `pending` or `requires_action` is settled, once.
+ */
+export async function settleCheckoutFromProvider(
+  deps: CommerceDeps,
+  payment: PaymentRow,
+  outcome: ChargeOutcome,
+  saved: SavedMethod | null,
+  customerEventData: CustomerEventData,
+): Promise<PayResult | 'not_open'> {
+  if (payment.purpose !== 'checkout' || !['pending', 'requires_action'].includes(payment.status)) return 'not_open';
+  const session = await deps.storage.db.selectFrom('checkout_sessions').selectAll().where('id', '=', payment.reference).executeTakeFirst();
+  if (!session) return 'not_open';
+  const input: PayInput = {
+    session,
+    purchase: await purchaseOf(deps, session),
+    amount: payment.amount,
+    details: {},
+    contact: { first_name: null, last_name: null, email: null, phone: null },
+    customerEventData,
+    at: dateOf(deps.clock),
+  };
+  return settle(deps, input, payment, outcome, saved ?? savedAwaitingConfirmation.get(payment.id) ?? null);
 }
 
 /**

@@ -18,6 +18,7 @@ export const ERRORS = {
     status: 400,
     message: 'No managed key is configured for this provider; pass provider_key in the forward token.',
   },
+  webhook_signature_invalid: { status: 400, message: "The payment provider's webhook signature is missing or does not match the body." },
   auth_code_invalid: { status: 400, message: 'The authorization code is unknown.' },
   auth_code_used: { status: 400, message: 'The authorization code was already exchanged; run the login again.' },
   auth_code_expired: { status: 400, message: 'The authorization code expired (60 s); run the login again.' },

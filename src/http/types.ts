@@ -23,7 +23,7 @@ export type AppDeps = {
   logStream?: DestinationStream;
 };
 
-/** What buildApp is given: the clock defaults to the system's, the payment provider to the built-in test one. */
+/** What buildApp is given: the clock defaults to the system's, the payment provider to the one the configuration selects. */
 export type AppOptions = Omit<AppDeps, 'clock' | 'payments'> & { clock?: Clock; payments?: PaymentProvider };
 
 declare module 'fastify' {

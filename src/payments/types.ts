@@ -35,6 +35,19 @@ export interface PaymentProvider {
   chargeSaved(input: ChargeInput & { method: SavedMethod }): Promise<ChargeOutcome>;
   /** The fields the checkout page asks for. */
   readonly checkoutFields: readonly CheckoutField[];
+  /**
+   * Providers that report payments by webhook (Stripe): verifies a delivery's signature at the
+   * app's time (throws when it does not verify) and returns the event.
+   */
+  verifyEvent?(rawBody: Buffer, signature: string | undefined, nowMs: number): ProviderEvent;
+  /** The payment an event is about, as the provider has it now (events may arrive out of order). */
+  paymentState?(paymentRef: string): Promise<ProviderPaymentState>;
 }
+
+/** A verified provider event; `paymentRef` is the provider's payment it is about, if any. */
+export type ProviderEvent = { id: string; type: string; paymentRef: string | null };
+
+/** A provider payment's current state: our payment row's id (from the provider's metadata), its outcome, the method it saved. */
+export type ProviderPaymentState = { paymentId: string | null; outcome: ChargeOutcome; saved: SavedMethod | null };
 
 export type CheckoutField = { name: string; label: string; autocomplete: string; inputmode?: 'numeric' | 'text'; pattern?: string; hint?: string };

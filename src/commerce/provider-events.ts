@@ -1,0 +1,66 @@
+import type { ProviderEvent } from '../payments/types.ts';
+import type { CustomerEventData } from '../storage/connections.ts';
+import { isUniqueViolation } from '../storage/errors.ts';
+import { transitionPayment } from '../storage/subscriptions.ts';
+import { settleCheckoutFromProvider } from './checkout.ts';
+import type { CommerceDeps } from './subscriptions.ts';
+
+/**
+ * A payment provider's webhook events (Stripe's). An event is only a hint that one of our payments
+ * changed: the payment's state is read from the provider again, so an event delivered twice, late
+ * or out of order leads to the same decision, and every change of a payment is a compare-and-set
+ * on its status, so it credits once. Each event id is recorded in `provider_events` once it has
+ * been processed; a delivery of a recorded id is answered without any work.
+ */
+export type EventResult = 'duplicate' | 'ignored' | 'credited' | 'failed' | 'unchanged';
+
+export async function processProviderEvent(deps: CommerceDeps, event: ProviderEvent, customerEventData: CustomerEventData): Promise<EventResult> {
+  const provider = deps.payments.id;
+  const seen = await deps.storage.db
+    .selectFrom('provider_events')
+    .select('event_id')
+    .where('provider', '=', provider)
+    .where('event_id', '=', event.id)
+    .executeTakeFirst();
+  if (seen) return 'duplicate';
+  const result = await applyEvent(deps, event, customerEventData);
+  // Recorded after its work: a crash in between only means the provider's retry does the (idempotent) work again.
+  try {
+    await deps.storage.db.insertInto('provider_events').values({ provider, event_id: event.id, type: event.type, received_at: new Date(deps.clock.now()).toISOString() }).execute();
+  } catch (e) {
+    if (!isUniqueViolation(e)) throw e;
+  }
+  return result;
+}
+
+async function applyEvent(deps: CommerceDeps, event: ProviderEvent, customerEventData: CustomerEventData): Promise<EventResult> {
+  if (!event.paymentRef || !deps.payments.paymentState) return 'ignored';
+  const state = await deps.payments.paymentState(event.paymentRef);
+  if (!state.paymentId) return 'ignored';
+  const payment = await deps.storage.db
+    .selectFrom('payments')
+    .selectAll()
+    .where('id', '=', state.paymentId)
+    .where('provider', '=', deps.payments.id)
+    .executeTakeFirst();
+  if (!payment || !['pending', 'requires_action'].includes(payment.status)) return 'unchanged';
+  const { outcome } = state;
+  if (outcome.status === 'requires_action') return 'unchanged';
+  if (payment.purpose === 'checkout') {
+    const settled = await settleCheckoutFromProvider(deps, payment, outcome, state.saved, customerEventData);
+    if (settled === 'not_open') return 'unchanged';
+    return settled.status === 'completed' ? 'credited' : outcome.status === 'failed' ? 'failed' : 'unchanged';
+  }
+  // Renewals and auto top-ups are charged off-session and settled by the charging call itself;
+  // an event can only record a decline that call did not (its process died during the charge).
+  if (outcome.status === 'failed') {
+    const changed = await transitionPayment(deps.storage.db, payment.id, ['pending', 'requires_action'], {
+      status: 'failed',
+      provider_ref: outcome.providerRef,
+      failure_reason: outcome.reason,
+      updated_at: new Date(deps.clock.now()).toISOString(),
+    });
+    return changed ? 'failed' : 'unchanged';
+  }
+  return 'unchanged';
+}

@@ -1,0 +1,196 @@
+import Stripe from 'stripe';
+import type { ChargeInput, ChargeOutcome, CheckoutDetails, CheckoutField, PaymentProvider, ProviderEvent, ProviderPaymentState, SavedMethod } from './types.ts';
+
+/**
+ * The Stripe adapter, on the official `stripe` package. Every charge is a PaymentIntent whose
+ * idempotency key is our payment row's id and whose metadata names that row
+ * (`tollgate_payment_id`), so Stripe's events lead back to it. At checkout the customer's payment
+ * method (a PaymentMethod id from Stripe's own card fields) is charged and saved on a new Stripe
+ * customer (`setup_future_usage: off_session`); renewals and auto top-ups charge it off-session.
+ * Only a PaymentIntent Stripe reports `succeeded` is a success: Tollgate credits nothing before.
+ */
+export type StripeSettings = {
+  secretKey: string;
+  webhookSecret: string;
+  /** A currency with two decimals (cents), lower-case ISO code. */
+  currency: string;
+  /** Another API address (a stand-in in tests); Stripe's own when absent. */
+  apiBase?: URL;
+};
+
+/** One cent in Tollgate's money units (1e-10). */
+const UNITS_PER_CENT = 100_000_000n;
+const METADATA_KEY = 'tollgate_payment_id';
+
+export class StripePaymentProvider implements PaymentProvider {
+  readonly id = 'stripe';
+  readonly checkoutFields: readonly CheckoutField[] = [
+    {
+      name: 'payment_method',
+      label: 'Stripe payment method',
+      autocomplete: 'off',
+      pattern: 'pm_[A-Za-z0-9_]+',
+      hint: 'The PaymentMethod id (pm_…) Stripe gave for the card. In test mode, pm_card_visa pays.',
+    },
+  ];
+  readonly #stripe: Stripe;
+  readonly #settings: StripeSettings;
+
+  constructor(settings: StripeSettings) {
+    this.#settings = settings;
+    const base = settings.apiBase;
+    this.#stripe = new Stripe(settings.secretKey, {
+      // Network failures are retried with the same idempotency key: never a second charge.
+      maxNetworkRetries: 2,
+      timeout: 20_000,
+      telemetry: false,
+      ...(base
+        ? { host: base.hostname, port: base.port || (base.protocol === 'https:' ? 443 : 80), protocol: base.protocol === 'http:' ? ('http' as const) : ('https' as const) }
+        : {}),
+    });
+  }
+
+  async chargeAtCheckout(input: ChargeInput & { details: CheckoutDetails }): Promise<{ outcome: ChargeOutcome; saved: SavedMethod | null }> {
+    const paymentMethod = (input.details.payment_method ?? '').trim();
+    if (!/^pm_[A-Za-z0-9_]+$/.test(paymentMethod)) return { outcome: { status: 'failed', providerRef: null, reason: 'Enter the Stripe payment method (pm_…).' }, saved: null };
+    const cents = centsOf(input.amount);
+    if (cents === null) return { outcome: notWholeCents(), saved: null };
+    const customer = await this.#stripe.customers.create({ metadata: { [METADATA_KEY]: input.idempotencyKey } }, { idempotencyKey: `${input.idempotencyKey}:customer` });
+    if (cents === 0n) {
+      // Nothing to charge: the method is only saved for later charges.
+      try {
+        const attached = await this.#stripe.paymentMethods.attach(paymentMethod, { customer: customer.id }, { idempotencyKey: `${input.idempotencyKey}:attach` });
+        return { outcome: { status: 'succeeded', providerRef: attached.id }, saved: savedOf(attached, customer.id) };
+      } catch (e) {
+        return { outcome: declined(e), saved: null };
+      }
+    }
+    try {
+      const intent = await this.#stripe.paymentIntents.create(
+        {
+          amount: Number(cents),
+          currency: this.#settings.currency,
+          customer: customer.id,
+          payment_method: paymentMethod,
+          confirm: true,
+          setup_future_usage: 'off_session',
+          // The page cannot follow a redirect-based method; cards confirm in place.
+          automatic_payment_methods: { enabled: true, allow_redirects: 'never' },
+          description: input.description,
+          metadata: { [METADATA_KEY]: input.idempotencyKey },
+          expand: ['payment_method'],
+        },
+        { idempotencyKey: input.idempotencyKey },
+      );
+      const outcome = outcomeOf(intent);
+      return { outcome, saved: outcome.status === 'failed' ? null : savedOf(intent.payment_method, customer.id) };
+    } catch (e) {
+      return { outcome: declined(e), saved: null };
+    }
+  }
+
+  /** Reads the PaymentIntent again: the customer may have completed the extra step with Stripe. */
+  async confirm(providerRef: string): Promise<ChargeOutcome> {
+    const intent = await this.#stripe.paymentIntents.retrieve(providerRef);
+    return outcomeOf(intent);
+  }
+
+  async chargeSaved(input: ChargeInput & { method: SavedMethod }): Promise<ChargeOutcome> {
+    const cents = centsOf(input.amount);
+    if (cents === null) return notWholeCents();
+    if (!input.method.customerRef) return { status: 'failed', providerRef: null, reason: 'The saved payment method belongs to no Stripe customer.' };
+    let intent: Stripe.PaymentIntent;
+    try {
+      intent = await this.#stripe.paymentIntents.create(
+        {
+          amount: Number(cents),
+          currency: this.#settings.currency,
+          customer: input.method.customerRef,
+          payment_method: input.method.providerRef,
+          off_session: true,
+          confirm: true,
+          description: input.description,
+          metadata: { [METADATA_KEY]: input.idempotencyKey },
+        },
+        { idempotencyKey: input.idempotencyKey },
+      );
+    } catch (e) {
+      return declined(e);
+    }
+    const outcome = outcomeOf(intent);
+    if (outcome.status === 'succeeded') return outcome;
+    // Nobody is present to finish it: cancelled, so it can never succeed without being credited.
+    await this.#stripe.paymentIntents.cancel(intent.id, {}, { idempotencyKey: `${input.idempotencyKey}:cancel` });
+    return { status: 'failed', providerRef: intent.id, reason: outcome.status === 'failed' ? outcome.reason : 'The payment needs the customer to confirm it.' };
+  }
+
+  /** Verifies a webhook delivery with the package's own signature check, at the app's time `nowMs`. */
+  verifyEvent(rawBody: Buffer, signature: string | undefined, nowMs: number): ProviderEvent {
+    if (!signature) throw new InvalidProviderEvent('The Stripe-Signature header is missing.');
+    let event: Stripe.Event;
+    try {
+      event = this.#stripe.webhooks.constructEvent(rawBody, signature, this.#settings.webhookSecret, undefined, undefined, nowMs);
+    } catch (e) {
+      throw new InvalidProviderEvent(e instanceof Error ? e.message : 'The signature does not match.');
+    }
+    const object = event.data.object as { object?: string; id?: string };
+    const paymentRef = object.object === 'payment_intent' && typeof object.id === 'string' ? object.id : null;
+    return { id: event.id, type: event.type, paymentRef };
+  }
+
+  /**
+   * The PaymentIntent as Stripe has it now, not as the event saw it: events may arrive out of
+   * order (a `payment_failed` of an earlier attempt after the `succeeded`), and the intent's
+   * current status is the truth.
+   */
+  async paymentState(paymentRef: string): Promise<ProviderPaymentState> {
+    const intent = await this.#stripe.paymentIntents.retrieve(paymentRef, { expand: ['payment_method'] });
+    const outcome = outcomeOf(intent);
+    const customer = typeof intent.customer === 'string' ? intent.customer : (intent.customer?.id ?? null);
+    return {
+      paymentId: intent.metadata?.[METADATA_KEY] ?? null,
+      outcome,
+      saved: outcome.status === 'succeeded' && customer ? savedOf(intent.payment_method, customer) : null,
+    };
+  }
+}
+
+/** A webhook delivery whose signature does not verify. */
+export class InvalidProviderEvent extends Error {}
+
+/** Whole cents, or null when the amount has a fraction of a cent (Stripe charges whole minor units). */
+function centsOf(amount: bigint): bigint | null {
+  return amount % UNITS_PER_CENT === 0n ? amount / UNITS_PER_CENT : null;
+}
+
+const notWholeCents = (): ChargeOutcome => ({ status: 'failed', providerRef: null, reason: 'Stripe charges whole cents; the amount has a fraction of a cent.' });
+
+function outcomeOf(intent: Stripe.PaymentIntent): ChargeOutcome {
+  switch (intent.status) {
+    case 'succeeded':
+      return { status: 'succeeded', providerRef: intent.id };
+    case 'requires_action':
+    case 'requires_confirmation':
+    case 'processing':
+      return { status: 'requires_action', providerRef: intent.id };
+    default:
+      return { status: 'failed', providerRef: intent.id, reason: intent.last_payment_error?.message ?? `The payment is ${intent.status.replace(/_/g, ' ')}.` };
+  }
+}
+
+/** A card error is a decline (the answer); any other error is not an answer and is thrown. */
+function declined(e: unknown): ChargeOutcome {
+  if (e instanceof Stripe.errors.StripeCardError || e instanceof Stripe.errors.StripeInvalidRequestError) {
+    return { status: 'failed', providerRef: e.payment_intent?.id ?? null, reason: e.message };
+  }
+  throw e;
+}
+
+function savedOf(method: string | Stripe.PaymentMethod | null, customerId: string): SavedMethod | null {
+  if (!method) return null;
+  if (typeof method === 'string') return { providerRef: method, customerRef: customerId, label: 'Card' };
+  const card = method.card;
+  return { providerRef: method.id, customerRef: customerId, label: card ? `${capitalised(card.brand)} ending ${card.last4}` : 'Payment method' };
+}
+
+const capitalised = (s: string) => s.charAt(0).toUpperCase() + s.slice(1);

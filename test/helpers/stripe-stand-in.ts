@@ -1,0 +1,144 @@
+import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
+import type { AddressInfo } from 'node:net';
+
+/**
+ * A local HTTP stand-in for the part of Stripe's API the adapter uses (customers, PaymentMethod
+ * attach, PaymentIntents create/retrieve/cancel), so the real `stripe` package talks to it over
+ * loopback. It checks what the package sends — the secret key, an API version, form encoding, an
+ * Idempotency-Key on every POST — and answers a repeated Idempotency-Key with its first answer, as
+ * Stripe does. Stripe's test PaymentMethods decide the outcome:
+ *
+ * - `pm_card_visa`: succeeds;
+ * - `pm_card_chargeDeclined`: declined (402 card_error, the intent `requires_payment_method`);
+ * - `pm_card_authenticationRequired`: `requires_action` when the customer is present, declined
+ *   (`authentication_required`) off-session.
+ *
+ * Tests change an intent as Stripe would once the customer acts (`setIntentStatus`).
+ */
+export type StandInRequest = { method: string; path: string; params: Record<string, string>; idempotencyKey: string | undefined };
+
+type Intent = Record<string, unknown> & { id: string; status: string };
+
+export type StripeStandIn = {
+  url: string;
+  requests: StandInRequest[];
+  /** Problems with what the package sent (a test asserts there are none). */
+  problems: string[];
+  intents: Map<string, Intent>;
+  setIntentStatus(id: string, status: string, lastError?: string): void;
+  close(): Promise<void>;
+};
+
+const CARDS: Record<string, { brand: string; last4: string }> = {
+  pm_card_visa: { brand: 'visa', last4: '4242' },
+  pm_card_chargeDeclined: { brand: 'visa', last4: '0002' },
+  pm_card_authenticationRequired: { brand: 'visa', last4: '3184' },
+};
+
+export async function startStripeStandIn(secretKey: string): Promise<StripeStandIn> {
+  const requests: StandInRequest[] = [];
+  const problems: string[] = [];
+  const intents = new Map<string, Intent>();
+  const answered = new Map<string, { status: number; body: unknown }>();
+  let n = 0;
+  const nextId = (prefix: string) => `${prefix}_standin${String(++n).padStart(6, '0')}`;
+
+  const paymentMethod = (id: string, customer: string | null) => ({ id, object: 'payment_method', type: 'card', card: CARDS[id] ?? { brand: 'visa', last4: '0000' }, customer });
+  const present = (intent: Intent, params: Record<string, string>) =>
+    Object.values(params).includes('payment_method') && typeof intent.payment_method === 'string'
+      ? { ...intent, payment_method: paymentMethod(intent.payment_method, intent.customer as string) }
+      : intent;
+  const cardError = (code: string, message: string, intent: Intent | undefined) => ({
+    status: 402,
+    body: { error: { type: 'card_error', code, message, ...(intent ? { payment_intent: intent } : {}) } },
+  });
+
+  function createIntent(params: Record<string, string>): { status: number; body: unknown } {
+    const pm = params.payment_method ?? '';
+    if (!CARDS[pm]) return { status: 400, body: { error: { type: 'invalid_request_error', code: 'resource_missing', message: `No such PaymentMethod: '${pm}'` } } };
+    const offSession = params.off_session === 'true';
+    const intent: Intent = {
+      id: nextId('pi'),
+      object: 'payment_intent',
+      amount: Number(params.amount),
+      currency: params.currency,
+      customer: params.customer ?? null,
+      payment_method: pm,
+      description: params.description ?? null,
+      metadata: Object.fromEntries(Object.entries(params).flatMap(([k, v]) => (k.startsWith('metadata[') ? [[k.slice(9, -1), v]] : []))),
+      status: 'succeeded',
+      last_payment_error: null,
+    };
+    intents.set(intent.id, intent);
+    if (pm === 'pm_card_chargeDeclined') {
+      Object.assign(intent, { status: 'requires_payment_method', last_payment_error: { code: 'card_declined', message: 'Your card was declined.' } });
+      return cardError('card_declined', 'Your card was declined.', intent);
+    }
+    if (pm === 'pm_card_authenticationRequired') {
+      if (offSession) {
+        Object.assign(intent, { status: 'requires_payment_method', last_payment_error: { code: 'authentication_required', message: 'This payment requires authentication.' } });
+        return cardError('authentication_required', 'This payment requires authentication.', intent);
+      }
+      Object.assign(intent, { status: 'requires_action', next_action: { type: 'use_stripe_sdk' } });
+    }
+    return { status: 200, body: present(intent, params) };
+  }
+
+  function route(method: string, path: string, params: Record<string, string>): { status: number; body: unknown } {
+    if (method === 'POST' && path === '/v1/customers') return { status: 200, body: { id: nextId('cus'), object: 'customer', metadata: {} } };
+    let m = /^\/v1\/payment_methods\/([^/]+)\/attach$/.exec(path);
+    if (method === 'POST' && m) {
+      if (m[1] === 'pm_card_chargeDeclined') return cardError('card_declined', 'Your card was declined.', undefined);
+      return { status: 200, body: paymentMethod(m[1]!, params.customer ?? null) };
+    }
+    if (method === 'POST' && path === '/v1/payment_intents') return createIntent(params);
+    m = /^\/v1\/payment_intents\/([^/]+)(\/cancel)?$/.exec(path);
+    const intent = m ? intents.get(m[1]!) : undefined;
+    if (m && !intent) return { status: 404, body: { error: { type: 'invalid_request_error', code: 'resource_missing', message: 'No such payment_intent' } } };
+    if (method === 'GET' && m && !m[2]) return { status: 200, body: present(intent!, params) };
+    if (method === 'POST' && m?.[2]) {
+      intent!.status = 'canceled';
+      return { status: 200, body: intent };
+    }
+    return { status: 404, body: { error: { type: 'invalid_request_error', message: `Unrecognized request URL (${method}: ${path})` } } };
+  }
+
+  const server = createServer((req: IncomingMessage, res: ServerResponse) => {
+    const chunks: Buffer[] = [];
+    req.on('data', (c: Buffer) => chunks.push(c));
+    req.on('end', () => {
+      const url = new URL(req.url ?? '/', 'http://stand-in');
+      const form = Buffer.concat(chunks).toString('utf8');
+      const params = Object.fromEntries(new URLSearchParams(req.method === 'GET' ? url.search : form));
+      const idempotencyKey = req.headers['idempotency-key'] as string | undefined;
+      requests.push({ method: req.method ?? '', path: url.pathname, params, idempotencyKey });
+      const where = `${req.method} ${url.pathname}`;
+      if (req.headers.authorization !== `Bearer ${secretKey}`) problems.push(`${where}: authorization ${req.headers.authorization}`);
+      if (!req.headers['stripe-version']) problems.push(`${where}: no Stripe-Version`);
+      if (req.method === 'POST') {
+        if (!idempotencyKey) problems.push(`${where}: no Idempotency-Key`);
+        if (!String(req.headers['content-type']).startsWith('application/x-www-form-urlencoded')) problems.push(`${where}: content-type ${req.headers['content-type']}`);
+      }
+      const replayKey = idempotencyKey && `${where} ${idempotencyKey}`;
+      const answer = (replayKey && answered.get(replayKey)) || route(req.method ?? '', url.pathname, params);
+      if (replayKey) answered.set(replayKey, answer);
+      res.writeHead(answer.status, { 'content-type': 'application/json', 'request-id': `req_${n}` });
+      res.end(JSON.stringify(answer.body));
+    });
+  });
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  const { port } = server.address() as AddressInfo;
+  return {
+    url: `http://127.0.0.1:${port}`,
+    requests,
+    problems,
+    intents,
+    setIntentStatus(id, status, lastError) {
+      const intent = intents.get(id);
+      if (!intent) throw new Error(`no intent ${id}`);
+      intent.status = status;
+      intent.last_payment_error = lastError ? { code: 'card_declined', message: lastError } : null;
+    },
+    close: () => new Promise<void>((resolve) => server.close(() => resolve())),
+  };
+}
