@@ -6,7 +6,7 @@ import type { ChargeOutcome } from '../payments/types.ts';
 import { findPlanIncludingDeleted, type PlanRow } from '../storage/plans.ts';
 import type { Database } from '../storage/schema.ts';
 import { insertPayment, latestPaymentMethod, transitionPayment, type SubscriptionRow } from '../storage/subscriptions.ts';
-import { emitSubscriptionEvent, savedMethodOf, type CommerceDeps } from './subscriptions.ts';
+import { emitSubscriptionEvent, savedMethodOf, settleOrphanedReservations, type CommerceDeps } from './subscriptions.ts';
 
 /**
  * The cycle engine. Every tick renews the subscriptions whose cycle has ended: it applies a
@@ -230,7 +230,10 @@ async function recordFailure(
   return 'past_due';
 }
 
-/** Runs the engine every `intervalMs` until stopped; a tick still running is not started twice. */
+/**
+ * Runs the engine every `intervalMs` until stopped, then settles crash-orphaned reservations
+ * (settleOrphanedReservations); a tick still running is not started twice.
+ */
 export function startRenewalScheduler(
   deps: CommerceDeps,
   opts: { intervalMs: number; onError: (err: unknown) => void },
@@ -239,6 +242,7 @@ export function startRenewalScheduler(
   const timer = setInterval(() => {
     if (running) return;
     running = renewDueSubscriptions(deps, dateOf(deps.clock))
+      .then(() => settleOrphanedReservations(deps, dateOf(deps.clock)))
       .catch(opts.onError)
       .finally(() => {
         running = null;

@@ -3,18 +3,20 @@ import { nextCycleEnd } from '../domain/billing-cycle.ts';
 import { newId } from '../domain/ids.ts';
 import { fundWallet } from '../ledger/funding.ts';
 import type { Clock } from '../domain/clock.ts';
-import type { PaymentProvider, SavedMethod } from '../payments/types.ts';
+import type { ChargeOutcome, PaymentProvider, SavedMethod } from '../payments/types.ts';
 import type { Storage } from '../storage/db.ts';
 import { isUniqueViolation } from '../storage/errors.ts';
-import type { PlanRow } from '../storage/plans.ts';
+import { findPlanIncludingDeleted, type PlanRow } from '../storage/plans.ts';
 import type { Database } from '../storage/schema.ts';
 import {
+  findPayment,
   findSubscriptionView,
   insertPayment,
   latestPaymentMethod,
   transitionPayment,
   updateSubscription,
   type PaymentMethodRow,
+  type PaymentRow,
   type SubscriptionRow,
 } from '../storage/subscriptions.ts';
 import { enqueueEvent, type EventType } from '../webhooks/outbox.ts';
@@ -145,27 +147,46 @@ async function chargeFirstPeriod(
   method: PaymentMethodRow,
   at: Date,
 ): Promise<StartOutcome> {
-  const { storage, payments } = deps;
+  const { storage } = deps;
   const stamp = at.toISOString();
   const payment = (await insertPayment(storage.db, {
     merchant_id: sub.merchant_id,
     connection_id: customer.id,
-    provider: payments.id,
+    provider: deps.payments.id,
     provider_ref: null,
     purpose: 'renewal',
-    reference: `${sub.id}:${sub.cycle_start_at}:1`,
+    reference: firstPeriodReference(sub),
     amount: BigInt(plan.period_amount),
     status: 'pending',
     failure_reason: null,
     created_at: stamp,
     updated_at: stamp,
   }))!;
-  const outcome = await payments.chargeSaved({
-    amount: payment.amount,
-    idempotencyKey: payment.id,
-    description: `${plan.name}: first period`,
-    method: savedMethodOf(method),
-  });
+  return chargeReservation(deps, sub, customer, plan, method, payment, at);
+}
+
+/** The first period's payment reference of a subscription (its first cycle, first attempt). */
+const firstPeriodReference = (sub: SubscriptionRow) => `${sub.id}:${sub.cycle_start_at}:1`;
+
+/**
+ * Charges a reservation's first period (its payment row's id is the idempotency key, so asking
+ * again answers the first outcome) and records the outcome: the subscription starts, or the
+ * reservation is deleted. Both by compare-and-set, so two callers settle it once.
+ */
+async function chargeReservation(
+  deps: CommerceDeps,
+  sub: SubscriptionRow,
+  customer: Customer,
+  plan: PlanRow,
+  method: PaymentMethodRow | undefined,
+  payment: PaymentRow,
+  at: Date,
+): Promise<StartOutcome> {
+  const { storage, payments } = deps;
+  const stamp = at.toISOString();
+  const outcome: ChargeOutcome = method
+    ? await payments.chargeSaved({ amount: payment.amount, idempotencyKey: payment.id, description: `${plan.name}: first period`, method: savedMethodOf(method) })
+    : { status: 'failed', providerRef: null, reason: 'The customer has no saved payment method.' };
   if (outcome.status !== 'succeeded') {
     const reason = outcome.status === 'failed' ? outcome.reason : 'The payment needs the customer to confirm it; use a checkout session.';
     await storage.db.transaction().execute(async (trx) => {
@@ -181,4 +202,38 @@ async function chargeFirstPeriod(
     await beginFirstCycle(trx, active, customer, plan);
   });
   return { ok: true, subscription: active };
+}
+
+/** A reservation this old has no live request charging it any more (a provider call times out well before). */
+export const ORPHANED_RESERVATION_MS = 15 * 60_000;
+
+/**
+ * Settles `incomplete` subscriptions whose request died between reserving the row and recording
+ * its first payment (a crash), so they no longer block the customer's next subscription: without
+ * a payment row (the charge was never made) or with a failed one, the reservation is deleted; with
+ * a payment still `pending`, the provider is asked again with the same idempotency key, which
+ * answers the first charge's outcome (or makes it, if it never reached the provider), and the
+ * reservation starts or is deleted as the request would have done. Run by the renewal scheduler.
+ */
+export async function settleOrphanedReservations(deps: CommerceDeps, now: Date): Promise<{ started: number; deleted: number }> {
+  const { storage } = deps;
+  const before = new Date(now.getTime() - ORPHANED_RESERVATION_MS).toISOString();
+  const orphans = await storage.db.selectFrom('subscriptions').selectAll().where('status', '=', 'incomplete').where('created_at', '<', before).limit(50).execute();
+  let started = 0;
+  let deleted = 0;
+  for (const sub of orphans) {
+    const payment = await findPayment(storage.db, 'renewal', firstPeriodReference(sub));
+    if (!payment || payment.status !== 'pending') {
+      const result = await storage.db.deleteFrom('subscriptions').where('id', '=', sub.id).where('status', '=', 'incomplete').executeTakeFirst();
+      deleted += Number(result.numDeletedRows);
+      continue;
+    }
+    const customer = await storage.db.selectFrom('connections').select(['id', 'wallet_id']).where('id', '=', sub.connection_id).executeTakeFirstOrThrow();
+    const plan = (await findPlanIncludingDeleted(storage, sub.plan_id))!;
+    const method = await latestPaymentMethod(storage.db, sub.connection_id);
+    const outcome = await chargeReservation(deps, sub, customer, plan, method, payment, now);
+    if (outcome.ok) started += 1;
+    else deleted += 1;
+  }
+  return { started, deleted };
 }

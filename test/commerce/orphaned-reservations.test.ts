@@ -1,0 +1,110 @@
+import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { ORPHANED_RESERVATION_MS, settleOrphanedReservations } from '../../src/commerce/subscriptions.ts';
+import { dateOf } from '../../src/domain/clock.ts';
+import { parseMoney } from '../../src/domain/money.ts';
+import { verifyLedger } from '../../src/ledger/verify.ts';
+import type { ChargeInput, ChargeOutcome, SavedMethod } from '../../src/payments/types.ts';
+import { TestPaymentProvider } from '../../src/payments/test-provider.ts';
+import { startTestApp, type TestApp } from '../helpers/app.ts';
+import { createCustomer, createPlan, saveTestCard, subscribe, walletBuckets } from '../helpers/commerce.ts';
+import { databasesUnderTest } from '../helpers/databases.ts';
+
+/**
+ * The test provider, except that the next off-session charge never answers: the process that
+ * made it "dies" during the call (it throws before anything is recorded, as a crash would leave it).
+ */
+class ProviderLosingNextCharge extends TestPaymentProvider {
+  loseNext = false;
+  override async chargeSaved(input: ChargeInput & { method: SavedMethod }): Promise<ChargeOutcome> {
+    if (this.loseNext) {
+      this.loseNext = false;
+      throw new Error('the process died during the charge');
+    }
+    return super.chargeSaved(input);
+  }
+}
+
+describe.each(databasesUnderTest())('crash-orphaned subscription reservations on %s', (dialect) => {
+  let t: TestApp;
+  const payments = new ProviderLosingNextCharge();
+  beforeAll(async () => {
+    t = await startTestApp(dialect, { payments });
+  });
+  afterAll(async () => t?.close());
+  afterEach(async () => {
+    expect((await verifyLedger(t.storage)).problems).toEqual([]);
+  });
+
+  const deps = () => ({ storage: t.storage, payments, clock: t.clock });
+  const statusOf = async (customerId: string) =>
+    (await t.storage.db.selectFrom('subscriptions').select('status').where('connection_id', '=', customerId).execute()).map((r) => r.status);
+
+  /** A paid subscription whose request died during its first charge: the row is left `incomplete`, its payment `pending`. */
+  async function orphaned(card: 'succeeds' | 'declinesLater') {
+    const plan = await createPlan(t, { name: `Pro ${card}`, period_amount: '10', included_credit: '12', billing_interval: 'month' });
+    const c = await createCustomer(t);
+    await saveTestCard(t.storage, t.merchant.merchantId, c.customerId, card);
+    payments.loseNext = true;
+    expect((await subscribe(t, c.customerId, plan.plan_id)).statusCode).toBe(500);
+    expect(await statusOf(c.customerId)).toEqual(['incomplete']);
+    // The orphan is invisible but blocks the customer's next subscription until it is settled.
+    expect((await t.app.inject({ method: 'GET', url: `/v1/customers/${c.customerId}/subscription`, headers: t.auth() })).json()).toEqual({ subscription: null });
+    expect((await subscribe(t, c.customerId, plan.plan_id)).json().error.code).toBe('subscription_exists');
+    return { ...c, plan };
+  }
+
+  it('an orphan whose charge the provider confirms when asked again starts, with its cycle credit; one that is declined is deleted', async () => {
+    const paid = await orphaned('succeeds');
+    const declined = await orphaned('declinesLater');
+    // A reservation younger than the limit may still have a live request charging it.
+    expect(await settleOrphanedReservations(deps(), dateOf(t.clock))).toEqual({ started: 0, deleted: 0 });
+
+    t.clock.advance(ORPHANED_RESERVATION_MS + 1000);
+    const before = payments.charges.length;
+    expect(await settleOrphanedReservations(deps(), dateOf(t.clock))).toEqual({ started: 1, deleted: 1 });
+    expect(payments.charges.slice(before).map((c) => c.status).sort()).toEqual(['failed', 'succeeded']);
+    expect(await statusOf(paid.customerId)).toEqual(['active']);
+    expect(await walletBuckets(t.storage, paid.walletId)).toMatchObject({ cycle: parseMoney('12') });
+    const payment = await t.storage.db.selectFrom('payments').select(['status']).where('connection_id', '=', paid.customerId).executeTakeFirstOrThrow();
+    expect(payment.status).toBe('succeeded');
+    expect(await statusOf(declined.customerId)).toEqual([]);
+    expect((await walletBuckets(t.storage, declined.walletId)).balance).toBe(0n);
+
+    // Settled once: another pass (another instance) finds nothing, and the declined customer can subscribe again.
+    expect(await settleOrphanedReservations(deps(), dateOf(t.clock))).toEqual({ started: 0, deleted: 0 });
+    await saveTestCard(t.storage, t.merchant.merchantId, declined.customerId, 'succeeds');
+    expect((await subscribe(t, declined.customerId, declined.plan.plan_id)).statusCode).toBe(201);
+  });
+
+  it('an orphan left before its payment was recorded is deleted without any charge', async () => {
+    const plan = await createPlan(t, { name: 'Reserved only', period_amount: '3', billing_interval: 'week' });
+    const c = await createCustomer(t);
+    const at = new Date(t.clock.now() - ORPHANED_RESERVATION_MS - 60_000).toISOString();
+    await t.storage.db
+      .insertInto('subscriptions')
+      .values({
+        id: 'sub_orphan_without_payment',
+        merchant_id: t.merchant.merchantId,
+        connection_id: c.customerId,
+        plan_id: plan.plan_id,
+        status: 'incomplete',
+        auto_top_up_bundle_id: null,
+        started_at: at,
+        cancelled_at: null,
+        cycle_start_at: at,
+        cycle_end_at: at,
+        cycle_anchor_at: at,
+        pending_plan_id: null,
+        cancel_at_cycle_end: 0,
+        claimed_until: null,
+        failed_attempts: 0,
+        next_attempt_at: null,
+        created_at: at,
+      })
+      .execute();
+    const before = payments.charges.length;
+    expect(await settleOrphanedReservations(deps(), dateOf(t.clock))).toEqual({ started: 0, deleted: 1 });
+    expect(payments.charges.length).toBe(before);
+    expect(await statusOf(c.customerId)).toEqual([]);
+  });
+});
