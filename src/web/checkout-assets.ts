@@ -22,17 +22,19 @@ button:focus-visible,.button:focus-visible{outline:3px solid #0b2a6f;outline-off
 @media (max-width:24rem){main{padding:.5rem}.card{padding:1rem}}
 `.trim();
 
+/** The id of the JSON island ({origin, message}) a completed checkout's page carries. */
+export const COMPLETION_ISLAND = 'checkout-completed';
+
 /**
  * Tells the page that opened or embeds the checkout that it completed: posted only to the
- * session's origin (`data-origin`), never to `*`.
+ * session's origin (from the page's JSON island), never to `*`.
  */
 export const CHECKOUT_JS = `
 (function () {
-  var body = document.body;
-  var origin = body.getAttribute('data-origin');
-  var message = body.getAttribute('data-message');
-  if (!origin || !message) return;
+  var island = document.getElementById('${COMPLETION_ISLAND}');
+  if (!island) return;
+  var data = JSON.parse(island.textContent);
   var target = window.parent !== window ? window.parent : window.opener;
-  if (target) target.postMessage(JSON.parse(message), origin);
+  if (target && data.origin && data.message) target.postMessage(data.message, data.origin);
 })();
 `.trim();

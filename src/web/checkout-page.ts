@@ -15,7 +15,12 @@ import { MAX_AMOUNT_UNITS, MoneyFormatError, parseMoney } from '../domain/money.
 import { hashCheckoutSecret } from '../routes/checkout-sessions.ts';
 import { presentCustomer } from '../routes/customers.ts';
 import { findCheckoutSessionByTokenHash, type CheckoutSessionRow } from '../storage/checkout-sessions.ts';
-import { CHECKOUT_CSS, CHECKOUT_JS } from './checkout-assets.ts';
+import { CHECKOUT_CSS, CHECKOUT_JS, COMPLETION_ISLAND } from './checkout-assets.ts';
+import { html, jsonIsland, unsafeRaw } from './html.ts';
+import { sendPage } from './layout.ts';
+
+const CHECKOUT_STYLESHEET = '/checkout/assets/checkout.css';
+const CHECKOUT_SCRIPT = '/checkout/assets/checkout.js';
 
 /**
  * The hosted checkout page, opened from a checkout session's token (`/checkout?token=…`), in a
@@ -32,10 +37,10 @@ export function registerCheckoutPage(app: FastifyInstance, deps: CommerceDeps): 
     done(null, Object.fromEntries(new URLSearchParams(String(body))));
   });
 
-  app.get('/checkout/assets/checkout.css', { config: { public: true }, schema: { hide: true } }, async (_request, reply) =>
+  app.get(CHECKOUT_STYLESHEET, { config: { public: true }, schema: { hide: true } }, async (_request, reply) =>
     reply.type('text/css; charset=utf-8').header('cache-control', 'public, max-age=3600').send(CHECKOUT_CSS),
   );
-  app.get('/checkout/assets/checkout.js', { config: { public: true }, schema: { hide: true } }, async (_request, reply) =>
+  app.get(CHECKOUT_SCRIPT, { config: { public: true }, schema: { hide: true } }, async (_request, reply) =>
     reply.type('text/javascript; charset=utf-8').header('cache-control', 'public, max-age=3600').send(CHECKOUT_JS),
   );
 
@@ -202,48 +207,33 @@ async function page(
   message?: Record<string, unknown>,
 ): Promise<FastifyReply> {
   const name = await merchantName(deps, session.merchant_id);
-  const data = message ? ` data-origin="${esc(session.origin_url)}" data-message="${esc(JSON.stringify(message))}"` : '';
-  return send(reply, session.origin_url, name, content, data, Boolean(message));
+  return send(reply, session.origin_url, name, content, message ? { origin: session.origin_url, message } : null);
 }
 
 function messagePage(reply: FastifyReply, session: CheckoutSessionRow | null, title: string, text: string): FastifyReply {
-  return send(reply, session?.origin_url ?? null, 'Checkout', `<h1>${esc(title)}</h1><p>${esc(text)}</p>`, '', false);
+  return send(reply, session?.origin_url ?? null, 'Checkout', `<h1>${esc(title)}</h1><p>${esc(text)}</p>`, null);
 }
 
-function send(reply: FastifyReply, frameOrigin: string | null, merchant: string, content: string, bodyData: string, withScript: boolean): FastifyReply {
-  const csp = [
-    "default-src 'none'",
-    "style-src 'self'",
-    "script-src 'self'",
-    "img-src 'self'",
-    "form-action 'self'",
-    "base-uri 'none'",
-    `frame-ancestors ${frameOrigin ?? "'none'"}`,
-  ].join('; ');
-  reply
-    .type('text/html; charset=utf-8')
-    .header('content-security-policy', csp)
-    .header('x-content-type-options', 'nosniff')
-    .header('referrer-policy', 'no-referrer')
-    .header('cache-control', 'no-store');
-  return reply.send(`<!doctype html>
-<html lang="en">
-<head>
-<meta charset="utf-8">
-<meta name="viewport" content="width=device-width, initial-scale=1">
-<title>${esc(merchant)} · Checkout</title>
-<link rel="stylesheet" href="/checkout/assets/checkout.css">
-</head>
-<body${bodyData}>
-<main>
-<p class="merchant">${esc(merchant)}</p>
+/**
+ * On the shared page shell (src/web/layout.ts), framable by the session's origin only. `content`
+ * is this module's own markup, every value in it escaped with `esc`. The completion message, if
+ * any, is a JSON island the one script reads (no inline script).
+ */
+function send(reply: FastifyReply, frameOrigin: string | null, merchant: string, content: string, completed: { origin: string; message: Record<string, unknown> } | null): FastifyReply {
+  return sendPage(reply, {
+    title: `${merchant} · Checkout`,
+    status: reply.statusCode,
+    styles: [CHECKOUT_STYLESHEET],
+    scripts: completed ? [CHECKOUT_SCRIPT] : [],
+    ...(frameOrigin ? { frameAncestors: frameOrigin } : {}),
+    main: html`<div class="checkout">
+<p class="merchant">${merchant}</p>
 <div class="card">
-${content}
+${unsafeRaw(content)}
 </div>
-</main>
-${withScript ? '<script src="/checkout/assets/checkout.js"></script>' : ''}
-</body>
-</html>`);
+${completed ? jsonIsland(COMPLETION_ISLAND, completed) : ''}
+</div>`,
+  });
 }
 
 function esc(text: string): string {

@@ -20,12 +20,23 @@ export type PageOptions = {
    * loopback listener `http://127.0.0.1:53211`.
    */
   formTargets?: string[];
+  /**
+   * The one origin that may embed this page in a frame (the hosted checkout: its session's
+   * `origin_url`); without it no page may be framed.
+   */
+  frameAncestors?: string;
   status?: number;
 };
 
 export const STYLESHEET = '/assets/tollgate.css';
 
-export function contentSecurityPolicy(formTargets: string[] = []): string {
+/** An origin as a CSP source: exactly `scheme://host[:port]`, so nothing else can slip into the policy. */
+function originSource(origin: string): string {
+  if (new URL(origin).origin !== origin) throw new RangeError(`not an origin: ${origin}`);
+  return origin;
+}
+
+export function contentSecurityPolicy(formTargets: string[] = [], frameAncestors?: string): string {
   return [
     "default-src 'none'",
     "script-src 'self'",
@@ -34,18 +45,22 @@ export function contentSecurityPolicy(formTargets: string[] = []): string {
     "connect-src 'self'",
     "font-src 'self'",
     `form-action 'self'${formTargets.map((t) => ` ${t}`).join('')}`,
-    "frame-ancestors 'none'",
+    `frame-ancestors ${frameAncestors ? originSource(frameAncestors) : "'none'"}`,
     "base-uri 'none'",
   ].join('; ');
 }
 
-/** Headers of every HTML page: the policy above, no framing, no referrer, never cached. */
-export function pageHeaders(formTargets: string[] = []): Record<string, string> {
+/**
+ * Headers of every HTML page: the policy above, no framing (but by `frameAncestors`), no referrer,
+ * never cached. X-Frame-Options cannot name one allowed origin, so a page that one origin may
+ * frame relies on the policy's frame-ancestors alone.
+ */
+export function pageHeaders(formTargets: string[] = [], frameAncestors?: string): Record<string, string> {
   return {
     'content-type': 'text/html; charset=utf-8',
-    'content-security-policy': contentSecurityPolicy(formTargets),
+    'content-security-policy': contentSecurityPolicy(formTargets, frameAncestors),
     'x-content-type-options': 'nosniff',
-    'x-frame-options': 'DENY',
+    ...(frameAncestors ? {} : { 'x-frame-options': 'DENY' }),
     // The CLI authorization URL carries its state; a page never leaks its address onward.
     'referrer-policy': 'no-referrer',
     'cache-control': 'no-store',
@@ -75,6 +90,6 @@ ${opts.main}
 export function sendPage(reply: FastifyReply, opts: PageOptions): FastifyReply {
   return reply
     .status(opts.status ?? 200)
-    .headers(pageHeaders(opts.formTargets))
+    .headers(pageHeaders(opts.formTargets, opts.frameAncestors))
     .send(renderPage(opts));
 }

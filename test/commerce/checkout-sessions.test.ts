@@ -67,7 +67,15 @@ describe.each(databasesUnderTest())('checkout sessions on %s', (dialect) => {
     const opened = await t.app.inject({ method: 'GET', url: `/checkout?token=${encodeURIComponent(session.checkout_session_token)}` });
     expect(opened.statusCode).toBe(200);
     expect(opened.body).toContain('Buy Ten');
-    expect(opened.headers['content-security-policy']).toContain('frame-ancestors https://shop.example.com');
+    expect(opened.headers['content-security-policy']).toContain('frame-ancestors https://shop.example.com;');
+    // The shared page shell (src/web/layout.ts): its stylesheet and skip link; framable by the session's origin only.
+    expect(opened.headers['x-frame-options']).toBeUndefined();
+    expect(opened.body).toContain('href="/assets/tollgate.css"');
+    expect(opened.body).toContain('class="skip"');
+    const unknown = await t.app.inject({ method: 'GET', url: '/checkout?token=nope' });
+    expect(unknown.statusCode).toBe(404);
+    expect(unknown.headers['content-security-policy']).toContain("frame-ancestors 'none'");
+    expect(unknown.headers['x-frame-options']).toBe('DENY');
 
     const paid = await pay(session.checkout_session_token, { card_number: '4242424242424242' });
     expect(paid.statusCode, paid.body).toBe(200);
