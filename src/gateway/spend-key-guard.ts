@@ -172,6 +172,11 @@ export class SpendKeyBuckets {
   #redisClient(): Redis | null {
     if (this.#redis || !this.#redisUrl) return this.#redis;
     this.#redis = new Redis(this.#redisUrl, { maxRetriesPerRequest: 2, lazyConnect: false, commandTimeout: 1_000 });
+    // A lost connection is an outage the buckets ride out in the database (#takeInRedis); without a
+    // listener ioredis reports every reconnection attempt as an unhandled error event.
+    this.#redis.on('error', () => {
+      this.#redisOut = true;
+    });
     this.#redis.defineCommand('tollgateTakeToken', { numberOfKeys: 1, lua: TAKE_TOKEN_LUA });
     return this.#redis;
   }

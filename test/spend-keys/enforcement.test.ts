@@ -1,6 +1,6 @@
 import Anthropic from '@anthropic-ai/sdk';
 import OpenAI from 'openai';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { parseMoney } from '../../src/domain/money.ts';
 import { creditWallet } from '../../src/ledger/wallets.ts';
 import type { TestApp } from '../helpers/app.ts';
@@ -414,6 +414,9 @@ describe.each(databasesUnderTest())('spend key rate limits while Redis is unreac
   });
 
   it('takes tokens from the database bucket instead: the limit still holds and nothing is a 500', async () => {
+    // ioredis prints "[ioredis] Unhandled error event" for a client without an error listener.
+    const printed: string[] = [];
+    const spy = vi.spyOn(console, 'error').mockImplementation((...args: unknown[]) => void printed.push(args.map(String).join(' ')));
     const created = await t.app.inject({ method: 'POST', url: '/v1/spend_keys', headers: t.auth(), payload: { name: 'k', rate_limit: { rpm: 1, burst: 3 } } });
     const { key, spend_key_id: id } = created.json() as { key: string; spend_key_id: string };
     const statuses: number[] = [];
@@ -431,5 +434,9 @@ describe.each(databasesUnderTest())('spend key rate limits while Redis is unreac
     // The database bucket was drawn down (the Redis path never touches these columns): under one token left.
     const row = await t.storage.db.selectFrom('spend_keys').select('bucket_units').where('id', '=', id).executeTakeFirstOrThrow();
     expect(Number(row.bucket_units)).toBeLessThan(60_000);
+    // Long enough for ioredis' first reconnection attempts to fail too.
+    await new Promise((r) => setTimeout(r, 100));
+    spy.mockRestore();
+    expect(printed.filter((line) => line.includes('ioredis'))).toEqual([]);
   });
 });
