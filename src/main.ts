@@ -33,6 +33,10 @@ export async function startServer(
   let reportOutage = (_err: unknown) => {};
   const { limiter, redis } = makeRateLimiter(config, (err) => reportOutage(err));
   const payments = createPaymentProvider(config);
+  // What a crash left behind is recovered before serving (decision 0019). An embedded database has
+  // one serving process, so every hold still active is an orphan of the previous one; instances
+  // sharing PostgreSQL recover only holds past their TTL (the others' requests may be in flight).
+  await sweepExpiredHolds(storage, storage.dialect === 'sqlite' ? new Date('9999-12-31T23:59:59.999Z') : new Date());
   const app = await buildApp({ config, storage, rateLimiter: limiter, payments });
   reportWriterDeath = (err) => app.log.error({ err }, 'the SQLite writer thread died; a new one takes over with the next write');
   reportOutage = (err) => app.log.warn({ err }, 'Redis is unreachable: rate limits are counted per instance until it is back');

@@ -7,6 +7,7 @@
  * own cap is refused before any provider is called.
  */
 import { estimateInputTokensFromRequest } from '../providers/estimate.ts';
+import { estimatedChargeOf, type EstimatedCharge } from '../ledger/settlement/recover.ts';
 import { baseCost, priceRequest, type BasePrices, type MeterPricing, type Usage } from '../domain/pricing.ts';
 
 export const DEFAULT_OUTPUT_CAP = 4096;
@@ -50,7 +51,8 @@ export function inputTokenBound(requestJson: unknown): number | undefined {
   return Buffer.byteLength(text, 'utf8');
 }
 
-export type HoldEstimate = { wallet: bigint; merchant: bigint };
+/** The hold's parts, and what they were priced from (kept on the pending record for crash recovery). */
+export type HoldEstimate = { wallet: bigint; merchant: bigint; charge: EstimatedCharge };
 
 export function estimateHold(input: {
   requestBody: unknown;
@@ -79,5 +81,5 @@ export function estimateHold(input: {
     serviceChargeRate: input.serviceChargeRate,
     baseCostCharged: input.baseCostCharged,
   });
-  return { wallet: priced.totals.wallet, merchant: priced.totals.merchant };
+  return { wallet: priced.totals.wallet, merchant: priced.totals.merchant, charge: estimatedChargeOf(usage, priced) };
 }

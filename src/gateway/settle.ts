@@ -2,6 +2,7 @@ import type { FastifyBaseLogger } from 'fastify';
 import { toSeconds, type Usage } from '../domain/pricing.ts';
 import type { AppDeps } from '../http/types.ts';
 import { FAIL_JOB, SETTLE_JOB, type SettleInput } from '../ledger/settlement/settle.ts';
+import { recoverPendingInTransaction } from '../ledger/settlement/recover.ts';
 import { releaseDeferredHolds, takeOverAdmission, type AdmissionWrite } from '../ledger/admission/deferred.ts';
 import { expireHolds } from '../ledger/holds.ts';
 import type { Storage } from '../storage/db.ts';
@@ -12,7 +13,11 @@ import type { RelayOutcome } from './relay.ts';
 import { releaseOrphanedReservations } from './spend-key-guard.ts';
 import type { GroupCommitWriter } from '../ledger/group-commit.ts';
 
-const RETRY_DELAYS_MS = [50, 500, 2000];
+/**
+ * A settlement (or failure) that cannot be written is retried for about half a minute, so a
+ * database outage of that length loses no outcome; past it the hold's TTL and the sweep take over.
+ */
+const RETRY_DELAYS_MS = [50, 500, 2000, 5000, 5000, 5000, 5000, 5000];
 
 /**
  * Settles forwarded requests after their responses went out: the record becomes `completed` with
@@ -196,13 +201,15 @@ function toUsage(report: UsageReport | null): Usage {
 }
 
 /**
- * Releases holds past their TTL and marks their records `error` (a crashed or stuck settlement),
- * both in one transaction per batch. Returns how many requests it failed.
+ * Releases holds past their TTL (a crashed or stuck settlement) and recovers their requests in the
+ * same transaction per batch: a pending record is charged the estimate its hold was placed for,
+ * flagged `usage_estimated`, since its provider call may have been answered (decision 0019); one
+ * without an estimate is marked `error`. Returns how many requests it swept.
  */
 export async function sweepExpiredHolds(storage: Storage, now = new Date(), batchSize?: number): Promise<number> {
   const references = await expireHolds(storage, now, {
     batchSize,
-    inSameTransaction: (trx, recordIds) => FAIL_JOB.inTransaction(trx, storage.dialect, recordIds.map((recordId) => ({ recordId, holdIds: [] }))),
+    inSameTransaction: (trx, recordIds) => recoverPendingInTransaction(trx, storage.dialect, recordIds, new Date().toISOString()),
   });
   await releaseOrphanedReservations(storage, now);
   return references.length;

@@ -15,6 +15,7 @@ import * as m0011 from './migrations/0011_dashboard.ts';
 import * as m0012 from './migrations/0012_events_undispatched_by_merchant.ts';
 import * as m0013 from './migrations/0013_subscription_cycle_anchor.ts';
 import * as m0014 from './migrations/0014_request_requested_model.ts';
+import * as m0015 from './migrations/0015_charge_recovery_and_overrun.ts';
 
 /** The ordered, frozen list. New migrations are appended, never inserted or edited. */
 const MIGRATIONS: Record<string, Migration> = {
@@ -32,6 +33,7 @@ const MIGRATIONS: Record<string, Migration> = {
   '0012_events_undispatched_by_merchant': m0012,
   '0013_subscription_cycle_anchor': m0013,
   '0014_request_requested_model': m0014,
+  '0015_charge_recovery_and_overrun': m0015,
 };
 
 const provider: MigrationProvider = { getMigrations: async () => MIGRATIONS };

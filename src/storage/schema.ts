@@ -27,6 +27,8 @@ export interface WalletsTable {
   bundle_credit: bigint;
   /** Sum of the wallet's active holds; available = balance - held. */
   held: bigint;
+  /** 1 once settled charges exceeded their holds: nothing more is admitted while anything is held (decision 0019). */
+  overrun?: number;
   created_at: string;
 }
 
@@ -154,6 +156,8 @@ export interface RequestsTable {
   total_wallet_cost: bigint;
   total_merchant_cost: bigint;
   usage_estimated: number | bigint;
+  /** A forwarded pending record: what its hold was estimated from (JSON), charged if a crash loses its settlement. */
+  hold_estimate?: string | null;
   created_at: string;
   completed_at: string | null;
 }

@@ -294,7 +294,7 @@ describe.each(databasesUnderTest())('forward gateway admission and holds on %s',
     }
   });
 
-  it('a hold left unrenewed past its TTL (its instance stalled or died) is swept: released, the record marked error; a late answer charges nothing', async () => {
+  it('a hold left unrenewed past its TTL (its instance stalled or died) is swept: the record is charged its hold estimate, flagged estimated; a late answer charges nothing more', async () => {
     const { merchant } = await freshPayers();
     await creditWallet(t.storage, merchant.walletId, parseMoney('5'));
     const before = await wallet(merchant.walletId);
@@ -327,24 +327,31 @@ describe.each(databasesUnderTest())('forward gateway admission and holds on %s',
       expect((await t.storage.db.selectFrom('holds').select('status').where('id', '=', holds[0]!.id).executeTakeFirstOrThrow()).status).toBe(
         'expired',
       );
-      expect((await record(pending!.id, merchant)).status).toBe('error');
+      // The provider may have answered: never free. It is charged what its hold was placed for.
+      const recovered = await record(pending!.id, merchant);
+      expect(recovered.status).toBe('completed');
+      expect(recovered.usage_estimated).toBe(true);
+      const holdAmount = BigInt(holds[0]!.amount);
+      expect(parseMoney(recovered.total_merchant_cost) + parseMoney(recovered.total_wallet_cost)).toBe(holdAmount);
       const swept = await wallet(merchant.walletId);
       expect(swept.held).toBe(0n);
-      expect(swept.balance).toBe(before.balance);
+      expect(swept.balance).toBe(before.balance - holdAmount);
       // A second sweep finds nothing.
       expect(await sweepExpiredHolds(t.storage, new Date(Date.now() + 60_000))).toBe(0);
 
-      // The provider answers after all: the client gets its answer, but the record stays `error` and nothing is charged.
+      // The provider answers after all: the client gets its answer; the record keeps its one charge.
       answer();
       const { res } = await inFlight;
       expect(res.status).toBe(200);
       expect(res.headers.get('x-tollgate-request-id')).toBe(pending!.id);
       await t.app.gateway.settlements.drain();
       const rec = await record(pending!.id, merchant);
-      expect(rec.status).toBe('error');
-      expect(parseMoney(rec.total_request_cost)).toBe(0n);
+      expect(rec.status).toBe('completed');
+      expect(rec.usage_estimated).toBe(true);
+      const charges = await t.storage.db.selectFrom('ledger_transactions').select('id').where('reference', '=', pending!.id).execute();
+      expect(charges.length).toBe(1);
       const after = await wallet(merchant.walletId);
-      expect(after.balance).toBe(before.balance);
+      expect(after.balance).toBe(before.balance - holdAmount);
       expect(after.held).toBe(0n);
       expect((await verifyLedger(t.storage)).problems).toEqual([]);
     } finally {

@@ -18,12 +18,14 @@ import { availableOf, lockWallets, type WalletRow } from '../wallets.ts';
 import { holdParts, holdRowsOf, refusedPart } from './decision.ts';
 import { pricingFor } from '../billing.ts';
 import { writeAdmissionRows } from './rows.ts';
+import type { EstimatedCharge } from '../settlement/recover.ts';
 
 export type AdmitInput = {
   requestId: string;
   billing: BillingContext;
   walletId: string;
-  estimate: { wallet: bigint; merchant: bigint };
+  /** `charge`: what the hold was estimated from, kept on the pending record for recovery (recover.ts). */
+  estimate: { wallet: bigint; merchant: bigint; charge?: EstimatedCharge };
   ttlMs: number;
   record: Pick<RequestRow, 'provider' | 'model' | 'endpoint' | 'provider_key_type'> & { metadata: Record<string, string> };
   /** What a spend key's checks are run against again on its locked row. */
@@ -237,6 +239,9 @@ export function pendingRecord(input: AdmitInput, id: string, at: string): Reques
     total_wallet_cost: 0n,
     total_merchant_cost: 0n,
     usage_estimated: 0,
+    hold_estimate: input.estimate.charge
+      ? JSON.stringify({ ...input.estimate.charge, payer_wallet_id: input.walletId, merchant_wallet_id: input.billing.merchantWalletId })
+      : null,
     created_at: at,
     completed_at: null,
   };

@@ -1,0 +1,135 @@
+/**
+ * Recovery of forwarded requests whose settlement never came (their instance crashed, or could not
+ * write for a whole hold TTL): issue 22, decision 0019. Such a request's provider call may have
+ * been answered, so it is never made free: its pending record is completed with the charge its
+ * hold was estimated for (an upper bound of what it could cost), flagged `usage_estimated`. Only a
+ * record without an estimate (written before this was kept) is failed as before.
+ */
+import type { Transaction } from 'kysely';
+import { formatMoney } from '../../domain/money.ts';
+import type { PricedRequest, Usage } from '../../domain/pricing.ts';
+import { finishReservation } from '../../gateway/spend-key-guard.ts';
+import type { Storage } from '../../storage/db.ts';
+import { completePendingRecord, failPendingRecord, type RequestRow } from '../../storage/requests.ts';
+import type { Database } from '../../storage/schema.ts';
+import { merchantRevenueAccount, providerCostsAccount, serviceChargesAccount } from '../accounts.ts';
+import { recordWalletBalanceEvent } from '../events.ts';
+import { appendTransaction, type Leg } from '../postings.ts';
+import { debitInMemory, lockWallets } from '../wallets.ts';
+
+/** What a hold was estimated from, kept on the pending record (`hold_estimate`, JSON; amounts as decimal strings of units). */
+export type EstimatedCharge = {
+  input_tokens: number;
+  output_tokens: number;
+  input_characters: number;
+  input_cost: string;
+  output_cost: string;
+  base_cost_total: string;
+  base_cost_charged: boolean;
+  fee_amount: string;
+  breakdown: string;
+  service_charge_amount: string;
+  total_request_cost: string;
+  total_wallet_cost: string;
+  total_merchant_cost: string;
+};
+
+/** The estimate a hold was priced from, as the pending record keeps it. */
+export function estimatedChargeOf(usage: Usage, priced: PricedRequest): EstimatedCharge {
+  return {
+    input_tokens: usage.inputTokens,
+    output_tokens: usage.outputTokens,
+    input_characters: usage.inputCharacters,
+    input_cost: String(priced.baseCost.input),
+    output_cost: String(priced.baseCost.output),
+    base_cost_total: String(priced.baseCost.total),
+    base_cost_charged: priced.baseCost.charged,
+    fee_amount: String(priced.fee.amount),
+    breakdown: JSON.stringify(
+      priced.fee.breakdown.map((b) => ({
+        tier: { start: b.tier.start, rate: formatMoney(b.tier.rate), type: b.tier.type },
+        tokens: b.tokens,
+        characters: b.characters,
+        seconds: Number(b.seconds),
+        cost: formatMoney(b.cost),
+      })),
+    ),
+    service_charge_amount: String(priced.serviceCharge.amount),
+    total_request_cost: String(priced.totals.request),
+    total_wallet_cost: String(priced.totals.wallet),
+    total_merchant_cost: String(priced.totals.merchant),
+  };
+}
+
+/** `hold_estimate` as written at admission: the estimate and who pays it. */
+export type KeptEstimate = EstimatedCharge & { payer_wallet_id: string; merchant_wallet_id: string };
+
+/**
+ * Inside the sweep's transaction, for the requests whose holds it just expired: each pending
+ * record with an estimate is charged it and completed (`usage_estimated`), one without is failed.
+ * Records no longer pending (settled meanwhile) are left alone. Returns how many were charged.
+ */
+export async function recoverPendingInTransaction(trx: Transaction<Database>, dialect: Storage['dialect'], recordIds: string[], at: string): Promise<number> {
+  if (recordIds.length === 0) return 0;
+  const pending = await trx.selectFrom('requests').selectAll().where('id', 'in', recordIds).where('status', '=', 'pending').orderBy('id').execute();
+  const kept = pending.map((row) => ({ row, estimate: row.hold_estimate ? (JSON.parse(row.hold_estimate) as KeptEstimate) : null }));
+  const walletIds = kept.flatMap(({ estimate }) => (estimate ? [estimate.payer_wallet_id, estimate.merchant_wallet_id] : []));
+  const wallets = walletIds.length > 0 ? await lockWallets(trx, dialect, walletIds) : new Map();
+  let charged = 0;
+  for (const { row, estimate } of kept) {
+    if (!estimate) {
+      await failPendingRecord(trx, row.id, at);
+      await finishReservation(trx, dialect, row.id, 0n);
+      continue;
+    }
+    const payer = wallets.get(estimate.payer_wallet_id);
+    const merchantWallet = wallets.get(estimate.merchant_wallet_id);
+    if (!payer || !merchantWallet) {
+      await failPendingRecord(trx, row.id, at);
+      continue;
+    }
+    const walletCost = BigInt(estimate.total_wallet_cost);
+    const merchantCost = BigInt(estimate.total_merchant_cost);
+    const legs: Leg[] = [
+      ...debitInMemory(payer, walletCost),
+      ...debitInMemory(merchantWallet, merchantCost),
+      { account: providerCostsAccount(row.merchant_id), amount: estimate.base_cost_charged ? BigInt(estimate.base_cost_total) : 0n },
+      { account: merchantRevenueAccount(row.merchant_id), amount: BigInt(estimate.fee_amount) },
+      { account: serviceChargesAccount(), amount: BigInt(estimate.service_charge_amount) },
+    ].filter((leg) => leg.amount !== 0n);
+    if (legs.length > 0) {
+      await appendTransaction(trx, { kind: 'request_charge', merchantId: row.merchant_id, reference: row.id, description: `Request ${row.id}`, legs, at });
+    }
+    await completePendingRecord(trx, completedFromEstimate(row, estimate, at));
+    await finishReservation(trx, dialect, row.id, walletCost + merchantCost);
+    for (const wallet of new Set([payer, merchantWallet])) {
+      if (walletCost === 0n && merchantCost === 0n) break;
+      await trx.updateTable('wallets').set({ balance: wallet.balance, cycle_credit: wallet.cycle_credit, bundle_credit: wallet.bundle_credit }).where('id', '=', wallet.id).execute();
+      await recordWalletBalanceEvent(trx, wallet, wallet === payer && payer !== merchantWallet ? row.connection_id : null, at);
+    }
+    charged++;
+  }
+  return charged;
+}
+
+function completedFromEstimate(row: RequestRow, estimate: KeptEstimate, at: string): RequestRow {
+  return {
+    ...row,
+    status: 'completed',
+    input_tokens: BigInt(estimate.input_tokens),
+    output_tokens: BigInt(estimate.output_tokens),
+    input_characters: BigInt(estimate.input_characters),
+    input_cost: BigInt(estimate.input_cost),
+    output_cost: BigInt(estimate.output_cost),
+    base_cost_charged: estimate.base_cost_charged ? 1 : 0,
+    fee_amount: BigInt(estimate.fee_amount),
+    breakdown: estimate.breakdown,
+    service_charge_amount: BigInt(estimate.service_charge_amount),
+    total_request_cost: BigInt(estimate.total_request_cost),
+    total_wallet_cost: BigInt(estimate.total_wallet_cost),
+    total_merchant_cost: BigInt(estimate.total_merchant_cost),
+    usage_estimated: 1,
+    provider_timestamp: at,
+    completed_at: at,
+  };
+}
