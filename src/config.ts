@@ -71,6 +71,7 @@ export const configSchema = z.object({
   WALLET_LEASE_HOT_AFTER: z.union([z.literal('off'), z.coerce.number().int().min(0)]).default(32),
   /** A wallet lease unused this long is given back. */
   WALLET_LEASE_IDLE_MS: z.coerce.number().int().min(10).default(2000),
+  WALLET_LEASE_TTL_MS: z.coerce.number().int().min(300).default(5000),
   /** When set, GET /metrics answers only `Authorization: Bearer <this token>`. */
   METRICS_TOKEN: z.string().min(16, 'must be at least 16 characters').optional(),
   /**
@@ -122,6 +123,8 @@ export type Config = {
   /** Null when wallet leases are off. */
   walletLeaseHotAfter: number | null;
   walletLeaseIdleMs: number;
+  /** A wallet lease's own lifetime, renewed while its instance lives (decision 0019). */
+  walletLeaseTtlMs: number;
   defaultMaxOutputTokens: number;
   metricsToken: string | undefined;
   publicBaseUrl: string | undefined;
@@ -169,6 +172,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     holdTtlMs: c.HOLD_TTL_MS,
     walletLeaseHotAfter: c.WALLET_LEASE_HOT_AFTER === 'off' ? null : c.WALLET_LEASE_HOT_AFTER,
     walletLeaseIdleMs: c.WALLET_LEASE_IDLE_MS,
+    walletLeaseTtlMs: c.WALLET_LEASE_TTL_MS,
     defaultMaxOutputTokens: c.DEFAULT_MAX_OUTPUT_TOKENS,
     metricsToken: c.METRICS_TOKEN,
     publicBaseUrl: c.PUBLIC_BASE_URL,

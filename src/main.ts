@@ -41,7 +41,7 @@ export async function startServer(
   reportWriterDeath = (err) => app.log.error({ err }, 'the SQLite writer thread died; a new one takes over with the next write');
   reportOutage = (err) => app.log.warn({ err }, 'Redis is unreachable: rate limits are counted per instance until it is back');
   const url = await app.listen({ port: config.port, host: config.host });
-  const sweeper = startSweeper(storage, app, opts.sweepIntervalMs ?? SWEEP_INTERVAL_MS);
+  const sweeper = startSweeper(storage, app, opts.sweepIntervalMs ?? SWEEP_INTERVAL_MS, config.walletLeaseTtlMs);
   const webhooks = startWebhookDispatcher(config, storage, app);
   const renewals = startRenewalScheduler(
     { storage, payments, clock: systemClock },
@@ -55,7 +55,7 @@ export async function startServer(
     app,
     url,
     stop: async () => {
-      clearInterval(sweeper);
+      for (const timer of sweeper) clearInterval(timer);
       await webhooks.stop();
       await renewals.stop();
       await shutdown(app, storage, limiter, redis);
@@ -85,15 +85,20 @@ export function limitHeapGrowth(
  * records marked `error`), and idempotency keys past their 24 h or their lease, which would
  * otherwise only go when the same key came back.
  */
-function startSweeper(storage: Storage, app: App, intervalMs: number): NodeJS.Timeout {
-  const timer = setInterval(() => {
+function startSweeper(storage: Storage, app: App, intervalMs: number, leaseTtlMs: number): NodeJS.Timeout[] {
+  // Holds are swept at least once per lease lifetime, so a dead instance's wallet leases return
+  // within about two lifetimes even to POST /requests (decision 0019); the query is indexed.
+  const holds = setInterval(() => {
     sweepExpiredHolds(storage).catch((err: unknown) => app.log.error({ err }, 'hold sweep failed'));
+  }, Math.min(intervalMs, leaseTtlMs));
+  const keys = setInterval(() => {
     purgeExpiredIdempotencyKeys(storage.db, new Date().toISOString()).catch((err: unknown) =>
       app.log.error({ err }, 'idempotency key purge failed'),
     );
   }, intervalMs);
-  timer.unref();
-  return timer;
+  holds.unref();
+  keys.unref();
+  return [holds, keys];
 }
 
 /** Every server process delivers webhooks; instances sharing a PostgreSQL database split the work. */

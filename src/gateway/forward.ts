@@ -68,7 +68,9 @@ export function createGateway(deps: AppDeps, app: App): Gateway {
   // A batch is only that large when that much is queued.
   const background = new GroupCommitWriter(deps.storage, app.log, { maxBatch: SETTLEMENT_MAX_BATCH });
   const holds = new HoldKeeper(deps.storage, deps.config.holdTtlMs, app.log, deps.clock);
-  const { walletLeaseHotAfter: hotAfter, walletLeaseIdleMs: idleMs, holdTtlMs: ttlMs } = deps.config;
+  const { walletLeaseHotAfter: hotAfter, walletLeaseIdleMs: idleMs, walletLeaseTtlMs: ttlMs } = deps.config;
+  // Leases live seconds, not a request hold's TTL, so a dead instance's slice returns quickly (decision 0019).
+  const leaseKeeper = deps.storage.dialect === 'postgres' && hotAfter !== null ? new HoldKeeper(deps.storage, ttlMs, app.log, deps.clock) : null;
   const gateway: Gateway = {
     registry: createRegistry({ custom: deps.config.customProviders }),
     credentials,
@@ -82,8 +84,7 @@ export function createGateway(deps: AppDeps, app: App): Gateway {
     background,
     deferredWrites: { writer: background, delay: new DelayQueue(ADMISSION_WRITE_DELAY_MS) },
     holds,
-    leases:
-      deps.storage.dialect === 'postgres' && hotAfter !== null ? new WalletLeases(deps.storage, holds, { hotAfter, idleMs, ttlMs }, app.log, deps.clock) : null,
+    leases: leaseKeeper && hotAfter !== null ? new WalletLeases(deps.storage, leaseKeeper, { hotAfter, idleMs, ttlMs }, app.log, deps.clock) : null,
     closing: false,
     prices: new Map(),
     targets: new Map(),
@@ -100,6 +101,7 @@ export function createGateway(deps: AppDeps, app: App): Gateway {
     await gateway.writer.drain();
     // Every settlement is written: no admission's share is left in a lease.
     await gateway.leases?.close();
+    await leaseKeeper?.close();
     await gateway.agent.close();
     await gateway.buckets.close();
   });
@@ -390,8 +392,18 @@ async function planForward(
 function admit(storage: AppDeps['storage'], gateway: Gateway, admission: AdmitInput): Promise<DeferredAdmission> {
   if (admission.billing.spendKey) return gateway.writer.run(ADMIT_JOB, admission);
   if (storage.dialect === 'sqlite') return admitDeferred(storage, gateway.deferredWrites, admission);
-  if (gateway.leases?.serves(payingWalletIds(admission))) return admitDeferred(storage, gateway.deferredWrites, admission, gateway.leases);
+  if (gateway.leases?.serves(payingWalletIds(admission))) return admitFromLeases(storage, gateway, gateway.leases, admission);
   return gateway.writer.run(ADMIT_JOB, admission);
+}
+
+/**
+ * A lease that cannot cover the request is not the wallet's last word: the database decides, as
+ * for a cold wallet, so a wallet that can pay is not refused for how this instance sliced it
+ * (decision 0019).
+ */
+async function admitFromLeases(storage: AppDeps['storage'], gateway: Gateway, leases: WalletLeases, admission: AdmitInput): Promise<DeferredAdmission> {
+  const leased = await admitDeferred(storage, gateway.deferredWrites, admission, leases);
+  return leased.outcome === 'insufficient_balance' ? gateway.writer.run(ADMIT_JOB, admission) : leased;
 }
 
 async function forward(deps: AppDeps, gateway: Gateway, plan: ForwardPlan, res: ServerResponse): Promise<void> {

@@ -10,7 +10,9 @@
  * its own hold row is carved out of the lease. A lease unused for a while, or at shutdown, is given
  * back; a lease whose instance died expires like any hold (HOLD_TTL_MS).
  */
+import type { Transaction } from 'kysely';
 import { dateOf, type Clock } from '../domain/clock.ts';
+import type { Database } from '../storage/schema.ts';
 import type { FastifyBaseLogger } from 'fastify';
 import { newId } from '../domain/ids.ts';
 import type { HoldKeeper } from './hold-keeper.ts';
@@ -193,9 +195,15 @@ export class WalletLeases {
       const granted = await this.#storage.db.transaction().execute(async (trx) => {
         const wallet = (await lockWallets(trx, this.#storage.dialect, [walletId])).get(walletId);
         if (!wallet) return 0n;
+        // A dead instance's lease is given back as soon as its lifetime is over, not at the next sweep.
+        wallet.held -= await releaseDueLeases(trx, walletId, now, current?.holdId);
         const available = availableOf(wallet);
         if (available < need || available <= 0n) return 0n;
-        const capped = available / MAX_SHARE_OF_AVAILABLE;
+        // The lease as a whole, not each top-up, stays within a quarter of what the wallet has free,
+        // so refills cannot park the rest of the wallet in it a quarter at a time.
+        const free = current?.free ?? 0n;
+        const room = (available + free) / MAX_SHARE_OF_AVAILABLE - free;
+        const capped = room > 0n ? room : 0n;
         const amount = want < capped ? want : capped > need ? capped : need;
         const expiresAt = new Date(now.getTime() + this.#options.ttlMs).toISOString();
         if (current) {
@@ -310,6 +318,33 @@ export function refillBelowRequests(lease: Pick<Lease, 'requestsPerTopUp'>): num
 export function markLeaseLost(lease: Lease): void {
   lease.retired = true;
   lease.free = 0n;
+}
+
+/**
+ * Gives back the wallet's leases whose lifetime ended unrenewed (their instance died or lost the
+ * database for that long), inside the caller's transaction with the wallet locked; what they held.
+ * `except`: this instance's own lease, which its top-up is about to raise.
+ */
+export async function releaseDueLeases(trx: Transaction<Database>, walletId: string, now: Date, except?: string): Promise<bigint> {
+  const due = await trx
+    .updateTable('holds')
+    .set({ status: 'expired' })
+    .where('wallet_id', '=', walletId)
+    .where('status', '=', 'active')
+    .where('expires_at', '<=', now.toISOString())
+    .whereRef('reference', '=', 'id')
+    .$call((q) => (except ? q.where('id', '!=', except) : q))
+    .returning('amount')
+    .execute();
+  const amount = due.reduce((sum, hold) => sum + BigInt(hold.amount), 0n);
+  if (amount > 0n) {
+    await trx
+      .updateTable('wallets')
+      .set((eb) => ({ held: eb('held', '-', amount) }))
+      .where('id', '=', walletId)
+      .execute();
+  }
+  return amount;
 }
 
 /** The lease row was no longer active when a top-up tried to raise it. */

@@ -280,6 +280,35 @@ describe.skipIf(!process.env.TEST_DATABASE_URL)('wallet leases on postgres', () 
     expect((await verifyLedger(t.storage)).problems).toEqual([]);
   });
 
+  it("a dead instance's lease returns once its own short lifetime is over: the wallet pays again without waiting for a hold TTL or a sweep", async () => {
+    const merchant = await t.newMerchant('Orphaned lease');
+    const hold = await holdFor(merchant, body);
+    // Room for 3 holds and a half: the dead instance's lease takes 3 of them.
+    await creditWallet(t.storage, merchant.walletId, hold * 3n + hold / 2n);
+
+    // Another instance leases the wallet, then dies: its keeper stops renewing, nothing is given back.
+    const leaseTtlMs = t.config.walletLeaseTtlMs;
+    const deadKeeper = new HoldKeeper(t.storage, leaseTtlMs, t.app.log, t.clock);
+    const dead = new WalletLeases(t.storage, deadKeeper, { hotAfter: 0, idleMs: 3_600_000, ttlMs: leaseTtlMs }, t.app.log, t.clock);
+    expect(await dead.take(merchant.walletId, hold * 3n)).not.toBeNull();
+    await deadKeeper.close();
+    const [orphan] = await leasesOf(merchant.walletId);
+    expect(BigInt(orphan!.amount)).toBe(hold * 3n);
+
+    // While its lifetime lasts, the slice is reserved: the wallet cannot cover another hold.
+    const refused = await post(base, merchant.secretKey, body);
+    expect(refused.status).toBe(402);
+    await refused.arrayBuffer();
+
+    // Seconds later, not HOLD_TTL_MS (60 s here) later, and with no sweep run: the slice is back.
+    t.clock.advance(leaseTtlMs + 1);
+    const charged = await settledCost(merchant, await post(base, merchant.secretKey, body));
+    const gone = await t.storage.db.selectFrom('holds').select('status').where('id', '=', orphan!.id).executeTakeFirstOrThrow();
+    expect(gone.status).toBe('expired');
+    expect((await wallet(merchant.walletId)).balance).toBe(hold * 3n + hold / 2n - charged);
+    expect((await verifyLedger(t.storage)).problems).toEqual([]);
+  });
+
   it('a wallet is served from a lease only once it turns hot; before that every request holds on its own', async () => {
     const cool = await anotherInstance({ WALLET_LEASE_HOT_AFTER: '3' });
     try {
