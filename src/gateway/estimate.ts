@@ -1,30 +1,25 @@
 /**
- * What to hold before forwarding: the most the request can plausibly cost. Pure.
+ * What to hold before forwarding: an upper bound of what the request can cost (decision 0019).
+ * Pure.
  *
- * Input tokens are estimated from the prompt text; output tokens are the request's own cap
- * (max_tokens and its cousins) or a default. The estimate is priced with the same pricing code
- * as the real charge, at the meter's first-tier position, so a request that cannot pay for its
- * own cap is refused before any provider is called.
+ * Input tokens: the UTF-8 bytes of the body without its inline media (inputTokenBound), plus what
+ * its media can count for by the provider's rules (images at the provider's per-image maximum,
+ * audio and video by the longest duration their bytes can hold, documents by size). Output tokens:
+ * the request's own cap where its provider puts it, else its model's maximum output when known,
+ * else DEFAULT_MAX_OUTPUT_TOKENS. The estimate is priced with the same pricing code as the real
+ * charge, at the meter's first-tier position, so a request that cannot pay for its bound is refused
+ * before any provider is called.
  */
-import { estimateInputTokensFromRequest } from '../providers/estimate.ts';
+import { DEFAULT_HOLD_RULES, estimateInputTokensFromRequest, mediaInputTokens } from '../providers/estimate.ts';
+import type { HoldRules } from '../providers/types.ts';
 import { estimatedChargeOf, type EstimatedCharge } from '../ledger/settlement/recover.ts';
 import { baseCost, priceRequest, type BasePrices, type MeterPricing, type Usage } from '../domain/pricing.ts';
 
 export const DEFAULT_OUTPUT_CAP = 4096;
 
-const OUTPUT_CAP_FIELDS = ['max_tokens', 'max_completion_tokens', 'max_output_tokens'] as const;
-
-/** The output-token cap the request sets, wherever its provider puts it. */
-export function outputCapOf(body: unknown, fallback = DEFAULT_OUTPUT_CAP): number {
-  if (typeof body !== 'object' || body === null) return fallback;
-  const record = body as Record<string, unknown>;
-  for (const field of OUTPUT_CAP_FIELDS) {
-    const value = record[field];
-    if (typeof value === 'number' && Number.isSafeInteger(value) && value > 0) return value;
-  }
-  const gemini = (record.generationConfig as Record<string, unknown> | undefined)?.maxOutputTokens;
-  if (typeof gemini === 'number' && Number.isSafeInteger(gemini) && gemini > 0) return gemini;
-  return fallback;
+/** The output tokens held for: the request's cap, else the model's maximum, else the operator's default. */
+export function outputCapOf(body: unknown, rules: HoldRules, model: string | null, fallback = DEFAULT_OUTPUT_CAP): number {
+  return rules.outputCapFrom(body) ?? rules.maxOutputTokens(model) ?? fallback;
 }
 
 /** Characters a text-to-speech request will be billed for. */
@@ -52,6 +47,7 @@ export function inputTokenBound(requestJson: unknown): number | undefined {
 }
 
 /** The hold's parts, and what they were priced from (kept on the pending record for crash recovery). */
+/** The hold's parts, and what they were priced from (kept on the pending record for crash recovery). */
 export type HoldEstimate = { wallet: bigint; merchant: bigint; charge: EstimatedCharge };
 
 export function estimateHold(input: {
@@ -61,12 +57,15 @@ export function estimateHold(input: {
   baseCostCharged: boolean;
   serviceChargeRate: bigint;
   defaultOutputCap?: number;
-  /** An upper bound on input tokens (inputTokenBound) to hold for instead of the estimate. */
-  inputTokensAtMost?: number | undefined;
+  /** The provider's rules (ProviderModule.holdRules); the OpenAI shapes' when absent. */
+  rules?: HoldRules;
+  model?: string | null;
 }): HoldEstimate {
+  const rules = input.rules ?? DEFAULT_HOLD_RULES;
+  const textTokens = Math.max(estimateInputTokensFromRequest(input.requestBody), inputTokenBound(input.requestBody) ?? 0);
   const usage: Usage = {
-    inputTokens: Math.max(estimateInputTokensFromRequest(input.requestBody), input.inputTokensAtMost ?? 0),
-    outputTokens: outputCapOf(input.requestBody, input.defaultOutputCap),
+    inputTokens: textTokens + mediaInputTokens(input.requestBody, rules.media),
+    outputTokens: outputCapOf(input.requestBody, rules, input.model ?? modelOf(input.requestBody), input.defaultOutputCap),
     inputCharacters: inputCharactersOf(input.requestBody),
     outputCharacters: 0,
     inputSeconds: '0',
@@ -82,4 +81,10 @@ export function estimateHold(input: {
     baseCostCharged: input.baseCostCharged,
   });
   return { wallet: priced.totals.wallet, merchant: priced.totals.merchant, charge: estimatedChargeOf(usage, priced) };
+}
+
+/** The `model` member of a JSON body, when the caller did not say which model is served. */
+function modelOf(body: unknown): string | null {
+  const model = typeof body === 'object' && body !== null ? (body as { model?: unknown }).model : undefined;
+  return typeof model === 'string' ? model : null;
 }

@@ -19,7 +19,7 @@ import { dialectOfFamily, installDialectErrorHandler, renderError, type ErrorDia
 import { CredentialCache, watchCredentialChanges } from './credential-cache.ts';
 import { extractCredential, resolveCredential, type BillingContext } from './credentials.ts';
 import { checkSpendKeyRequest, SpendKeyBuckets } from './spend-key-guard.ts';
-import { estimateHold, inputTokenBound } from './estimate.ts';
+import { estimateHold } from './estimate.ts';
 import { HoldKeeper } from '../ledger/hold-keeper.ts';
 import { closeAfterResponse, createUpstreamAgent, relay, shutdownHeaders, upstreamRequestHeaders, type ResponseTranslator } from './relay.ts';
 import { Settlements } from './settle.ts';
@@ -328,8 +328,8 @@ async function planForward(
     baseCostCharged: providerKeyType === 'managed' && prices !== null,
     serviceChargeRate,
     defaultOutputCap: config.defaultMaxOutputTokens,
-    // A spend limit holds for the most the prompt can be, so the reservation bounds the cost.
-    inputTokensAtMost: billing.spendKey?.spend_limit_amount != null ? inputTokenBound(requestJson) : undefined,
+    rules: target.provider.holdRules,
+    model,
   });
 
   const requestId = newId('request');

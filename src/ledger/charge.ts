@@ -22,6 +22,7 @@ import { recordWalletBalanceEvent } from './events.ts';
 import { releaseHoldInTransaction } from './holds.ts';
 import { appendTransaction, type LedgerTransactionInput, type Leg } from './postings.ts';
 import { applyDebit, availableOf, lockWallets, type WalletRow } from './wallets.ts';
+import { overrunWallets } from './admission/decision.ts';
 
 export type ChargeInput = {
   merchant: Pick<MerchantRow, 'id' | 'wallet_id'>;
@@ -140,6 +141,7 @@ async function chargeInTransaction(
   // names the same merchant wallet, so locking it always would queue them all behind one row.
   const touchesMerchantWallet = priced.totals.merchant !== 0n || holdIds.length > 0;
   const wallets = await lockWallets(trx, dialect, [payerWalletId, ...(touchesMerchantWallet ? [input.merchant.wallet_id] : [])]);
+  const heldBefore = new Map([...wallets.values()].map((wallet) => [wallet, BigInt(wallet.held)]));
   for (const holdId of holdIds) {
     if (!(await releaseHoldInTransaction(trx, holdId, 'settled', wallets))) throw new HoldNotActive();
   }
@@ -156,6 +158,11 @@ async function chargeInTransaction(
     ...(merchantWallet ? await applyDebit(trx, merchantWallet, priced.totals.merchant) : []),
   ]);
   await appendTransaction(trx, chargeTransaction(input, requestPk, legs, at));
+  if (holdIds.length > 0 && merchantWallet) {
+    // Charged beyond what it held: nothing more is admitted until what is in flight settles (decision 0019).
+    const overrun = overrunWallets(priced, customerWallet, merchantWallet, (wallet) => heldBefore.get(wallet)! - BigInt(wallet.held));
+    if (overrun.length > 0) await trx.updateTable('wallets').set({ overrun: 1 }).where('id', 'in', overrun.map((wallet) => wallet.id)).execute();
+  }
   if (counter) await saveUsageCounters(trx, [counterAt(counter, priced.accumulatedUnits)]);
 
   const record = buildRequestRecord(input, priced, requestPk, at);

@@ -18,7 +18,8 @@ import { newId } from '../domain/ids.ts';
 import type { HoldKeeper } from './hold-keeper.ts';
 import type { Storage } from '../storage/db.ts';
 import { releaseHold } from './holds.ts';
-import { availableOf, lockWallets } from './wallets.ts';
+import { lockWallets } from './wallets.ts';
+import { admittableOf } from './admission/decision.ts';
 
 /**
  * A lease is sized by time, not by count: a top-up asks for about this long of the wallet's
@@ -197,7 +198,7 @@ export class WalletLeases {
         if (!wallet) return 0n;
         // A dead instance's lease is given back as soon as its lifetime is over, not at the next sweep.
         wallet.held -= await releaseDueLeases(trx, walletId, now, current?.holdId);
-        const available = availableOf(wallet);
+        const available = admittableOf(wallet);
         if (available < need || available <= 0n) return 0n;
         // The lease as a whole, not each top-up, stays within a quarter of what the wallet has free,
         // so refills cannot park the rest of the wallet in it a quarter at a time.
@@ -223,7 +224,8 @@ export class WalletLeases {
         }
         await trx
           .updateTable('wallets')
-          .set({ held: wallet.held + amount })
+          // Nothing was in flight on an overrun wallet admitted here: its overrun ends (decision 0019).
+          .set({ held: wallet.held + amount, overrun: 0 })
           .where('id', '=', walletId)
           .execute();
         return amount;

@@ -2,6 +2,7 @@ import { applyKey } from './auth.ts';
 import { countAt, firstString, isObject, objectAt, parseJson, streamFlagSet, stringAt, type JsonObject } from './json.ts';
 import { collapseDoubledVersion, routeFromBaseUrl } from './route.ts';
 import { createSseMeter } from './sse.ts';
+import { topLevelOutputCap } from './estimate.ts';
 import { reportFromTokens, withIdentity, type ReportedTokens, type UsageTally } from './usage.ts';
 import type { MeterContext, ProviderModule, SseEvent, StreamMeter, UsageReport } from './types.ts';
 
@@ -31,6 +32,14 @@ export const anthropic: ProviderModule = {
   canonicalPath: (pathname) => collapseDoubledVersion(pathname, ['v1']),
   requestsStream: streamFlagSet,
   modelNames: /^claude-/,
+  holdRules: {
+    // max_tokens is required by the Messages API.
+    outputCapFrom: topLevelOutputCap,
+    maxOutputTokens: () => undefined,
+    // An image counts (width × height) / 750 tokens after being resized to ~1.15 megapixels: ~1,600
+    // at most. A PDF page counts its text and its page image (1,500–3,000 a page).
+    media: { perImage: 1_600, perAudioSecond: 25, perVideoSecond: 300, perFileByte: 2, perReference: 10_000 },
+  },
 };
 
 function modelFrom(requestBody: unknown, _url: URL, responseBody?: unknown): string | null {

@@ -2,6 +2,7 @@ import { applyKey } from './auth.ts';
 import { arrayAt, countAt, firstString, isObject, objectAt, parseJson, stringAt, type JsonObject } from './json.ts';
 import { collapseDoubledVersion, routeFromBaseUrl } from './route.ts';
 import { createSseMeter } from './sse.ts';
+import { tokenCount } from './estimate.ts';
 import { reportFromTokens, withIdentity, type ReportedTokens, type UsageTally } from './usage.ts';
 import type { MeterContext, ProviderModule, SseEvent, UsageReport } from './types.ts';
 
@@ -34,7 +35,21 @@ export const google: ProviderModule = {
   canonicalPath: (pathname) => collapseDoubledVersion(pathname, GEMINI_API_VERSIONS),
   // The method says it, not the body: `:streamGenerateContent` streams (SSE with alt=sse, else a JSON array).
   requestsStream: (_body, url) => url.pathname.endsWith(':streamGenerateContent'),
+  holdRules: {
+    outputCapFrom: (body) => tokenCount(objectAt(body, 'generationConfig')?.maxOutputTokens),
+    maxOutputTokens: geminiMaxOutputTokens,
+    // 258 tokens per 768 × 768 tile (or per image at media resolution high, up to 1,120): a 4K
+    // image tiles into 15. Audio 32 tokens a second; video 263 (frames) + 32 (sound); a PDF page 258.
+    media: { perImage: 4_000, perAudioSecond: 32, perVideoSecond: 300, perFileByte: 1, perReference: 10_000 },
+  },
 };
+
+/** Gemini 2.5 and later produce up to 65,536 output tokens, earlier models 8,192. */
+function geminiMaxOutputTokens(model: string | null): number | undefined {
+  if (!model) return undefined;
+  if (/^gemini-(1\.|2\.0)/.test(model)) return 8_192;
+  return /^gemini-/.test(model) ? 65_536 : undefined;
+}
 
 const GEMINI_API_VERSIONS = ['v1', 'v1beta', 'v1alpha'] as const;
 

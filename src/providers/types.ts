@@ -144,5 +144,33 @@ export type ProviderModule = {
    * from that provider's catalog, and allowed wherever a spend key allows that provider.
    */
   readonly sharesAccountWith?: string;
+  /**
+   * This provider's rules for what a request can cost at most (the hold, decision 0019): where its
+   * body sets the output cap, its models' output maxima, and what media count for. Absent = the
+   * OpenAI shapes and counts (DEFAULT_HOLD_RULES in providers/estimate.ts).
+   */
+  holdRules?: HoldRules;
+};
+
+/** What bounds a request's tokens by a provider's rules (see ProviderModule.holdRules). */
+export type HoldRules = {
+  /** The output-token cap the request sets, where this provider puts it; undefined when it sets none. */
+  outputCapFrom(body: unknown): number | undefined;
+  /** The most output tokens the model can produce, when known. */
+  maxOutputTokens(model: string | null): number | undefined;
+  /** Input tokens one media item can count for at most, by kind (see providers/estimate.ts). */
+  media: MediaTokenRules;
+};
+
+export type MediaTokenRules = {
+  /** Tokens one image counts for at most, whatever its size (providers resize or tile to a maximum). */
+  perImage: number;
+  /** Tokens per second of audio and of video (its frames and its sound). */
+  perAudioSecond: number;
+  perVideoSecond: number;
+  /** Tokens per byte of a document (PDF and other files: text and page images). */
+  perFileByte: number;
+  /** Held for audio, video or a file named by reference (an upload's id or URI): its size is not known. */
+  perReference: number;
 };
 

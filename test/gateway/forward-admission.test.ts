@@ -88,6 +88,11 @@ describe.each(databasesUnderTest())('forward gateway admission and holds on %s',
   }
 
   /** A fresh merchant with a customer on a meter with a fee: both payer shapes are available. */
+  async function until(check: () => Promise<boolean>): Promise<void> {
+    for (let i = 0; i < 300 && !(await check()); i++) await sleep(10);
+    expect(await check()).toBe(true);
+  }
+
   async function freshPayers() {
     const merchant = await t.newMerchant('Race');
     const h = t.auth(merchant.secretKey);
@@ -209,11 +214,12 @@ describe.each(databasesUnderTest())('forward gateway admission and holds on %s',
 
   it('an admitted request that costs more than its hold ends below zero by exactly the excess; then 402 until credited', async () => {
     const { merchant } = await freshPayers();
-    // 300 one-letter words: the estimate counts ~150 input tokens (4 characters each), the mock bills 300.
+    // The hold bounds what the request can cost; a provider reporting 40 times its usage costs more.
     const costly = JSON.stringify({ model: 'gpt-4o', max_tokens: 10, messages: [{ role: 'user', content: Array(300).fill('a').join(' ') }] });
     const hold = await holdFor(merchant.secretKey, costly);
     await creditWallet(t.storage, merchant.walletId, hold);
 
+    upstream.setNext({ path: '/chat/completions', overReport: 40 });
     const res = await post(merchant.secretKey, costly);
     expect(res.status).toBe(200);
     await res.arrayBuffer();
@@ -239,6 +245,46 @@ describe.each(databasesUnderTest())('forward gateway admission and holds on %s',
     await ok.arrayBuffer();
     await t.settledRecord(ok.headers.get('x-tollgate-request-id')!, t.auth(merchant.secretKey));
     expect((await verifyLedger(t.storage)).problems).toEqual([]);
+  });
+
+  it('a wallet whose settled charge exceeded its hold admits nothing more until its requests in flight have settled (decision 0019)', async () => {
+    const { merchant } = await freshPayers();
+    const small = JSON.stringify({ model: 'gpt-4o', max_tokens: 5, messages: [{ role: 'user', content: 'x' }] });
+    const hold = await holdFor(merchant.secretKey, small);
+    // Plenty of money: only the overrun rule can refuse.
+    await creditWallet(t.storage, merchant.walletId, hold * 1000n);
+
+    let answerSlow!: () => void;
+    upstream.setNext({ path: '/chat/completions', releasedBy: new Promise<void>((resolve) => (answerSlow = resolve)) });
+    upstream.setNext({ path: '/chat/completions', overReport: 40 });
+    const slow = post(merchant.secretKey, small);
+    try {
+      // A request in flight (its hold written), then one the provider bills 40 times over.
+      await until(async () => (await wallet(merchant.walletId)).held > 0n);
+      const overrun = await post(merchant.secretKey, small);
+      const rec = await t.settledRecord(overrun.headers.get('x-tollgate-request-id')!, t.auth(merchant.secretKey));
+      expect(parseMoney(rec.total_merchant_cost)).toBeGreaterThan(hold);
+
+      // The slow one may overrun too: nothing more is admitted while it is in flight.
+      const before = upstream.requests.length;
+      const refused = await post(merchant.secretKey, small);
+      expect(refused.status).toBe(402);
+      await refused.arrayBuffer();
+      expect(upstream.requests.length).toBe(before);
+
+      answerSlow();
+      const answered = await slow;
+      await t.settledRecord(answered.headers.get('x-tollgate-request-id')!, t.auth(merchant.secretKey));
+      // Nothing in flight any more: admitted again, and the overrun is over.
+      const ok = await post(merchant.secretKey, small);
+      expect(ok.status).toBe(200);
+      await t.settledRecord(ok.headers.get('x-tollgate-request-id')!, t.auth(merchant.secretKey));
+      expect(Number((await wallet(merchant.walletId)).overrun)).toBe(0);
+      expect((await verifyLedger(t.storage)).problems).toEqual([]);
+    } finally {
+      answerSlow();
+      await slow.catch(() => undefined);
+    }
   });
 
   it('a request still relaying when its TTL passes keeps its hold alive and is charged when it ends', async () => {

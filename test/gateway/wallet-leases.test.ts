@@ -25,7 +25,7 @@ import type { MockUpstream } from '../helpers/mock-upstream.ts';
 const OPENAI_CHAT = `u=${encodeURIComponent('https://api.openai.com/v1/chat/completions')}`;
 const LEASE_ENV = { WALLET_LEASE_HOT_AFTER: '0', WALLET_LEASE_IDLE_MS: '300', HOLD_TTL_MS: '60000' };
 const body = JSON.stringify({ model: 'gpt-4o', max_tokens: 2000, messages: [{ role: 'user', content: 'one two three four five six seven eight' }] });
-// 300 one-letter words: the hold counts ~150 input tokens (4 characters each), the mock bills 300.
+// Costs more than its hold when the mock reports 40 times its usage (overReport).
 const costly = JSON.stringify({ model: 'gpt-4o', max_tokens: 10, messages: [{ role: 'user', content: Array(300).fill('a').join(' ') }] });
 
 describe.skipIf(!process.env.TEST_DATABASE_URL)('wallet leases on postgres', () => {
@@ -211,19 +211,24 @@ describe.skipIf(!process.env.TEST_DATABASE_URL)('wallet leases on postgres', () 
     }
   });
 
-  it('a request costing more than its hold takes the excess out of the lease, so other instances can admit no more than before', async () => {
+  it('a request costing more than its hold overruns its wallet: its lease is given back and the next admission is decided in the database, which ends the overrun', async () => {
     const merchant = await t.newMerchant('Overrun');
     const hold = await holdFor(merchant, costly);
     await creditWallet(t.storage, merchant.walletId, hold * 1000n);
 
+    upstream.setNext({ path: '/chat/completions', overReport: 40 });
     const actual = await settledCost(merchant, await post(base, merchant.secretKey, costly));
     expect(actual).toBeGreaterThan(hold);
-    const [lease] = await leasesOf(merchant.walletId);
-    // The lease was 64 holds; the request's hold and its excess both left it.
-    expect(BigInt(lease!.amount)).toBe(hold * 64n - actual);
+    // Nothing more is taken from the lease (decision 0019); with nothing in it in flight, it is given back.
+    await until(async () => (await leasesOf(merchant.walletId)).length === 0, 'the lease is given back');
+    const overrun = await wallet(merchant.walletId);
+    expect(overrun).toMatchObject({ balance: hold * 1000n - actual, held: 0n, overrun: 1 });
+
+    // Nothing is in flight: the wallet admits again, in the database, and its overrun ends.
+    const next = await settledCost(merchant, await post(base, merchant.secretKey, costly));
     const after = await wallet(merchant.walletId);
-    // What others may admit (balance − held) is what it was once the lease was taken.
-    expect(after.balance - after.held).toBe(hold * 1000n - hold * 64n);
+    expect(after.balance).toBe(hold * 1000n - actual - next);
+    expect(after.overrun).toBe(0);
     expect((await verifyLedger(t.storage)).problems).toEqual([]);
   });
 

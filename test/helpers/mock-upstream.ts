@@ -77,6 +77,8 @@ export type Behaviour = {
   cachedTokens?: number;
   /** Output tokens to produce instead of the request's cap (a provider overshooting max_tokens). */
   outputTokens?: number;
+  /** Report this many times the input and output tokens (a provider over-reporting its usage). */
+  overReport?: number;
   /** cache_creation_input_tokens to report (Anthropic only). */
   cacheWriteTokens?: number;
   /** Answer chat/messages/Gemini calls with this one tool call instead of text (JSON and streams). */
@@ -243,7 +245,8 @@ function usageFor(body: Body, behaviour: Behaviour): Usage {
   const output = behaviour.outputTokens ?? cap ?? DEFAULT_OUTPUT_TOKENS;
   const cached = Math.min(behaviour.cachedTokens ?? 0, input);
   const cacheWrite = Math.min(behaviour.cacheWriteTokens ?? 0, input - cached);
-  return { input, output, cached, cacheWrite };
+  const factor = behaviour.overReport ?? 1;
+  return { input: input * factor, output: output * factor, cached, cacheWrite };
 }
 
 export function countWords(text: string): number {

@@ -20,19 +20,22 @@ import { CHAT_FACTS } from '../helpers/settle.ts';
  *   then holds the same amounts; otherwise it writes nothing and leaves the batch to the reference;
  * - deferred in process (the embedded shape, SQLite): the same outcome for every request, in order, and
  *   once its writes land the same `held` on every wallet.
+ * Some wallets are overrun (decision 0019): every path refuses them while anything is held on them,
+ * and ends the overrun with the admission that finds nothing held.
  */
 
 /** Payers: 0 the merchant's own wallet, 1 and 2 two customers' wallets (customers' fees also hold on the merchant's). */
 type Payer = 0 | 1 | 2;
-type WalletSpec = { balance: bigint; held: bigint };
+/** `overrun`: its settled charges exceeded their holds (decision 0019): nothing is admitted while anything is held. */
+type WalletSpec = { balance: bigint; held: bigint; overrun: boolean };
 type RequestSpec = { payer: Payer; wallet: bigint; merchant: bigint };
 type Scenario = { wallets: [WalletSpec, WalletSpec, WalletSpec]; requests: RequestSpec[] };
 
 const UNIT = 10_000_000n; // 0.001
 const amount = fc.integer({ min: 0, max: 12 }).map((n) => BigInt(n) * UNIT);
 const walletSpec = fc
-  .record({ balance: amount, held: amount })
-  .map(({ balance, held }) => ({ balance, held: held > balance ? balance : held }));
+  .record({ balance: amount, held: amount, overrun: fc.boolean() })
+  .map(({ balance, held, overrun }) => ({ balance, held: held > balance ? balance : held, overrun }));
 const scenario: fc.Arbitrary<Scenario> = fc.record({
   wallets: fc.tuple(walletSpec, walletSpec, walletSpec),
   requests: fc.array(
@@ -74,6 +77,7 @@ describe.each(databasesUnderTest())('every admission path decides as the in-tran
     const billings = (await Promise.all(credentials.map((credential) => resolveForwardCredential(t.storage, credential, new Date())))) as World['billings'];
     for (const [i, spec] of wallets.entries()) {
       if (spec.balance > 0n) await creditWallet(t.storage, walletIds[i]!, spec.balance);
+      if (spec.overrun) await t.storage.db.updateTable('wallets').set({ overrun: 1 }).where('id', '=', walletIds[i]!).execute();
       if (spec.held === 0n) continue;
       const placed = await placeHold(t.storage, { walletId: walletIds[i]!, amount: spec.held, reference: newId('request'), ttlMs: 3_600_000 });
       if (!('holdId' in placed)) throw new Error('could not place the scenario hold');
@@ -97,7 +101,14 @@ describe.each(databasesUnderTest())('every admission path decides as the in-tran
     });
   }
 
-  const heldOf = async (w: World) => Promise.all(w.walletIds.map(async (id) => (await findWallet(t.storage, id))!.held));
+  /** Each wallet's `held` and whether it is still overrun. */
+  const heldOf = async (w: World) =>
+    Promise.all(
+      w.walletIds.map(async (id) => {
+        const wallet = (await findWallet(t.storage, id))!;
+        return { held: wallet.held, overrun: Number(wallet.overrun) };
+      }),
+    );
 
   async function reference(s: Scenario) {
     const w = await world(s.wallets);

@@ -14,8 +14,8 @@ import { prepared, type Storage } from '../../storage/db.ts';
 import type { Database } from '../../storage/schema.ts';
 import { insertRequestRecord, metadataRows, type RequestRow } from '../../storage/requests.ts';
 import { insertHold, type HoldRow } from '../holds.ts';
-import { availableOf, lockWallets, type WalletRow } from '../wallets.ts';
-import { holdParts, holdRowsOf, refusedPart } from './decision.ts';
+import { lockWallets, type WalletRow } from '../wallets.ts';
+import { admittableOf, holdParts, holdRowsOf, overrunsEnded, refusedPart } from './decision.ts';
 import { pricingFor } from '../billing.ts';
 import { writeAdmissionRows } from './rows.ts';
 import type { EstimatedCharge } from '../settlement/recover.ts';
@@ -52,7 +52,7 @@ export async function admitRequest(storage: Storage, input: AdmitInput): Promise
     const key = await lockedSpendKey(trx, storage.dialect, input, now);
     if (key instanceof ApiError) return { outcome: 'spend_key_refused', error: key };
     const parts = holdParts(input.walletId, input.billing.merchantWalletId, input.estimate);
-    const refused = refusedPart(parts, (walletId) => availableOf(wallets.get(walletId)!));
+    const refused = refusedPart(parts, (walletId) => admittableOf(wallets.get(walletId)!));
     if (refused) return { outcome: 'insufficient_balance', payer: refused.payer };
     const recordId = input.requestId;
     if (key) {
@@ -60,6 +60,7 @@ export async function admitRequest(storage: Storage, input: AdmitInput): Promise
       const refusal = await reserveForRequest(trx, key, { recordId, amount, now });
       if (refusal) return { outcome: 'spend_key_refused', error: refusal };
     }
+    await endOverruns(trx, overrunsEnded(parts, (walletId) => wallets.get(walletId)), wallets);
     const holdIds: string[] = [];
     for (const part of parts) {
       if (part.amount > 0n) {
@@ -70,6 +71,13 @@ export async function admitRequest(storage: Storage, input: AdmitInput): Promise
     await insertRequestRecord(trx, pendingRecord(input, recordId, createdAt));
     return { outcome: 'admitted', recordId, holdIds, createdAt };
   });
+}
+
+/** Nothing was in flight on these overrun wallets: the overrun ends with this admission (decision 0019). */
+async function endOverruns(trx: Transaction<Database>, walletIds: string[], wallets: Map<string, WalletRow>): Promise<void> {
+  if (walletIds.length === 0) return;
+  for (const walletId of walletIds) wallets.get(walletId)!.overrun = 0;
+  await trx.updateTable('wallets').set({ overrun: 0 }).where('id', 'in', walletIds).execute();
 }
 
 /** The request's spend key, locked and checked again on its row; null without one. */
@@ -106,7 +114,7 @@ export async function admitInTransaction(
       outcomes.push({ outcome: 'spend_key_refused', error: key });
       continue;
     }
-    const refused = refusedPart(parts, (walletId) => availableOf(wallets.get(walletId)!));
+    const refused = refusedPart(parts, (walletId) => admittableOf(wallets.get(walletId)!));
     if (refused) {
       outcomes.push({ outcome: 'insufficient_balance', payer: refused.payer });
       continue;
@@ -119,6 +127,7 @@ export async function admitInTransaction(
         continue;
       }
     }
+    await endOverruns(trx, overrunsEnded(parts, (walletId) => wallets.get(walletId)), wallets);
     const createdAt = now.toISOString();
     const rows = holdRowsOf(parts, recordId, now, input.ttlMs);
     for (const hold of rows) wallets.get(hold.wallet_id)!.held += hold.amount;
@@ -162,14 +171,14 @@ async function admitInOneStatement(storage: Storage, inputs: AdmitInput[]): Prom
   const metadata = metadataRows(records);
   const text = prepared(`
     with need as (${needRows}),
-    locked as (select id, balance, held from wallets where id in (select wallet_id from need) order by id for update),
+    locked as (select id, balance, held, overrun from wallets where id in (select wallet_id from need) order by id for update),
     ok as (
       select count(*) = (select count(*) from need) as ok
       from locked join need on need.wallet_id = locked.id
-      where locked.balance - locked.held >= need.amount
+      where locked.balance - locked.held >= need.amount and (locked.overrun = 0 or locked.held = 0)
     ),
     upd as (
-      update wallets set held = wallets.held + need.amount from need
+      update wallets set held = wallets.held + need.amount, overrun = 0 from need
       where wallets.id = need.wallet_id and (select ok from ok)
       returning wallets.id
     ),

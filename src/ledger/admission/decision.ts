@@ -5,7 +5,9 @@
  * in-transaction path is the reference the others are property-tested against.
  */
 import { newId } from '../../domain/ids.ts';
+import type { PricedRequest } from '../../domain/pricing.ts';
 import type { HoldRow } from '../holds.ts';
+import { availableOf, type WalletRow } from '../wallets.ts';
 
 /** One wallet's share of a request's estimate; `payer` says whose refusal it is. */
 export type HoldPart = { walletId: string; amount: bigint; payer: 'wallet' | 'merchant' };
@@ -30,6 +32,38 @@ export function refusedPart(parts: readonly HoldPart[], availableOf: (walletId: 
   return parts.find((part) => {
     const available = availableOf(part.walletId);
     return available < part.amount || available <= 0n;
+  });
+}
+
+/** A wallet as an admission reads it. */
+export type AdmissionWallet = Pick<WalletRow, 'id' | 'balance' | 'held' | 'overrun'>;
+
+/**
+ * What an admission may take from a wallet: its available balance, or nothing while it is
+ * overrun (settled charges exceeded their holds) and requests are still in flight on it (anything
+ * held, in the database or by this process): those may overrun too, so nothing more is promised
+ * until they have settled (decision 0019).
+ */
+export function admittableOf(wallet: AdmissionWallet): bigint {
+  const available = availableOf(wallet);
+  const inFlight = BigInt(wallet.balance) - available;
+  return Number(wallet.overrun ?? 0) !== 0 && inFlight > 0n ? 0n : available;
+}
+
+/** The wallets among these whose overrun ends with this admission: nothing was in flight on them. */
+export function overrunsEnded(parts: readonly HoldPart[], walletOf: (walletId: string) => AdmissionWallet | undefined): string[] {
+  return [...new Set(parts.map((part) => part.walletId))].filter((walletId) => Number(walletOf(walletId)?.overrun ?? 0) !== 0);
+}
+
+/**
+ * The wallets a settled request cost more than it held on them: they admit nothing more until
+ * their requests in flight have settled (decision 0019). A request with nothing held is not one.
+ */
+export function overrunWallets(price: PricedRequest, customerWallet: WalletRow, merchantWallet: WalletRow, heldOn: (wallet: WalletRow) => bigint): WalletRow[] {
+  const costOn = (wallet: WalletRow) => (wallet === customerWallet ? price.totals.wallet : 0n) + (wallet === merchantWallet ? price.totals.merchant : 0n);
+  return [...new Set([customerWallet, merchantWallet])].filter((wallet) => {
+    const held = heldOn(wallet);
+    return held > 0n && costOn(wallet) > held;
   });
 }
 

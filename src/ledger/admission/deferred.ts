@@ -8,9 +8,9 @@ import type { BatchJob, GroupCommitWriter } from '../group-commit.ts';
 import type { Storage } from '../../storage/db.ts';
 import type { Database } from '../../storage/schema.ts';
 import type { HoldRow } from '../holds.ts';
-import { availableOf, lockWallets, releaseUnwritten, reserveUnwritten, type WalletRow } from '../wallets.ts';
+import { lockWallets, releaseUnwritten, reserveUnwritten, type WalletRow } from '../wallets.ts';
 import type { Lease, WalletLeases } from '../leases.ts';
-import { holdParts, holdRowsOf, refusedPart, type HoldPart } from './decision.ts';
+import { admittableOf, holdParts, holdRowsOf, overrunsEnded, refusedPart, type HoldPart } from './decision.ts';
 import { pendingRecord, type AdmitInput, type AdmitOutcome } from './admit.ts';
 import { writeAdmissionRows } from './rows.ts';
 
@@ -149,7 +149,8 @@ export async function admitDeferred(storage: Storage, writes: DeferredWrites, in
 async function reserveInProcess(storage: Storage, parts: HoldPart[]): Promise<HoldPart | undefined> {
   const walletIds = [...new Set(parts.map((part) => part.walletId))];
   const remembered = rememberedWallets(storage, walletIds);
-  if (remembered && !refusedIn(parts, remembered)) {
+  // An overrun ends with a write (below), so it is decided on a fresh read.
+  if (remembered && ![...remembered.values()].some((wallet) => Number(wallet.overrun ?? 0) !== 0) && !refusedIn(parts, remembered)) {
     reserveParts(parts);
     return undefined;
   }
@@ -160,14 +161,16 @@ async function reserveInProcess(storage: Storage, parts: HoldPart[]): Promise<Ho
     const refusal = refusedIn(parts, wallets);
     // Reserved before the connection is let go: no other decision sees these wallets without them.
     if (!refusal) reserveParts(parts);
+    const ended = refusal ? [] : overrunsEnded(parts, (walletId) => wallets.get(walletId));
+    if (ended.length > 0) await db.executeQuery(CompiledQuery.raw(`update wallets set overrun = 0 where id in (${ended.map(() => '?').join(', ')})`, ended));
     return refusal;
   });
 }
 
-type WalletBalance = Pick<WalletRow, 'id' | 'balance' | 'held'>;
+type WalletBalance = Pick<WalletRow, 'id' | 'balance' | 'held' | 'overrun'>;
 
 function refusedIn(parts: HoldPart[], wallets: Map<string, WalletBalance>): HoldPart | undefined {
-  return refusedPart(parts, (walletId) => availableOf(wallets.get(walletId)!));
+  return refusedPart(parts, (walletId) => admittableOf(wallets.get(walletId)!));
 }
 
 function reserveParts(parts: HoldPart[]): void {
@@ -225,10 +228,10 @@ async function takeFromLeases(leases: WalletLeases, parts: HoldPart[]): Promise<
  * What an admission reads of its one or two wallets, compiled once per shape: building the query
  * anew costs more than running it, and this read is on every embedded request's path.
  */
-const WALLET_BALANCES_SQL = ['select id, balance, held from wallets where id = ?', 'select id, balance, held from wallets where id in (?, ?)'];
+const WALLET_BALANCES_SQL = ['select id, balance, held, overrun from wallets where id = ?', 'select id, balance, held, overrun from wallets where id in (?, ?)'];
 
-function walletBalancesQuery(ids: string[]): CompiledQuery<Pick<WalletRow, 'id' | 'balance' | 'held'>> {
-  return CompiledQuery.raw(WALLET_BALANCES_SQL[ids.length - 1]!, ids) as CompiledQuery<Pick<WalletRow, 'id' | 'balance' | 'held'>>;
+function walletBalancesQuery(ids: string[]): CompiledQuery<WalletBalance> {
+  return CompiledQuery.raw(WALLET_BALANCES_SQL[ids.length - 1]!, ids) as CompiledQuery<WalletBalance>;
 }
 
 /**

@@ -18,7 +18,8 @@ import { chargeRequest, completedRequestRow, counterId, lockUsageCounters, month
 import { UnbalancedTransactionError, type Leg } from '../postings.ts';
 import { releaseHoldInTransaction } from '../holds.ts';
 import { debitInMemory, lockWallets, type WalletRow } from '../wallets.ts';
-import type { Lease } from '../leases.ts';
+import { markLeaseLost, type Lease } from '../leases.ts';
+import { overrunWallets } from '../admission/decision.ts';
 import { walletBalanceEvent } from '../events.ts';
 import { eventRows, type NewEvent } from '../../webhooks/outbox.ts';
 import { pricingFor } from '../billing.ts';
@@ -204,6 +205,8 @@ async function settleInTransaction(trx: Transaction<Database>, dialect: Storage[
 
   const outcomes: ChargeOutcome[] = [];
   const leaseShrinks = new Map<Lease, bigint>();
+  /** Wallets a member cost more than it held on them (decision 0019). */
+  const overrun = new Set<WalletRow>();
   const transactions: { id: string; reference: string; description: string; merchantId: string; legs: Leg[] }[] = [];
   /** Each wallet the batch changed, with its customer (null for a merchant's wallet). */
   const changedWallets = new Map<WalletRow, string | null>();
@@ -217,6 +220,11 @@ async function settleInTransaction(trx: Transaction<Database>, dialect: Storage[
       wallets.get(hold.wallet_id)!.held -= BigInt(hold.amount);
     }
     if (input.merged?.leased) settleLeasedShares(input.merged, price, customerWallet, merchantWallet, leaseShrinks);
+    const heldOn = (wallet: WalletRow) =>
+      input.merged
+        ? input.merged.holds.filter((hold) => hold.wallet_id === wallet.id).reduce((sum, hold) => sum + hold.amount, 0n)
+        : input.holdIds.reduce((sum, holdId) => (releasedById.get(holdId)!.wallet_id === wallet.id ? sum + BigInt(releasedById.get(holdId)!.amount) : sum), 0n);
+    for (const wallet of overrunWallets(price, customerWallet, merchantWallet, heldOn)) overrun.add(wallet);
     const merchantId = input.billing.merchantId;
     const legs: Leg[] = [
       ...debitInMemory(customerWallet, price.totals.wallet),
@@ -245,7 +253,7 @@ async function settleInTransaction(trx: Transaction<Database>, dialect: Storage[
     .map((wallet) => ({
       query: trx
         .updateTable('wallets')
-        .set({ balance: wallet.balance, cycle_credit: wallet.cycle_credit, bundle_credit: wallet.bundle_credit, held: wallet.held })
+        .set({ balance: wallet.balance, cycle_credit: wallet.cycle_credit, bundle_credit: wallet.bundle_credit, held: wallet.held, overrun: overrun.has(wallet) ? 1 : Number(wallet.overrun ?? 0) })
         .where('id', '=', wallet.id),
     }));
   const leaseWrites: Write[] = [...leaseShrinks].map(([lease, amount]) => ({
@@ -298,6 +306,9 @@ function settleLeasedShares(write: AdmissionWrite, price: PricedRequest, custome
     const cost = (wallet === customerWallet ? price.totals.wallet : 0n) + (wallet === merchantWallet ? price.totals.merchant : 0n);
     const beyond = cost - hold.amount;
     const extra = beyond <= 0n ? 0n : beyond < lease.free ? beyond : lease.free;
+    // An overrun wallet admits nothing more until what is in flight has settled (decision 0019):
+    // nothing more is taken from this lease, and the next admission is decided in the database.
+    if (beyond > 0n) markLeaseLost(lease);
     lease.free -= extra;
     wallet.held -= hold.amount + extra;
     shrinks.set(lease, (shrinks.get(lease) ?? 0n) + hold.amount + extra);
