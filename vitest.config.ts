@@ -7,6 +7,7 @@ export default defineConfig({
     testTimeout: 30_000,
     hookTimeout: 60_000,
     pool: 'forks',
-    reporters: ['default'],
+    // client-matrix renders docs/clients.md from the client e2e tests and fails a full run it differs from.
+    reporters: ['default', './test/reporters/client-matrix.ts'],
   },
 });

@@ -10,10 +10,12 @@ import { setTimeout as sleep } from 'node:timers/promises';
  *   POST …/chat/completions   OpenAI chat, JSON or SSE (`stream: true`)
  *   POST …/responses          OpenAI Responses, JSON or SSE
  *   POST …/embeddings         OpenAI embeddings
- *   GET  …/models             OpenAI model list
+ *   GET  …/models             the model list, in Anthropic's shape when the request carries
+ *                             anthropic-version, Gemini's when it carries x-goog-api-key, else OpenAI's
  *   POST …/audio/speech       binary audio (bytes = input characters)
  *   POST …/messages           Anthropic Messages, JSON or SSE
  *   POST …/messages/count_tokens   Anthropic token count (`input_tokens`: words of the prompt)
+ *   POST …/models/{m}:countTokens  Gemini token count ({totalTokens})
  *   POST …/text-to-speech/{voice}[/stream]   ElevenLabs audio (bytes = characters of `text`)
  *   POST …/speech-to-text     ElevenLabs transcript of any upload; its last word ends at TRANSCRIPT_SECONDS
  *   POST …/models/{m}:generateContent, …:streamGenerateContent[?alt=sse]   Gemini
@@ -81,7 +83,7 @@ export type Behaviour = {
   overReport?: number;
   /** cache_creation_input_tokens to report (Anthropic only). */
   cacheWriteTokens?: number;
-  /** Answer chat/messages/Gemini calls with this one tool call instead of text (JSON and streams). */
+  /** Answer chat/responses/messages/Gemini calls with this one tool call instead of text (JSON and streams). */
   toolCall?: MockToolCall;
   /** Answer under this model name instead of the requested one (a dated version, as providers do). */
   servedModel?: string;
@@ -202,7 +204,7 @@ async function send(res: ServerResponse, answer: Answer, behaviour: Behaviour): 
 
 function familyOf(path: string): Family {
   if (path.includes('/openai/')) return 'openai';
-  if (path.endsWith('/messages')) return 'anthropic';
+  if (path.endsWith('/messages') || path.endsWith('/messages/count_tokens')) return 'anthropic';
   if (/:(stream)?generateContent$/i.test(path) || path.startsWith('/v1beta/')) return 'gemini';
   return 'openai';
 }
@@ -210,7 +212,7 @@ function familyOf(path: string): Family {
 function route(req: RecordedRequest, behaviour: Behaviour, seq: number): Answer {
   const { method, path } = req;
   if (path.endsWith('/echo')) return json(200, echo(req));
-  if (method === 'GET' && path.endsWith('/models')) return json(200, modelList());
+  if (method === 'GET' && path.endsWith('/models')) return json(200, modelList(req.headers));
   if (method !== 'POST') return errorAnswer(familyOf(path), 404, undefined);
   // A multipart audio upload: never JSON.
   if (path.endsWith('/speech-to-text')) return transcriptAnswer(seq);
@@ -219,15 +221,16 @@ function route(req: RecordedRequest, behaviour: Behaviour, seq: number): Answer 
   }
   const body: Body = { ...((req.json ?? {}) as Body), ...(behaviour.servedModel ? { model: behaviour.servedModel } : {}) };
   const usage = usageFor(body, behaviour);
+  if (path.endsWith('/messages/count_tokens')) return json(200, { input_tokens: usage.input });
+  if (/\/models\/[^/:]+:countTokens$/.test(path)) return json(200, { totalTokens: usage.input });
   const gemini = /\/models\/([^/:]+):(generateContent|streamGenerateContent)$/.exec(path);
   if (gemini) return geminiAnswer(behaviour.servedModel ?? gemini[1]!, gemini[2] === 'streamGenerateContent', req.query.get('alt') === 'sse', usage, seq, behaviour.toolCall);
   if (path.endsWith('/chat/completions')) return chatAnswer(body, usage, seq, behaviour.toolCall);
-  if (path.endsWith('/responses')) return responsesAnswer(body, usage, seq);
+  if (path.endsWith('/responses')) return responsesAnswer(body, usage, seq, behaviour.toolCall);
   if (path.endsWith('/embeddings')) return embeddingsAnswer(body, usage);
   if (path.endsWith('/audio/speech')) return speechAnswer(body);
   if (/\/text-to-speech\/[^/]+(\/stream)?$/.test(path)) return speechAnswer({ input: body.text });
   if (path.endsWith('/messages')) return anthropicAnswer(body, usage, seq, behaviour.toolCall);
-  if (path.endsWith('/messages/count_tokens')) return json(200, { input_tokens: usage.input });
   return errorAnswer(familyOf(path), 404, undefined);
 }
 
@@ -331,18 +334,22 @@ function chatAnswer(body: Body, usage: Usage, seq: number, toolCall?: MockToolCa
   ]);
 }
 
-function responsesAnswer(body: Body, usage: Usage, seq: number): Answer {
+function responsesAnswer(body: Body, usage: Usage, seq: number, toolCall?: MockToolCall): Answer {
   const model = typeof body.model === 'string' ? body.model : 'gpt-4.1';
   const text = words(usage.output).join('');
+  const itemId = toolCall ? `fc_mock${seq}` : `msg_mock${seq}`;
+  const part = { type: 'output_text', text, annotations: [] };
+  const item = (done: boolean) =>
+    toolCall
+      ? { id: itemId, type: 'function_call', status: done ? 'completed' : 'in_progress', call_id: `call_mock${seq}`, name: toolCall.name, arguments: done ? JSON.stringify(toolCall.arguments) : '' }
+      : { id: itemId, type: 'message', status: done ? 'completed' : 'in_progress', role: 'assistant', content: done ? [part] : [] };
   const response = (status: string, withOutput: boolean) => ({
     id: `resp_mock${seq}`,
     object: 'response',
     created_at: 1_700_000_000,
     status,
     model,
-    output: withOutput
-      ? [{ id: `msg_mock${seq}`, type: 'message', status: 'completed', role: 'assistant', content: [{ type: 'output_text', text, annotations: [] }] }]
-      : [],
+    output: withOutput ? [item(true)] : [],
     usage: withOutput
       ? {
           input_tokens: usage.input,
@@ -356,12 +363,25 @@ function responsesAnswer(body: Body, usage: Usage, seq: number): Answer {
   if (body.stream !== true) return json(200, response('completed', true));
   let n = 0;
   const event = (type: string, data: Body) => sse({ type, sequence_number: n++, ...data }, type);
+  const at = { item_id: itemId, output_index: 0 };
+  // The events OpenAI sends, in its order: the item opens, its content grows, the item closes.
+  const content = toolCall
+    ? [
+        ...argumentPieces(toolCall).map((delta) => event('response.function_call_arguments.delta', { ...at, delta })),
+        event('response.function_call_arguments.done', { ...at, arguments: JSON.stringify(toolCall.arguments) }),
+      ]
+    : [
+        event('response.content_part.added', { ...at, content_index: 0, part: { ...part, text: '' } }),
+        ...words(usage.output).map((delta) => event('response.output_text.delta', { ...at, content_index: 0, delta, logprobs: [] })),
+        event('response.output_text.done', { ...at, content_index: 0, text, logprobs: [] }),
+        event('response.content_part.done', { ...at, content_index: 0, part }),
+      ];
   return stream([
     event('response.created', { response: response('in_progress', false) }),
-    ...words(usage.output).map((delta) =>
-      event('response.output_text.delta', { item_id: `msg_mock${seq}`, output_index: 0, content_index: 0, delta }),
-    ),
-    event('response.output_text.done', { item_id: `msg_mock${seq}`, output_index: 0, content_index: 0, text }),
+    event('response.in_progress', { response: response('in_progress', false) }),
+    event('response.output_item.added', { output_index: 0, item: item(false) }),
+    ...content,
+    event('response.output_item.done', { output_index: 0, item: item(true) }),
     event('response.completed', { response: response('completed', true) }),
   ]);
 }
@@ -376,7 +396,21 @@ function embeddingsAnswer(body: Body, usage: Usage): Answer {
   });
 }
 
-function modelList(): unknown {
+/** The model list in the shape of the provider the request's headers name. */
+function modelList(headers: IncomingHttpHeaders): unknown {
+  if (headers['anthropic-version']) {
+    const data = ['claude-haiku-4-5', 'claude-sonnet-4-5'].map((id) => ({ type: 'model', id, display_name: id, created_at: '2025-10-01T00:00:00Z' }));
+    return { data, has_more: false, first_id: data[0]!.id, last_id: data.at(-1)!.id };
+  }
+  if (headers['x-goog-api-key']) {
+    return {
+      models: ['gemini-2.0-flash', 'gemini-2.5-pro'].map((id) => ({
+        name: `models/${id}`,
+        displayName: id,
+        supportedGenerationMethods: ['generateContent', 'countTokens'],
+      })),
+    };
+  }
   return {
     object: 'list',
     data: ['gpt-4o-mini', 'gpt-4.1'].map((id) => ({ id, object: 'model', created: 1_700_000_000, owned_by: 'mock' })),

@@ -81,6 +81,23 @@ describe('OpenAI', () => {
     expect(usage).toMatchObject({ inputTokens: 5, outputTokens: 2, complete: true });
   });
 
+  it('answers a Responses tool call as a function_call item, JSON and streamed', async () => {
+    const url = 'https://api.openai.com/v1/responses';
+    const call = { name: 'lookup', arguments: { q: 'x' } };
+    mock.setNext({ toolCall: call, times: 2 });
+    const requestBody = { model: 'gpt-4.1', input: 'a b', max_output_tokens: 2 };
+    const body = (await (await post('/v1/responses', requestBody)).json()) as { output: unknown[] };
+    expect(body.output).toMatchObject([{ type: 'function_call', name: 'lookup', arguments: '{"q":"x"}', call_id: expect.stringMatching(/^call_mock/) }]);
+
+    const streamed = { ...requestBody, stream: true };
+    const res = await post('/v1/responses', streamed);
+    const text = await res.clone().text();
+    expect(text).toContain('event: response.function_call_arguments.delta');
+    expect(text).toContain('event: response.output_item.done');
+    const usage = await meterStream(res, provider(url), url, streamed);
+    expect(usage).toMatchObject({ inputTokens: 2, outputTokens: 2, complete: true });
+  });
+
   it('answers embeddings, models and speech', async () => {
     const embeddings = (await (await post('/v1/embeddings', { model: 'text-embedding-3-small', input: ['a b', 'c'] })).json()) as {
       data: unknown[];
@@ -119,6 +136,13 @@ describe('Anthropic', () => {
     });
   });
 
+  it('counts tokens and lists models in Anthropic\'s shape', async () => {
+    const counted = (await (await post('/v1/messages/count_tokens', message)).json()) as unknown;
+    expect(counted).toEqual({ input_tokens: 4 }); // 'be brief' + 'hi there'
+    const models = (await (await fetch(`${mock.url}/v1/models`, { headers: { 'anthropic-version': '2023-06-01' } })).json()) as Record<string, unknown>;
+    expect(models).toMatchObject({ data: [{ type: 'model', id: 'claude-haiku-4-5' }, { type: 'model' }], has_more: false });
+  });
+
   it('streams message_start … message_stop', async () => {
     const requestBody = { ...message, stream: true };
     const text = await (await post('/v1/messages', requestBody)).text();
@@ -130,6 +154,12 @@ describe('Anthropic', () => {
 
 describe('Gemini', () => {
   const request = { contents: [{ role: 'user', parts: [{ text: 'why is the sky blue' }] }], generationConfig: { maxOutputTokens: 4 } };
+
+  it('counts tokens and lists models in Gemini\'s shape', async () => {
+    expect(await (await post('/v1beta/models/gemini-2.0-flash:countTokens', request)).json()).toEqual({ totalTokens: 5 });
+    const models = (await (await fetch(`${mock.url}/v1beta/models`, { headers: { 'x-goog-api-key': 'k' } })).json()) as { models: { name: string }[] };
+    expect(models.models.map((m) => m.name)).toEqual(['models/gemini-2.0-flash', 'models/gemini-2.5-pro']);
+  });
 
   it('answers generateContent with usageMetadata', async () => {
     const path = '/v1beta/models/gemini-2.5-flash:generateContent';
