@@ -10,6 +10,8 @@ import { formatMoney, parseMoney } from '../../src/domain/money.ts';
 import { verifyLedger } from '../../src/ledger/verify.ts';
 import { creditWallet, findWallet } from '../../src/ledger/wallets.ts';
 import type { TestApp } from '../helpers/app.ts';
+import { itAwaiting } from '../helpers/client-harness.ts';
+import { covers, type Call, type Client } from '../helpers/client-matrix.ts';
 import { databasesUnderTest } from '../helpers/databases.ts';
 import { startGatewayOnMock } from '../helpers/gateway.ts';
 import type { MockUpstream, RecordedRequest } from '../helpers/mock-upstream.ts';
@@ -34,6 +36,9 @@ const PRICES = {
 type PricedModel = keyof typeof PRICES;
 
 const WEATHER_TOOL = { name: 'get_weather', arguments: { city: 'Paris', unit: 'celsius' } };
+
+/** What a test proves for docs/clients.md: calls of a client on the rewrite path. */
+const rewrite = (client: Client, ...calls: Call[]) => covers(...calls.map((call) => ({ client, call, path: 'rewrite' as const })));
 
 /** Exact cost in 1e-10 units: tokens × price per 1M (prices chosen so nothing rounds). */
 function per1M(tokens: number, rate: string): bigint {
@@ -104,7 +109,7 @@ describe.each(databasesUnderTest())('the rewrite proxy with official clients on 
   }
 
   /** The call's one record, settled: exact tokens and cost, charged to the customer's wallet. */
-  async function expectBilled(requestId: string | null, e: { provider: string; model: PricedModel; input: number; output: number; total: string }) {
+  async function expectBilled(requestId: string | null, e: { provider: string; model: PricedModel; input: number; output: number; total: string; estimated?: boolean }) {
     const record = await t.settledRecord(requestId);
     const prices = PRICES[e.model];
     const baseCost = per1M(e.input, prices.input) + per1M(e.output, prices.output);
@@ -114,7 +119,7 @@ describe.each(databasesUnderTest())('the rewrite proxy with official clients on 
       status: 'completed',
       provider: e.provider,
       model: e.model.slice(e.model.indexOf('/') + 1),
-      usage_estimated: false,
+      usage_estimated: e.estimated ?? false,
       customer_id: customer.customer_id,
       model_usage: { input_tokens: e.input, output_tokens: e.output, total_cost: formatMoney(baseCost) },
       total_request_cost: e.total,
@@ -127,7 +132,7 @@ describe.each(databasesUnderTest())('the rewrite proxy with official clients on 
   }
 
   describe('@anthropic-ai/sdk to an OpenAI-shaped provider', () => {
-    it('messages.create: text and stop reason come back in Anthropic shape; the provider got an OpenAI request', async () => {
+    it('messages.create: text and stop reason come back in Anthropic shape; the provider got an OpenAI request', rewrite('@anthropic-ai/sdk', 'text'), async () => {
       const { data, response } = await anthropicOn('https://api.openai.com/v1')
         .messages.create({ model: 'gpt-4o', max_tokens: 6, system: 'be brief', messages: [{ role: 'user', content: 'one two three four' }] })
         .withResponse();
@@ -156,7 +161,7 @@ describe.each(databasesUnderTest())('the rewrite proxy with official clients on 
       await expectBilled(response.headers.get('x-tollgate-request-id'), { provider: 'openai', model: 'openai/gpt-4o', input: 6, output: 6, total: '0.0012180000' });
     });
 
-    it('messages.stream: text deltas, stop reason and the final usage arrive as Anthropic events', async () => {
+    it('messages.stream: text deltas, stop reason and the final usage arrive as Anthropic events', rewrite('@anthropic-ai/sdk', 'text stream'), async () => {
       const stream = anthropicOn('https://api.openai.com/v1').messages.stream({ model: 'gpt-4o', max_tokens: 3, messages: [{ role: 'user', content: 'a b c d e' }] });
       const texts: string[] = [];
       stream.on('text', (text) => texts.push(text));
@@ -171,7 +176,7 @@ describe.each(databasesUnderTest())('the rewrite proxy with official clients on 
       await expectBilled(response.headers.get('x-tollgate-request-id'), { provider: 'openai', model: 'openai/gpt-4o', input: 5, output: 3, total: '0.0008110000' });
     });
 
-    it('a tool call comes back as a tool_use block, JSON and streamed', async () => {
+    it('a tool call comes back as a tool_use block, JSON and streamed', rewrite('@anthropic-ai/sdk', 'tool call', 'tool call stream'), async () => {
       const tools = [{ name: 'get_weather', description: 'Weather', input_schema: { type: 'object' as const, properties: { city: { type: 'string' } } } }];
       const request = { model: 'gpt-4o', max_tokens: 4, tools, messages: [{ role: 'user' as const, content: 'weather in Paris' }] };
       upstream.setNext({ toolCall: WEATHER_TOOL, times: 2 });
@@ -228,6 +233,34 @@ describe.each(databasesUnderTest())('the rewrite proxy with official clients on 
       expect(await t.settledRecord(record!.request_id)).toMatchObject({ status: 'error', total_request_cost: '0.0000000000' });
       expect((await findWallet(t.storage, customer.walletId))!.balance).toBe(parseMoney('10'));
     });
+    it('a stream the provider cuts is cut for the client too, and billed once as estimated', rewrite('@anthropic-ai/sdk', 'cut stream billed from what arrived'), async () => {
+      // The role chunk, "tok", " tok" — then the cut.
+      upstream.setNext({ cutAfterChunks: 3 });
+      const stream = anthropicOn('https://api.openai.com/v1').messages.stream({ model: 'gpt-4o', max_tokens: 3, messages: [{ role: 'user', content: 'one two three four' }] });
+      const texts: string[] = [];
+      stream.on('text', (text) => texts.push(text));
+      expect(await stream.finalMessage().catch((e: unknown) => e)).toBeInstanceOf(Anthropic.AnthropicError);
+      expect(texts).toEqual(['tok', ' tok']);
+      const [record] = await recordsOnceThere(1);
+      // The provider's stream is metered: input estimated from "one two three four" (18 characters) as
+      // 5, output from "tok tok" (7) as 2: 5 × 1 + 2 × 2 = 9 per 1M; fee 7 × 100 per 1M = 0.0007.
+      await expectBilled(record!.request_id, { provider: 'openai', model: 'openai/gpt-4o', input: 5, output: 2, total: '0.0007090000', estimated: true });
+    });
+
+    itAwaiting(
+      "Tollgate's own refusals on /v1/rewrite in the client's dialect (decision 0021; /v1/rewrite answers Tollgate's envelope, so the SDK's type is null)",
+      "Tollgate's own refusal (an empty wallet) reaches the client as its typed error with Tollgate's message",
+      [{ client: '@anthropic-ai/sdk', call: "refusal in the client's dialect", path: 'rewrite' }],
+      async () => {
+      const broke = (await lava.customers.create({ name: 'Broke' })) as unknown as { customer_id: string };
+      const brokeToken = lava.generateForwardToken({ customer_id: broke.customer_id, meter_slug: meter.meter_slug });
+      const client = new Anthropic({ apiKey: brokeToken, baseURL: rewriteBase('anthropic', 'https://api.openai.com/v1'), maxRetries: 0 });
+      const error = await client.messages.create({ model: 'gpt-4o', max_tokens: 2, messages: [{ role: 'user', content: 'hi' }] }).catch((e: unknown) => e);
+      expect(error).toBeInstanceOf(Anthropic.PaymentRequiredError);
+      expect(error).toMatchObject({ type: 'billing_error', apiMessage: 'The wallet balance cannot cover this request.' });
+      expect(upstream.requests).toHaveLength(0);
+      },
+    );
   });
 
   describe('@anthropic-ai/sdk to a Gemini provider', () => {
@@ -280,7 +313,7 @@ describe.each(databasesUnderTest())('the rewrite proxy with official clients on 
   describe('openai client to an Anthropic provider', () => {
     const claude = () => openaiOn('https://api.anthropic.com/v1');
 
-    it('chat.completions.create: an Anthropic request goes out, an OpenAI completion comes back', async () => {
+    it('chat.completions.create: an Anthropic request goes out, an OpenAI completion comes back', rewrite('openai', 'text'), async () => {
       const { data, response } = await claude()
         .chat.completions.create({
           model: 'claude-haiku-4-5',
@@ -306,7 +339,7 @@ describe.each(databasesUnderTest())('the rewrite proxy with official clients on 
       await expectBilled(response.headers.get('x-tollgate-request-id'), { provider: 'anthropic', model: 'anthropic/claude-haiku-4-5', input: 4, output: 5, total: '0.0009290000' });
     });
 
-    it('a stream with include_usage ends with the usage chunk; one without has none', async () => {
+    it('a stream with include_usage ends with the usage chunk; one without has none', rewrite('openai', 'text stream', 'stream with usage'), async () => {
       const request = { model: 'claude-haiku-4-5', max_tokens: 2, stream: true as const, messages: [{ role: 'user' as const, content: 'a b c' }] };
       const { data: stream, response } = await claude()
         .chat.completions.create({ ...request, stream_options: { include_usage: true } })
@@ -324,7 +357,7 @@ describe.each(databasesUnderTest())('the rewrite proxy with official clients on 
       expect(plain.some((c) => c.usage)).toBe(false);
     });
 
-    it('tool calls come back in OpenAI shape, JSON and streamed', async () => {
+    it('tool calls come back in OpenAI shape, JSON and streamed', rewrite('openai', 'tool call', 'tool call stream'), async () => {
       upstream.setNext({ toolCall: WEATHER_TOOL, times: 2 });
       const request = {
         model: 'claude-haiku-4-5',
@@ -360,7 +393,7 @@ describe.each(databasesUnderTest())('the rewrite proxy with official clients on 
   });
 
   describe('@google/genai to an OpenAI-shaped provider', () => {
-    it('generateContent and generateContentStream: the model from the client path, the answer in Gemini shape', async () => {
+    it('generateContent and generateContentStream: the model from the client path, the answer in Gemini shape', rewrite('@google/genai', 'text', 'text stream'), async () => {
       const ai = new GoogleGenAI({ apiKey: token(), httpOptions: { baseUrl: rewriteBase('google', 'https://api.openai.com/v1') } });
       const result = await ai.models.generateContent({ model: 'gpt-4o', contents: 'one two', config: { maxOutputTokens: 2 } });
       expect(lastUpstream().json).toEqual({ model: 'gpt-4o', messages: [{ role: 'user', content: 'one two' }], max_completion_tokens: 2 });

@@ -9,7 +9,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
  *
  *   POST …/chat/completions   OpenAI chat, JSON or SSE (`stream: true`)
  *   POST …/responses          OpenAI Responses, JSON or SSE
- *   POST …/embeddings         OpenAI embeddings
+ *   POST …/embeddings         OpenAI embeddings (base64 float32s when encoding_format is base64)
  *   GET  …/models             the model list, in Anthropic's shape when the request carries
  *                             anthropic-version, Gemini's when it carries x-goog-api-key, else OpenAI's
  *   POST …/audio/speech       binary audio (bytes = input characters)
@@ -386,11 +386,14 @@ function responsesAnswer(body: Body, usage: Usage, seq: number, toolCall?: MockT
   ]);
 }
 
+/** The vector as OpenAI sends it for `encoding_format: 'base64'`: little-endian float32s, base64. */
+const base64Vector = Buffer.from(new Float32Array([0.1, 0.2, 0.3]).buffer).toString('base64');
+
 function embeddingsAnswer(body: Body, usage: Usage): Answer {
   const inputs = Array.isArray(body.input) ? body.input : [body.input];
   return json(200, {
     object: 'list',
-    data: inputs.map((_, index) => ({ object: 'embedding', index, embedding: [0.1, 0.2, 0.3] })),
+    data: inputs.map((_, index) => ({ object: 'embedding', index, embedding: body.encoding_format === 'base64' ? base64Vector : [0.1, 0.2, 0.3] })),
     model: typeof body.model === 'string' ? body.model : 'text-embedding-3-small',
     usage: { prompt_tokens: usage.input, total_tokens: usage.input },
   });
