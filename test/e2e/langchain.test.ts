@@ -12,6 +12,10 @@ import { covers, type Call, type ClientPath } from '../helpers/client-matrix.ts'
  * sends "one two three four" (4 input tokens at the mock) capped at 3 output tokens: gpt-4o at 1 in
  * / 2 out per 1M costs 4 + 6 = 10 per 1M = 0.00001, plus through forward the meter's fee of
  * 7 × 100 per 1M = 0.0007.
+ *
+ * @langchain/openai 1.6 declares Node >= 22 in its engines (npm warns EBADENGINE on Node 20) and
+ * carries openai 7 inside; every call here passes on Node 20.19+, the project's floor. (1.5.x,
+ * which declared Node >= 20, carried openai 6, which joins a base URL and a path as strings.)
  */
 const h = useClientHarness();
 
