@@ -1,7 +1,7 @@
 import Anthropic from '@anthropic-ai/sdk';
 import { describe, expect, it } from 'vitest';
 import { BROKE_MESSAGE, countingFetch, itAwaiting, useClientHarness, WEATHER_CALL } from '../helpers/client-harness.ts';
-import { covers, type ClientPath } from '../helpers/client-matrix.ts';
+import { covers, type Call, type ClientPath } from '../helpers/client-matrix.ts';
 
 /**
  * @anthropic-ai/sdk 1.x through Tollgate's drop-in `/v1/messages` with a spend key (base URL the
@@ -26,7 +26,7 @@ async function client(path: Via, opts: { key?: string; fetch?: typeof fetch; max
 const refusal = async (call: Promise<unknown>) => call.then(() => null, (e: unknown) => e);
 
 describe.each(['drop-in', 'forward'] as const)('@anthropic-ai/sdk through %s', (path) => {
-  const on = (call: Parameters<typeof covers>[0]['call']) => covers({ client: '@anthropic-ai/sdk', call, path });
+  const on = (...calls: Call[]) => covers(...calls.map((call) => ({ client: '@anthropic-ai/sdk' as const, call, path })));
 
   it('messages.create: the text, stop reason and usage; one record at the exact cost', on('text'), async () => {
     const { data, response } = await (await client(path)).messages.create(MESSAGE).withResponse();
@@ -48,7 +48,7 @@ describe.each(['drop-in', 'forward'] as const)('@anthropic-ai/sdk through %s', (
     await h.expectBilled(response.headers.get('x-tollgate-request-id'), { path, model: 'anthropic/claude-haiku-4-5', input: 4, output: 3, total: TOTAL[path] });
   });
 
-  it('a tool_use block arrives with its input, JSON and streamed', on('tool call'), async () => {
+  it('a tool_use block arrives with its input, JSON and streamed', on('tool call', 'tool call stream'), async () => {
     h.upstream.setNext({ toolCall: WEATHER_CALL, times: 2 });
     const anthropic = await client(path);
     const message = await anthropic.messages.create({ ...MESSAGE, tools: [WEATHER_TOOL] });

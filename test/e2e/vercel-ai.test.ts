@@ -5,7 +5,7 @@ import { createOpenAICompatible } from '@ai-sdk/openai-compatible';
 import { APICallError, embed, generateText, jsonSchema, streamText, tool, type LanguageModel } from 'ai';
 import { describe, expect, it } from 'vitest';
 import { BROKE_MESSAGE, countingFetch, itAwaiting, useClientHarness, WEATHER_CALL, type PricedModel } from '../helpers/client-harness.ts';
-import { covers, type Client, type ClientPath } from '../helpers/client-matrix.ts';
+import { covers, type Call, type Client, type ClientPath } from '../helpers/client-matrix.ts';
 
 /**
  * The Vercel AI SDK (`ai` 7) with its provider packages, pointed at Tollgate's drop-in endpoints
@@ -31,6 +31,8 @@ type Family = {
   /** The provider path the call reaches, JSON and streamed. */
   upstreamPath: string;
   streamPath: string;
+  /** Whether the client itself asks an OpenAI-shaped stream for its usage chunk. */
+  asksForUsage: boolean;
   /** Chunks of the mock's stream to let through before the cut, and what they are billed. */
   cut: { chunks: number; input: number; output: number; total: Record<Via, string>; estimated: boolean };
   /** The client's model, with this test's credential unless `key` names another. */
@@ -47,6 +49,7 @@ const FAMILIES: (Family & { paths: Via[] })[] = [
     totals: { 'drop-in': '0.0000100000', forward: '0.0007100000' },
     upstreamPath: '/v1/chat/completions',
     streamPath: '/v1/chat/completions',
+    asksForUsage: true,
     // role chunk, "tok", " tok": 7 characters → 2 output tokens; input from the request's
     // "one two three four" (18 characters) → 5: 5 × 1 + 2 × 2 = 9 per 1M, fee 7 × 100 per 1M.
     cut: { chunks: 3, input: 5, output: 2, total: { 'drop-in': '0.0000090000', forward: '0.0007090000' }, estimated: true },
@@ -60,6 +63,7 @@ const FAMILIES: (Family & { paths: Via[] })[] = [
     totals: { 'drop-in': '0.0000190000', forward: '0.0007190000' },
     upstreamPath: '/v1/messages',
     streamPath: '/v1/messages',
+    asksForUsage: false,
     // message_start (4 input, 1 output reported), block start, ping, "tok", " tok": 1 + 2 output:
     // 4 × 1 + 3 × 5 = 19 per 1M, fee 7 × 100 per 1M.
     cut: { chunks: 5, input: 4, output: 3, total: { 'drop-in': '0.0000190000', forward: '0.0007190000' }, estimated: true },
@@ -75,6 +79,7 @@ const FAMILIES: (Family & { paths: Via[] })[] = [
     totals: { 'drop-in': '0.0000160000', forward: '0.0007160000' },
     upstreamPath: '/v1beta/models/gemini-2.0-flash:generateContent',
     streamPath: '/v1beta/models/gemini-2.0-flash:streamGenerateContent',
+    asksForUsage: false,
     // Two chunks, each with Gemini's running usage (4 input, 2 output so far): the provider's own
     // counts cover all that arrived, so nothing is estimated. 4 × 1 + 2 × 4 = 12 per 1M, fee 6 × 100.
     cut: { chunks: 2, input: 4, output: 2, total: { 'drop-in': '0.0000120000', forward: '0.0006120000' }, estimated: false },
@@ -90,6 +95,7 @@ const FAMILIES: (Family & { paths: Via[] })[] = [
     totals: { 'drop-in': '0.0000160000', forward: '0.0007160000' },
     upstreamPath: '/v1beta/openai/chat/completions',
     streamPath: '/v1beta/openai/chat/completions',
+    asksForUsage: true,
     // As for OpenAI: 5 input, 2 output estimated: 5 × 1 + 2 × 4 = 13 per 1M, fee 7 × 100 per 1M.
     cut: { chunks: 3, input: 5, output: 2, total: { 'drop-in': '0.0000130000', forward: '0.0007130000' }, estimated: true },
     model: async (path, key) =>
@@ -115,13 +121,16 @@ for (const family of FAMILIES) {
       await billed(result.response.headers?.['x-tollgate-request-id'], { input: 4, output: 3, total: family.totals[path] });
     });
 
-    it('streamText: every text delta and the usage; one record at the exact cost', covers({ client: family.client, call: 'text stream', path }), async () => {
+    // The OpenAI-shaped providers ask for the usage chunk themselves (the SDK reads the usage from it).
+    const streamCalls: Call[] = family.asksForUsage ? ['text stream', 'stream with usage'] : ['text stream'];
+    it('streamText: every text delta and the usage; one record at the exact cost', covers(...streamCalls.map((call) => ({ client: family.client, call, path }))), async () => {
       const result = streamText({ model: await family.model(path), prompt: PROMPT, maxOutputTokens: 3, maxRetries: 0 });
       const deltas: string[] = [];
       for await (const delta of result.textStream) deltas.push(delta);
       expect(deltas.join('')).toBe('tok tok tok');
       expect(await result.usage).toMatchObject({ inputTokens: 4, outputTokens: 3 });
       expect(h.lastUpstream().path).toBe(family.streamPath);
+      if (family.asksForUsage) expect(h.lastUpstream().json).toMatchObject({ stream_options: { include_usage: true } });
       await billed((await result.response).headers?.['x-tollgate-request-id'], { input: 4, output: 3, total: family.totals[path] });
     });
 
