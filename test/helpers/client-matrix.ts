@@ -117,10 +117,11 @@ const HEADER = `# Clients tested through Tollgate
 
 Which current AI clients are proven to work through Tollgate, call by call, by the end-to-end tests
 in \`test/e2e/\` (official clients over real HTTP against a mock provider that speaks each
-provider's format). "tested" means the test checked
-the content the client returned, the one request record the call left (tokens, and the cost to the
-10th decimal digit), and the wallet charged; for refusals, that the client surfaced Tollgate's
-message and its own typed error.
+provider's format). "tested" means the test checked what the client returned and, for a call
+billed by usage, the one request record the call left (tokens, and the cost to the 10th decimal
+digit) and the wallet charged; for a refusal, that the client surfaced Tollgate's message as its
+own typed error and that nothing was charged. "todo" names the server feature a written test
+waits for.
 
 Paths:
 
