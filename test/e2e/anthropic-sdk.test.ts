@@ -1,6 +1,6 @@
 import Anthropic from '@anthropic-ai/sdk';
 import { describe, expect, it } from 'vitest';
-import { BROKE_MESSAGE, countingFetch, itAwaiting, useClientHarness, WEATHER_CALL } from '../helpers/client-harness.ts';
+import { BROKE_MESSAGE, countingFetch, useClientHarness, WEATHER_CALL } from '../helpers/client-harness.ts';
 import { covers, type Call, type ClientPath } from '../helpers/client-matrix.ts';
 
 /**
@@ -101,45 +101,35 @@ describe('@anthropic-ai/sdk listing models and counting tokens', () => {
     expect(await h.t.settledRecord(record!.request_id)).toMatchObject({ status: 'completed', total_request_cost: '0.0000000000' });
   });
 
-  itAwaiting(
-    'Anthropic-shaped GET /v1/models on the drop-in (helper "providers")',
-    "models.list on the drop-in: Anthropic's list of the models the key may use",
-    [{ client: '@anthropic-ai/sdk', call: 'models', path: 'drop-in' }],
-    async () => {
-      const ids: string[] = [];
-      for await (const model of (await client('drop-in')).models.list()) {
-        expect(model.type).toBe('model');
-        ids.push(model.id);
-      }
-      expect(ids).toContain('claude-haiku-4-5');
-      expect(ids.every((id) => id.startsWith('claude-'))).toBe(true);
-    },
-  );
+  it("models.list on the drop-in: Anthropic's list of the models the key may use", covers({ client: '@anthropic-ai/sdk', call: 'models', path: 'drop-in' }), async () => {
+    const ids: string[] = [];
+    for await (const model of (await client('drop-in')).models.list()) {
+      expect(model.type).toBe('model');
+      ids.push(model.id);
+    }
+    expect(ids).toContain('claude-haiku-4-5');
+    expect(ids.every((id) => id.startsWith('claude-'))).toBe(true);
+  });
 
-  itAwaiting(
-    'POST /v1/messages/count_tokens on the drop-in (helper "providers")',
-    "messages.countTokens on the drop-in: the provider's count, nothing charged",
-    [{ client: '@anthropic-ai/sdk', call: 'count tokens', path: 'drop-in' }],
-    async () => {
-      const counted = await (await client('drop-in')).messages.countTokens({ model: MESSAGE.model, messages: MESSAGE.messages });
-      expect(h.lastUpstream().path).toBe('/v1/messages/count_tokens');
-      expect(counted).toEqual({ input_tokens: 4 });
-      const [record] = await h.recordsOnceThere(1);
-      expect(await h.t.settledRecord(record!.request_id)).toMatchObject({ total_request_cost: '0.0000000000' });
-    },
-  );
+  it("messages.countTokens on the drop-in: the provider's count, nothing charged", covers({ client: '@anthropic-ai/sdk', call: 'count tokens', path: 'drop-in' }), async () => {
+    const counted = await (await client('drop-in')).messages.countTokens({ model: MESSAGE.model, messages: MESSAGE.messages });
+    expect(h.lastUpstream().path).toBe('/v1/messages/count_tokens');
+    expect(counted).toEqual({ input_tokens: 4 });
+    const [record] = await h.recordsOnceThere(1);
+    expect(await h.t.settledRecord(record!.request_id)).toMatchObject({ total_request_cost: '0.0000000000' });
+  });
 });
 
 describe('@anthropic-ai/sdk and a request limit that never resets', () => {
   it('refuses the call over the limit once: the SDK does not retry it', covers({ client: '@anthropic-ai/sdk', call: 'non-retryable refusal not retried', path: 'drop-in' }), async () => {
     const counted = countingFetch();
     const key = await h.limitedSpendKey({ request_shape: 'anthropic', request_limit: { count: 1, cycle: 'total' } });
-    // The SDK's default of two retries, which it makes for a 429 unless told not to.
+    // The SDK's default of two retries: the refusal (403, x-should-retry: false) gets none of them.
     const anthropic = await client('drop-in', { key, fetch: counted.fetch, maxRetries: 2 });
     await anthropic.messages.create(MESSAGE);
     const error = await refusal(anthropic.messages.create(MESSAGE));
-    expect(error).toBeInstanceOf(Anthropic.APIError);
-    expect((error as InstanceType<typeof Anthropic.APIError>).apiMessage).toMatch(/request limit/i);
+    expect(error).toBeInstanceOf(Anthropic.PermissionDeniedError);
+    expect(error).toMatchObject({ status: 403, type: 'permission_error' });
     expect(counted.calls()).toBe(2);
     expect(h.upstream.requests).toHaveLength(1);
   });

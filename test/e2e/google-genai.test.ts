@@ -1,19 +1,19 @@
 import { ApiError, GoogleGenAI, type GenerateContentParameters } from '@google/genai';
 import { describe, expect, it } from 'vitest';
-import { BROKE_MESSAGE, itAwaiting, useClientHarness, WEATHER_CALL } from '../helpers/client-harness.ts';
+import { BROKE_MESSAGE, useClientHarness, WEATHER_CALL } from '../helpers/client-harness.ts';
 import { covers, type Call, type Coverage } from '../helpers/client-matrix.ts';
 
 /**
  * @google/genai 3 through the published client's `providers.google` forward base with a forward
  * token (apiVersion v1beta, as that base names), and through Tollgate's native Gemini drop-in
- * (`baseUrl: <tollgate>`, a spend key as apiKey; the client adds `/v1beta/models/…`). Every call
- * sends "one two three four" (4 input tokens at the mock) capped at 3 output tokens:
+ * (`baseUrl: <tollgate>`, a spend key as apiKey; the client adds `/v1/models/…`, its default API
+ * version). Every call sends "one two three four" (4 input tokens at the mock) capped at 3 output
+ * tokens:
  * gemini-2.0-flash at 1 in / 4 out per 1M costs 4 + 12 = 16 per 1M = 0.000016, plus through forward
  * the meter's fee of 7 × 100 per 1M = 0.0007.
  */
 const h = useClientHarness();
 
-const GEMINI_DROP_IN = 'native Gemini drop-in /v1beta/models/{model}:generateContent|:streamGenerateContent (helper "providers")';
 const REQUEST: GenerateContentParameters = { model: 'gemini-2.0-flash', contents: 'one two three four', config: { maxOutputTokens: 3 } };
 const WEATHER_DECLARATION = { name: 'get_weather', description: 'The weather in a city', parametersJsonSchema: { type: 'object', properties: { city: { type: 'string' } } } };
 const TOTAL = { 'drop-in': '0.0000160000', forward: '0.0007160000' } as const;
@@ -22,6 +22,9 @@ async function genai(path: 'drop-in' | 'forward', key?: string): Promise<GoogleG
   if (path === 'drop-in') return new GoogleGenAI({ apiKey: key ?? (await h.spendKey()), httpOptions: { baseUrl: h.base } });
   return new GoogleGenAI({ apiKey: key ?? h.token(), httpOptions: { baseUrl: h.lava.providers.google, apiVersion: 'v1beta' } });
 }
+
+/** The API version in the provider's path: the client's default (v1) on the drop-in, the base's on forward. */
+const version = (path: 'drop-in' | 'forward') => (path === 'drop-in' ? 'v1' : 'v1beta');
 
 const requestIdOf = (result: { sdkHttpResponse?: { headers?: Record<string, string> } }) => result.sdkHttpResponse?.headers?.['x-tollgate-request-id'];
 
@@ -32,7 +35,7 @@ const CASES: { name: string; calls: Call[]; run: (path: 'drop-in' | 'forward') =
     calls: ['text'],
     run: async (path) => {
       const result = await (await genai(path)).models.generateContent(REQUEST);
-      expect(h.lastUpstream().path).toBe('/v1beta/models/gemini-2.0-flash:generateContent');
+      expect(h.lastUpstream().path).toBe(`/${version(path)}/models/gemini-2.0-flash:generateContent`);
       expect(h.lastUpstream().headers['x-goog-api-key']).toBe('goog-managed');
       expect(result.text).toBe('tok tok tok');
       expect(result.usageMetadata).toMatchObject({ promptTokenCount: 4, candidatesTokenCount: 3 });
@@ -50,7 +53,7 @@ const CASES: { name: string; calls: Call[]; run: (path: 'drop-in' | 'forward') =
         requestId ??= requestIdOf(chunk);
       }
       expect(text).toBe('tok tok tok');
-      expect(h.lastUpstream().path).toBe('/v1beta/models/gemini-2.0-flash:streamGenerateContent');
+      expect(h.lastUpstream().path).toBe(`/${version(path)}/models/gemini-2.0-flash:streamGenerateContent`);
       expect(h.lastUpstream().query.getAll('alt')).toEqual(['sse']);
       await h.expectBilled(requestId, { path, model: 'google/gemini-2.0-flash', input: 4, output: 3, total: TOTAL[path] });
     },
@@ -132,5 +135,5 @@ describe('@google/genai through forward', () => {
 });
 
 describe('@google/genai through the native Gemini drop-in', () => {
-  for (const c of CASES) itAwaiting(GEMINI_DROP_IN, c.name, coverage('drop-in', c.calls), () => c.run('drop-in'));
+  for (const c of CASES) it(c.name, covers(...coverage('drop-in', c.calls)), () => c.run('drop-in'));
 });

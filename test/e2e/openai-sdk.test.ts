@@ -148,12 +148,12 @@ describe('openai 7 and a request limit that never resets', () => {
   it('refuses the call over the limit once: the SDK does not retry it', covers({ client: 'openai', call: 'non-retryable refusal not retried', path: 'drop-in' }), async () => {
     const counted = countingFetch();
     const key = await h.limitedSpendKey({ request_shape: 'openai', request_limit: { count: 1, cycle: 'total' } });
-    // The SDK's default of two retries, which it makes for a 429 unless told not to.
+    // The SDK's default of two retries: the refusal (403, x-should-retry: false) gets none of them.
     const openai = await client('drop-in', { key, fetch: counted.fetch, maxRetries: 2 });
     await openai.chat.completions.create(CHAT);
     const error = await failure(openai.chat.completions.create(CHAT));
-    expect(error).toBeInstanceOf(OpenAI.APIError);
-    expect((error as InstanceType<typeof OpenAI.APIError>).message).toMatch(/request limit/i);
+    expect(error).toBeInstanceOf(OpenAI.PermissionDeniedError);
+    expect(error).toMatchObject({ status: 403, code: 'request_limit_exhausted' });
     expect(counted.calls()).toBe(2);
     expect(h.upstream.requests).toHaveLength(1);
   });

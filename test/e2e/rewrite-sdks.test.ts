@@ -10,7 +10,6 @@ import { formatMoney, parseMoney } from '../../src/domain/money.ts';
 import { verifyLedger } from '../../src/ledger/verify.ts';
 import { creditWallet, findWallet } from '../../src/ledger/wallets.ts';
 import type { TestApp } from '../helpers/app.ts';
-import { itAwaiting } from '../helpers/client-harness.ts';
 import { covers, type Call, type Client } from '../helpers/client-matrix.ts';
 import { databasesUnderTest } from '../helpers/databases.ts';
 import { startGatewayOnMock } from '../helpers/gateway.ts';
@@ -247,11 +246,7 @@ describe.each(databasesUnderTest())('the rewrite proxy with official clients on 
       await expectBilled(record!.request_id, { provider: 'openai', model: 'openai/gpt-4o', input: 5, output: 2, total: '0.0007090000', estimated: true });
     });
 
-    itAwaiting(
-      "Tollgate's own refusals on /v1/rewrite in the client's dialect (decision 0021; /v1/rewrite answers Tollgate's envelope, so the SDK's type is null)",
-      "Tollgate's own refusal (an empty wallet) reaches the client as its typed error with Tollgate's message",
-      [{ client: '@anthropic-ai/sdk', call: "refusal in the client's dialect", path: 'rewrite' }],
-      async () => {
+    it("Tollgate's own refusal (an empty wallet) reaches the client as its typed error with Tollgate's message", rewrite('@anthropic-ai/sdk', "refusal in the client's dialect"), async () => {
       const broke = (await lava.customers.create({ name: 'Broke' })) as unknown as { customer_id: string };
       const brokeToken = lava.generateForwardToken({ customer_id: broke.customer_id, meter_slug: meter.meter_slug });
       const client = new Anthropic({ apiKey: brokeToken, baseURL: rewriteBase('anthropic', 'https://api.openai.com/v1'), maxRetries: 0 });
@@ -259,8 +254,7 @@ describe.each(databasesUnderTest())('the rewrite proxy with official clients on 
       expect(error).toBeInstanceOf(Anthropic.PaymentRequiredError);
       expect(error).toMatchObject({ type: 'billing_error', apiMessage: 'The wallet balance cannot cover this request.' });
       expect(upstream.requests).toHaveLength(0);
-      },
-    );
+    });
   });
 
   describe('@anthropic-ai/sdk to a Gemini provider', () => {
