@@ -70,6 +70,18 @@ export async function signedInDashboard(
       expect(bytes, `${path} weighs ${bytes} bytes`).toBeLessThan(PAGE_BUDGET_BYTES);
       expect(await seriousAccessibilityViolations(page), path).toEqual([]);
       expect(await overflowAtPhoneWidth(page), `${path} is wider than a 375 px screen`).toBe(0);
+      // The strict policy is sent, and the served HTML needs nothing it forbids: no inline script, style or handler.
+      const served = await page.request.get(`${base}${path}`);
+      const csp = served.headers()['content-security-policy'] ?? '';
+      expect(csp, path).toContain("default-src 'none'");
+      expect(csp, path).toContain("script-src 'self'");
+      const markup = await served.text();
+      const inline = [
+        ...(markup.match(/<script(?![^>]*\bsrc=)(?![^>]*application\/json)[^>]*>/g) ?? []),
+        ...(markup.match(/<[a-z][^>]*\sstyle=/gi) ?? []),
+        ...(markup.match(/<[a-z][^>]*\son[a-z]+=/gi) ?? []),
+      ];
+      expect(inline, path).toEqual([]);
       await screenshotBothWidths(page, shot);
     },
     async api(method, url, payload) {
