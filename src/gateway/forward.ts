@@ -24,6 +24,7 @@ import { HoldKeeper } from '../ledger/hold-keeper.ts';
 import { closeAfterResponse, createUpstreamAgent, relay, shutdownHeaders, upstreamRequestHeaders, type ResponseTranslator } from './relay.ts';
 import { Settlements } from './settle.ts';
 import { GroupCommitWriter } from '../ledger/group-commit.ts';
+import { isDatabaseUnavailable } from '../storage/errors.ts';
 import { resolveTarget, splitForwardQuery, type ResolvedTarget } from './target.ts';
 
 export type Gateway = {
@@ -355,7 +356,12 @@ async function planForward(
     { walletId, meterId: meterPriced ? (billing.meter?.id ?? null) : null },
     () => estimate.wallet,
     () => admit(storage, gateway, admission),
-  );
+  ).catch((err: unknown) => {
+    // The commit may have landed before the connection was lost: the request is not sent, so its
+    // record and holds are released once the database answers again (decision 0019).
+    if (isDatabaseUnavailable(err)) gateway.settlements.releaseUnsent(storage, requestId);
+    throw err;
+  });
   if (admitted.outcome === 'insufficient_balance') {
     throw new ApiError('insufficient_balance', undefined, { headers: { [REQUEST_ID_HEADER]: requestId } });
   }

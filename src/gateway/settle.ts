@@ -2,7 +2,7 @@ import type { FastifyBaseLogger } from 'fastify';
 import { toSeconds, type Usage } from '../domain/pricing.ts';
 import type { AppDeps } from '../http/types.ts';
 import { FAIL_JOB, SETTLE_JOB, type SettleInput } from '../ledger/settlement/settle.ts';
-import { recoverPendingInTransaction } from '../ledger/settlement/recover.ts';
+import { recoverPendingInTransaction, releaseUnsentAdmission } from '../ledger/settlement/recover.ts';
 import { releaseDeferredHolds, takeOverAdmission, type AdmissionWrite } from '../ledger/admission/deferred.ts';
 import { expireHolds } from '../ledger/holds.ts';
 import type { Storage } from '../storage/db.ts';
@@ -68,6 +68,16 @@ export class Settlements {
       this.#log.error({ err, requestId }, 'the admission of a forwarded request could not be written; it is not recorded');
       return false;
     }
+  }
+
+  /**
+   * An admission whose commit met a lost database connection may have committed: its request was
+   * never sent, so once the database answers again its pending record (if any) is failed and its
+   * holds released, rather than left for the sweep to charge (decision 0019).
+   */
+  releaseUnsent(storage: Storage, recordId: string): void {
+    const work = this.#withRetries(() => releaseUnsentAdmission(storage, recordId), recordId).finally(() => this.#inFlight.delete(work));
+    this.#inFlight.add(work);
   }
 
   /** Resolves when every settlement started so far has finished. */

@@ -15,6 +15,7 @@ import type { Database } from '../../storage/schema.ts';
 import { merchantRevenueAccount, providerCostsAccount, serviceChargesAccount } from '../accounts.ts';
 import { recordWalletBalanceEvent } from '../events.ts';
 import { appendTransaction, type Leg } from '../postings.ts';
+import { releaseHoldInTransaction } from '../holds.ts';
 import { debitInMemory, lockWallets } from '../wallets.ts';
 
 /** What a hold was estimated from, kept on the pending record (`hold_estimate`, JSON; amounts as decimal strings of units). */
@@ -132,4 +133,18 @@ function completedFromEstimate(row: RequestRow, estimate: KeptEstimate, at: stri
     provider_timestamp: at,
     completed_at: at,
   };
+}
+
+/**
+ * A request its instance never sent (its admission's commit met a lost connection, so the instance
+ * answered 503 without knowing whether it committed): its pending record, if it was written, is
+ * failed and its holds released. Provably never reached: the instance saw it.
+ */
+export async function releaseUnsentAdmission(storage: Storage, recordId: string): Promise<void> {
+  await storage.db.transaction().execute(async (trx) => {
+    const holds = await trx.selectFrom('holds').select(['id', 'wallet_id']).where('reference', '=', recordId).where('status', '=', 'active').execute();
+    const wallets = holds.length > 0 ? await lockWallets(trx, storage.dialect, holds.map((hold) => hold.wallet_id)) : new Map();
+    for (const hold of holds) await releaseHoldInTransaction(trx, hold.id, 'released', wallets);
+    if (await failPendingRecord(trx, recordId, new Date().toISOString())) await finishReservation(trx, storage.dialect, recordId, 0n);
+  });
 }
