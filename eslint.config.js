@@ -10,4 +10,15 @@ export default tseslint.config(
       'no-console': 'off',
     },
   },
+  // Layers point down: routes/gateway → ledger → storage → domain. A lower layer that imports a
+  // higher one fails the lint (decision 0020).
+  layer('src/domain/**', ['..'], 'domain is pure: it imports only domain modules'),
+  layer('src/storage/**', ['ledger', 'gateway', 'http', 'routes', 'web', 'commerce', 'providers', 'payments', 'cli', 'app.ts', 'main.ts'], 'storage imports only storage and domain (and the events outbox)'),
+  layer('src/ledger/**', ['gateway', 'http', 'routes', 'web', 'commerce', 'providers', 'payments', 'cli', 'app.ts', 'main.ts'], 'the ledger imports only ledger, storage and domain (and the events outbox)'),
 );
+
+/** A directory whose files may not import from the given higher layers (relative imports, any depth). */
+function layer(files, forbidden, message) {
+  const group = forbidden.flatMap((name) => (name === '..' ? ['../*'] : [`**/${name}`, `**/${name}/*`]));
+  return { files: [files], rules: { 'no-restricted-imports': ['error', { patterns: [{ group, message }] }] } };
+}

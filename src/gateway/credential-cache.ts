@@ -19,10 +19,11 @@
 import type { KyselyPlugin, OperationNode, PluginTransformQueryArgs, PluginTransformResultArgs, QueryResult, RootOperationNode, UnknownRow } from 'kysely';
 import { systemClock, type Clock } from '../domain/clock.ts';
 import type { Storage } from '../storage/db.ts';
-import type { BillingContext } from './credentials.ts';
+import type { BillingContext } from '../ledger/billing.ts';
+import { CREDENTIAL_STALENESS_MS } from '../ledger/spend-key-limits.ts';
 
 /** How long another instance may keep using a credential after it changed. */
-export const ENTRY_TTL_MS = 2_000;
+export const ENTRY_TTL_MS = CREDENTIAL_STALENESS_MS;
 /** After a change is seen, resolutions are not stored for this long (its transaction commits meanwhile). */
 const QUIET_MS = 1_000;
 const MAX_ENTRIES = 10_000;

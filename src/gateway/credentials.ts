@@ -52,10 +52,10 @@ import { ApiError, type Issue } from '../http/errors.ts';
 import { findConnection, findConnectionBySecret } from '../storage/connections.ts';
 import type { Storage } from '../storage/db.ts';
 import { findMerchant } from '../storage/merchants.ts';
-import { findMeterBySecret, findMeterBySlug, type MeterRow } from '../storage/meters.ts';
-import type { SpendKeyRow } from '../storage/spend-keys.ts';
+import { findMeterBySecret, findMeterBySlug } from '../storage/meters.ts';
 import type { CredentialCache } from './credential-cache.ts';
 import { authenticateSpendKey, isSpendKeyToken } from './spend-key-guard.ts';
+import type { BillingContext } from '../ledger/billing.ts';
 
 // ---------------------------------------------------------------------------------------------
 // Placement
@@ -237,32 +237,6 @@ export function decodeForwardToken(token: string): ForwardToken | 'not_a_token' 
 
 // ---------------------------------------------------------------------------------------------
 // Who pays
-
-export type BillingMode = 'customer' | 'meter_only' | 'merchant' | 'unmanaged_metering' | 'billing_disabled';
-
-export type BillingContext = {
-  merchantId: string;
-  merchantWalletId: string;
-  /** The authenticated secret key (scopes rate limits, idempotency keys, logs). */
-  secretKeyId: string;
-  mode: BillingMode;
-  /** The customer (connection) the request is recorded for; null unless customer or billing_disabled. */
-  connection: { id: string; wallet_id: string } | null;
-  /** The meter that prices / attributes the request; null in merchant and unmanaged_metering. */
-  meter: MeterRow | null;
-  /** The caller's own provider key (BYOK); null = the gateway's managed key. */
-  providerKey: string | null;
-  providerKeyType: 'managed' | 'unmanaged';
-  /**
-   * Whose wallet the request is billed to: `customer` only in `customer` mode (where the meter's
-   * payers may still put the base cost or service charge on the merchant); `merchant` otherwise.
-   */
-  payer: 'customer' | 'merchant';
-  /** The merchant's own service-charge rate (percent of the fee, 1e-10 units); null = operator default. */
-  serviceChargeRate: bigint | null;
-  /** The spend key used as the credential, whose limits are enforced (spend-key-guard.ts). */
-  spendKey?: SpendKeyRow | null;
-};
 
 /**
  * resolveForwardCredential through the instance's credential cache (credential-cache.ts): a

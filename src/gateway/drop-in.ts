@@ -14,9 +14,11 @@ import { assertJsonDepth } from '../http/json-depth.ts';
 import type { App, AppDeps } from '../http/types.ts';
 import type { ProviderFamily, ProviderModule } from '../providers/types.ts';
 import { installDialectErrorHandler } from './error-dialects.ts';
-import { extractCredential, resolveCredential, type BillingContext } from './credentials.ts';
+import { extractCredential, resolveCredential } from './credentials.ts';
+import type { BillingContext } from '../ledger/billing.ts';
 import { forwardRequest, metadataOf, type Gateway } from './forward.ts';
-import { authenticateSpendKey, checkRequestShape, modelAllowed, providerAllowed } from './spend-key-guard.ts';
+import { authenticateSpendKey, checkRequestShape } from './spend-key-guard.ts';
+import { modelAllowed, providerAllowed } from '../ledger/spend-key-limits.ts';
 import { resolveTarget } from './target.ts';
 import type { SpendKeyRow } from '../storage/spend-keys.ts';
 

@@ -17,8 +17,9 @@ import { WalletLeases } from '../ledger/leases.ts';
 import { createRegistry, type ProviderModule, type ProviderRegistry } from '../providers/index.ts';
 import { dialectOfFamily, installDialectErrorHandler, renderError, type ErrorDialect } from './error-dialects.ts';
 import { CredentialCache, watchCredentialChanges } from './credential-cache.ts';
-import { extractCredential, resolveCredential, type BillingContext } from './credentials.ts';
-import { checkSpendKeyRequest, SpendKeyBuckets } from './spend-key-guard.ts';
+import { extractCredential, resolveCredential } from './credentials.ts';
+import type { BillingContext } from '../ledger/billing.ts';
+import { checkSpendKeyRequest, SpendKeyBuckets, spendKeyError } from './spend-key-guard.ts';
 import { estimateHold } from './estimate.ts';
 import { HoldKeeper } from '../ledger/hold-keeper.ts';
 import { closeAfterResponse, createUpstreamAgent, relay, shutdownHeaders, upstreamRequestHeaders, type ResponseTranslator } from './relay.ts';
@@ -365,7 +366,7 @@ async function planForward(
   if (admitted.outcome === 'insufficient_balance') {
     throw new ApiError('insufficient_balance', undefined, { headers: { [REQUEST_ID_HEADER]: requestId } });
   }
-  if (admitted.outcome === 'spend_key_refused') throw admitted.error;
+  if (admitted.outcome === 'spend_key_refused') throw spendKeyError(admitted.refusal);
   return {
     requestId,
     recordId: admitted.recordId,

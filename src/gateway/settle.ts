@@ -1,6 +1,7 @@
 import type { FastifyBaseLogger } from 'fastify';
 import { toSeconds, type Usage } from '../domain/pricing.ts';
 import type { AppDeps } from '../http/types.ts';
+import { dateOf } from '../domain/clock.ts';
 import { FAIL_JOB, SETTLE_JOB, type SettleInput } from '../ledger/settlement/settle.ts';
 import { recoverPendingInTransaction, releaseUnsentAdmission } from '../ledger/settlement/recover.ts';
 import { releaseDeferredHolds, takeOverAdmission, type AdmissionWrite } from '../ledger/admission/deferred.ts';
@@ -10,7 +11,7 @@ import { estimateInputTokensFromRequest, estimateOutputTokensFromResponse, estim
 import type { StreamUsage, UsageReport } from '../providers/types.ts';
 import type { ForwardPlan } from './forward.ts';
 import type { RelayOutcome } from './relay.ts';
-import { releaseOrphanedReservations } from './spend-key-guard.ts';
+import { releaseOrphanedReservations } from '../ledger/spend-key-limits.ts';
 import type { GroupCommitWriter } from '../ledger/group-commit.ts';
 
 /**
@@ -113,7 +114,7 @@ function settlementWrite(
   merged: AdmissionWrite | undefined,
 ): (writer: GroupCommitWriter) => Promise<void> {
   if (!billed) {
-    const failure = { recordId: plan.recordId, holdIds: plan.holdIds };
+    const failure = { recordId: plan.recordId, holdIds: plan.holdIds, now: dateOf(deps.clock) };
     return (writer) => writer.run(FAIL_JOB, failure);
   }
   const { usage, estimated } = billed;
@@ -142,6 +143,7 @@ function settlementWrite(
       created_at: plan.admittedAt,
     },
     merged,
+    now: dateOf(deps.clock),
   };
   return async (writer) => {
     await writer.run(SETTLE_JOB, settlement);
@@ -219,7 +221,7 @@ function toUsage(report: UsageReport | null): Usage {
 export async function sweepExpiredHolds(storage: Storage, now = new Date(), batchSize?: number): Promise<number> {
   const references = await expireHolds(storage, now, {
     batchSize,
-    inSameTransaction: (trx, recordIds) => recoverPendingInTransaction(trx, storage.dialect, recordIds, new Date().toISOString()),
+    inSameTransaction: (trx, recordIds) => recoverPendingInTransaction(trx, storage.dialect, recordIds, now.toISOString()),
   });
   await releaseOrphanedReservations(storage, now);
   return references.length;

@@ -9,65 +9,47 @@
  *  3. the token bucket → 429 `spend_key_rate_limited` with Retry-After (SpendKeyBuckets: a Redis Lua
  *     script when REDIS_URL is set, else one conditional UPDATE; both atomic across instances);
  *  4. inside the admission transaction, with the key's row locked: every check of 1–2 again on the
- *     row as committed (lockSpendKeyForAdmission; a credential cached by another instance may be
- *     up to 2 s old), then the wallet, then request limit → 429 `request_limit_reached`, spend
- *     limit → 402 `spend_limit_reached` (reserveForRequest). The request's hold estimate is
- *     reserved against the key's remaining spend, so concurrent requests can never overshoot;
- *     settlement swaps the reservation for the actual cost.
+ *     row as committed, then the wallet, then request limit → 429 `request_limit_reached`, spend
+ *     limit → 402 `spend_limit_reached` (ledger/spend-key-limits.ts, which returns its refusals as
+ *     data; spendKeyError answers them).
  */
-import type { Transaction } from 'kysely';
 import { Redis } from 'ioredis';
 import { SECRET_PREFIX } from '../domain/ids.ts';
-import { formatMoney } from '../domain/money.ts';
 import { hashesEqual, hashSecret } from '../domain/secrets.ts';
-import { cycleStart, retryAfterFor, secondsUntilCycleEnd, UNITS_PER_TOKEN, type BucketSpec, type Cycle } from '../domain/spend-limits.ts';
+import { retryAfterFor, UNITS_PER_TOKEN, type BucketSpec } from '../domain/spend-limits.ts';
 import { ApiError } from '../http/errors.ts';
 import type { Clock } from '../domain/clock.ts';
 import type { Storage } from '../storage/db.ts';
-import type { Database } from '../storage/schema.ts';
-import { ENTRY_TTL_MS } from './credential-cache.ts';
 import { bucketSpecOf, findSpendKeyByHash, takeTokenInDatabase, type SpendKeyRow } from '../storage/spend-keys.ts';
-import { enqueueEvent } from '../webhooks/outbox.ts';
+import {
+  requestRefusal,
+  requestShapeRefusal,
+  unknownKey,
+  unusableKeyRefusal,
+  type SpendKeyRefusal,
+  type SpendKeyRequest,
+} from '../ledger/spend-key-limits.ts';
 
 export const isSpendKeyToken = (token: string): boolean => token.startsWith(SECRET_PREFIX.spendKey);
 
-const unknownKey = () => new ApiError('unauthorized', 'Invalid or revoked spend key.');
+/** The HTTP error a spend key's refusal (decided here or in the ledger) is answered with. */
+export function spendKeyError(refusal: SpendKeyRefusal): ApiError {
+  const headers: Record<string, string> = {};
+  if (refusal.retryAfterSeconds !== undefined) headers['retry-after'] = String(refusal.retryAfterSeconds);
+  // The official OpenAI and Anthropic clients retry a 429 unless told not to.
+  if (refusal.final) headers['x-should-retry'] = 'false';
+  return new ApiError(refusal.code, refusal.message, { headers });
+}
 
 /** Resolves a raw spend key to its live row, or refuses it (401 unknown/revoked/expired, 403 paused). */
 export async function authenticateSpendKey(storage: Storage, token: string, now: Date): Promise<SpendKeyRow> {
   const hash = hashSecret(token);
   const row = await findSpendKeyByHash(storage, hash);
-  if (!row || !hashesEqual(row.key_hash, hash)) throw unknownKey();
-  checkKeyUsable(row, now);
+  if (!row || !hashesEqual(row.key_hash, hash)) throw spendKeyError(unknownKey());
+  const unusable = unusableKeyRefusal(row, now);
+  if (unusable) throw spendKeyError(unusable);
   return row;
 }
-
-/** Expired → 401 `spend_key_expired`; paused → 403 `spend_key_paused`. */
-function checkKeyUsable(row: SpendKeyRow, now: Date): void {
-  if (row.expires_at !== null && row.expires_at <= now.toISOString()) {
-    throw new ApiError('spend_key_expired', `This spend key expired at ${row.expires_at}.`);
-  }
-  if (row.status !== 'active') throw new ApiError('spend_key_paused');
-}
-
-export const parseList = (json: string | null): string[] | null => (json === null ? null : (JSON.parse(json) as string[]));
-
-/** Whether an allow-list admits a model (as routed, or written `provider/model`). */
-export function modelAllowed(key: Pick<SpendKeyRow, 'allowed_models'>, providerId: string, model: string | null): boolean {
-  const allowed = parseList(key.allowed_models);
-  if (allowed === null) return true;
-  if (model === null) return false;
-  return allowed.includes(model) || allowed.includes(`${providerId}/${model}`);
-}
-
-/** Whether an allow-list admits a provider: by its id, or by the provider whose account it shares (ProviderModule.sharesAccountWith). */
-export function providerAllowed(key: Pick<SpendKeyRow, 'allowed_providers'>, providerId: string, sharesAccountWith?: string): boolean {
-  const allowed = parseList(key.allowed_providers);
-  return allowed === null || allowed.includes(providerId) || (sharesAccountWith !== undefined && allowed.includes(sharesAccountWith));
-}
-
-/** What a spend key is checked against: the provider the request goes to and the model it names. */
-export type SpendKeyRequest = { providerId: string; family: string; model: string | null; sharesAccountWith?: string | undefined };
 
 /**
  * The endpoint's shape (its provider family) against the key's → 403 `request_shape_mismatch`.
@@ -75,27 +57,14 @@ export type SpendKeyRequest = { providerId: string; family: string; model: strin
  * about its shape rather than about the model.
  */
 export function checkRequestShape(key: Pick<SpendKeyRow, 'request_shape'>, family: string): void {
-  // Gemini's native API is a third shape the two key shapes do not name: openai-shaped keys, which
-  // reach Gemini models through its OpenAI-compatible path, reach them natively too.
-  const shapeOk = key.request_shape === 'anthropic' ? family === 'anthropic' : family === 'openai-compatible' || family === 'google';
-  if (shapeOk) return;
-  throw new ApiError(
-    'request_shape_mismatch',
-    key.request_shape === 'anthropic'
-      ? 'This spend key is anthropic-shaped: use POST /v1/messages.'
-      : "This spend key is openai-shaped: use the OpenAI-shaped endpoints (chat completions, responses, embeddings) or Gemini's.",
-  );
+  const refusal = requestShapeRefusal(key, family);
+  if (refusal) throw spendKeyError(refusal);
 }
 
 /** Checks that need no state: the endpoint shape, the provider and the model. */
 export function checkSpendKeyRequest(key: SpendKeyRow, request: SpendKeyRequest): void {
-  checkRequestShape(key, request.family);
-  if (!providerAllowed(key, request.providerId, request.sharesAccountWith)) {
-    throw new ApiError('provider_not_allowed', `This spend key may not use provider ${request.providerId}.`);
-  }
-  if (!modelAllowed(key, request.providerId, request.model)) {
-    throw new ApiError('model_not_allowed', `This spend key may not use model ${request.model ?? '(none)'}.`);
-  }
+  const refusal = requestRefusal(key, request);
+  if (refusal) throw spendKeyError(refusal);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -207,245 +176,4 @@ function rateLimited(spec: BucketSpec, level: number): ApiError {
   return new ApiError('spend_key_rate_limited', `This spend key allows ${spec.rpm} requests per minute (burst ${spec.burst}).`, {
     headers: { 'retry-after': String(retryAfter) },
   });
-}
-
-// ---------------------------------------------------------------------------------------------
-// Limits: reservation at admission, settlement afterwards
-
-type Trx = Transaction<Database>;
-
-async function lockKey(trx: Trx, dialect: Storage['dialect'], id: string): Promise<SpendKeyRow | undefined> {
-  return trx
-    .selectFrom('spend_keys')
-    .selectAll()
-    .where('id', '=', id)
-    .$call((q) => (dialect === 'postgres' ? q.forUpdate() : q))
-    .executeTakeFirst();
-}
-
-/** Locks spend keys in id order (PostgreSQL), as every writer that locks several does. */
-export async function lockSpendKeys(trx: Trx, dialect: Storage['dialect'], ids: string[]): Promise<void> {
-  const unique = [...new Set(ids)].sort();
-  if (unique.length === 0 || dialect !== 'postgres') return;
-  await trx.selectFrom('spend_keys').select('id').where('id', 'in', unique).orderBy('id').forUpdate().execute();
-}
-
-/** Counters rolled into the current cycle windows (an older window's counts become 0). */
-function rolled(key: SpendKeyRow, now: Date) {
-  const spendStart = cycleStart(key.spend_limit_cycle, now);
-  const requestStart = cycleStart(key.request_limit_cycle, now);
-  return {
-    spend_cycle_start: spendStart,
-    current_spend: key.spend_cycle_start === spendStart ? BigInt(key.current_spend) : 0n,
-    request_cycle_start: requestStart,
-    current_requests: key.request_cycle_start === requestStart ? BigInt(key.current_requests) : 0n,
-  };
-}
-
-async function limitReachedEvent(
-  trx: Trx,
-  key: SpendKeyRow,
-  limit: 'spend' | 'requests',
-  counters: ReturnType<typeof rolled>,
-  at: string,
-): Promise<void> {
-  const cycle = (limit === 'spend' ? key.spend_limit_cycle : key.request_limit_cycle) as Cycle;
-  await enqueueEvent(trx, {
-    merchantId: key.merchant_id,
-    type: 'spend_key.limit_reached',
-    at,
-    data: {
-      spend_key_id: key.id,
-      wallet_id: key.wallet_id,
-      limit,
-      cycle,
-      cycle_start: limit === 'spend' ? counters.spend_cycle_start : counters.request_cycle_start,
-      ...(limit === 'spend'
-        ? { spend_limit: formatMoney(BigInt(key.spend_limit_amount!)), current_spend: formatMoney(counters.current_spend) }
-        : { request_limit: Number(key.request_limit_count), current_requests: Number(counters.current_requests) }),
-    },
-  });
-}
-
-export type Refusal = ApiError;
-
-/** Seconds until every instance has read a changed key again (the credential cache's bound). */
-const STALE_SETTINGS_RETRY_SECONDS = Math.ceil(ENTRY_TTL_MS / 1000);
-
-/**
- * Inside the admission transaction, before the wallet is looked at: locks the key's row and runs
- * every check of the credential again on it. The credential may come from an instance's cache (up
- * to ENTRY_TTL_MS old): the locked row has the final word on revocation, rotation (a new hash),
- * pausing, expiry, shape and allow-lists, on every instance at once. The token was taken from the
- * bucket of the cached rate limit; when the row's rate limit differs the request is refused with a
- * short Retry-After, after which the new limit's bucket decides (a removed limit admits at once).
- * Returns the refusal rather than throwing, so one refusal does not undo a group commit.
- */
-export async function lockSpendKeyForAdmission(
-  trx: Trx,
-  dialect: Storage['dialect'],
-  input: { key: SpendKeyRow; request: SpendKeyRequest | null; now: Date },
-): Promise<SpendKeyRow | Refusal> {
-  const row = await lockKey(trx, dialect, input.key.id);
-  if (!row || row.revoked_at !== null || row.key_hash !== input.key.key_hash) return unknownKey();
-  try {
-    checkKeyUsable(row, input.now);
-    if (input.request) checkSpendKeyRequest(row, input.request);
-  } catch (err) {
-    if (err instanceof ApiError) return err;
-    throw err;
-  }
-  const spec = bucketSpecOf(row);
-  const checkedWith = bucketSpecOf(input.key);
-  if (spec && (checkedWith?.rpm !== spec.rpm || checkedWith.burst !== spec.burst)) {
-    return new ApiError('spend_key_rate_limited', "This spend key's rate limit just changed; retry shortly.", {
-      headers: { 'retry-after': String(STALE_SETTINGS_RETRY_SECONDS) },
-    });
-  }
-  return row;
-}
-
-/**
- * A reached request limit. A cycle's limit is 429 with the seconds until the cycle ends. A `total`
- * limit never resets, so no retry helps: 403 `request_limit_exhausted`, which none of the
- * mainstream clients retries (the Vercel AI SDK retries every 429 whatever its headers say), and
- * `x-should-retry: false` besides (decision 0021).
- */
-function requestLimitReached(key: SpendKeyRow, now: Date): ApiError {
-  const cycle = key.request_limit_cycle as Cycle;
-  const retry = secondsUntilCycleEnd(cycle, now);
-  if (retry === null) {
-    return new ApiError(
-      'request_limit_exhausted',
-      `This spend key's request limit of ${key.request_limit_count} requests in total is used up; it never resets, so raise the limit to go on.`,
-      { headers: { 'x-should-retry': 'false' } },
-    );
-  }
-  return new ApiError('request_limit_reached', `This spend key's request limit of ${key.request_limit_count} per ${cycle} cycle is reached.`, {
-    headers: { 'retry-after': String(retry) },
-  });
-}
-
-/**
- * Inside the admission transaction, on the row lockSpendKeyForAdmission returned: checks the
- * request and spend limits, then counts the request and reserves `amount` (the request's hold)
- * against the remaining spend. Returns the refusal instead of throwing, so the limit_reached
- * event written here commits.
- */
-export async function reserveForRequest(
-  trx: Trx,
-  key: SpendKeyRow,
-  input: { recordId: string; amount: bigint; now: Date },
-): Promise<Refusal | null> {
-  const at = input.now.toISOString();
-  const c = rolled(key, input.now);
-  const changes: Partial<SpendKeyRow> = { ...c };
-
-  let refusal: Refusal | null = null;
-  if (key.request_limit_count !== null && c.current_requests >= BigInt(key.request_limit_count)) {
-    refusal = requestLimitReached(key, input.now);
-    if (key.request_event_cycle !== c.request_cycle_start) {
-      await limitReachedEvent(trx, key, 'requests', c, at);
-      changes.request_event_cycle = c.request_cycle_start;
-    }
-  } else if (key.spend_limit_amount !== null) {
-    const limit = BigInt(key.spend_limit_amount);
-    const committed = c.current_spend + BigInt(key.reserved_spend);
-    if (committed >= limit || committed + input.amount > limit) {
-      refusal = new ApiError(
-        'spend_limit_reached',
-        `This spend key's spend limit of ${formatMoney(limit)} per ${key.spend_limit_cycle} cycle cannot cover this request.`,
-      );
-      // The first refusal of a cycle is when the limit is reached for this key's callers, whether
-      // or not settled spend has reached it (the last request's hold may not fit in what is left).
-      if (key.spend_event_cycle !== c.spend_cycle_start) {
-        await limitReachedEvent(trx, key, 'spend', c, at);
-        changes.spend_event_cycle = c.spend_cycle_start;
-      }
-    }
-  }
-
-  if (!refusal) {
-    changes.current_requests = c.current_requests + 1n;
-    changes.total_requests = BigInt(key.total_requests) + 1n;
-    changes.reserved_spend = BigInt(key.reserved_spend) + input.amount;
-    changes.last_used_at = at;
-    if (
-      key.request_limit_count !== null &&
-      changes.current_requests >= BigInt(key.request_limit_count) &&
-      key.request_event_cycle !== c.request_cycle_start
-    ) {
-      await limitReachedEvent(trx, key, 'requests', { ...c, current_requests: changes.current_requests }, at);
-      changes.request_event_cycle = c.request_cycle_start;
-    }
-    await trx
-      .insertInto('spend_key_reservations')
-      .values({ request_pk: input.recordId, spend_key_id: key.id, amount: input.amount, created_at: at })
-      .execute();
-  }
-  await trx.updateTable('spend_keys').set(changes).where('id', '=', key.id).execute();
-  return refusal;
-}
-
-/**
- * Ends a request's reservation inside the caller's transaction: the reserved amount is released and
- * `spend` (the actual cost; 0 for a failed request) is counted. Happens once per request: the
- * reservation row is the token, and a second call finds none.
- */
-export async function finishReservation(
-  trx: Trx,
-  dialect: Storage['dialect'],
-  recordId: string,
-  spend: bigint,
-  now = new Date(),
-): Promise<void> {
-  const reservation = await trx
-    .selectFrom('spend_key_reservations')
-    .selectAll()
-    .where('request_pk', '=', recordId)
-    .executeTakeFirst();
-  if (!reservation) return;
-  const key = await lockKey(trx, dialect, reservation.spend_key_id);
-  const deleted = await trx.deleteFrom('spend_key_reservations').where('request_pk', '=', recordId).executeTakeFirst();
-  if (!key || deleted.numDeletedRows === 0n) return;
-  const at = now.toISOString();
-  const c = rolled(key, now);
-  const reserved = BigInt(key.reserved_spend) - BigInt(reservation.amount);
-  const changes: Partial<SpendKeyRow> = {
-    ...c,
-    current_spend: c.current_spend + spend,
-    total_spend: BigInt(key.total_spend) + spend,
-    reserved_spend: reserved > 0n ? reserved : 0n,
-  };
-  if (
-    key.spend_limit_amount !== null &&
-    changes.current_spend! >= BigInt(key.spend_limit_amount) &&
-    key.spend_event_cycle !== c.spend_cycle_start
-  ) {
-    await limitReachedEvent(trx, key, 'spend', { ...c, current_spend: changes.current_spend! }, at);
-    changes.spend_event_cycle = c.spend_cycle_start;
-  }
-  await trx.updateTable('spend_keys').set(changes).where('id', '=', key.id).execute();
-}
-
-/**
- * Crash safety, run by the hold sweeper: ends reservations whose request is no longer pending
- * (or is gone). Settlement and failure end the reservation in the transaction that ends the
- * request, so these are left by earlier versions, which ended it in a second transaction that a
- * stopping process could miss. A completed request's reservation is swapped for the cost its
- * record shows, a failed one's for nothing. Returns how many were ended.
- */
-export async function releaseOrphanedReservations(storage: Storage, now = new Date()): Promise<number> {
-  const orphans = await storage.db
-    .selectFrom('spend_key_reservations as r')
-    .leftJoin('requests as q', 'q.id', 'r.request_pk')
-    .select(['r.request_pk', 'q.status', 'q.total_wallet_cost', 'q.total_merchant_cost'])
-    .where((eb) => eb.or([eb('q.id', 'is', null), eb('q.status', '!=', 'pending')]))
-    .limit(1000)
-    .execute();
-  for (const orphan of orphans) {
-    const spend = orphan.status === 'completed' ? BigInt(orphan.total_wallet_cost ?? 0n) + BigInt(orphan.total_merchant_cost ?? 0n) : 0n;
-    await storage.db.transaction().execute((trx) => finishReservation(trx, storage.dialect, orphan.request_pk, spend, now));
-  }
-  return orphans.length;
 }

@@ -20,7 +20,7 @@ import { lockUsageCounters, type CounterKey } from './charge.ts';
 import { lockWallets } from './wallets.ts';
 import type { Storage } from '../storage/db.ts';
 import type { Database } from '../storage/schema.ts';
-import { lockSpendKeys } from '../gateway/spend-key-guard.ts';
+import { lockSpendKeys } from './spend-key-limits.ts';
 
 /** Large enough for everything a busy instance has waiting, small enough for any engine's parameter limit. */
 const DEFAULT_MAX_BATCH = 64;

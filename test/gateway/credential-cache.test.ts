@@ -1,7 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { parseMoney } from '../../src/domain/money.ts';
 import { CredentialCache } from '../../src/gateway/credential-cache.ts';
-import type { BillingContext } from '../../src/gateway/credentials.ts';
+import type { BillingContext } from '../../src/ledger/billing.ts';
 import { creditWallet } from '../../src/ledger/wallets.ts';
 import type { TestApp } from '../helpers/app.ts';
 import { databasesUnderTest } from '../helpers/databases.ts';

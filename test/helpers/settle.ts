@@ -1,6 +1,6 @@
 import { newId } from '../../src/domain/ids.ts';
 import { parseMoney } from '../../src/domain/money.ts';
-import type { BillingContext } from '../../src/gateway/credentials.ts';
+import type { BillingContext } from '../../src/ledger/billing.ts';
 import type { AdmitInput } from '../../src/ledger/admission/admit.ts';
 import type { PendingFacts, SettleInput } from '../../src/ledger/settlement/settle.ts';
 

@@ -1,7 +1,7 @@
 import fc from 'fast-check';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { newId } from '../../src/domain/ids.ts';
-import type { BillingContext } from '../../src/gateway/credentials.ts';
+import type { BillingContext } from '../../src/ledger/billing.ts';
 import { resolveForwardCredential } from '../../src/gateway/credentials.ts';
 import { ADMIT_JOB, admitInTransaction, type AdmitInput, type AdmitOutcome } from '../../src/ledger/admission/admit.ts';
 import { ADMISSION_WRITE_DELAY_MS, admitDeferred, DelayQueue } from '../../src/ledger/admission/deferred.ts';

@@ -1,6 +1,7 @@
 import { Lava } from '@lavapayments/nodejs';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { resolveForwardCredential, type BillingContext } from '../../src/gateway/credentials.ts';
+import { resolveForwardCredential } from '../../src/gateway/credentials.ts';
+import type { BillingContext } from '../../src/ledger/billing.ts';
 import { ApiError } from '../../src/http/errors.ts';
 import { startTestApp, type Merchant, type TestApp } from '../helpers/app.ts';
 import { databasesUnderTest } from '../helpers/databases.ts';

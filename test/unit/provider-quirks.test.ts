@@ -1,7 +1,8 @@
 import { describe, expect, it } from 'vitest';
 import { routeModel } from '../../src/gateway/drop-in.ts';
 import { managedKeyFor } from '../../src/gateway/forward.ts';
-import { checkRequestShape, providerAllowed } from '../../src/gateway/spend-key-guard.ts';
+import { checkRequestShape } from '../../src/gateway/spend-key-guard.ts';
+import { providerAllowed } from '../../src/ledger/spend-key-limits.ts';
 import { createRegistry } from '../../src/providers/index.ts';
 
 /**

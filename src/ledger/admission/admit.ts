@@ -5,10 +5,15 @@
  * when every member fits (PostgreSQL).
  */
 import { CompiledQuery, type Transaction } from 'kysely';
-import type { BillingContext } from '../../gateway/credentials.ts';
 import type { BatchJob } from '../group-commit.ts';
-import { lockSpendKeyForAdmission, lockSpendKeys, reserveForRequest, type SpendKeyRequest } from '../../gateway/spend-key-guard.ts';
-import { ApiError } from '../../http/errors.ts';
+import {
+  isSpendKeyRefusal,
+  lockSpendKeyForAdmission,
+  lockSpendKeys,
+  reserveForRequest,
+  type SpendKeyRefusal,
+  type SpendKeyRequest,
+} from '../spend-key-limits.ts';
 import { JsonRows } from '../../storage/batch-write.ts';
 import { prepared, type Storage } from '../../storage/db.ts';
 import type { Database } from '../../storage/schema.ts';
@@ -16,7 +21,7 @@ import { insertRequestRecord, metadataRows, type RequestRow } from '../../storag
 import { insertHold, type HoldRow } from '../holds.ts';
 import { lockWallets, type WalletRow } from '../wallets.ts';
 import { admittableOf, holdParts, holdRowsOf, overrunsEnded, refusedPart } from './decision.ts';
-import { pricingFor } from '../billing.ts';
+import { pricingFor, type BillingContext } from '../billing.ts';
 import { writeAdmissionRows } from './rows.ts';
 import type { EstimatedCharge } from '../settlement/recover.ts';
 
@@ -37,7 +42,7 @@ export type AdmitOutcome =
   /** `createdAt`: the pending record's time, which the settled record keeps (and rolls up under). */
   | { outcome: 'admitted'; recordId: string; holdIds: string[]; createdAt: string }
   | { outcome: 'insufficient_balance'; payer: 'wallet' | 'merchant' }
-  | { outcome: 'spend_key_refused'; error: ApiError };
+  | { outcome: 'spend_key_refused'; refusal: SpendKeyRefusal };
 
 /**
  * Holds the estimate on each paying wallet and writes the pending record, in one transaction.
@@ -50,7 +55,7 @@ export async function admitRequest(storage: Storage, input: AdmitInput): Promise
     const wallets = await lockWallets(trx, storage.dialect, [input.walletId, input.billing.merchantWalletId]);
     // A key that is no longer valid is refused as such, whatever its wallet holds.
     const key = await lockedSpendKey(trx, storage.dialect, input, now);
-    if (key instanceof ApiError) return { outcome: 'spend_key_refused', error: key };
+    if (key && isSpendKeyRefusal(key)) return { outcome: 'spend_key_refused', refusal: key };
     const parts = holdParts(input.walletId, input.billing.merchantWalletId, input.estimate);
     const refused = refusedPart(parts, (walletId) => admittableOf(wallets.get(walletId)!));
     if (refused) return { outcome: 'insufficient_balance', payer: refused.payer };
@@ -58,7 +63,7 @@ export async function admitRequest(storage: Storage, input: AdmitInput): Promise
     if (key) {
       const amount = input.estimate.wallet + input.estimate.merchant;
       const refusal = await reserveForRequest(trx, key, { recordId, amount, now });
-      if (refusal) return { outcome: 'spend_key_refused', error: refusal };
+      if (refusal) return { outcome: 'spend_key_refused', refusal };
     }
     await endOverruns(trx, overrunsEnded(parts, (walletId) => wallets.get(walletId)), wallets);
     const holdIds: string[] = [];
@@ -110,8 +115,8 @@ export async function admitInTransaction(
     const parts = partsOf[i]!;
     const now = input.now ?? new Date();
     const key = await lockedSpendKey(trx, dialect, input, now);
-    if (key instanceof ApiError) {
-      outcomes.push({ outcome: 'spend_key_refused', error: key });
+    if (key && isSpendKeyRefusal(key)) {
+      outcomes.push({ outcome: 'spend_key_refused', refusal: key });
       continue;
     }
     const refused = refusedPart(parts, (walletId) => admittableOf(wallets.get(walletId)!));
@@ -123,7 +128,7 @@ export async function admitInTransaction(
     if (key) {
       const refusal = await reserveForRequest(trx, key, { recordId, amount: input.estimate.wallet + input.estimate.merchant, now });
       if (refusal) {
-        outcomes.push({ outcome: 'spend_key_refused', error: refusal });
+        outcomes.push({ outcome: 'spend_key_refused', refusal });
         continue;
       }
     }

@@ -8,7 +8,7 @@
 import type { Transaction } from 'kysely';
 import { formatMoney } from '../../domain/money.ts';
 import type { PricedRequest, Usage } from '../../domain/pricing.ts';
-import { finishReservation } from '../../gateway/spend-key-guard.ts';
+import { finishReservation } from '../spend-key-limits.ts';
 import type { Storage } from '../../storage/db.ts';
 import { completePendingRecord, failPendingRecord, type RequestRow } from '../../storage/requests.ts';
 import type { Database } from '../../storage/schema.ts';
@@ -80,7 +80,7 @@ export async function recoverPendingInTransaction(trx: Transaction<Database>, di
   for (const { row, estimate } of kept) {
     if (!estimate) {
       await failPendingRecord(trx, row.id, at);
-      await finishReservation(trx, dialect, row.id, 0n);
+      await finishReservation(trx, dialect, row.id, 0n, new Date(at));
       continue;
     }
     const payer = wallets.get(estimate.payer_wallet_id);
@@ -102,7 +102,7 @@ export async function recoverPendingInTransaction(trx: Transaction<Database>, di
       await appendTransaction(trx, { kind: 'request_charge', merchantId: row.merchant_id, reference: row.id, description: `Request ${row.id}`, legs, at });
     }
     await completePendingRecord(trx, completedFromEstimate(row, estimate, at));
-    await finishReservation(trx, dialect, row.id, walletCost + merchantCost);
+    await finishReservation(trx, dialect, row.id, walletCost + merchantCost, new Date(at));
     for (const wallet of new Set([payer, merchantWallet])) {
       if (walletCost === 0n && merchantCost === 0n) break;
       await trx.updateTable('wallets').set({ balance: wallet.balance, cycle_credit: wallet.cycle_credit, bundle_credit: wallet.bundle_credit }).where('id', '=', wallet.id).execute();
@@ -145,6 +145,7 @@ export async function releaseUnsentAdmission(storage: Storage, recordId: string)
     const holds = await trx.selectFrom('holds').select(['id', 'wallet_id']).where('reference', '=', recordId).where('status', '=', 'active').execute();
     const wallets = holds.length > 0 ? await lockWallets(trx, storage.dialect, holds.map((hold) => hold.wallet_id)) : new Map();
     for (const hold of holds) await releaseHoldInTransaction(trx, hold.id, 'released', wallets);
-    if (await failPendingRecord(trx, recordId, new Date().toISOString())) await finishReservation(trx, storage.dialect, recordId, 0n);
+    const now = new Date();
+    if (await failPendingRecord(trx, recordId, now.toISOString())) await finishReservation(trx, storage.dialect, recordId, 0n, now);
   });
 }

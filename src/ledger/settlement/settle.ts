@@ -6,9 +6,8 @@ import { CompiledQuery, sql, type Compilable, type Insertable, type RawBuilder, 
 import { newId } from '../../domain/ids.ts';
 import { MAX_AMOUNT_UNITS } from '../../domain/money.ts';
 import { baseCost, priceRequest, type BasePrices, type PricedRequest, type Usage } from '../../domain/pricing.ts';
-import type { BillingContext } from '../../gateway/credentials.ts';
 import { RunAlone, type BatchJob } from '../group-commit.ts';
-import { finishReservation } from '../../gateway/spend-key-guard.ts';
+import { finishReservation } from '../spend-key-limits.ts';
 import { jsonInsert, valuesInserts } from '../../storage/batch-write.ts';
 import type { Storage } from '../../storage/db.ts';
 import type { Database } from '../../storage/schema.ts';
@@ -22,7 +21,7 @@ import { markLeaseLost, type Lease } from '../leases.ts';
 import { overrunWallets } from '../admission/decision.ts';
 import { walletBalanceEvent } from '../events.ts';
 import { eventRows, type NewEvent } from '../../webhooks/outbox.ts';
-import { pricingFor } from '../billing.ts';
+import { pricingFor, type BillingContext } from '../billing.ts';
 import { writeAdmissionAlone, type AdmissionWrite } from '../admission/deferred.ts';
 import { spendKeyIdsOf } from '../admission/admit.ts';
 
@@ -59,7 +58,19 @@ export type SettleInput = {
    * settled record is inserted directly, and its holds were never rows.
    */
   merged?: AdmissionWrite;
+  /** When the request is settled, by the app's clock (default: the system clock). */
+  now?: Date;
 };
+
+/**
+ * The time a batch of settlements or failures is written at: its newest member's (each takes its
+ * time from the app's clock when it is handed in).
+ */
+function batchTime(inputs: { now?: Date }[]): Date {
+  let latest: Date | undefined;
+  for (const input of inputs) if (input.now && (!latest || input.now > latest)) latest = input.now;
+  return latest ?? new Date();
+}
 
 export type PendingFacts = Pick<RequestRow, 'provider' | 'endpoint' | 'provider_key_type' | 'created_at'> & { metadata: Record<string, string> };
 
@@ -84,10 +95,11 @@ function chargeInputOf(input: SettleInput, pending: PendingFacts): ChargeInput {
     serviceChargeRate: input.serviceChargeRate,
     metadata: pending.metadata,
     responseId: input.responseId,
-    providerTimestamp: input.providerTimestamp ?? new Date().toISOString(),
+    providerTimestamp: input.providerTimestamp ?? batchTime([input]).toISOString(),
     usageEstimated: input.usageEstimated,
     holdIds: input.holdIds,
     pendingRecordId: input.recordId,
+    now: batchTime([input]),
   };
 }
 
@@ -108,7 +120,7 @@ export async function settleRequest(storage: Storage, input: SettleInput): Promi
   return chargeRequest(
     storage,
     chargeInputOf(input, { ...pending, metadata: JSON.parse(pending.metadata) as Record<string, string> }),
-    input.billing.spendKey ? (trx, charged) => finishReservation(trx, storage.dialect, input.recordId, spendOf(charged)) : undefined,
+    input.billing.spendKey ? (trx, charged) => finishReservation(trx, storage.dialect, input.recordId, spendOf(charged), batchTime([input])) : undefined,
   );
 }
 
@@ -126,7 +138,7 @@ export async function settleRequest(storage: Storage, input: SettleInput): Promi
  * settleRequest, which knows how to answer it.
  */
 async function settleInTransaction(trx: Transaction<Database>, dialect: Storage['dialect'], inputs: SettleInput[]): Promise<ChargeOutcome[]> {
-  const now = new Date();
+  const now = batchTime(inputs);
   const at = now.toISOString();
   const periodStart = monthStart(now);
   if (inputs.some((input) => !input.record)) throw new RunAlone();
@@ -278,7 +290,7 @@ async function settleInTransaction(trx: Transaction<Database>, dialect: Storage[
     .map((input, i) => ({ input, outcome: outcomes[i]! }))
     .filter(({ input }) => input.billing.spendKey)
     .sort((a, b) => (a.input.billing.spendKey!.id < b.input.billing.spendKey!.id ? -1 : 1));
-  for (const { input, outcome } of withKeys) await finishReservation(trx, dialect, input.recordId, spendOf(outcome));
+  for (const { input, outcome } of withKeys) await finishReservation(trx, dialect, input.recordId, spendOf(outcome), now);
   return outcomes;
 }
 
@@ -438,10 +450,11 @@ export async function failRequest(storage: Storage, input: FailInput): Promise<v
   await storage.db.transaction().execute((trx) => failInTransaction(trx, storage.dialect, [input]));
 }
 
-export type FailInput = { recordId: string; holdIds: string[] };
+export type FailInput = { recordId: string; holdIds: string[]; /** By the app's clock (default: the system clock). */ now?: Date };
 
 async function failInTransaction(trx: Transaction<Database>, dialect: Storage['dialect'], inputs: FailInput[]): Promise<void[]> {
-  const at = new Date().toISOString();
+  const now = batchTime(inputs);
+  const at = now.toISOString();
   const holds = await holdsOf(trx, inputs.flatMap((input) => input.holdIds));
   // Every member's wallets at once, in the global order, before any record or rollup is written.
   const wallets = holds.length ? await lockWallets(trx, dialect, holds.map((h) => h.wallet_id)) : new Map<string, WalletRow>();
@@ -451,7 +464,7 @@ async function failInTransaction(trx: Transaction<Database>, dialect: Storage['d
       if (found.has(holdId)) await releaseHoldInTransaction(trx, holdId, 'released', wallets);
     }
     await failPendingRecord(trx, input.recordId, at);
-    await finishReservation(trx, dialect, input.recordId, 0n);
+    await finishReservation(trx, dialect, input.recordId, 0n, now);
   }
   return inputs.map(() => undefined);
 }
@@ -469,7 +482,7 @@ async function holdsOf(trx: Transaction<Database>, holdIds: string[]): Promise<{
 export const SETTLE_JOB: BatchJob<SettleInput, ChargeOutcome> = {
   order: 0,
   locks: (_trx, inputs) => {
-    const periodStart = monthStart(new Date());
+    const periodStart = monthStart(batchTime(inputs));
     return {
       counters: inputs.flatMap((input) => settlementCounter(input, periodStart) ?? []),
       walletIds: settlementWalletIds(inputs),
