@@ -80,7 +80,7 @@ const forwardOperation = (method: string): Operation => ({
 const dropInOperation = (summary: string, shape: 'OpenAI' | 'Anthropic' | 'Gemini', hasBody = true): Operation => ({
   tags: ['drop-in'],
   summary,
-  description: `${shape}-shaped drop-in endpoint: point the ${shape} SDK's base URL at Tollgate and use a secret key or spend key as its API key. Routed by \`model\` (or \`provider/model\`). ${credentialNote}`,
+  description: `${shape}-shaped drop-in endpoint: point the ${shape} SDK's base URL at Tollgate and use a secret key or spend key as its API key. ${shape === 'Gemini' ? "Forwarded to Google's native API for the model in the path." : 'Routed by `model` (or `provider/model`).'} ${credentialNote}`,
   ...(hasBody ? { requestBody: passThroughBody(`The ${shape} request body, passed through unchanged.`) } : {}),
   responses: gatewayResponses,
 });
