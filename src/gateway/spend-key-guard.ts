@@ -16,7 +16,7 @@
 import { Redis } from 'ioredis';
 import { SECRET_PREFIX } from '../domain/ids.ts';
 import { hashesEqual, hashSecret } from '../domain/secrets.ts';
-import { retryAfterFor, UNITS_PER_TOKEN, type BucketSpec } from '../domain/spend-limits.ts';
+import { bucketCapacity, retryAfterFor, UNITS_PER_TOKEN, type BucketSpec } from '../domain/spend-limits.ts';
 import { ApiError } from '../http/errors.ts';
 import type { Clock } from '../domain/clock.ts';
 import type { Storage } from '../storage/db.ts';
@@ -71,16 +71,20 @@ export function checkSpendKeyRequest(key: SpendKeyRow, request: SpendKeyRequest)
 // Token bucket
 
 /**
- * Refill, check and take in one script run: Redis runs scripts one at a time, so every instance
- * sharing the Redis draws from one bucket. The clock is Redis's own, so instances' clocks cannot
- * disagree. Returns {allowed, level}.
+ * The token bucket of domain/spend-limits.ts (takeToken: refill, check, take) in one script run:
+ * Redis runs scripts one at a time, so every instance sharing the Redis draws from one bucket. The
+ * clock is Redis's own (TIME), so instances' clocks cannot disagree; ARGV[4], when given, is the
+ * time instead (the property test against takeToken drives it). Returns {allowed, level}.
  */
 const TAKE_TOKEN_LUA = `
 local cap = tonumber(ARGV[1])
 local rate = tonumber(ARGV[2])
 local cost = tonumber(ARGV[3])
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now = tonumber(ARGV[4])
+if now == nil then
+  local t = redis.call('TIME')
+  now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
 local v = redis.call('HMGET', KEYS[1], 'u', 'ts')
 local u = tonumber(v[1])
 local ts = tonumber(v[2])
@@ -99,7 +103,22 @@ redis.call('PEXPIRE', KEYS[1], math.ceil(cap / rate) + 60000)
 return {allowed, tostring(u)}
 `;
 
-type TakeTokenCommand = { tollgateTakeToken(key: string, cap: number, rate: number, cost: number): Promise<[number, string]> };
+type TakeTokenCommand = { tollgateTakeToken(key: string, cap: number, rate: number, cost: number, ...now: number[]): Promise<[number, string]> };
+
+/** Makes the bucket script a command of this client (once per client). */
+export function defineTakeToken(redis: Redis): void {
+  redis.defineCommand('tollgateTakeToken', { numberOfKeys: 1, lua: TAKE_TOKEN_LUA });
+}
+
+/**
+ * Takes one token from the bucket stored under `name`: null when taken, else the level after
+ * refill. `nowMs` replaces Redis's clock (tests only).
+ */
+export async function takeTokenInRedis(redis: Redis, name: string, spec: BucketSpec, nowMs?: number): Promise<number | null> {
+  const now = nowMs === undefined ? [] : [nowMs];
+  const [allowed, units] = await (redis as unknown as TakeTokenCommand).tollgateTakeToken(name, bucketCapacity(spec), spec.rpm, UNITS_PER_TOKEN, ...now);
+  return allowed === 1 ? null : Number(units);
+}
 
 /**
  * Spend keys' token buckets, owned by the app: in Redis when REDIS_URL is set (one client, opened
@@ -146,7 +165,7 @@ export class SpendKeyBuckets {
     this.#redis.on('error', () => {
       this.#redisOut = true;
     });
-    this.#redis.defineCommand('tollgateTakeToken', { numberOfKeys: 1, lua: TAKE_TOKEN_LUA });
+    defineTakeToken(this.#redis);
     return this.#redis;
   }
 
@@ -161,9 +180,9 @@ export class SpendKeyBuckets {
     // The settings are part of the name: changing the rate limit starts a fresh, full bucket.
     const name = `tollgate:spk:${keyId}:${spec.rpm}:${spec.burst}`;
     try {
-      const [allowed, units] = await (redis as unknown as TakeTokenCommand).tollgateTakeToken(name, spec.burst * UNITS_PER_TOKEN, spec.rpm, UNITS_PER_TOKEN);
+      const level = await takeTokenInRedis(redis, name, spec);
       this.#redisOut = false;
-      return allowed === 1 ? null : Number(units);
+      return level;
     } catch {
       this.#redisOut = true;
       return undefined;

@@ -1,7 +1,7 @@
 import { sql, type Kysely, type Transaction } from 'kysely';
 import { newId, newSecret, SECRET_PREFIX } from '../domain/ids.ts';
 import { hashSecret, secretHint } from '../domain/secrets.ts';
-import { bucketCapacity, currentValue, cycleStart, type BucketSpec, type Cycle } from '../domain/spend-limits.ts';
+import { bucketCapacity, currentValue, cycleStart, refill, UNITS_PER_TOKEN, type BucketSpec, type Cycle } from '../domain/spend-limits.ts';
 import type { Storage } from './db.ts';
 import type { Database, SpendKeysTable } from './schema.ts';
 import { nowIso } from './time.ts';
@@ -233,9 +233,11 @@ export async function findSpendKeyByHash(storage: Storage, keyHash: string): Pro
 // Token bucket, database mode
 
 /**
- * Takes one token in a single conditional UPDATE: the refill, the check and the take happen in one
- * statement under the row's lock, so any number of instances sharing the database draw from one
- * bucket. Returns the level after refill when refused (for Retry-After), null when taken.
+ * The token bucket of domain/spend-limits.ts (takeToken: refill, check, take), in one conditional
+ * UPDATE: the refill, the check and the take happen in one statement under the row's lock, so any
+ * number of instances sharing the database draw from one bucket. Property-tested against takeToken
+ * (test/spend-keys/token-bucket.property.test.ts). Returns the level after refill when refused
+ * (for Retry-After).
  */
 export async function takeTokenInDatabase(
   db: Kysely<Database>,
@@ -243,22 +245,24 @@ export async function takeTokenInDatabase(
   spec: BucketSpec,
   nowMs: number,
 ): Promise<{ taken: true } | { taken: false; level: number }> {
-  const cap = bucketCapacity(spec);
+  const cap = BigInt(bucketCapacity(spec));
   const now = BigInt(nowMs);
   const rpm = BigInt(spec.rpm);
-  const level = sql<bigint>`(case when bucket_units + (case when ${now} > bucket_at_ms then (${now} - bucket_at_ms) * ${rpm} else 0 end) > ${BigInt(cap)} then ${BigInt(cap)} else bucket_units + (case when ${now} > bucket_at_ms then (${now} - bucket_at_ms) * ${rpm} else 0 end) end)`;
+  const token = BigInt(UNITS_PER_TOKEN);
+  // refill(): what the bucket holds now (a clock going back refills nothing), at most its capacity.
+  const refilled = sql<bigint>`bucket_units + (case when ${now} > bucket_at_ms then (${now} - bucket_at_ms) * ${rpm} else 0 end)`;
+  const level = sql<bigint>`(case when ${refilled} > ${cap} then ${cap} else ${refilled} end)`;
   const result = await db
     .updateTable('spend_keys')
     .set({
-      bucket_units: sql`${level} - 60000`,
+      bucket_units: sql`${level} - ${token}`,
       bucket_at_ms: sql`case when ${now} > bucket_at_ms then ${now} else bucket_at_ms end`,
     })
     .where('id', '=', id)
-    .where(sql<boolean>`${level} >= 60000`)
+    .where(sql<boolean>`${level} >= ${token}`)
     .executeTakeFirst();
   if (result.numUpdatedRows > 0n) return { taken: true };
   const row = await db.selectFrom('spend_keys').select(['bucket_units', 'bucket_at_ms']).where('id', '=', id).executeTakeFirst();
   if (!row) return { taken: false, level: 0 };
-  const elapsed = Math.max(0, nowMs - Number(row.bucket_at_ms));
-  return { taken: false, level: Math.min(cap, Number(row.bucket_units) + elapsed * spec.rpm) };
+  return { taken: false, level: refill(spec, Number(row.bucket_units), Number(row.bucket_at_ms), nowMs) };
 }
