@@ -124,7 +124,7 @@ export async function buildApp(options: AppOptions): Promise<App> {
       rejectNulCharacters(api);
       api.addHook('preHandler', async (request, reply) => {
         if (request.method !== 'POST' || !request.principal) return;
-        const outcome = await beginIdempotentRequest(deps.storage, request, reply, request.principal.keyId);
+        const outcome = await beginIdempotentRequest(deps.storage, request, reply, request.principal.keyId, deps.clock);
         if (outcome === 'replayed') return reply;
       });
       api.addHook('onSend', async (request, reply, payload) => {

@@ -2,7 +2,7 @@ import v8 from 'node:v8';
 import { Redis } from 'ioredis';
 import { buildApp } from './app.ts';
 import { startRenewalScheduler } from './commerce/renewals.ts';
-import { systemClock } from './domain/clock.ts';
+import { dateOf, systemClock, type Clock } from './domain/clock.ts';
 import { sweepExpiredHolds } from './gateway/settle.ts';
 import type { Config } from './config.ts';
 import { MemoryRateLimiter, RedisRateLimiter, type RateLimiter } from './http/rate-limit.ts';
@@ -22,8 +22,9 @@ const RENEWAL_INTERVAL_MS = 60_000;
 /** config -> storage -> migrations -> buildApp() -> listen. */
 export async function startServer(
   config: Config,
-  opts: { sweepIntervalMs?: number; renewalIntervalMs?: number } = {},
+  opts: { sweepIntervalMs?: number; renewalIntervalMs?: number; clock?: Clock } = {},
 ): Promise<RunningServer> {
+  const clock = opts.clock ?? systemClock;
   const heapGrowthLimited = limitHeapGrowth(config.heapGrowingPercent);
   // Money written by a batch the writer thread died under is written again member by member (the
   // writers' fallback); the death itself must be loud.
@@ -36,15 +37,15 @@ export async function startServer(
   // What a crash left behind is recovered before serving (decision 0019). An embedded database has
   // one serving process, so every hold still active is an orphan of the previous one; instances
   // sharing PostgreSQL recover only holds past their TTL (the others' requests may be in flight).
-  await sweepExpiredHolds(storage, storage.dialect === 'sqlite' ? new Date('9999-12-31T23:59:59.999Z') : new Date());
-  const app = await buildApp({ config, storage, rateLimiter: limiter, payments });
+  await sweepExpiredHolds(storage, storage.dialect === 'sqlite' ? new Date('9999-12-31T23:59:59.999Z') : dateOf(clock));
+  const app = await buildApp({ config, storage, rateLimiter: limiter, payments, clock });
   reportWriterDeath = (err) => app.log.error({ err }, 'the SQLite writer thread died; a new one takes over with the next write');
   reportOutage = (err) => app.log.warn({ err }, 'Redis is unreachable: rate limits are counted per instance until it is back');
   const url = await app.listen({ port: config.port, host: config.host });
-  const sweeper = startSweeper(storage, app, opts.sweepIntervalMs ?? SWEEP_INTERVAL_MS, config.walletLeaseTtlMs);
-  const webhooks = startWebhookDispatcher(config, storage, app);
+  const sweeper = startSweeper(storage, app, clock, opts.sweepIntervalMs ?? SWEEP_INTERVAL_MS, config.walletLeaseTtlMs);
+  const webhooks = startWebhookDispatcher(config, storage, app, clock);
   const renewals = startRenewalScheduler(
-    { storage, payments, clock: systemClock },
+    { storage, payments, clock },
     { intervalMs: opts.renewalIntervalMs ?? RENEWAL_INTERVAL_MS, onError: (err) => app.log.error({ err }, 'subscription renewal failed') },
   );
   app.log.info(
@@ -85,14 +86,14 @@ export function limitHeapGrowth(
  * records marked `error`), and idempotency keys past their 24 h or their lease, which would
  * otherwise only go when the same key came back.
  */
-function startSweeper(storage: Storage, app: App, intervalMs: number, leaseTtlMs: number): NodeJS.Timeout[] {
+function startSweeper(storage: Storage, app: App, clock: Clock, intervalMs: number, leaseTtlMs: number): NodeJS.Timeout[] {
   // Holds are swept at least once per lease lifetime, so a dead instance's wallet leases return
   // within about two lifetimes even to POST /requests (decision 0019); the query is indexed.
   const holds = setInterval(() => {
-    sweepExpiredHolds(storage).catch((err: unknown) => app.log.error({ err }, 'hold sweep failed'));
+    sweepExpiredHolds(storage, dateOf(clock)).catch((err: unknown) => app.log.error({ err }, 'hold sweep failed'));
   }, Math.min(intervalMs, leaseTtlMs));
   const keys = setInterval(() => {
-    purgeExpiredIdempotencyKeys(storage.db, new Date().toISOString()).catch((err: unknown) =>
+    purgeExpiredIdempotencyKeys(storage.db, dateOf(clock).toISOString()).catch((err: unknown) =>
       app.log.error({ err }, 'idempotency key purge failed'),
     );
   }, intervalMs);
@@ -102,9 +103,10 @@ function startSweeper(storage: Storage, app: App, intervalMs: number, leaseTtlMs
 }
 
 /** Every server process delivers webhooks; instances sharing a PostgreSQL database split the work. */
-function startWebhookDispatcher(config: Config, storage: Storage, app: App): WebhookDispatcher {
+function startWebhookDispatcher(config: Config, storage: Storage, app: App, clock: Clock): WebhookDispatcher {
   const dispatcher = new WebhookDispatcher({
     storage,
+    now: () => clock.now(),
     policy: { allowHttpLoopback: config.webhooks.allowHttpLoopback },
     timeoutMs: config.webhooks.timeoutMs,
     maxConcurrency: config.webhooks.maxConcurrency,

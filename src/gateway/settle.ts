@@ -218,7 +218,7 @@ function toUsage(report: UsageReport | null): Usage {
  * flagged `usage_estimated`, since its provider call may have been answered (decision 0019); one
  * without an estimate is marked `error`. Returns how many requests it swept.
  */
-export async function sweepExpiredHolds(storage: Storage, now = new Date(), batchSize?: number): Promise<number> {
+export async function sweepExpiredHolds(storage: Storage, now: Date, batchSize?: number): Promise<number> {
   const references = await expireHolds(storage, now, {
     batchSize,
     inSameTransaction: (trx, recordIds) => recoverPendingInTransaction(trx, storage.dialect, recordIds, now.toISOString()),

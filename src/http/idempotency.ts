@@ -1,3 +1,4 @@
+import { dateOf, type Clock } from '../domain/clock.ts';
 import { createHash } from 'node:crypto';
 import type { FastifyReply, FastifyRequest } from 'fastify';
 import type { Storage } from '../storage/db.ts';
@@ -38,11 +39,12 @@ export async function beginIdempotentRequest(
   request: FastifyRequest,
   reply: FastifyReply,
   scope: string,
+  clock: Clock,
 ): Promise<'proceed' | 'replayed'> {
   const key = readKey(request);
   if (key === null) return 'proceed';
   const requestHash = fingerprint(request);
-  const now = new Date();
+  const now = dateOf(clock);
   const claim: IdempotencyClaim = { scope, key, created_at: now.toISOString() };
   const claimed = await claimIdempotencyKey(storage.db, {
     ...claim,
@@ -57,7 +59,7 @@ export async function beginIdempotentRequest(
   if (!existing) throw inUse(1, 'This Idempotency-Key was just released; retry.');
   if (existing.request_hash !== requestHash) throw new ApiError('idempotency_key_reused');
   if (existing.state !== 'done' || existing.response_status === null) {
-    throw inUse(Math.ceil((Date.parse(existing.expires_at) - Date.now()) / 1000));
+    throw inUse(Math.ceil((Date.parse(existing.expires_at) - now.getTime()) / 1000));
   }
   const body = openResponse(existing.response_body ?? '', sealContext(request, claim));
   if (body === null) throw new ApiError('internal_error', 'The stored response of this Idempotency-Key cannot be read.');

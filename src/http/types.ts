@@ -37,3 +37,8 @@ declare module 'fastify' {
 export function nowOf(deps: AppDeps): number {
   return deps.clock.now();
 }
+
+/** The same, as an ISO 8601 timestamp (what rows store). */
+export function nowIsoOf(deps: Pick<AppDeps, 'clock'>): string {
+  return new Date(deps.clock.now()).toISOString();
+}

@@ -10,6 +10,7 @@ import { metadataRollupAdditions, metadataRows, rollupAdditions, type RequestRow
 import type { Database } from '../storage/schema.ts';
 import { eventRows, type NewEvent } from '../webhooks/outbox.ts';
 import {
+  batchTime,
   buildRequestRecord,
   chargeLegs,
   chargeTransaction,
@@ -46,7 +47,7 @@ export type BatchOutcome = ChargeOutcome | { outcome: 'customer_deleted' } | { o
  *
  * Only charges without holds or pending records belong here (POST /requests).
  */
-export async function chargeBatch(storage: Storage, inputs: ChargeInput[], now = new Date()): Promise<BatchOutcome[]> {
+export async function chargeBatch(storage: Storage, inputs: ChargeInput[], now = batchTime(inputs)): Promise<BatchOutcome[]> {
   if (inputs.some((input) => input.holdId || input.holdIds?.length || input.pendingRecordId)) {
     throw new Error('a batch takes no holds or pending records');
   }

@@ -62,6 +62,17 @@ export type ChargeInput = {
   now?: Date;
 };
 
+/**
+ * The time a batch of charges (or settlements, or failures) is written at: its newest member's.
+ * Each member takes its time from the app's clock when it is handed in; without one, the system
+ * clock's.
+ */
+export function batchTime(inputs: readonly { now?: Date }[]): Date {
+  let latest: Date | undefined;
+  for (const input of inputs) if (input.now && (!latest || input.now > latest)) latest = input.now;
+  return latest ?? new Date();
+}
+
 /** Pricing of traffic no meter prices: no fee, no service charge, the merchant pays the base cost. */
 export const MERCHANT_ONLY_PRICING: MeterPricing = {
   rateType: 'fixed',

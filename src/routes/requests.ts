@@ -10,6 +10,7 @@ import { mergeMetadata, METADATA_HEADER, metadataFiltersSchema, metadataSchema, 
 import { assertCursor, pageQuery, pageResponse, toPage, type Page } from '../http/pagination.ts';
 import { idParams, standardErrors } from '../http/schemas.ts';
 import type { App, AppDeps } from '../http/types.ts';
+import { dateOf } from '../domain/clock.ts';
 import type { ChargeInput, Refusal } from '../ledger/charge.ts';
 import { ChargeWriter } from '../ledger/charge-writer.ts';
 import type { MeterRow } from '../storage/meters.ts';
@@ -358,6 +359,7 @@ export function registerRequestRoutes(app: App, deps: AppDeps): void {
       basePrices,
       serviceChargeRate: principal.serviceChargeRate ?? config.serviceChargeRate,
       metadata: body.metadata ?? {},
+      now: dateOf(deps.clock),
     };
   }
 

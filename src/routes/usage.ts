@@ -11,6 +11,7 @@ import { principalOf } from '../http/auth.ts';
 import { validationError, type Issue } from '../http/errors.ts';
 import { standardErrors } from '../http/schemas.ts';
 import type { App, AppDeps } from '../http/types.ts';
+import { dateOf } from '../domain/clock.ts';
 import type { Storage } from '../storage/db.ts';
 import { addSums, emptySums, usageByDay, type UsageSums } from '../storage/usage.ts';
 import { topCustomers, topModels } from '../storage/usage-leaders.ts';
@@ -99,12 +100,12 @@ function rangeOf(query: { start: string; end?: string | undefined }, now: Date):
   return range;
 }
 
-export function registerUsageRoutes(app: App, { storage }: AppDeps): void {
+export function registerUsageRoutes(app: App, { storage, clock }: AppDeps): void {
   app.get(
     '/usage',
     { schema: { tags: ['usage'], querystring: usageQuery, response: { 200: usageResponseSchema, ...standardErrors } } },
     async (request) => {
-      return usageReport(storage, principalOf(request).merchantId, request.query, new Date());
+      return usageReport(storage, principalOf(request).merchantId, request.query, dateOf(clock));
     },
   );
 }

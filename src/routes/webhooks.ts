@@ -3,7 +3,7 @@ import { principalOf } from '../http/auth.ts';
 import { ApiError, notFound } from '../http/errors.ts';
 import { assertCursor, pageQuery, pageResponse, toPage } from '../http/pagination.ts';
 import { deletedResponse, idParams, optionalBody, standardErrors } from '../http/schemas.ts';
-import type { App, AppDeps } from '../http/types.ts';
+import { nowIsoOf, type App, type AppDeps } from '../http/types.ts';
 import {
   deleteWebhook,
   deliveryIdExists,
@@ -19,7 +19,6 @@ import {
   type DeliveryRow,
   type WebhookRow,
 } from '../storage/webhooks.ts';
-import { nowIso } from '../storage/time.ts';
 import { SUBSCRIBABLE_EVENTS } from '../webhooks/events.ts';
 import { systemResolver, urlProblemAfterLookup, type Resolver } from '../webhooks/url-safety.ts';
 
@@ -144,7 +143,7 @@ export function registerWebhookRoutes(app: App, deps: AppDeps, resolve: Resolver
       const { merchantId } = principalOf(request);
       await assertUrlAllowed(request.body.url);
       const input = { name: request.body.name, url: request.body.url, events: chosenEvents(request.body.events) };
-      const row = await insertWebhook(storage, merchantId, input, nowIso());
+      const row = await insertWebhook(storage, merchantId, input, nowIsoOf(deps));
       if (row === 'limit_reached') {
         throw new ApiError('webhook_limit_reached', `A merchant may have at most ${MAX_WEBHOOKS_PER_MERCHANT} webhooks; delete one first.`);
       }
@@ -178,7 +177,7 @@ export function registerWebhookRoutes(app: App, deps: AppDeps, resolve: Resolver
       if (request.body.url !== undefined) await assertUrlAllowed(request.body.url);
       const { events, ...rest } = request.body;
       const changes = { ...rest, ...(events !== undefined ? { events: chosenEvents(events) } : {}) };
-      const row = await updateWebhook(storage, merchantId, request.params.id, changes, nowIso());
+      const row = await updateWebhook(storage, merchantId, request.params.id, changes, nowIsoOf(deps));
       if (!row) throw notFound('webhook', request.params.id);
       return presentWebhook(row);
     },
@@ -198,7 +197,7 @@ export function registerWebhookRoutes(app: App, deps: AppDeps, resolve: Resolver
     '/webhooks/:id/rotate_secret',
     { schema: { tags, params: idParams, body: rotateBody, response: { 200: webhookWithSecret, ...standardErrors } } },
     async (request) => {
-      const overlapUntil = new Date(Date.now() + request.body.overlap_seconds * 1000).toISOString();
+      const overlapUntil = new Date(deps.clock.now() + request.body.overlap_seconds * 1000).toISOString();
       const row = await rotateWebhookSecret(storage, principalOf(request).merchantId, request.params.id, overlapUntil);
       if (!row) throw notFound('webhook', request.params.id);
       return { ...presentWebhook(row), webhook_secret: row.secret };
@@ -221,7 +220,7 @@ export function registerWebhookRoutes(app: App, deps: AppDeps, resolve: Resolver
     { schema: { tags, params: deliveryParams, body: optionalBody(z.object({})), response: { 200: deliverySchema, ...standardErrors } } },
     async (request) => {
       const webhook = await webhookOf(principalOf(request).merchantId, request.params.id);
-      const row = await redeliver(storage, webhook.id, request.params.delivery_id, nowIso());
+      const row = await redeliver(storage, webhook.id, request.params.delivery_id, nowIsoOf(deps));
       if (!row) throw notFound('delivery', request.params.delivery_id);
       return presentDelivery(row);
     },

@@ -1,5 +1,6 @@
 import { setTimeout as sleep } from 'node:timers/promises';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { dateOf } from '../../src/domain/clock.ts';
 import { parseMoney } from '../../src/domain/money.ts';
 import { lookupBasePrices } from '../../src/domain/prices.ts';
 import { resolveForwardCredential } from '../../src/gateway/credentials.ts';
@@ -270,7 +271,7 @@ describe.skipIf(!process.env.TEST_DATABASE_URL)('wallet leases on postgres', () 
 
     // As if this instance had stopped renewing it: the sweeper expires the lease.
     await t.storage.db.updateTable('holds').set({ expires_at: new Date(Date.now() - 1000).toISOString() }).where('id', '=', first!.id).execute();
-    await sweepExpiredHolds(t.storage);
+    await sweepExpiredHolds(t.storage, dateOf(t.clock));
     expect((await wallet(merchant.walletId)).held).toBe(0n);
 
     // The instance still believes in its lease: the settlement finds it gone and holds the request anew.

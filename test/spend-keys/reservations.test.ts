@@ -1,5 +1,6 @@
 import type { KyselyPlugin, PluginTransformQueryArgs, PluginTransformResultArgs, QueryResult, RootOperationNode, UnknownRow } from 'kysely';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { dateOf } from '../../src/domain/clock.ts';
 import { parseMoney } from '../../src/domain/money.ts';
 import { sweepExpiredHolds } from '../../src/gateway/settle.ts';
 import { creditWallet } from '../../src/ledger/wallets.ts';
@@ -98,7 +99,7 @@ describe.each(databasesUnderTest())('spend key reservations on %s', (dialect) =>
       .execute();
     await t.storage.db.insertInto('spend_key_reservations').values({ request_pk: record.id, spend_key_id: key.spend_key_id, amount: held, created_at: new Date().toISOString() }).execute();
 
-    await sweepExpiredHolds(t.storage);
+    await sweepExpiredHolds(t.storage, dateOf(t.clock));
     const repaired = await keyRow(key.spend_key_id);
     expect(await reservations(key.spend_key_id)).toEqual([]);
     expect({ reserved: BigInt(repaired.reserved_spend), spend: BigInt(repaired.current_spend), total: BigInt(repaired.total_spend) }).toEqual({
@@ -107,7 +108,7 @@ describe.each(databasesUnderTest())('spend key reservations on %s', (dialect) =>
       total: BigInt(settled.total_spend),
     });
     // Ending it again changes nothing.
-    await sweepExpiredHolds(t.storage);
+    await sweepExpiredHolds(t.storage, dateOf(t.clock));
     expect(BigInt((await keyRow(key.spend_key_id)).current_spend)).toBe(cost);
   });
 

@@ -13,7 +13,7 @@ import type { Storage } from '../../storage/db.ts';
 import type { Database } from '../../storage/schema.ts';
 import { failPendingRecord, metadataRollupAdditions, metadataRollupUpsert, metadataRows, rollupAdditions, rollupUpsert, type RequestRow } from '../../storage/requests.ts';
 import { merchantRevenueAccount, providerCostsAccount, serviceChargesAccount } from '../accounts.ts';
-import { chargeRequest, completedRequestRow, counterId, lockUsageCounters, monthStart, type ChargeInput, type ChargeOutcome, type CounterKey, type RecordIdentity } from '../charge.ts';
+import { batchTime, chargeRequest, completedRequestRow, counterId, lockUsageCounters, monthStart, type ChargeInput, type ChargeOutcome, type CounterKey, type RecordIdentity } from '../charge.ts';
 import { UnbalancedTransactionError, type Leg } from '../postings.ts';
 import { releaseHoldInTransaction } from '../holds.ts';
 import { debitInMemory, lockWallets, type WalletRow } from '../wallets.ts';
@@ -61,16 +61,6 @@ export type SettleInput = {
   /** When the request is settled, by the app's clock (default: the system clock). */
   now?: Date;
 };
-
-/**
- * The time a batch of settlements or failures is written at: its newest member's (each takes its
- * time from the app's clock when it is handed in).
- */
-function batchTime(inputs: { now?: Date }[]): Date {
-  let latest: Date | undefined;
-  for (const input of inputs) if (input.now && (!latest || input.now > latest)) latest = input.now;
-  return latest ?? new Date();
-}
 
 export type PendingFacts = Pick<RequestRow, 'provider' | 'endpoint' | 'provider_key_type' | 'created_at'> & { metadata: Record<string, string> };
 
