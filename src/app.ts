@@ -37,6 +37,7 @@ import { registerWalletKeyRoutes } from './routes/wallet-keys.ts';
 import { registerUsageRoutes } from './routes/usage.ts';
 import { registerWebRoutes } from './web/index.ts';
 import { registerWebhookRoutes } from './routes/webhooks.ts';
+import { UnwrittenHolds } from './ledger/wallets.ts';
 
 export type { AppDeps, AppOptions } from './http/types.ts';
 
@@ -98,7 +99,10 @@ export async function buildApp(options: AppOptions): Promise<App> {
   registerOpenApiRoute(app);
   await registerWebRoutes(app, deps);
 
-  const gateway = createGateway(deps, app);
+  // The holds this app admitted in process and has not written yet: every spending decision of the
+  // app (the gateway's, POST /requests') subtracts them (decision 0011).
+  const unwrittenHolds = new UnwrittenHolds();
+  const gateway = createGateway(deps, app, unwrittenHolds);
   if (deps.config.redisUrl) {
     const broadcast = broadcastCredentialChanges(deps.storage, gateway.credentials, deps.config.redisUrl, app.log);
     app.addHook('onClose', () => broadcast.close());
@@ -136,7 +140,7 @@ export async function buildApp(options: AppOptions): Promise<App> {
       registerMeterRoutes(api, deps);
       registerCustomerRoutes(api, deps);
       registerConnectionRoutes(api, deps);
-      registerRequestRoutes(api, deps);
+      registerRequestRoutes(api, deps, unwrittenHolds);
       registerUsageRoutes(api, deps);
       registerSpendKeyRoutes(api, deps);
       registerWalletKeyRoutes(api, deps);

@@ -110,8 +110,9 @@ async function shortfallSnapshot(deps: CommerceDeps, walletId: string, subscript
     ])
     .where('id', '=', walletId)
     .executeTakeFirstOrThrow();
-  // Holds this process admitted but has not written yet count too (SQLite's deferred admission).
-  const available = availableOf({ id: row.id, balance: BigInt(row.balance), held: BigInt(row.held) });
+  // The holds an app admitted in process and has not written yet (SQLite's deferred admission) are
+  // not counted: they become rows within milliseconds, and a top-up decided that much later is harmless.
+  const available = availableOf({ id: row.id, balance: BigInt(row.balance), held: BigInt(row.held) }, null);
   return { available, bought: BigInt(row.bought ?? 0n), lastPending: row.pending };
 }
 

@@ -11,7 +11,8 @@ import { assertJsonDepth } from '../http/json-depth.ts';
 import { METADATA_HEADER, outsideMetadata, type Metadata } from '../http/metadata.ts';
 import type { App, AppDeps } from '../http/types.ts';
 import { ADMIT_JOB, payingWalletIds, type AdmitInput } from '../ledger/admission/admit.ts';
-import { ADMISSION_WRITE_DELAY_MS, admitDeferred, DelayQueue, type AdmissionWrite, type DeferredAdmission, type DeferredWrites } from '../ledger/admission/deferred.ts';
+import { admitDeferred, deferredWrites, type AdmissionWrite, type DeferredAdmission, type DeferredWrites } from '../ledger/admission/deferred.ts';
+import type { UnwrittenHolds } from '../ledger/wallets.ts';
 import { pricingFor } from '../ledger/billing.ts';
 import { WalletLeases } from '../ledger/leases.ts';
 import { createRegistry, type ProviderModule, type ProviderRegistry } from '../providers/index.ts';
@@ -58,7 +59,8 @@ export type Gateway = {
 const SETTLEMENT_MAX_BATCH = 256;
 
 /** The forward gateway's shared parts; closing the app waits for settlements in flight. */
-export function createGateway(deps: AppDeps, app: App): Gateway {
+/** `unwritten`: the app's holds admitted in process and not written yet (decision 0011), which POST /requests subtracts too. */
+export function createGateway(deps: AppDeps, app: App, unwritten: UnwrittenHolds): Gateway {
   const credentials = new CredentialCache(deps.clock);
   // Installed now, before any request: every credential change from here on empties the cache.
   watchCredentialChanges(deps.storage, credentials);
@@ -84,7 +86,7 @@ export function createGateway(deps: AppDeps, app: App): Gateway {
     settlements: new Settlements(app.log, background),
     writer,
     background,
-    deferredWrites: { writer: background, delay: new DelayQueue(ADMISSION_WRITE_DELAY_MS) },
+    deferredWrites: deferredWrites(background, unwritten),
     holds,
     leases: leaseKeeper && hotAfter !== null ? new WalletLeases(deps.storage, leaseKeeper, { hotAfter, idleMs, ttlMs }, app.log, deps.clock) : null,
     closing: false,
@@ -351,6 +353,7 @@ async function planForward(
       metadata,
     },
     spendKeyRequest,
+    unwritten: gateway.deferredWrites.unwritten,
   };
   const admitted = await admitWithAutoTopUp(
     deps,

@@ -302,7 +302,7 @@ function decide(
   if (priced === 'amount_too_large') return { outcome: 'amount_too_large' };
   const customerWallet = wallets.get(payerWalletOf(input))!;
   const merchantWallet = wallets.get(input.merchant.wallet_id);
-  const refusal = refusalOf(priced, customerWallet, merchantWallet);
+  const refusal = refusalOf(priced, customerWallet, merchantWallet, input.unwritten);
   if (refusal) return { outcome: 'insufficient_balance', ...refusal };
 
   const debits = [

@@ -21,7 +21,7 @@ import { merchantRevenueAccount, providerCostsAccount, serviceChargesAccount } f
 import { recordWalletBalanceEvent } from './events.ts';
 import { releaseHoldInTransaction } from './holds.ts';
 import { appendTransaction, type LedgerTransactionInput, type Leg } from './postings.ts';
-import { applyDebit, availableOf, lockWallets, type WalletRow } from './wallets.ts';
+import { applyDebit, availableOf, lockWallets, type UnwrittenHolds, type WalletRow } from './wallets.ts';
 import { overrunWallets } from './admission/decision.ts';
 
 export type ChargeInput = {
@@ -59,6 +59,8 @@ export type ChargeInput = {
   holdIds?: string[];
   /** Completes the pending record written at admission instead of inserting a new one. */
   pendingRecordId?: string;
+  /** The app's holds admitted in process and not written yet (SQLite), which a charge without a hold must leave. */
+  unwritten?: UnwrittenHolds;
   now?: Date;
 };
 
@@ -159,7 +161,7 @@ async function chargeInTransaction(
   const customerWallet = wallets.get(payerWalletId)!;
   const merchantWallet = wallets.get(input.merchant.wallet_id);
   if (holdIds.length === 0) {
-    const refusal = refusalOf(priced, customerWallet, merchantWallet);
+    const refusal = refusalOf(priced, customerWallet, merchantWallet, input.unwritten);
     if (refusal) throw new InsufficientBalance(refusal.payer, refusal.needed, refusal.available);
   }
 
@@ -241,13 +243,18 @@ export type Refusal = { payer: 'wallet' | 'merchant'; needed: bigint; available:
  * Why the paying wallets cannot take this charge without a hold, or null when they can. The
  * merchant's wallet may be absent only when the merchant's part is zero.
  */
-export function refusalOf(priced: PricedRequest, customerWallet: WalletRow, merchantWallet: WalletRow | undefined): Refusal | null {
+export function refusalOf(
+  priced: PricedRequest,
+  customerWallet: WalletRow,
+  merchantWallet: WalletRow | undefined,
+  unwritten: UnwrittenHolds | undefined,
+): Refusal | null {
   const sameWallet = customerWallet === merchantWallet;
   const walletPart = priced.totals.wallet + (sameWallet ? priced.totals.merchant : 0n);
-  const walletRefusal = shortfall(availableOf(customerWallet), walletPart, 'wallet');
+  const walletRefusal = shortfall(availableOf(customerWallet, unwritten), walletPart, 'wallet');
   if (walletRefusal || sameWallet || priced.totals.merchant === 0n) return walletRefusal;
   if (!merchantWallet) throw new Error('a charge on the merchant wallet without its lock');
-  return shortfall(availableOf(merchantWallet), priced.totals.merchant, 'merchant');
+  return shortfall(availableOf(merchantWallet, unwritten), priced.totals.merchant, 'merchant');
 }
 
 function shortfall(available: bigint, needed: bigint, payer: 'wallet' | 'merchant'): Refusal | null {

@@ -2,7 +2,7 @@ import type { Transaction } from 'kysely';
 import { newId } from '../domain/ids.ts';
 import type { Storage } from '../storage/db.ts';
 import type { Database, HoldsTable } from '../storage/schema.ts';
-import { availableOf, lockWallets, type WalletRow } from './wallets.ts';
+import { availableOf, lockWallets, type UnwrittenHolds, type WalletRow } from './wallets.ts';
 
 export type HoldRow = HoldsTable;
 
@@ -12,14 +12,14 @@ export type HoldRow = HoldsTable;
  */
 export async function placeHold(
   storage: Storage,
-  input: { walletId: string; amount: bigint; reference: string; ttlMs: number; now?: Date },
+  input: { walletId: string; amount: bigint; reference: string; ttlMs: number; now?: Date; unwritten?: UnwrittenHolds },
 ): Promise<{ holdId: string } | { insufficient: { available: bigint } }> {
   if (input.amount < 0n) throw new RangeError('a hold cannot be negative');
   const now = input.now ?? new Date();
   return storage.db.transaction().execute(async (trx) => {
     const wallet = (await lockWallets(trx, storage.dialect, [input.walletId])).get(input.walletId);
     if (!wallet) throw new RangeError(`no wallet ${input.walletId}`);
-    const available = availableOf(wallet);
+    const available = availableOf(wallet, input.unwritten);
     if (available < input.amount || (input.amount === 0n && available <= 0n)) return { insufficient: { available } };
     const holdId = await insertHold(trx, wallet, input.amount, input.reference, input.ttlMs, now);
     return { holdId };

@@ -198,7 +198,8 @@ export class WalletLeases {
         if (!wallet) return 0n;
         // A dead instance's lease is given back as soon as its lifetime is over, not at the next sweep.
         wallet.held -= await releaseDueLeases(trx, walletId, now, current?.holdId);
-        const available = admittableOf(wallet);
+        // PostgreSQL only: nothing is held in process there but the leases, which are rows.
+        const available = admittableOf(wallet, null);
         if (available < need || available <= 0n) return 0n;
         // The lease as a whole, not each top-up, stays within a quarter of what the wallet has free,
         // so refills cannot park the rest of the wallet in it a quarter at a time.

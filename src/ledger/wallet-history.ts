@@ -13,7 +13,7 @@ export const CREDIT_KINDS = ['credit_grant', 'operator_credit', 'customer_paymen
 
 export function bucketsOf(w: WalletRow): WalletBuckets {
   const [balance, cycle, bundle, held] = [BigInt(w.balance), BigInt(w.cycle_credit), BigInt(w.bundle_credit), BigInt(w.held)];
-  return { balance, cycle, bundle, prepaid: balance - cycle - bundle, held, available: availableOf({ id: w.id, balance, held }) };
+  return { balance, cycle, bundle, prepaid: balance - cycle - bundle, held, available: availableOf({ id: w.id, balance, held }, null) };
 }
 
 /** The buckets of several of a merchant's wallets, by wallet id. */

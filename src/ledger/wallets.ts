@@ -38,24 +38,36 @@ export async function lockWallets(
 }
 
 /**
- * Holds this process admitted whose rows are not written yet (the embedded shape writes them off
- * the response path; decision 0011), by wallet. Every spending decision subtracts them, so money
- * a request in flight may spend is never spent twice. Empty on PostgreSQL.
+ * Holds an app admitted in process whose rows are not written yet (the embedded shape writes them
+ * off the response path; decision 0011), by wallet. One per app, created by buildApp and handed to
+ * every path that spends (the gateway's admissions, POST /requests): each subtracts them, so money
+ * a request in flight may spend is never spent twice. Never filled on PostgreSQL (leases are rows).
  */
-const unwrittenHolds = new Map<string, bigint>();
+export class UnwrittenHolds {
+  readonly #byWallet = new Map<string, bigint>();
 
-export function reserveUnwritten(walletId: string, amount: bigint): void {
-  unwrittenHolds.set(walletId, (unwrittenHolds.get(walletId) ?? 0n) + amount);
+  reserve(walletId: string, amount: bigint): void {
+    this.#byWallet.set(walletId, (this.#byWallet.get(walletId) ?? 0n) + amount);
+  }
+
+  /** The hold's row is committed (its amount is in `held` now), or it never will be. */
+  release(walletId: string, amount: bigint): void {
+    const left = (this.#byWallet.get(walletId) ?? 0n) - amount;
+    if (left > 0n) this.#byWallet.set(walletId, left);
+    else this.#byWallet.delete(walletId);
+  }
+
+  on(walletId: string): bigint {
+    return this.#byWallet.get(walletId) ?? 0n;
+  }
 }
 
-/** The hold's row is committed (its amount is in `held` now), or it never will be. */
-export function releaseUnwritten(walletId: string, amount: bigint): void {
-  const left = (unwrittenHolds.get(walletId) ?? 0n) - amount;
-  if (left > 0n) unwrittenHolds.set(walletId, left);
-  else unwrittenHolds.delete(walletId);
-}
-
-export const availableOf = (w: Pick<WalletRow, 'id' | 'balance' | 'held'>): bigint => w.balance - w.held - (unwrittenHolds.get(w.id) ?? 0n);
+/**
+ * What a wallet can still promise: its balance less what is held, in the rows and (in the embedded
+ * shape) in the app's unwritten holds. Null where a path has none to subtract (PostgreSQL).
+ */
+export const availableOf = (w: Pick<WalletRow, 'id' | 'balance' | 'held'>, unwritten: UnwrittenHolds | null | undefined): bigint =>
+  w.balance - w.held - (unwritten ? unwritten.on(w.id) : 0n);
 
 /** Splits a debit across buckets in consumption order. */
 export function splitDebit(wallet: WalletRow, amount: bigint): Record<Bucket, bigint> {

@@ -13,6 +13,7 @@ import type { App, AppDeps } from '../http/types.ts';
 import { dateOf } from '../domain/clock.ts';
 import type { ChargeInput, Refusal } from '../ledger/charge.ts';
 import { ChargeWriter } from '../ledger/charge-writer.ts';
+import type { UnwrittenHolds } from '../ledger/wallets.ts';
 import type { MeterRow } from '../storage/meters.ts';
 import { findRequestPk, listRequests, type RequestFilters } from '../storage/request-queries.ts';
 import { createRequestLookups, type ChargeParty, type RequestLookups } from '../storage/request-lookups.ts';
@@ -266,7 +267,8 @@ function pageOfRecords(rows: RequestRow[], limit: number): Page<RequestRecord> {
 
 const tags = ['requests'];
 
-export function registerRequestRoutes(app: App, deps: AppDeps): void {
+/** `unwritten`: the app's holds admitted in process and not written yet, which a charge must leave. */
+export function registerRequestRoutes(app: App, deps: AppDeps, unwritten: UnwrittenHolds): void {
   const { storage, config } = deps;
   const lookups = createRequestLookups(storage);
   const writer = new ChargeWriter(storage, {
@@ -360,6 +362,7 @@ export function registerRequestRoutes(app: App, deps: AppDeps): void {
       serviceChargeRate: principal.serviceChargeRate ?? config.serviceChargeRate,
       metadata: body.metadata ?? {},
       now: dateOf(deps.clock),
+      unwritten,
     };
   }
 

@@ -5,7 +5,7 @@ import { resolveForwardCredential } from '../../src/gateway/credentials.ts';
 import { sweepExpiredHolds } from '../../src/gateway/settle.ts';
 import { GroupCommitWriter, type BatchJob } from '../../src/ledger/group-commit.ts';
 import { ADMIT_JOB, admitRequest } from '../../src/ledger/admission/admit.ts';
-import { ADMISSION_WRITE_DELAY_MS, admitDeferred, DelayQueue, releaseDeferredHolds, takeOverAdmission } from '../../src/ledger/admission/deferred.ts';
+import { ADMISSION_WRITE_DELAY_MS, admitDeferred, deferredWrites, releaseDeferredHolds, takeOverAdmission } from '../../src/ledger/admission/deferred.ts';
 import { failRequest, SETTLE_JOB, settleRequest, type SettleInput } from '../../src/ledger/settlement/settle.ts';
 import { pricingFor } from '../../src/ledger/billing.ts';
 import { verifyLedger } from '../../src/ledger/verify.ts';
@@ -400,7 +400,7 @@ describe.each(databasesUnderTest())('gateway writer on %s', (dialect) => {
     const record = { ...CHAT_FACTS, metadata };
     const admission = (hold: string) => admissionOf(billing, customer.walletId, { hold, facts: record });
     const background = new GroupCommitWriter(t.storage);
-    return { customer, billing, background, writes: { writer: background, delay: new DelayQueue(writeDelayMs) }, record, admission };
+    return { customer, billing, background, writes: deferredWrites(background, undefined, writeDelayMs), record, admission };
   }
 
   it.runIf(dialect === 'sqlite')(

@@ -4,7 +4,7 @@ import { newId } from '../../src/domain/ids.ts';
 import type { BillingContext } from '../../src/ledger/billing.ts';
 import { resolveForwardCredential } from '../../src/gateway/credentials.ts';
 import { ADMIT_JOB, admitInTransaction, type AdmitInput, type AdmitOutcome } from '../../src/ledger/admission/admit.ts';
-import { ADMISSION_WRITE_DELAY_MS, admitDeferred, DelayQueue } from '../../src/ledger/admission/deferred.ts';
+import { admitDeferred, deferredWrites } from '../../src/ledger/admission/deferred.ts';
 import { GroupCommitWriter } from '../../src/ledger/group-commit.ts';
 import { placeHold } from '../../src/ledger/holds.ts';
 import { creditWallet, findWallet } from '../../src/ledger/wallets.ts';
@@ -122,11 +122,11 @@ describe.each(databasesUnderTest())('every admission path decides as the in-tran
         const expected = await reference(s);
         const w = await world(s.wallets);
         const writer = new GroupCommitWriter(t.storage);
-        const deferredWrites = { writer, delay: new DelayQueue(ADMISSION_WRITE_DELAY_MS) };
+        const deferred = deferredWrites(writer);
         const decisions: Decision[] = [];
         const writes: Promise<void>[] = [];
         for (const input of inputsOf(w, s.requests)) {
-          const outcome = await admitDeferred(t.storage, deferredWrites, input);
+          const outcome = await admitDeferred(t.storage, deferred, input);
           decisions.push(decisionOf(outcome));
           if (outcome.outcome === 'admitted' && outcome.deferred) writes.push(outcome.deferred.written);
         }

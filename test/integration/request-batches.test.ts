@@ -4,7 +4,7 @@ import { chargeBatch } from '../../src/ledger/charge-batch.ts';
 import { ChargeWriter } from '../../src/ledger/charge-writer.ts';
 import type { ChargeInput } from '../../src/ledger/charge.ts';
 import { verifyLedger } from '../../src/ledger/verify.ts';
-import { creditWallet, findWallet } from '../../src/ledger/wallets.ts';
+import { creditWallet, findWallet, UnwrittenHolds } from '../../src/ledger/wallets.ts';
 import { presentCustomer } from '../../src/routes/customers.ts';
 import { findConnection, softDeleteConnection } from '../../src/storage/connections.ts';
 import { findMerchant } from '../../src/storage/merchants.ts';
@@ -94,6 +94,18 @@ describe.each(databasesUnderTest())('batched request charges on %s', (dialect) =
     expect(await s.balance(0)).toBe(usd('0.01') - usd('0.0025') - usd('0.005'));
     expect(await s.balance(1)).toBe(usd('0.0000001'));
     expect(await findRequestByRequestId(t.storage.db, s.m.merchantId, inputs[1]!.requestId)).toBeUndefined();
+  });
+
+  it("leaves the holds its app admitted in process and has not written; another app's are not its to see", async () => {
+    const s = await setup(['0.01']);
+    const thisApp = new UnwrittenHolds();
+    thisApp.reserve(s.customers[0]!.walletId, usd('0.009'));
+    // 1,000 tokens at 2.5 per 1M cost 0.0025: more than the 0.001 this app has not promised.
+    const refused = await chargeBatch(t.storage, [Object.assign(await s.input(0, tokens(1000)), { unwritten: thisApp })]);
+    expect(refused[0]).toMatchObject({ outcome: 'insufficient_balance', available: usd('0.001') });
+    const otherApp = new UnwrittenHolds();
+    const charged = await chargeBatch(t.storage, [Object.assign(await s.input(0, tokens(1000)), { unwritten: otherApp })]);
+    expect(charged[0]!.outcome).toBe('recorded');
   });
 
   it('prices requests of one customer in arrival order, and a refused request moves no tier position', async () => {

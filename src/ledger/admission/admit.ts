@@ -19,7 +19,7 @@ import { prepared, type Storage } from '../../storage/db.ts';
 import type { Database } from '../../storage/schema.ts';
 import { insertRequestRecord, metadataRows, type RequestRow } from '../../storage/requests.ts';
 import { insertHold, type HoldRow } from '../holds.ts';
-import { lockWallets, type WalletRow } from '../wallets.ts';
+import { lockWallets, type UnwrittenHolds, type WalletRow } from '../wallets.ts';
 import { admittableOf, holdParts, holdRowsOf, overrunsEnded, refusedPart } from './decision.ts';
 import { pricingFor, type BillingContext } from '../billing.ts';
 import { writeAdmissionRows } from './rows.ts';
@@ -35,6 +35,8 @@ export type AdmitInput = {
   record: Pick<RequestRow, 'provider' | 'model' | 'endpoint' | 'provider_key_type'> & { metadata: Record<string, string> };
   /** What a spend key's checks are run against again on its locked row. */
   spendKeyRequest?: SpendKeyRequest;
+  /** The app's holds admitted in process and not written yet (SQLite), which the decision subtracts. */
+  unwritten?: UnwrittenHolds;
   now?: Date;
 };
 
@@ -57,7 +59,7 @@ export async function admitRequest(storage: Storage, input: AdmitInput): Promise
     const key = await lockedSpendKey(trx, storage.dialect, input, now);
     if (key && isSpendKeyRefusal(key)) return { outcome: 'spend_key_refused', refusal: key };
     const parts = holdParts(input.walletId, input.billing.merchantWalletId, input.estimate);
-    const refused = refusedPart(parts, (walletId) => admittableOf(wallets.get(walletId)!));
+    const refused = refusedPart(parts, (walletId) => admittableOf(wallets.get(walletId)!, input.unwritten));
     if (refused) return { outcome: 'insufficient_balance', payer: refused.payer };
     const recordId = input.requestId;
     if (key) {
@@ -119,7 +121,7 @@ export async function admitInTransaction(
       outcomes.push({ outcome: 'spend_key_refused', refusal: key });
       continue;
     }
-    const refused = refusedPart(parts, (walletId) => admittableOf(wallets.get(walletId)!));
+    const refused = refusedPart(parts, (walletId) => admittableOf(wallets.get(walletId)!, input.unwritten));
     if (refused) {
       outcomes.push({ outcome: 'insufficient_balance', payer: refused.payer });
       continue;

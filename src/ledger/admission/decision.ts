@@ -7,7 +7,7 @@
 import { newId } from '../../domain/ids.ts';
 import type { PricedRequest } from '../../domain/pricing.ts';
 import type { HoldRow } from '../holds.ts';
-import { availableOf, type WalletRow } from '../wallets.ts';
+import { availableOf, type UnwrittenHolds, type WalletRow } from '../wallets.ts';
 
 /** One wallet's share of a request's estimate; `payer` says whose refusal it is. */
 export type HoldPart = { walletId: string; amount: bigint; payer: 'wallet' | 'merchant' };
@@ -44,8 +44,8 @@ export type AdmissionWallet = Pick<WalletRow, 'id' | 'balance' | 'held' | 'overr
  * held, in the database or by this process): those may overrun too, so nothing more is promised
  * until they have settled (decision 0019).
  */
-export function admittableOf(wallet: AdmissionWallet): bigint {
-  const available = availableOf(wallet);
+export function admittableOf(wallet: AdmissionWallet, unwritten: UnwrittenHolds | null | undefined): bigint {
+  const available = availableOf(wallet, unwritten);
   const inFlight = BigInt(wallet.balance) - available;
   return Number(wallet.overrun ?? 0) !== 0 && inFlight > 0n ? 0n : available;
 }

@@ -8,7 +8,7 @@ import type { BatchJob, GroupCommitWriter } from '../group-commit.ts';
 import type { Storage } from '../../storage/db.ts';
 import type { Database } from '../../storage/schema.ts';
 import type { HoldRow } from '../holds.ts';
-import { lockWallets, releaseUnwritten, reserveUnwritten, type WalletRow } from '../wallets.ts';
+import { lockWallets, UnwrittenHolds, type WalletRow } from '../wallets.ts';
 import type { Lease, WalletLeases } from '../leases.ts';
 import { admittableOf, holdParts, holdRowsOf, overrunsEnded, refusedPart, type HoldPart } from './decision.ts';
 import { pendingRecord, type AdmitInput, type AdmitOutcome } from './admit.ts';
@@ -55,8 +55,17 @@ export class DelayQueue {
   }
 }
 
-/** Where deferred admissions go to be written: after `delay`, through `writer` (both the app's). */
-export type DeferredWrites = { writer: GroupCommitWriter; delay: DelayQueue };
+/**
+ * The app's deferred admissions: where they go to be written (after `delay`, through `writer`),
+ * the holds they reserved in process until then (`unwritten`, which every spending decision of the
+ * app subtracts) and the wallet rows the embedded decision last read (`walletReads`).
+ */
+export type DeferredWrites = { writer: GroupCommitWriter; delay: DelayQueue; unwritten: UnwrittenHolds; walletReads: WalletReads };
+
+/** An app's deferred admissions, written through `writer` `delayMs` after admission. */
+export function deferredWrites(writer: GroupCommitWriter, unwritten = new UnwrittenHolds(), delayMs = ADMISSION_WRITE_DELAY_MS): DeferredWrites {
+  return { writer, delay: new DelayQueue(delayMs), unwritten, walletReads: new WalletReads() };
+}
 
 /**
  * What a deferred admission leaves to write: its holds and its pending record. `queued` until a
@@ -76,6 +85,8 @@ export type AdmissionWrite = {
    * reserved in process: each hold's share is still in its wallet's lease row until written or settled.
    */
   leased?: { leases: WalletLeases; byWallet: Map<string, Lease> };
+  /** Otherwise the app's in-process reservation of its holds, released once they are rows (or settled). */
+  reservedIn?: UnwrittenHolds;
 };
 
 export type DeferredAdmission = AdmitOutcome & { deferred?: AdmissionWrite };
@@ -93,7 +104,7 @@ export function releaseDeferredHolds(write: AdmissionWrite): void {
     for (const lease of write.leased.byWallet.values()) write.leased.leases.end(lease);
     return;
   }
-  for (const hold of write.holds) releaseUnwritten(hold.wallet_id, hold.amount);
+  for (const hold of write.holds) write.reservedIn?.release(hold.wallet_id, hold.amount);
 }
 
 /**
@@ -118,8 +129,9 @@ export async function admitDeferred(storage: Storage, writes: DeferredWrites, in
     if (!(taken instanceof Map)) return { outcome: 'insufficient_balance', payer: taken.payer };
     deferred.leased = { leases, byWallet: taken };
   } else {
-    const refused = await reserveInProcess(storage, parts);
+    const refused = await reserveInProcess(storage, writes, parts);
     if (refused) return { outcome: 'insufficient_balance', payer: refused.payer };
+    deferred.reservedIn = writes.unwritten;
   }
 
   // Handed to the writer only once the request has run a while: most settle before that and take
@@ -146,21 +158,26 @@ export async function admitDeferred(storage: Storage, writes: DeferredWrites, in
  * It is taken against the wallets as this process last read them while nothing was written since
  * (walletReads); a refusal is always taken against a fresh read.
  */
-async function reserveInProcess(storage: Storage, parts: HoldPart[]): Promise<HoldPart | undefined> {
+async function reserveInProcess(storage: Storage, writes: DeferredWrites, parts: HoldPart[]): Promise<HoldPart | undefined> {
+  const { unwritten, walletReads } = writes;
   const walletIds = [...new Set(parts.map((part) => part.walletId))];
-  const remembered = rememberedWallets(storage, walletIds);
+  const remembered = walletReads.remembered(storage, walletIds);
+  const refusedIn = (wallets: Map<string, WalletBalance>) => refusedPart(parts, (walletId) => admittableOf(wallets.get(walletId)!, unwritten));
+  const reserve = () => {
+    for (const part of parts) unwritten.reserve(part.walletId, part.amount);
+  };
   // An overrun ends with a write (below), so it is decided on a fresh read.
-  if (remembered && ![...remembered.values()].some((wallet) => Number(wallet.overrun ?? 0) !== 0) && !refusedIn(parts, remembered)) {
-    reserveParts(parts);
+  if (remembered && ![...remembered.values()].some((wallet) => Number(wallet.overrun ?? 0) !== 0) && !refusedIn(remembered)) {
+    reserve();
     return undefined;
   }
   return storage.db.connection().execute(async (db) => {
     const rows = walletIds.length > 0 ? (await db.executeQuery(walletBalancesQuery(walletIds))).rows : [];
     const wallets = new Map(rows.map((row) => [row.id, row]));
-    rememberWallets(storage, wallets);
-    const refusal = refusedIn(parts, wallets);
+    walletReads.remember(storage, wallets);
+    const refusal = refusedIn(wallets);
     // Reserved before the connection is let go: no other decision sees these wallets without them.
-    if (!refusal) reserveParts(parts);
+    if (!refusal) reserve();
     const ended = refusal ? [] : overrunsEnded(parts, (walletId) => wallets.get(walletId));
     if (ended.length > 0) await db.executeQuery(CompiledQuery.raw(`update wallets set overrun = 0 where id in (${ended.map(() => '?').join(', ')})`, ended));
     return refusal;
@@ -169,14 +186,6 @@ async function reserveInProcess(storage: Storage, parts: HoldPart[]): Promise<Ho
 
 type WalletBalance = Pick<WalletRow, 'id' | 'balance' | 'held' | 'overrun'>;
 
-function refusedIn(parts: HoldPart[], wallets: Map<string, WalletBalance>): HoldPart | undefined {
-  return refusedPart(parts, (walletId) => admittableOf(wallets.get(walletId)!));
-}
-
-function reserveParts(parts: HoldPart[]): void {
-  for (const part of parts) reserveUnwritten(part.walletId, part.amount);
-}
-
 /**
  * Wallet balances as the embedded admission last read them, each with the storage's write count
  * at the time. While that count has not moved, no statement of this process has written since, so
@@ -184,31 +193,33 @@ function reserveParts(parts: HoldPart[]): void {
  * process wrote meanwhile. The only other process on an embedded database is the CLI, which only
  * adds credit (decision 0011): a remembered row can make an admission refuse wrongly, never admit
  * wrongly, and refusals are taken against a fresh read. Saves a read per request (the read takes
- * SQLite's WAL read lock: system calls, ~14 µs under load).
+ * SQLite's WAL read lock: system calls, ~14 µs under load). One per app (DeferredWrites).
  */
-const walletReads = new WeakMap<Storage, Map<string, { row: WalletBalance; writes: number }>>();
-const WALLET_READS_MAX = 10_000;
+export class WalletReads {
+  #reads = new Map<string, { row: WalletBalance; writes: number }>();
 
-function rememberedWallets(storage: Storage, ids: string[]): Map<string, WalletBalance> | null {
-  const writes = storage.writeCount?.();
-  const remembered = walletReads.get(storage);
-  if (writes === undefined || !remembered) return null;
-  const wallets = new Map<string, WalletBalance>();
-  for (const id of ids) {
-    const read = remembered.get(id);
-    if (read?.writes !== writes) return null;
-    wallets.set(id, read.row);
+  /** The rows of these wallets as last read, while nothing was written through `storage` since; else null. */
+  remembered(storage: Storage, ids: string[]): Map<string, WalletBalance> | null {
+    const writes = storage.writeCount?.();
+    if (writes === undefined) return null;
+    const wallets = new Map<string, WalletBalance>();
+    for (const id of ids) {
+      const read = this.#reads.get(id);
+      if (read?.writes !== writes) return null;
+      wallets.set(id, read.row);
+    }
+    return wallets;
   }
-  return wallets;
+
+  remember(storage: Storage, wallets: Map<string, WalletBalance>): void {
+    const writes = storage.writeCount?.();
+    if (writes === undefined) return;
+    if (this.#reads.size >= WALLET_READS_MAX) this.#reads = new Map();
+    for (const [id, row] of wallets) this.#reads.set(id, { row, writes });
+  }
 }
 
-function rememberWallets(storage: Storage, wallets: Map<string, WalletBalance>): void {
-  const writes = storage.writeCount?.();
-  if (writes === undefined) return;
-  let remembered = walletReads.get(storage);
-  if (!remembered || remembered.size >= WALLET_READS_MAX) walletReads.set(storage, (remembered = new Map()));
-  for (const [id, row] of wallets) remembered.set(id, { row, writes });
-}
+const WALLET_READS_MAX = 10_000;
 
 /** Each part from its wallet's lease (one part per wallet); the refused part when one cannot be covered. */
 async function takeFromLeases(leases: WalletLeases, parts: HoldPart[]): Promise<Map<string, Lease> | HoldPart> {
