@@ -7,10 +7,11 @@
  *   3. The forward gateway against a direct call to the same mock provider (bench/gateway.ts).
  *   4. Webhook delivery: events per second to a local receiver and end-to-end lag (bench/webhooks.ts).
  *   5. Rewrite proxy: CPU per request of an Anthropic client translated to an OpenAI-shaped mock, against forward (bench/rewrite.ts).
+ *   6. Dashboard pages in Chromium: time to interactive and bytes transferred per page (bench/pages.ts).
  *
  * PostgreSQL comes from BENCH_DATABASE_URL or TEST_DATABASE_URL (a fresh schema is created);
  * without either, only SQLite runs. `--quick` shrinks every size for a smoke run. While working on
- * one scenario, `--only records|usage|gateway|webhooks|rewrite` (comma-separated) and
+ * one scenario, `--only records|usage|gateway|webhooks|rewrite|pages` (comma-separated) and
  * `--engine sqlite|postgres` narrow the run; the report then holds only what ran. `--cpu-prof DIR` writes each server's V8
  * CPU profile to DIR.
  * The report is printed and written to bench/results/latest.md.
@@ -26,6 +27,7 @@ import { createMerchant } from '../src/storage/merchants.ts';
 import { migrateToLatest } from '../src/storage/migrate.ts';
 import { benchPostgresUrl, freshPostgresSchema, freshSqlite } from './databases.ts';
 import { benchGateway, startMock } from './gateway.ts';
+import { benchPages } from './pages.ts';
 import { benchRewrite } from './rewrite.ts';
 import { benchWebhooks } from './webhooks.ts';
 
@@ -35,7 +37,7 @@ const optionList = (name: string) => {
   return i >= 0 ? process.argv[i + 1]?.split(',') : undefined;
 };
 const only = optionList('--only');
-const runs = (scenario: 'records' | 'usage' | 'gateway' | 'webhooks' | 'rewrite') => !only || only.includes(scenario);
+const runs = (scenario: 'records' | 'usage' | 'gateway' | 'webhooks' | 'rewrite' | 'pages') => !only || only.includes(scenario);
 const onlyEngines = optionList('--engine');
 /** `--cpu-prof DIR`: each server writes its V8 CPU profile to DIR when it exits. */
 const profileDir = optionList('--cpu-prof')?.[0];
@@ -50,6 +52,8 @@ const SIZES = {
   gatewaySeconds: quick ? 2 : 10,
   webhookBurst: quick ? 500 : 5_000,
   webhookRateSeconds: quick ? 2 : 10,
+  pageVisits: quick ? 3 : 10,
+  pageRequests: quick ? 50 : 500,
 };
 
 type Row = { scenario: string; engine: string; result: string; target: string };
@@ -89,6 +93,9 @@ async function main(): Promise<void> {
       });
       if (runs('rewrite')) await withServer(engine.url, mock.url, async (server) => {
         report.push(...(await benchRewrite({ engine: engine.name, storage, serverUrl: server.url, serverPid: server.process.pid!, seconds: SIZES.gatewaySeconds })));
+      });
+      if (runs('pages')) await withServer(engine.url, mock.url, async (server) => {
+        report.push(...(await benchPages({ engine: engine.name, storage, serverUrl: server.url, visits: SIZES.pageVisits, requests: SIZES.pageRequests })));
       });
     } finally {
       await storage.close();
