@@ -1,7 +1,7 @@
 import { readFileSync } from 'node:fs';
 import { z } from 'zod';
 import { parseMoney } from './domain/money.ts';
-import { parsePriceOverrides, type PriceOverrideTable } from './domain/prices.ts';
+import { parsePriceOverrides, type PriceOverrideTable } from './domain/base-prices.ts';
 
 /**
  * Every setting Tollgate reads from its environment, in one schema.

@@ -4,7 +4,7 @@ import type { Dispatcher } from 'undici';
 import { admitWithAutoTopUp } from '../commerce/auto-top-up.ts';
 import { dateOf } from '../domain/clock.ts';
 import { newId } from '../domain/ids.ts';
-import { lookupBasePrices } from '../domain/prices.ts';
+import { lookupBasePrices } from '../domain/base-prices.ts';
 import type { BasePrices } from '../domain/pricing.ts';
 import { ApiError, validationError, type ErrorCode } from '../http/errors.ts';
 import { assertJsonDepth } from '../http/json-depth.ts';

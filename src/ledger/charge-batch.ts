@@ -22,7 +22,7 @@ import {
   mayChargeMerchantWallet,
   payerWalletOf,
   priceCharge,
-  refusalOf,
+  balanceShortfall,
   type ChargeInput,
   type ChargeOutcome,
   type CounterKey,
@@ -302,7 +302,7 @@ function decide(
   if (priced === 'amount_too_large') return { outcome: 'amount_too_large' };
   const customerWallet = wallets.get(payerWalletOf(input))!;
   const merchantWallet = wallets.get(input.merchant.wallet_id);
-  const refusal = refusalOf(priced, customerWallet, merchantWallet, input.unwritten);
+  const refusal = balanceShortfall(priced, customerWallet, merchantWallet, input.unwritten);
   if (refusal) return { outcome: 'insufficient_balance', ...refusal };
 
   const debits = [

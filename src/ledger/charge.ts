@@ -161,7 +161,7 @@ async function chargeInTransaction(
   const customerWallet = wallets.get(payerWalletId)!;
   const merchantWallet = wallets.get(input.merchant.wallet_id);
   if (holdIds.length === 0) {
-    const refusal = refusalOf(priced, customerWallet, merchantWallet, input.unwritten);
+    const refusal = balanceShortfall(priced, customerWallet, merchantWallet, input.unwritten);
     if (refusal) throw new InsufficientBalance(refusal.payer, refusal.needed, refusal.available);
   }
 
@@ -237,18 +237,19 @@ export function priceCharge(input: ChargeInput, accumulated: bigint): PricedRequ
   return priced;
 }
 
-export type Refusal = { payer: 'wallet' | 'merchant'; needed: bigint; available: bigint };
+/** What a charge without a hold lacks: whose wallet, how much it needs and what it has available (a 402). */
+export type BalanceShortfall = { payer: 'wallet' | 'merchant'; needed: bigint; available: bigint };
 
 /**
  * Why the paying wallets cannot take this charge without a hold, or null when they can. The
  * merchant's wallet may be absent only when the merchant's part is zero.
  */
-export function refusalOf(
+export function balanceShortfall(
   priced: PricedRequest,
   customerWallet: WalletRow,
   merchantWallet: WalletRow | undefined,
   unwritten: UnwrittenHolds | undefined,
-): Refusal | null {
+): BalanceShortfall | null {
   const sameWallet = customerWallet === merchantWallet;
   const walletPart = priced.totals.wallet + (sameWallet ? priced.totals.merchant : 0n);
   const walletRefusal = shortfall(availableOf(customerWallet, unwritten), walletPart, 'wallet');
@@ -257,7 +258,7 @@ export function refusalOf(
   return shortfall(availableOf(merchantWallet, unwritten), priced.totals.merchant, 'merchant');
 }
 
-function shortfall(available: bigint, needed: bigint, payer: 'wallet' | 'merchant'): Refusal | null {
+function shortfall(available: bigint, needed: bigint, payer: 'wallet' | 'merchant'): BalanceShortfall | null {
   if (needed === 0n || available >= needed) return null;
   return { payer, needed, available };
 }

@@ -2,7 +2,7 @@ import { createHash } from 'node:crypto';
 import { z } from 'zod';
 import { admitWithAutoTopUp } from '../commerce/auto-top-up.ts';
 import { formatMoney } from '../domain/money.ts';
-import { lookupBasePrices } from '../domain/prices.ts';
+import { lookupBasePrices } from '../domain/base-prices.ts';
 import { formatMicros, secondsToMicros, toSeconds, type Usage } from '../domain/pricing.ts';
 import { principalOf, type Principal } from '../http/auth.ts';
 import { ApiError, notFound, validationError } from '../http/errors.ts';
@@ -11,7 +11,7 @@ import { assertCursor, pageQuery, pageResponse, toPage, type Page } from '../htt
 import { idParams, standardErrors } from '../http/schemas.ts';
 import type { App, AppDeps } from '../http/types.ts';
 import { dateOf } from '../domain/clock.ts';
-import type { ChargeInput, Refusal } from '../ledger/charge.ts';
+import type { ChargeInput, BalanceShortfall } from '../ledger/charge.ts';
 import { ChargeWriter } from '../ledger/charge-writer.ts';
 import type { UnwrittenHolds } from '../ledger/wallets.ts';
 import type { MeterRow } from '../storage/meters.ts';
@@ -422,7 +422,7 @@ function forgetParties(lookups: RequestLookups, merchantId: string, body: Create
   if (body.meter_slug) lookups.meterBySlug.forget(within(body.meter_slug));
 }
 
-function insufficientBalance(refusal: Refusal): ApiError {
+function insufficientBalance(refusal: BalanceShortfall): ApiError {
   const whose = refusal.payer === 'wallet' ? "The customer's wallet" : "The merchant's wallet";
   return new ApiError(
     'insufficient_balance',

@@ -2,7 +2,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { dateOf } from '../../src/domain/clock.ts';
 import { parseMoney } from '../../src/domain/money.ts';
-import { lookupBasePrices } from '../../src/domain/prices.ts';
+import { lookupBasePrices } from '../../src/domain/base-prices.ts';
 import { resolveForwardCredential } from '../../src/gateway/credentials.ts';
 import { estimateHold } from '../../src/gateway/estimate.ts';
 import { HoldKeeper } from '../../src/ledger/hold-keeper.ts';

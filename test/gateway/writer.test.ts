@@ -1,6 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { formatMoney, parseMoney } from '../../src/domain/money.ts';
-import { lookupBasePrices } from '../../src/domain/prices.ts';
+import { lookupBasePrices } from '../../src/domain/base-prices.ts';
 import { resolveForwardCredential } from '../../src/gateway/credentials.ts';
 import { sweepExpiredHolds } from '../../src/gateway/settle.ts';
 import { GroupCommitWriter, type BatchJob } from '../../src/ledger/group-commit.ts';

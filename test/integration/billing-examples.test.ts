@@ -3,7 +3,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { formatMoney, parseMoney } from '../../src/domain/money.ts';
-import { lookupBasePrices } from '../../src/domain/prices.ts';
+import { lookupBasePrices } from '../../src/domain/base-prices.ts';
 import { verifyLedger } from '../../src/ledger/verify.ts';
 import { creditWallet, findWallet } from '../../src/ledger/wallets.ts';
 import { setServiceChargeRate } from '../../src/storage/merchants.ts';
@@ -226,7 +226,7 @@ describe.each(databasesUnderTest())('billing examples through POST /v1/requests 
   });
 
   it('percentage of the catalog base cost (openai/gpt-4o), base cost paid by the wallet', async () => {
-    // Bundled catalog: gpt-4o input 2.5, output 10 per 1M tokens (test/unit/prices.test.ts).
+    // Bundled catalog: gpt-4o input 2.5, output 10 per 1M tokens (test/unit/base-prices.test.ts).
     expect(lookupBasePrices('openai', 'gpt-4o')).toMatchObject({ input: parseMoney('2.5'), output: parseMoney('10') });
     const s = await scenario({ name: 'Markup', rate_type: 'percentage', tiers: [{ start: 0, rate: '10' }] });
     const r = await s.charge({ provider: 'openai', model: 'gpt-4o', input_tokens: 1_000, output_tokens: 500 });

@@ -4,7 +4,7 @@ import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { loadConfig } from '../../src/config.ts';
 import { parseMoney } from '../../src/domain/money.ts';
-import { lookupBasePrices } from '../../src/domain/prices.ts';
+import { lookupBasePrices } from '../../src/domain/base-prices.ts';
 import { resolveForwardCredential } from '../../src/gateway/credentials.ts';
 import { estimateHold } from '../../src/gateway/estimate.ts';
 import { admitRequest } from '../../src/ledger/admission/admit.ts';

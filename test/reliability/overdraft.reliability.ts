@@ -1,6 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { formatMoney } from '../../src/domain/money.ts';
-import { lookupBasePrices } from '../../src/domain/prices.ts';
+import { lookupBasePrices } from '../../src/domain/base-prices.ts';
 import { resolveForwardCredential } from '../../src/gateway/credentials.ts';
 import { estimateHold } from '../../src/gateway/estimate.ts';
 import { pricingFor } from '../../src/ledger/billing.ts';

@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { parseMoney } from '../../src/domain/money.ts';
-import { catalogPrices, lookupBasePrices, parsePriceOverrides } from '../../src/domain/prices.ts';
+import { catalogPrices, lookupBasePrices, parsePriceOverrides } from '../../src/domain/base-prices.ts';
 
 // Catalog numbers come from the bundled @pydantic/genai-prices data; `at` pins dated prices.
 const at = new Date('2025-06-01T00:00:00Z');
