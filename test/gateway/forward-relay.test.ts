@@ -332,8 +332,14 @@ describe.each(databasesUnderTest())('forward gateway relay on %s', (dialect) => 
       const res = await post(MISTRAL_CHAT, '{"model":"mistral-small-latest"}', { 'x-test-mode': 'flood' }, base, aborted.signal);
       expect(res.status).toBe(200);
       // The body is not read: the provider may fill the sockets' buffers on the way, and no more.
-      await sleep(500);
-      const written = raw.flooded();
+      // Wait until it stops: no more written over five looks 20 ms apart.
+      let written = raw.flooded();
+      for (let still = 0, looks = 0; still < 5 && looks < 500; looks++) {
+        await sleep(20);
+        const now = raw.flooded();
+        still = now === written ? still + 1 : 0;
+        written = now;
+      }
       expect(written).toBeGreaterThan(0);
       expect(written).toBeLessThan(64 * 1024 * 1024);
       aborted.abort();

@@ -8,6 +8,7 @@ import { openStorage } from '../../src/storage/db.ts';
 import { createMerchant } from '../../src/storage/merchants.ts';
 import { insertSecretKey } from '../../src/storage/secret-keys.ts';
 import { startTestApp, type TestApp } from '../helpers/app.ts';
+import { TestClock } from '../helpers/clock.ts';
 import { databasesUnderTest, freshDatabase } from '../helpers/databases.ts';
 
 const LIMIT = 5;
@@ -19,13 +20,16 @@ if (!REDIS_URL && process.env.CI) {
   throw new Error('CI must set TEST_REDIS_URL so the Redis rate-limit suites run.');
 }
 
+/** The one clock of every app and server here, so apps sharing a limiter agree on its windows. */
+const clock = new TestClock();
+
 /**
- * Windows are fixed wall-clock minutes. A burst that straddles a boundary would see two windows,
- * so wait for the next one when the current one is about to end.
+ * Windows are fixed minutes of the app's clock. A burst that straddles a boundary would see two
+ * windows, so when the current one is about to end the clock jumps to the next one.
  */
 async function awayFromWindowEdge(marginMs = 5_000): Promise<void> {
-  const left = 60_000 - (Date.now() % 60_000);
-  if (left < marginMs) await new Promise((resolve) => setTimeout(resolve, left + 50));
+  const left = 60_000 - (clock.now() % 60_000);
+  if (left < marginMs) clock.advance(left + 1);
 }
 
 type LimiterFactory = { make(): RateLimiter; closeAll(): Promise<void> };
@@ -61,7 +65,7 @@ for (const [label, factory, skip] of suites) {
     let t: TestApp;
     beforeAll(async () => {
       limiters = factory();
-      t = await startTestApp(dialect, { env, rateLimiter: limiters.make() });
+      t = await startTestApp(dialect, { env, rateLimiter: limiters.make(), clock });
     });
     afterAll(async () => {
       await t?.close();
@@ -75,7 +79,7 @@ for (const [label, factory, skip] of suites) {
       await awayFromWindowEdge();
       const m = await t.newMerchant();
       for (let i = 1; i <= LIMIT; i++) {
-        const before = Date.now() / 1000;
+        const before = clock.now() / 1000;
         const res = await get(t, m.secretKey);
         expect(res.statusCode).toBe(200);
         expect(res.headers['x-ratelimit-limit']).toBe(String(LIMIT));
@@ -102,7 +106,7 @@ for (const [label, factory, skip] of suites) {
       expect(retryAfter).toBeLessThanOrEqual(60);
       // Retry-After and Reset name the same moment.
       const reset = Number(res.headers['x-ratelimit-reset']);
-      expect(Math.abs(reset - (Math.floor(Date.now() / 1000) + retryAfter))).toBeLessThanOrEqual(1);
+      expect(Math.abs(reset - (Math.floor(clock.now() / 1000) + retryAfter))).toBeLessThanOrEqual(1);
 
       // A limited key stays limited for the rest of the window, and nothing runs behind the 429.
       const post = await t.app.inject({
@@ -142,7 +146,7 @@ for (const [label, factory, skip] of suites) {
     if (label === 'Redis limiter') {
       it('shares one window between two app instances on one Redis and one database: together they admit exactly the limit', async () => {
         await awayFromWindowEdge();
-        const second = await startTestApp(dialect, { env, database: t.database, rateLimiter: limiters.make() });
+        const second = await startTestApp(dialect, { env, database: t.database, rateLimiter: limiters.make(), clock });
         try {
           const m = await t.newMerchant();
           // Sequential, alternating: the counts of both instances add up.
@@ -177,6 +181,7 @@ describe.each(databasesUnderTest())('rate limits while Redis is unreachable, on 
     // Nothing listens on port 1: every connection attempt is refused.
     server = await startServer(
       loadConfig({ PORT: '0', LOG_LEVEL: 'silent', DATABASE_URL: database.url, REDIS_URL: 'redis://127.0.0.1:1', ...env }),
+      { clock },
     );
     const side = openStorage(database.url);
     ({ secretKey } = await createMerchant(side, { name: 'No Redis' }));
@@ -224,25 +229,25 @@ describe.skipIf(!REDIS_URL)('Redis limiter when Redis fails a command', () => {
     await awayFromWindowEdge();
     const outages: unknown[] = [];
     const limiter = new RedisRateLimiter(redis, { prefix, onOutage: (err) => outages.push(err) });
-    const windowStart = Math.floor(Date.now() / 60_000) * 60_000;
+    const windowStart = Math.floor(clock.now() / 60_000) * 60_000;
     const redisKey = `${prefix}key-a:${windowStart}`;
     // A key of the wrong type makes INCR fail while the connection is fine.
     await redis.hset(redisKey, 'not', 'a counter');
 
-    expect((await limiter.hit('key-a', LIMIT, 60_000, Date.now())).remaining).toBe(LIMIT - 1);
-    expect((await limiter.hit('key-a', LIMIT, 60_000, Date.now())).remaining).toBe(LIMIT - 2);
+    expect((await limiter.hit('key-a', LIMIT, 60_000, clock.now())).remaining).toBe(LIMIT - 1);
+    expect((await limiter.hit('key-a', LIMIT, 60_000, clock.now())).remaining).toBe(LIMIT - 2);
     expect(outages).toHaveLength(1);
     expect(String(outages[0])).toMatch(/WRONGTYPE/);
 
     await redis.del(redisKey);
-    expect((await limiter.hit('key-a', LIMIT, 60_000, Date.now())).remaining).toBe(LIMIT - 1);
+    expect((await limiter.hit('key-a', LIMIT, 60_000, clock.now())).remaining).toBe(LIMIT - 1);
     expect(await redis.get(redisKey)).toBe('1');
     expect(await limiter.reachable()).toBe(true);
 
     // A new outage is reported again.
     await redis.del(redisKey);
     await redis.hset(redisKey, 'not', 'a counter again');
-    await limiter.hit('key-a', LIMIT, 60_000, Date.now());
+    await limiter.hit('key-a', LIMIT, 60_000, clock.now());
     expect(outages).toHaveLength(2);
     await redis.del(redisKey);
   });

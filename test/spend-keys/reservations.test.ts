@@ -71,8 +71,11 @@ describe.each(databasesUnderTest())('spend key reservations on %s', (dialect) =>
     // Its provider call may have been answered: it is charged the estimate it reserved (decision 0019).
     expect(BigInt(swept.current_spend)).toBe(BigInt(reservation.amount));
 
-    expect((await answer).status).toBe(200);
-    await sleep(200);
+    const late = await answer;
+    expect(late.status).toBe(200);
+    // Its whole answer is out, so its settlement has started: wait for it instead of for time.
+    await late.text();
+    await t.app.gateway.settlements.drain();
     const after = await keyRow(key.spend_key_id);
     expect({ reserved: BigInt(after.reserved_spend), spend: BigInt(after.current_spend), requests: Number(after.total_requests) }).toEqual({
       reserved: 0n,
@@ -116,10 +119,12 @@ describe.each(databasesUnderTest())('spend key reservations on %s', (dialect) =>
     const key = await createKey();
     const original = t.storage.db;
     // As if the process died just as the reservation was to end: that statement never runs.
-    t.storage.db = original.withPlugin(new FailingReservationEnd());
+    const failing = new FailingReservationEnd();
+    t.storage.db = original.withPlugin(failing);
     try {
       expect((await chat(key.key)).status).toBe(200);
-      await sleep(300);
+      // The settlement has tried (and failed) to end the reservation with the charge.
+      await until(async () => (failing.failures > 0 ? true : undefined));
       const [reservation] = await reservations(key.spend_key_id);
       expect(reservation).toBeDefined();
       const record = await t.storage.db.selectFrom('requests').select('status').where('id', '=', reservation!.request_pk).executeTakeFirstOrThrow();
@@ -134,8 +139,10 @@ describe.each(databasesUnderTest())('spend key reservations on %s', (dialect) =>
 
 /** Fails every statement that deletes spend-key reservations. */
 class FailingReservationEnd implements KyselyPlugin {
+  failures = 0;
   transformQuery(args: PluginTransformQueryArgs): RootOperationNode {
     if (args.node.kind === 'DeleteQueryNode' && JSON.stringify(args.node.from).includes('"spend_key_reservations"')) {
+      this.failures++;
       throw new Error('simulated crash before the reservation ends');
     }
     return args.node;
