@@ -3,8 +3,12 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { newId } from '../../src/domain/ids.ts';
 import type { BillingContext } from '../../src/ledger/billing.ts';
 import { resolveForwardCredential } from '../../src/gateway/credentials.ts';
-import { ADMIT_JOB, admitInTransaction, type AdmitInput, type AdmitOutcome } from '../../src/ledger/admission/admit.ts';
-import { admitDeferred, deferredWrites } from '../../src/ledger/admission/deferred.ts';
+import { ADMIT_JOB, admitInTransaction, admitRequest, type AdmitInput, type AdmitOutcome } from '../../src/ledger/admission/admit.ts';
+import { holdParts, refusedPart } from '../../src/ledger/admission/decision.ts';
+import { HoldKeeper } from '../../src/ledger/hold-keeper.ts';
+import { WalletLeases } from '../../src/ledger/leases.ts';
+import { formatMoney } from '../../src/domain/money.ts';
+import { admitDeferred, deferredWrites, type DeferredAdmission } from '../../src/ledger/admission/deferred.ts';
 import { GroupCommitWriter } from '../../src/ledger/group-commit.ts';
 import { placeHold } from '../../src/ledger/holds.ts';
 import { creditWallet, findWallet } from '../../src/ledger/wallets.ts';
@@ -14,12 +18,20 @@ import { CHAT_FACTS } from '../helpers/settle.ts';
 
 /**
  * Admission has one reference, the in-transaction path (a group-commit batch decided member by
- * member under row locks). Each fast path must decide exactly as it does, on random wallets
- * (balances, holds already placed) and random batches of requests arriving together:
+ * member under row locks). Each other path must decide exactly as it does, on random wallets
+ * (balances, holds already placed), a random spend key of the merchant's (spend and request
+ * limits) and random batches of requests arriving together:
+ * - alone (a member of a failed batch, admitRequest): the same outcome for every request, spend-key
+ *   refusals included, and the same `held` and key counters;
  * - one statement (PostgreSQL): admits a batch only when the reference admits every member, and
- *   then holds the same amounts; otherwise it writes nothing and leaves the batch to the reference;
+ *   then holds the same amounts; otherwise (and whenever a spend key is in it) it writes nothing and
+ *   leaves the batch to the reference;
  * - deferred in process (the embedded shape, SQLite): the same outcome for every request, in order, and
- *   once its writes land the same `held` on every wallet.
+ *   once its writes land the same `held` on every wallet;
+ * - from leases (PostgreSQL's hot wallets): the same outcome for every request, in order, and once
+ *   its writes land and the leases are given back the same `held`;
+ * - concurrent requests (deferred, or from leases): never more admitted on a wallet than it had
+ *   available, and every refusal one the wallet could not have covered after what was admitted.
  * Some wallets are overrun (decision 0019): every path refuses them while anything is held on them,
  * and ends the overrun with the admission that finds nothing held.
  */
@@ -28,29 +40,48 @@ import { CHAT_FACTS } from '../helpers/settle.ts';
 type Payer = 0 | 1 | 2;
 /** `overrun`: its settled charges exceeded their holds (decision 0019): nothing is admitted while anything is held. */
 type WalletSpec = { balance: bigint; held: bigint; overrun: boolean };
-type RequestSpec = { payer: Payer; wallet: bigint; merchant: bigint };
-type Scenario = { wallets: [WalletSpec, WalletSpec, WalletSpec]; requests: RequestSpec[] };
+/** `spendKey`: the merchant's own request made with its spend key (payer 0 only). */
+type RequestSpec = { payer: Payer; wallet: bigint; merchant: bigint; spendKey: boolean };
+/** The merchant's spend key: its spend limit (units of 0.001) and request limit, null for none. */
+type KeySpec = { spendLimit: number | null; requestLimit: number | null };
+type Scenario = { wallets: [WalletSpec, WalletSpec, WalletSpec]; key: KeySpec; requests: RequestSpec[] };
 
 const UNIT = 10_000_000n; // 0.001
 const amount = fc.integer({ min: 0, max: 12 }).map((n) => BigInt(n) * UNIT);
 const walletSpec = fc
   .record({ balance: amount, held: amount, overrun: fc.boolean() })
   .map(({ balance, held, overrun }) => ({ balance, held: held > balance ? balance : held, overrun }));
+const request = fc
+  .record({ payer: fc.constantFrom<Payer>(0, 1, 2), wallet: amount, merchant: amount, spendKey: fc.boolean() })
+  .map((r) => ({ ...r, spendKey: r.spendKey && r.payer === 0 }));
+const keySpec: fc.Arbitrary<KeySpec> = fc.record({
+  spendLimit: fc.option(fc.integer({ min: 1, max: 30 }), { nil: null }),
+  requestLimit: fc.option(fc.integer({ min: 1, max: 6 }), { nil: null }),
+});
 const scenario: fc.Arbitrary<Scenario> = fc.record({
   wallets: fc.tuple(walletSpec, walletSpec, walletSpec),
-  requests: fc.array(
-    fc.record({ payer: fc.constantFrom<Payer>(0, 1, 2), wallet: amount, merchant: amount }),
-    { minLength: 1, maxLength: 8 },
-  ),
+  key: keySpec,
+  requests: fc.array(request, { minLength: 1, maxLength: 8 }),
 });
+/** Without spend keys: the paths that take no spend-key request (deferred, leases). */
+const plainScenario = scenario.map((s) => ({ ...s, requests: s.requests.map((r) => ({ ...r, spendKey: false })) }));
+/** Nor overrun wallets. */
+const notOverrun = plainScenario.map((s) => ({ ...s, wallets: s.wallets.map((w) => ({ ...w, overrun: false })) as Scenario['wallets'] }));
 
-type World = { walletIds: [string, string, string]; billings: [BillingContext, BillingContext, BillingContext] };
-type Decision = 'admitted' | 'insufficient_balance:wallet' | 'insufficient_balance:merchant';
+type World = {
+  walletIds: [string, string, string];
+  billings: [BillingContext, BillingContext, BillingContext];
+  /** The merchant's request made with its spend key. */
+  keyBilling: BillingContext;
+};
+type Decision = string;
 
 const decisionOf = (outcome: AdmitOutcome): Decision =>
-  outcome.outcome === 'admitted' ? 'admitted' : outcome.outcome === 'insufficient_balance' ? `insufficient_balance:${outcome.payer}` : (() => {
-    throw new Error(`unexpected ${outcome.outcome}`);
-  })();
+  outcome.outcome === 'admitted'
+    ? 'admitted'
+    : outcome.outcome === 'insufficient_balance'
+      ? `insufficient_balance:${outcome.payer}`
+      : `spend_key_refused:${outcome.refusal.code}`;
 
 describe.each(databasesUnderTest())('every admission path decides as the in-transaction reference, on %s', (dialect) => {
   let t: TestApp;
@@ -62,8 +93,8 @@ describe.each(databasesUnderTest())('every admission path decides as the in-tran
     await t?.close();
   });
 
-  /** A fresh merchant and two of its customers (on one meter), whose wallets are as the scenario says. */
-  async function world(wallets: Scenario['wallets']): Promise<World> {
+  /** A fresh merchant with a spend key and two of its customers (on one meter), whose wallets are as the scenario says. */
+  async function world(wallets: Scenario['wallets'], key: KeySpec = { spendLimit: null, requestLimit: null }): Promise<World> {
     const merchant = await t.newMerchant('Property');
     const headers = t.auth(merchant.secretKey);
     const meter = (await t.app.inject({ method: 'POST', url: '/v1/meters', headers, payload: { name: 'Chat', rate_type: 'fixed', tiers: [{ start: 0, rate: '0.001' }] } })).json();
@@ -75,6 +106,12 @@ describe.each(databasesUnderTest())('every admission path decides as the in-tran
       ...customers.map((c) => Buffer.from(JSON.stringify({ secret_key: merchant.secretKey, customer_id: c.customer_id, meter_slug: meter.meter_slug })).toString('base64')),
     ];
     const billings = (await Promise.all(credentials.map((credential) => resolveForwardCredential(t.storage, credential, new Date())))) as World['billings'];
+    const limits = {
+      ...(key.spendLimit === null ? {} : { spend_limit: { amount: formatMoney(BigInt(key.spendLimit) * UNIT), cycle: 'daily' } }),
+      ...(key.requestLimit === null ? {} : { request_limit: { count: key.requestLimit, cycle: 'daily' } }),
+    };
+    const spendKey = (await t.app.inject({ method: 'POST', url: '/v1/spend_keys', headers, payload: { name: 'property', ...limits } })).json<{ key: string }>();
+    const keyBilling = await resolveForwardCredential(t.storage, spendKey.key, new Date());
     for (const [i, spec] of wallets.entries()) {
       if (spec.balance > 0n) await creditWallet(t.storage, walletIds[i]!, spec.balance);
       if (spec.overrun) await t.storage.db.updateTable('wallets').set({ overrun: 1 }).where('id', '=', walletIds[i]!).execute();
@@ -82,12 +119,12 @@ describe.each(databasesUnderTest())('every admission path decides as the in-tran
       const placed = await placeHold(t.storage, { walletId: walletIds[i]!, amount: spec.held, reference: newId('request'), ttlMs: 3_600_000 });
       if (!('holdId' in placed)) throw new Error('could not place the scenario hold');
     }
-    return { walletIds, billings };
+    return { walletIds, billings, keyBilling };
   }
 
   function inputsOf(w: World, requests: RequestSpec[]): AdmitInput[] {
     return requests.map((r) => {
-      const billing = w.billings[r.payer];
+      const billing = r.spendKey ? w.keyBilling : w.billings[r.payer];
       // A merchant's own request holds everything on its wallet.
       const walletId = w.walletIds[r.payer];
       return {
@@ -109,16 +146,35 @@ describe.each(databasesUnderTest())('every admission path decides as the in-tran
         return { held: wallet.held, overrun: Number(wallet.overrun) };
       }),
     );
+  const keyCountersOf = async (w: World) => {
+    const key = await t.storage.db.selectFrom('spend_keys').select(['current_requests', 'reserved_spend']).where('id', '=', w.keyBilling.spendKey!.id).executeTakeFirstOrThrow();
+    return { requests: BigInt(key.current_requests), reserved: BigInt(key.reserved_spend) };
+  };
 
   async function reference(s: Scenario) {
-    const w = await world(s.wallets);
+    const w = await world(s.wallets, s.key);
     const outcomes = await t.storage.db.transaction().execute((trx) => admitInTransaction(trx, dialect, inputsOf(w, s.requests)));
-    return { decisions: outcomes.map(decisionOf), held: await heldOf(w) };
+    return { decisions: outcomes.map(decisionOf), held: await heldOf(w), key: await keyCountersOf(w) };
   }
+
+  it('alone (a member of a failed batch): the same decision for every request, spend-key limits included, and the same holds and key counters', async () => {
+    await fc.assert(
+      fc.asyncProperty(scenario, async (s) => {
+        const expected = await reference(s);
+        const w = await world(s.wallets, s.key);
+        const decisions: Decision[] = [];
+        for (const input of inputsOf(w, s.requests)) decisions.push(decisionOf(await admitRequest(t.storage, input)));
+        expect(decisions).toEqual(expected.decisions);
+        expect(await heldOf(w)).toEqual(expected.held);
+        expect(await keyCountersOf(w)).toEqual(expected.key);
+      }),
+      { numRuns: 10 },
+    );
+  });
 
   it.runIf(dialect === 'sqlite')('deferred in-process admission: the same decision for every request and the same holds once written', async () => {
     await fc.assert(
-      fc.asyncProperty(scenario, async (s) => {
+      fc.asyncProperty(plainScenario, async (s) => {
         const expected = await reference(s);
         const w = await world(s.wallets);
         const writer = new GroupCommitWriter(t.storage);
@@ -143,19 +199,93 @@ describe.each(databasesUnderTest())('every admission path decides as the in-tran
     await fc.assert(
       fc.asyncProperty(scenario, async (s) => {
         const expected = await reference(s);
-        const w = await world(s.wallets);
+        const w = await world(s.wallets, s.key);
         const before = await heldOf(w);
         const fast = await ADMIT_JOB.inOneStatement!(t.storage, inputsOf(w, s.requests)).catch(() => null);
         const referenceAdmitsAll = expected.decisions.every((d) => d === 'admitted');
         const anyHold = s.requests.some((r) => r.wallet > 0n || r.merchant > 0n);
-        // With nothing to hold it leaves the batch to the reference (nothing to lock or check).
-        expect(fast !== null).toBe(referenceAdmitsAll && anyHold);
+        const anySpendKey = s.requests.some((r) => r.spendKey);
+        // With nothing to hold it leaves the batch to the reference (nothing to lock or check), and
+        // a spend key's limits are only ever decided on its locked row.
+        expect(fast !== null).toBe(referenceAdmitsAll && anyHold && !anySpendKey);
         if (fast) {
           expect(fast.map(decisionOf)).toEqual(expected.decisions);
           expect(await heldOf(w)).toEqual(expected.held);
         } else expect(await heldOf(w)).toEqual(before);
       }),
       { numRuns: 12 },
+    );
+  });
+
+  it.runIf(dialect === 'postgres')('from leases: the same decision for every request, in order, and the same holds once written and the leases given back', async () => {
+    await fc.assert(
+      fc.asyncProperty(plainScenario, async (s) => {
+        const expected = await reference(s);
+        const w = await world(s.wallets);
+        const writer = new GroupCommitWriter(t.storage);
+        const keeper = new HoldKeeper(t.storage, 3_600_000, t.app.log, t.clock);
+        const leases = new WalletLeases(t.storage, keeper, { hotAfter: 0, idleMs: 600_000, ttlMs: 3_600_000 }, t.app.log, t.clock);
+        const deferred = deferredWrites(writer);
+        const decisions: Decision[] = [];
+        const writes: Promise<void>[] = [];
+        try {
+          for (const input of inputsOf(w, s.requests)) {
+            const outcome = await admitDeferred(t.storage, deferred, input, leases);
+            decisions.push(decisionOf(outcome));
+            if (outcome.outcome === 'admitted' && outcome.deferred) writes.push(outcome.deferred.written);
+          }
+          await Promise.all(writes);
+          await writer.drain();
+        } finally {
+          await leases.close();
+          await keeper.close();
+        }
+        expect(decisions).toEqual(expected.decisions);
+        expect(await heldOf(w)).toEqual(expected.held);
+      }),
+      { numRuns: 10 },
+    );
+  });
+
+  it('concurrent requests (deferred in process, or from leases): never more admitted than available, every refusal justified', async () => {
+    await fc.assert(
+      // Without overruns: which of the concurrent requests ends one is a matter of arrival (the
+      // in-order properties above cover overruns).
+      fc.asyncProperty(notOverrun, async (s) => {
+        const w = await world(s.wallets);
+        const available = await Promise.all(w.walletIds.map(async (id) => { const row = (await findWallet(t.storage, id))!; return row.balance - row.held; }));
+        const writer = new GroupCommitWriter(t.storage);
+        const keeper = new HoldKeeper(t.storage, 3_600_000, t.app.log, t.clock);
+        const leases = dialect === 'postgres' ? new WalletLeases(t.storage, keeper, { hotAfter: 0, idleMs: 600_000, ttlMs: 3_600_000 }, t.app.log, t.clock) : undefined;
+        const deferred = deferredWrites(writer);
+        const inputs = inputsOf(w, s.requests);
+        let outcomes: DeferredAdmission[];
+        try {
+          outcomes = await Promise.all(inputs.map((input) => admitDeferred(t.storage, deferred, input, leases)));
+          await Promise.all(outcomes.flatMap((o) => (o.outcome === 'admitted' && o.deferred ? [o.deferred.written] : [])));
+          await writer.drain();
+        } finally {
+          await leases?.close();
+          await keeper.close();
+        }
+        const admittedOn = w.walletIds.map(() => 0n);
+        const partsOf = (input: AdmitInput) => holdParts(input.walletId, input.billing.merchantWalletId, input.estimate);
+        outcomes.forEach((o, i) => {
+          if (o.outcome !== 'admitted') return;
+          for (const part of partsOf(inputs[i]!)) admittedOn[w.walletIds.indexOf(part.walletId as never)]! += part.amount;
+        });
+        admittedOn.forEach((sum, i) => {
+          if (sum > 0n) expect(sum).toBeLessThanOrEqual(available[i]!);
+        });
+        outcomes.forEach((o, i) => {
+          if (o.outcome !== 'insufficient_balance') return;
+          const left = (walletId: string) => available[w.walletIds.indexOf(walletId as never)]! - admittedOn[w.walletIds.indexOf(walletId as never)]!;
+          expect(refusedPart(partsOf(inputs[i]!), left)).toBeDefined();
+        });
+        // Everything admitted is held once written (the leases were given back).
+        expect((await heldOf(w)).map((wallet) => wallet.held)).toEqual(w.walletIds.map((_, i) => s.wallets[i]!.held + admittedOn[i]!));
+      }),
+      { numRuns: 10 },
     );
   });
 });
