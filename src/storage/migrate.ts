@@ -52,7 +52,7 @@ export async function migrateToLatest(storage: Storage): Promise<string[]> {
       try {
         // Kysely looks for its bookkeeping tables in every schema; pin it to the one we migrate.
         const { rows } = await sql<{ schema: string }>`select current_schema() as schema`.execute(conn);
-        return await runMigrator(conn, rows[0]?.schema);
+        return await runMigratorRetryingVanishedObjects(conn, rows[0]?.schema);
       } finally {
         await sql`select pg_advisory_unlock(${sql.lit(PG_MIGRATION_LOCK)})`.execute(conn);
       }
@@ -71,6 +71,28 @@ export async function migrateToLatest(storage: Storage): Promise<string[]> {
       throw e;
     }
   });
+}
+
+/**
+ * Kysely finds its bookkeeping tables by listing the tables of every schema in the database. When
+ * another database user drops a schema or table in the middle of that listing (another instance's
+ * tests tearing down, an operator cleaning up), PostgreSQL answers "schema … does not exist" about
+ * a schema that is not ours. Nothing was migrated yet at that point (each migration runs in its own
+ * transaction after the listing), so the run is simply tried again; our own schema missing fails
+ * the same way every time and is still reported (test/reliability/vanishing-schemas.reliability.ts).
+ */
+const VANISHED_OBJECT_CODES = new Set(['3F000', '42P01']);
+const MIGRATION_ATTEMPTS = 10;
+
+async function runMigratorRetryingVanishedObjects(db: Kysely<Database>, schema?: string): Promise<string[]> {
+  for (let attempt = 1; ; attempt++) {
+    try {
+      return await runMigrator(db, schema);
+    } catch (e) {
+      const code = (e as { code?: unknown }).code;
+      if (attempt >= MIGRATION_ATTEMPTS || typeof code !== 'string' || !VANISHED_OBJECT_CODES.has(code)) throw e;
+    }
+  }
 }
 
 async function runMigrator(db: Kysely<Database>, schema?: string): Promise<string[]> {
