@@ -1,5 +1,4 @@
-import { mkdtempSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import Anthropic from '@anthropic-ai/sdk';
 import { GoogleGenAI } from '@google/genai';
@@ -10,7 +9,7 @@ import { formatMoney, parseMoney } from '../../src/domain/money.ts';
 import { verifyLedger } from '../../src/ledger/verify.ts';
 import { creditWallet, findWallet } from '../../src/ledger/wallets.ts';
 import type { TestApp } from '../helpers/app.ts';
-import { databasesUnderTest } from '../helpers/databases.ts';
+import { databasesUnderTest, runTempDir } from '../helpers/databases.ts';
 import { startGatewayOnMock } from '../helpers/gateway.ts';
 import type { MockUpstream, RecordedRequest } from '../helpers/mock-upstream.ts';
 
@@ -134,7 +133,7 @@ describe.each(databasesUnderTest())('official SDKs through the forward gateway o
   let customer: { customer_id: string; walletId: string };
 
   beforeAll(async () => {
-    const dir = mkdtempSync(join(tmpdir(), 'tollgate-prices-'));
+    const dir = runTempDir();
     const pricesFile = join(dir, 'prices.json');
     writeFileSync(pricesFile, JSON.stringify(PRICES));
     ({ upstream, t, base } = await startGatewayOnMock(dialect, {

@@ -19,12 +19,14 @@ export function databasesUnderTest(): TestDatabase['dialect'][] {
 /** The test run's name, by which the global setup drops the run's databases at its end. */
 const runName = () => process.env.TOLLGATE_TEST_RUN ?? 'adhoc';
 
+/** A new temp directory named for the test run, so the global teardown removes it with the run. */
+export function runTempDir(): string {
+  return mkdtempSync(join(tmpdir(), `tollgate-test-${runName()}-`));
+}
+
 /** A fresh, empty database of the given engine: a temp SQLite file, or a new PostgreSQL schema. */
 export async function freshDatabase(dialect: TestDatabase['dialect']): Promise<TestDatabase> {
-  if (dialect === 'sqlite') {
-    const dir = mkdtempSync(join(tmpdir(), `tollgate-test-${runName()}-`));
-    return { dialect, url: `sqlite:${join(dir, 'test.db')}` };
-  }
+  if (dialect === 'sqlite') return { dialect, url: `sqlite:${join(runTempDir(), 'test.db')}` };
   const base = process.env.TEST_DATABASE_URL;
   if (!base) throw new Error('TEST_DATABASE_URL is not set');
   const schema = `t_${runName()}_${ulid().toLowerCase()}`;

@@ -1,5 +1,4 @@
-import { mkdtempSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { formatMoney, parseMoney } from '../../src/domain/money.ts';
@@ -8,7 +7,7 @@ import { verifyLedger } from '../../src/ledger/verify.ts';
 import { creditWallet, findWallet } from '../../src/ledger/wallets.ts';
 import { setServiceChargeRate } from '../../src/storage/merchants.ts';
 import { startTestApp, type Merchant, type TestApp } from '../helpers/app.ts';
-import { databasesUnderTest } from '../helpers/databases.ts';
+import { databasesUnderTest, runTempDir } from '../helpers/databases.ts';
 
 /**
  * Worked billing examples through POST /v1/requests. Every expected number is computed by hand in
@@ -75,7 +74,7 @@ describe.each(databasesUnderTest())('billing examples through POST /v1/requests 
   beforeAll(async () => {
     t = await startTestApp(dialect);
     // Operator settings: a 10 % service charge and a price for a model the catalog does not know.
-    const dir = mkdtempSync(join(tmpdir(), 'tollgate-prices-'));
+    const dir = runTempDir();
     const overrides = join(dir, 'prices.json');
     writeFileSync(overrides, JSON.stringify({ 'acme/custom-1': { input: '1', output: '4' } }));
     configured = await startTestApp(dialect, { env: { SERVICE_CHARGE_RATE: '10', PRICE_OVERRIDES_FILE: overrides } });

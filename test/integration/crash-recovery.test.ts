@@ -1,5 +1,3 @@
-import { mkdtempSync } from 'node:fs';
-import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { loadConfig } from '../../src/config.ts';
@@ -16,6 +14,7 @@ import { openStorage } from '../../src/storage/db.ts';
 import { createMerchant } from '../../src/storage/merchants.ts';
 import { migrateToLatest } from '../../src/storage/migrate.ts';
 import { admissionOf } from '../helpers/settle.ts';
+import { runTempDir } from '../helpers/databases.ts';
 
 /**
  * Crash recovery on an embedded database (decision 0019): the one serving process died with a
@@ -25,7 +24,7 @@ import { admissionOf } from '../helpers/settle.ts';
  */
 describe('crash recovery at start on sqlite', () => {
   it('charges a request the previous process left pending its hold estimate, once, before serving', async () => {
-    const dir = mkdtempSync(join(tmpdir(), 'tollgate-recovery-'));
+    const dir = runTempDir();
     const databaseUrl = `sqlite:${join(dir, 'recovery.db')}`;
     const config = loadConfig({ PORT: '0', DATABASE_URL: databaseUrl, LOG_LEVEL: 'silent' });
 

@@ -1,6 +1,4 @@
-import { mkdtempSync } from 'node:fs';
 import { connect, type AddressInfo } from 'node:net';
-import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { buildApp } from '../../src/app.ts';
@@ -11,7 +9,7 @@ import { openStorage } from '../../src/storage/db.ts';
 import { createMerchant } from '../../src/storage/merchants.ts';
 import { migrateToLatest } from '../../src/storage/migrate.ts';
 import { startTestApp, type TestApp } from '../helpers/app.ts';
-import { databasesUnderTest, freshDatabase } from '../helpers/databases.ts';
+import { databasesUnderTest, freshDatabase, runTempDir } from '../helpers/databases.ts';
 
 describe.each(databasesUnderTest())('operational endpoints on %s', (dialect) => {
   let t: TestApp;
@@ -126,7 +124,7 @@ describe.each(databasesUnderTest())('operational endpoints on %s', (dialect) => 
 
 describe('graceful shutdown of startServer', () => {
   function freshConfig() {
-    const dir = mkdtempSync(join(tmpdir(), 'tollgate-ops-'));
+    const dir = runTempDir();
     const databaseUrl = `sqlite:${join(dir, 'ops.db')}`;
     return { databaseUrl, config: loadConfig({ PORT: '0', DATABASE_URL: databaseUrl, LOG_LEVEL: 'silent' }) };
   }
