@@ -1,5 +1,3 @@
-import { writeFileSync } from 'node:fs';
-import { join } from 'node:path';
 import Anthropic from '@anthropic-ai/sdk';
 import { GoogleGenAI } from '@google/genai';
 import { Lava } from '@lavapayments/nodejs';
@@ -9,7 +7,7 @@ import { formatMoney, parseMoney } from '../../src/domain/money.ts';
 import { verifyLedger } from '../../src/ledger/verify.ts';
 import { creditWallet, findWallet } from '../../src/ledger/wallets.ts';
 import type { TestApp } from '../helpers/app.ts';
-import { databasesUnderTest, runTempDir } from '../helpers/databases.ts';
+import { databasesUnderTest, priceOverridesFile } from '../helpers/databases.ts';
 import { startGatewayOnMock } from '../helpers/gateway.ts';
 import type { MockUpstream, RecordedRequest } from '../helpers/mock-upstream.ts';
 
@@ -133,9 +131,7 @@ describe.each(databasesUnderTest())('official SDKs through the forward gateway o
   let customer: { customer_id: string; walletId: string };
 
   beforeAll(async () => {
-    const dir = runTempDir();
-    const pricesFile = join(dir, 'prices.json');
-    writeFileSync(pricesFile, JSON.stringify(PRICES));
+    const pricesFile = priceOverridesFile(PRICES);
     ({ upstream, t, base } = await startGatewayOnMock(dialect, {
       providerHosts: ['api.openai.com', 'api.anthropic.com', 'generativelanguage.googleapis.com'],
       providerKeys: { openai: 'sk-managed-openai', anthropic: 'sk-ant-managed', google: 'goog-managed' },

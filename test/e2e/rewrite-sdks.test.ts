@@ -1,6 +1,3 @@
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
 import Anthropic from '@anthropic-ai/sdk';
 import { GoogleGenAI } from '@google/genai';
 import { Lava } from '@lavapayments/nodejs';
@@ -11,7 +8,7 @@ import { verifyLedger } from '../../src/ledger/verify.ts';
 import { creditWallet, findWallet } from '../../src/ledger/wallets.ts';
 import type { TestApp } from '../helpers/app.ts';
 import { covers, type Call, type Client } from '../helpers/client-matrix.ts';
-import { databasesUnderTest } from '../helpers/databases.ts';
+import { databasesUnderTest, priceOverridesFile } from '../helpers/databases.ts';
 import { startGatewayOnMock } from '../helpers/gateway.ts';
 import type { MockUpstream, RecordedRequest } from '../helpers/mock-upstream.ts';
 
@@ -51,14 +48,11 @@ describe.each(databasesUnderTest())('the rewrite proxy with official clients on 
   let t: TestApp;
   let base: string;
   let lava: Lava;
-  let pricesDir: string;
   let meter: { meter_slug: string };
   let customer: { customer_id: string; walletId: string };
 
   beforeAll(async () => {
-    pricesDir = mkdtempSync(join(tmpdir(), 'tollgate-rewrite-prices-'));
-    const pricesFile = join(pricesDir, 'prices.json');
-    writeFileSync(pricesFile, JSON.stringify(PRICES));
+    const pricesFile = priceOverridesFile(PRICES);
     ({ upstream, t, base } = await startGatewayOnMock(dialect, {
       providerHosts: ['api.openai.com', 'api.anthropic.com', 'generativelanguage.googleapis.com'],
       providerKeys: { openai: 'sk-managed-openai', anthropic: 'sk-ant-managed', google: 'goog-managed' },
@@ -70,7 +64,6 @@ describe.each(databasesUnderTest())('the rewrite proxy with official clients on 
   afterAll(async () => {
     await t?.close();
     await upstream?.close();
-    rmSync(pricesDir, { recursive: true, force: true });
   });
 
   beforeEach(async () => {

@@ -1,6 +1,3 @@
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { Lava } from '@lavapayments/nodejs';
 import { afterAll, beforeAll, beforeEach, expect, it } from 'vitest';
@@ -9,7 +6,7 @@ import { verifyLedger } from '../../src/ledger/verify.ts';
 import { creditWallet, findWallet } from '../../src/ledger/wallets.ts';
 import type { TestApp } from './app.ts';
 import { waitsFor, type ClientPath, type Coverage } from './client-matrix.ts';
-import { databasesUnderTest } from './databases.ts';
+import { databasesUnderTest, priceOverridesFile } from './databases.ts';
 import { startGatewayOnMock } from './gateway.ts';
 import type { MockUpstream, RecordedRequest } from './mock-upstream.ts';
 
@@ -70,14 +67,11 @@ export function useClientHarness() {
   let t: TestApp;
   let base: string;
   let lava: Lava;
-  let pricesDir: string;
   let meterSlug: string;
   let customer: Customer;
 
   beforeAll(async () => {
-    pricesDir = mkdtempSync(join(tmpdir(), 'tollgate-client-prices-'));
-    const pricesFile = join(pricesDir, 'prices.json');
-    writeFileSync(pricesFile, JSON.stringify(PRICES));
+    const pricesFile = priceOverridesFile(PRICES);
     ({ upstream, t, base } = await startGatewayOnMock(dialect, {
       providerHosts: ['api.openai.com', 'api.anthropic.com', 'generativelanguage.googleapis.com'],
       providerKeys: { openai: 'sk-managed-openai', anthropic: 'sk-ant-managed', google: 'goog-managed' },
@@ -90,7 +84,6 @@ export function useClientHarness() {
   afterAll(async () => {
     await t?.close();
     await upstream?.close();
-    if (pricesDir) rmSync(pricesDir, { recursive: true, force: true });
   });
   beforeEach(async () => {
     upstream.reset();

@@ -1,4 +1,4 @@
-import { mkdtempSync } from 'node:fs';
+import { mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import pg from 'pg';
@@ -22,6 +22,13 @@ const runName = () => process.env.TOLLGATE_TEST_RUN ?? 'adhoc';
 /** A new temp directory named for the test run, so the global teardown removes it with the run. */
 export function runTempDir(): string {
   return mkdtempSync(join(tmpdir(), `tollgate-test-${runName()}-`));
+}
+
+/** An operator price-overrides file (PRICE_OVERRIDES_FILE) in the run's temp directory. */
+export function priceOverridesFile(prices: unknown): string {
+  const file = join(runTempDir(), 'prices.json');
+  writeFileSync(file, JSON.stringify(prices));
+  return file;
 }
 
 /** A fresh, empty database of the given engine: a temp SQLite file, or a new PostgreSQL schema. */

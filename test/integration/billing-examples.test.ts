@@ -1,5 +1,3 @@
-import { writeFileSync } from 'node:fs';
-import { join } from 'node:path';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { formatMoney, parseMoney } from '../../src/domain/money.ts';
 import { lookupBasePrices } from '../../src/domain/base-prices.ts';
@@ -7,7 +5,7 @@ import { verifyLedger } from '../../src/ledger/verify.ts';
 import { creditWallet, findWallet } from '../../src/ledger/wallets.ts';
 import { setServiceChargeRate } from '../../src/storage/merchants.ts';
 import { startTestApp, type Merchant, type TestApp } from '../helpers/app.ts';
-import { databasesUnderTest, runTempDir } from '../helpers/databases.ts';
+import { databasesUnderTest, priceOverridesFile } from '../helpers/databases.ts';
 
 /**
  * Worked billing examples through POST /v1/requests. Every expected number is computed by hand in
@@ -74,9 +72,7 @@ describe.each(databasesUnderTest())('billing examples through POST /v1/requests 
   beforeAll(async () => {
     t = await startTestApp(dialect);
     // Operator settings: a 10 % service charge and a price for a model the catalog does not know.
-    const dir = runTempDir();
-    const overrides = join(dir, 'prices.json');
-    writeFileSync(overrides, JSON.stringify({ 'acme/custom-1': { input: '1', output: '4' } }));
+    const overrides = priceOverridesFile({ 'acme/custom-1': { input: '1', output: '4' } });
     configured = await startTestApp(dialect, { env: { SERVICE_CHARGE_RATE: '10', PRICE_OVERRIDES_FILE: overrides } });
   });
   afterAll(async () => {
