@@ -6,7 +6,6 @@
  * `message_start`; the final counts come in `message_delta`, which Anthropic's clients read.
  */
 import {
-  errorKindOf,
   isObject,
   sseEvent,
   type ChatResponse,
@@ -104,11 +103,6 @@ const ERROR_TYPES: Record<ErrorKind, string> = {
   overloaded: 'overloaded_error',
   server: 'api_error',
 };
-
-export function readAnthropicError(status: number, body: unknown): ProviderError {
-  const error = isObject(body) && isObject(body.error) ? body.error : {};
-  return { kind: errorKindOf(status), message: typeof error.message === 'string' ? error.message : `Provider error ${status}` };
-}
 
 export function writeAnthropicError(error: ProviderError): JsonObject {
   return { type: 'error', error: { type: ERROR_TYPES[error.kind], message: error.message } };

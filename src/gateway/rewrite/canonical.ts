@@ -160,6 +160,15 @@ export type StreamEncoder = (event: StreamEvent) => string;
 /** Reads one provider SSE event's data (and name) into canonical events. */
 export type StreamDecoder = { push(data: string, event?: string): StreamEvent[]; end(): StreamEvent[] };
 
+/**
+ * A provider's error answer in the canonical shape. OpenAI, Anthropic and Gemini all put the
+ * message at `error.message`; the status alone decides the kind.
+ */
+export function readProviderError(status: number, body: unknown): ProviderError {
+  const error = isObject(body) && isObject(body.error) ? body.error : {};
+  return { kind: errorKindOf(status), message: typeof error.message === 'string' ? error.message : `Provider error ${status}` };
+}
+
 /** A provider's error status, as a kind every format has a name for. */
 export function errorKindOf(status: number): ErrorKind {
   if (status === 401) return 'authentication';

@@ -6,7 +6,6 @@
  * stream finishes, then sends the calls in one chunk.
  */
 import {
-  errorKindOf,
   isObject,
   sseEvent,
   type ChatResponse,
@@ -108,11 +107,6 @@ const STATUSES: Record<ErrorKind, string> = {
   overloaded: 'UNAVAILABLE',
   server: 'INTERNAL',
 };
-
-export function readGoogleError(status: number, body: unknown): ProviderError {
-  const error = isObject(body) && isObject(body.error) ? body.error : {};
-  return { kind: errorKindOf(status), message: typeof error.message === 'string' ? error.message : `Provider error ${status}` };
-}
 
 export function writeGoogleError(error: ProviderError, status: number): JsonObject {
   return { error: { code: status, message: error.message, status: STATUSES[error.kind] } };

@@ -14,7 +14,6 @@ import {
   type StreamEvent,
   type Usage,
   sseEvent,
-  errorKindOf,
   type ResponseContext,
   type StreamDecoder,
   type StreamEncoder,
@@ -111,11 +110,6 @@ const ERROR_TYPES: Record<ErrorKind, string> = {
   overloaded: 'server_error',
   server: 'server_error',
 };
-
-export function readOpenAIError(status: number, body: unknown): ProviderError {
-  const error = isObject(body) && isObject(body.error) ? body.error : {};
-  return { kind: errorKindOf(status), message: typeof error.message === 'string' ? error.message : `Provider error ${status}` };
-}
 
 export function writeOpenAIError(error: ProviderError): JsonObject {
   return { error: { message: error.message, type: ERROR_TYPES[error.kind], param: null, code: null } };

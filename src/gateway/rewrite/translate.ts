@@ -8,13 +8,13 @@ import { readAnthropicRequest, writeAnthropicRequest } from './anthropic-request
 import {
   createAnthropicStreamDecoder,
   createAnthropicStreamEncoder,
-  readAnthropicError,
   readAnthropicResponse,
   writeAnthropicError,
   writeAnthropicResponse,
 } from './anthropic-response.ts';
 import {
   isObject,
+  readProviderError,
   Untranslatable,
   type ChatRequest,
   type ChatResponse,
@@ -29,7 +29,6 @@ import { readGoogleRequest, writeGoogleRequest, type GoogleCall } from './google
 import {
   createGoogleStreamDecoder,
   createGoogleStreamEncoder,
-  readGoogleError,
   readGoogleResponse,
   writeGoogleError,
   writeGoogleResponse,
@@ -38,7 +37,6 @@ import { readOpenAIRequest, writeOpenAIRequest } from './openai-request.ts';
 import {
   createOpenAIStreamDecoder,
   createOpenAIStreamEncoder,
-  readOpenAIError,
   readOpenAIResponse,
   writeOpenAIError,
   writeOpenAIResponse,
@@ -64,7 +62,7 @@ export const CODECS: Record<RewriteFormat, Codec> = {
     writeRequest: writeOpenAIRequest,
     readResponse: readOpenAIResponse,
     writeResponse: writeOpenAIResponse,
-    readError: readOpenAIError,
+    readError: readProviderError,
     writeError: writeOpenAIError,
     streamDecoder: createOpenAIStreamDecoder,
     streamEncoder: createOpenAIStreamEncoder,
@@ -74,7 +72,7 @@ export const CODECS: Record<RewriteFormat, Codec> = {
     writeRequest: writeAnthropicRequest,
     readResponse: readAnthropicResponse,
     writeResponse: writeAnthropicResponse,
-    readError: readAnthropicError,
+    readError: readProviderError,
     writeError: writeAnthropicError,
     streamDecoder: createAnthropicStreamDecoder,
     streamEncoder: createAnthropicStreamEncoder,
@@ -84,7 +82,7 @@ export const CODECS: Record<RewriteFormat, Codec> = {
     writeRequest: writeGoogleRequest,
     readResponse: readGoogleResponse,
     writeResponse: writeGoogleResponse,
-    readError: readGoogleError,
+    readError: readProviderError,
     writeError: writeGoogleError,
     streamDecoder: createGoogleStreamDecoder,
     streamEncoder: createGoogleStreamEncoder,
