@@ -10,7 +10,7 @@ import { principalOf } from '../http/auth.ts';
 import { ApiError, notFound, validationError } from '../http/errors.ts';
 import { assertCursor, pageQuery, pageResponse, toPage } from '../http/pagination.ts';
 import { idParams, optionalBody, positiveDecimal, standardErrors, successResponse } from '../http/schemas.ts';
-import type { App, AppDeps } from '../http/types.ts';
+import { nowOf, type App, type AppDeps } from '../http/types.ts';
 import type { Storage } from '../storage/db.ts';
 import {
   findSpendKey,
@@ -98,7 +98,7 @@ const withKey = spendKeySchema.extend({ key: z.string().describe('The raw spend 
 
 const tags = ['spend keys'];
 
-export function presentSpendKey(row: SpendKeyRow, now = new Date()): z.infer<typeof spendKeySchema> {
+export function presentSpendKey(row: SpendKeyRow, now: Date): z.infer<typeof spendKeySchema> {
   return {
     spend_key_id: row.id,
     key_preview: row.key_preview,
@@ -182,7 +182,9 @@ export async function walletForNewKey(
   return wallet ?? { walletId: principal.merchantWalletId, connectionId: null };
 }
 
-export function registerSpendKeyRoutes(app: App, { storage }: AppDeps): void {
+export function registerSpendKeyRoutes(app: App, deps: AppDeps): void {
+  const { storage } = deps;
+  const now = () => new Date(nowOf(deps));
   for (const base of ['/spend_keys', '/manage/spend_keys']) {
     const config = { walletKeyAllowed: true };
     app.get(
@@ -192,8 +194,8 @@ export function registerSpendKeyRoutes(app: App, { storage }: AppDeps): void {
         const scope = scopeOf(request);
         const { cursor, limit } = request.query;
         await assertCursor(cursor, (id) => spendKeyIdExists(storage, scope, id));
-        const now = new Date();
-        return toPage(await listSpendKeys(storage, scope, cursor, limit), limit, (row) => presentSpendKey(row, now));
+        const at = now();
+        return toPage(await listSpendKeys(storage, scope, cursor, limit), limit, (row) => presentSpendKey(row, at));
       },
     );
 
@@ -203,13 +205,14 @@ export function registerSpendKeyRoutes(app: App, { storage }: AppDeps): void {
       async (request, reply) => {
         const { customer_id, connection_id, wallet_id, ...settings } = request.body;
         const wallet = await walletForNewKey(storage, request, { customer_id, connection_id, wallet_id });
+        const at = now();
         const { row, secret } = await insertSpendKey(storage.db, {
           merchantId: principalOf(request).merchantId,
           walletId: wallet.walletId,
           connectionId: wallet.connectionId,
           settings: { ...toSettings(settings), name: settings.name },
-        });
-        return reply.status(201).send({ ...presentSpendKey(row), key: secret });
+        }, at);
+        return reply.status(201).send({ ...presentSpendKey(row, at), key: secret });
       },
     );
 
@@ -219,7 +222,7 @@ export function registerSpendKeyRoutes(app: App, { storage }: AppDeps): void {
       async (request) => {
         const row = await findSpendKey(storage, scopeOf(request), request.params.id);
         if (!row) throw notFound('spend key', request.params.id);
-        return presentSpendKey(row);
+        return presentSpendKey(row, now());
       },
     );
 
@@ -230,9 +233,10 @@ export function registerSpendKeyRoutes(app: App, { storage }: AppDeps): void {
         config,
         schema: { tags, params: idParams, body: updateBody, response: { 200: spendKeySchema, ...standardErrors } },
         handler: async (request) => {
-          const row = await updateSpendKey(storage, scopeOf(request), request.params.id, toSettings(request.body));
+          const at = now();
+          const row = await updateSpendKey(storage, scopeOf(request), request.params.id, toSettings(request.body), at);
           if (!row) throw notFound('spend key', request.params.id);
-          return presentSpendKey(row);
+          return presentSpendKey(row, at);
         },
       });
     }
@@ -241,7 +245,7 @@ export function registerSpendKeyRoutes(app: App, { storage }: AppDeps): void {
       `${base}/:id`,
       { config, schema: { tags, params: idParams, response: { 200: successResponse, ...standardErrors } } },
       async (request) => {
-        if (!(await revokeSpendKey(storage, scopeOf(request), request.params.id))) throw notFound('spend key', request.params.id);
+        if (!(await revokeSpendKey(storage, scopeOf(request), request.params.id, now()))) throw notFound('spend key', request.params.id);
         return { success: true as const };
       },
     );
@@ -252,7 +256,7 @@ export function registerSpendKeyRoutes(app: App, { storage }: AppDeps): void {
       async (request) => {
         const rotated = await rotateSpendKey(storage, scopeOf(request), request.params.id);
         if (!rotated) throw notFound('spend key', request.params.id);
-        return { ...presentSpendKey(rotated.row), key: rotated.secret };
+        return { ...presentSpendKey(rotated.row, now()), key: rotated.secret };
       },
     );
   }

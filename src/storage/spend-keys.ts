@@ -4,7 +4,6 @@ import { hashSecret, secretHint } from '../domain/secrets.ts';
 import { bucketCapacity, currentValue, cycleStart, refill, UNITS_PER_TOKEN, type BucketSpec, type Cycle } from '../domain/spend-limits.ts';
 import type { Storage } from './db.ts';
 import type { Database, SpendKeysTable } from './schema.ts';
-import { nowIso } from './time.ts';
 
 export type SpendKeyRow = SpendKeysTable;
 type Db = Kysely<Database> | Transaction<Database>;
@@ -62,9 +61,9 @@ function fullBucket(row: Pick<SpendKeyRow, 'rate_rpm' | 'rate_burst'>, nowMs: nu
 export async function insertSpendKey(
   db: Db,
   input: { merchantId: string; walletId: string; connectionId: string | null; settings: SpendKeySettings & { name: string } },
+  now: Date,
 ): Promise<{ row: SpendKeyRow; secret: string }> {
   const secret = newSecret('spendKey');
-  const now = new Date();
   const s = settingsColumns(input.settings);
   const base = {
     id: newId('spendKey'),
@@ -145,6 +144,7 @@ export async function updateSpendKey(
   scope: SpendKeyScope,
   id: string,
   settings: SpendKeySettings,
+  now: Date,
 ): Promise<SpendKeyRow | undefined> {
   return db.transaction().execute(async (trx) => {
     const row = await scoped(trx, scope)
@@ -155,7 +155,6 @@ export async function updateSpendKey(
     if (!row) return undefined;
     const changes = settingsColumns(settings);
     const next = { ...row, ...changes };
-    const now = new Date();
     if (next.spend_limit_cycle !== row.spend_limit_cycle) {
       const start = cycleStart(next.spend_limit_cycle, now);
       const spend = currentValue(BigInt(row.current_spend), row.spend_cycle_start, row.spend_limit_cycle, now);
@@ -186,10 +185,10 @@ function carriedCounter(row: Pick<SpendKeyRow, 'last_used_at'>, value: bigint, n
   return row.last_used_at !== null && row.last_used_at >= newStart ? value : 0n;
 }
 
-export async function revokeSpendKey(storage: Storage, scope: SpendKeyScope, id: string): Promise<boolean> {
+export async function revokeSpendKey(storage: Storage, scope: SpendKeyScope, id: string, now: Date): Promise<boolean> {
   const result = await storage.db
     .updateTable('spend_keys')
-    .set({ revoked_at: nowIso() })
+    .set({ revoked_at: now.toISOString() })
     .where('id', '=', id)
     .where('merchant_id', '=', scope.merchantId)
     .where('revoked_at', 'is', null)

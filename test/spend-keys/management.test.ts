@@ -5,6 +5,8 @@ import { databasesUnderTest } from '../helpers/databases.ts';
 
 type Json = Record<string, unknown>;
 
+const DAY_MS = 24 * 60 * 60 * 1000;
+
 /** Spend key and wallet key management: the published client end to end, PATCH, /manage, bad input. */
 describe.each(databasesUnderTest())('spend key management on %s', (dialect) => {
   let t: TestApp;
@@ -177,6 +179,23 @@ describe.each(databasesUnderTest())('spend key management on %s', (dialect) => {
       expect(update.status).toBe(400);
       expect(pathsOf(update.body.error)).toEqual([path]);
     }
+  });
+
+  it("stamps keys and reads their daily windows on the app's clock, not the wall clock", async () => {
+    const m = await t.newMerchant();
+    t.clock.advance(10 * DAY_MS);
+    const created = await call('POST', '/spend_keys', { name: 'clocked', request_limit: { count: 100, cycle: 'daily' } }, m.secretKey);
+    expect(created.status).toBe(201);
+    const id = created.body.spend_key_id as string;
+    expect(Math.abs(Date.parse(created.body.created_at as string) - t.clock.now())).toBeLessThan(60_000);
+    const start = (await t.storage.db.selectFrom('spend_keys').select('request_cycle_start').where('id', '=', id).executeTakeFirstOrThrow()).request_cycle_start;
+    await t.storage.db.updateTable('spend_keys').set({ current_requests: 5, last_used_at: start }).where('id', '=', id).execute();
+    expect((await call('GET', `/spend_keys/${id}`, undefined, m.secretKey)).body.current_requests).toBe(5);
+    t.clock.advance(DAY_MS);
+    expect((await call('GET', `/spend_keys/${id}`, undefined, m.secretKey)).body.current_requests).toBe(0);
+    expect((await call('DELETE', `/spend_keys/${id}`, undefined, m.secretKey)).status).toBe(200);
+    const revoked = await t.storage.db.selectFrom('spend_keys').select('revoked_at').where('id', '=', id).executeTakeFirstOrThrow();
+    expect(Math.abs(Date.parse(revoked.revoked_at!) - t.clock.now())).toBeLessThan(60_000);
   });
 
   it('refuses an unknown field on wallet-key create with 400', async () => {

@@ -43,7 +43,7 @@ describe.each(databasesUnderTest())('the database token bucket decides as takeTo
 
   beforeAll(async () => {
     t = await startTestApp(dialect);
-    const key = await insertSpendKey(t.storage.db, { merchantId: t.merchant.merchantId, walletId: t.merchant.walletId, connectionId: null, settings: { name: 'bucket' } });
+    const key = await insertSpendKey(t.storage.db, { merchantId: t.merchant.merchantId, walletId: t.merchant.walletId, connectionId: null, settings: { name: 'bucket' } }, new Date());
     keyId = key.row.id;
   });
   afterAll(async () => {

@@ -1,6 +1,6 @@
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { CYCLES } from '../../domain/spend-limits.ts';
-import type { AppDeps } from '../../http/types.ts';
+import { nowOf, type AppDeps } from '../../http/types.ts';
 import { presentSpendKey, spendKeyCreateBody, spendKeySettingsOf, spendKeyUpdateBody } from '../../routes/spend-keys.ts';
 import { findConnection } from '../../storage/connections.ts';
 import { findMerchant } from '../../storage/merchants.ts';
@@ -73,7 +73,7 @@ function formOfKey(k: SpendKey): Form {
 
 export function registerSpendKeyPages(app: FastifyInstance, deps: AppDeps): void {
   const page = async (request: FastifyRequest, reply: FastifyReply, flash: Flash = {}) => {
-    const now = new Date();
+    const now = new Date(nowOf(deps));
     const keys = (await listSpendKeys(deps.storage, scopeOf(request), undefined, LIST_LIMIT)).slice(0, LIST_LIMIT).map((row) => presentSpendKey(row, now));
     return sendDashboardPage(request, reply, '/dashboard/spend-keys', {
       title: 'Spend keys',
@@ -107,14 +107,14 @@ ${createForm(request, reply, flash)}`,
       if (!merchant) throw new WebError(404, 'Your merchant account no longer exists.');
       wallet = { walletId: merchant.wallet_id, connectionId: null };
     }
-    const { row, secret } = await insertSpendKey(deps.storage.db, { merchantId, ...wallet, settings: { ...spendKeySettingsOf(settings), name: settings.name } });
+    const { row, secret } = await insertSpendKey(deps.storage.db, { merchantId, ...wallet, settings: { ...spendKeySettingsOf(settings), name: settings.name } }, new Date(nowOf(deps)));
     return page(request, reply, { created: { name: row.name, key: secret }, status: 201 });
   });
 
   const detailPage = async (request: FastifyRequest<{ Params: { id: string } }>, reply: FastifyReply, flash: { saved?: boolean; error?: string; form?: Form; status?: number } = {}) => {
     const row = await findSpendKey(deps.storage, scopeOf(request), request.params.id);
     if (!row) throw new WebError(404, `No spend key with id ${request.params.id}.`);
-    const k = presentSpendKey(row, new Date());
+    const k = presentSpendKey(row, new Date(nowOf(deps)));
     return sendDashboardPage(request, reply, '/dashboard/spend-keys', {
       title: `Spend key ${k.name}`,
       status: flash.status,
@@ -149,7 +149,7 @@ ${limitInputs(flash.form ?? formOfKey(k))}
     const parsed = spendKeyUpdateBody.safeParse(limitsBody(form, 'null'));
     if (!parsed.success) return detailPage(request, reply, { error: issueText(parsed.error.issues), form, status: 400 });
     // The same update as PATCH /v1/spend_keys/{id}: counters carry over as the API's do.
-    const row = await updateSpendKey(deps.storage, scopeOf(request), request.params.id, spendKeySettingsOf(parsed.data));
+    const row = await updateSpendKey(deps.storage, scopeOf(request), request.params.id, spendKeySettingsOf(parsed.data), new Date(nowOf(deps)));
     if (!row) throw new WebError(404, `No spend key with id ${request.params.id}.`);
     return reply.redirect(`/dashboard/spend-keys/${encodeURIComponent(row.id)}?saved=1`, 303);
   });
@@ -157,7 +157,7 @@ ${limitInputs(flash.form ?? formOfKey(k))}
   app.post<{ Params: { id: string } }>('/dashboard/spend-keys/:id/status', async (request, reply) => {
     assertCsrf(request);
     const status = (request.body as Form).status === 'paused' ? 'paused' : 'active';
-    const row = await updateSpendKey(deps.storage, scopeOf(request), request.params.id, { status });
+    const row = await updateSpendKey(deps.storage, scopeOf(request), request.params.id, { status }, new Date(nowOf(deps)));
     if (!row) throw new WebError(404, `No spend key with id ${request.params.id}.`);
     return page(request, reply, { message: `${row.name} is ${status === 'paused' ? 'paused: its requests are refused until you resume it' : 'active again'}.` });
   });
@@ -171,7 +171,7 @@ ${limitInputs(flash.form ?? formOfKey(k))}
 
   app.post<{ Params: { id: string } }>('/dashboard/spend-keys/:id/revoke', async (request, reply) => {
     assertCsrf(request);
-    if (!(await revokeSpendKey(deps.storage, scopeOf(request), request.params.id))) throw new WebError(404, `No spend key with id ${request.params.id}.`);
+    if (!(await revokeSpendKey(deps.storage, scopeOf(request), request.params.id, new Date(nowOf(deps))))) throw new WebError(404, `No spend key with id ${request.params.id}.`);
     return page(request, reply, { message: 'Spend key revoked: it no longer works.' });
   });
 }
