@@ -87,6 +87,22 @@ describe('dashboard customers (Chromium)', () => {
     expect(await balanceOverApi()).toBe(before);
   });
 
+  it('pages customers 50 at a time: "More customers" leads to the rest, and every customer appears once', async () => {
+    for (let i = 0; i < 51; i++) await d.api('POST', '/v1/customers', { name: `Paged ${i}` });
+    const overApi = (await d.api('GET', '/v1/customers?limit=100')).body.data.map((c: { customer_id: string }) => c.customer_id);
+    expect(overApi).toHaveLength(52);
+
+    await d.page.goto(`${d.base}/dashboard/customers`);
+    const first = (await tableRows(d.page, 'table')).map((row) => row[0]);
+    expect(first).toHaveLength(50);
+    await d.page.getByRole('link', { name: 'More customers' }).click();
+    await d.page.waitForURL((u) => u.searchParams.has('cursor'));
+    const second = (await tableRows(d.page, 'table')).map((row) => row[0]);
+    expect(second).toHaveLength(2);
+    expect(await d.page.getByRole('link', { name: 'More customers' }).count()).toBe(0);
+    expect([...first, ...second]).toEqual(overApi);
+  });
+
   it("refuses a grant without its CSRF token, and another merchant's grant to this customer", async () => {
     const before = await balanceOverApi();
     const noToken = await d.page.request.post(`${d.base}/dashboard/customers/${customer.customer_id}/credits`, { form: { amount: '5' }, maxRedirects: 0 });

@@ -88,4 +88,22 @@ describe('dashboard webhooks (Chromium)', () => {
     const noToken = await d.page.request.post(`${d.base}/dashboard/webhooks/${webhookId}/deliveries/${delivery.delivery_id}/redeliver`, { form: {}, maxRedirects: 0 });
     expect(noToken.status()).toBe(403);
   });
+
+  it('pages the delivery history 25 at a time: "Older deliveries" leads to the rest, each delivery once', async () => {
+    for (let i = 0; i < 26; i++) await d.api('POST', '/v1/customers', { email: `paged-${i}@example.com` });
+    await round();
+    const overApi = (await d.api('GET', `/v1/webhooks/${webhookId}/deliveries?limit=100`)).body.data.map((x: { delivery_id: string }) => x.delivery_id);
+    expect(overApi).toHaveLength(27);
+
+    await d.page.goto(`${d.base}/dashboard/webhooks/${webhookId}`);
+    const idsOnPage = async () => d.page.$$eval('#deliveries tbody tr', (rows) => rows.map((row) => row.id.replace(/^delivery-/, '')));
+    const first = await idsOnPage();
+    expect(first).toHaveLength(25);
+    await d.page.getByRole('link', { name: 'Older deliveries' }).click();
+    await d.page.waitForURL((u) => u.searchParams.has('cursor'));
+    const second = await idsOnPage();
+    expect(second).toHaveLength(2);
+    expect(await d.page.getByRole('link', { name: 'Older deliveries' }).count()).toBe(0);
+    expect([...first, ...second]).toEqual(overApi);
+  });
 });
