@@ -1,3 +1,4 @@
+import type { FastifyBaseLogger } from 'fastify';
 import type { Transaction } from 'kysely';
 import pg from 'pg';
 import { newId } from '../domain/ids.ts';
@@ -28,8 +29,47 @@ import {
   type CounterKey,
 } from './charge.ts';
 import { walletBalanceEvent } from './events.ts';
+import { GroupCommitWriter, type BatchJob } from './group-commit.ts';
 import { ledgerRows, type LedgerTransactionInput } from './postings.ts';
 import { debitInMemory, type WalletRow } from './wallets.ts';
+
+/**
+ * A batch takes every request waiting, up to a budget of statement parameters: a request writes
+ * about a hundred, plus nineteen per metadata pair (five for its metadata row, fourteen for its
+ * metadata rollup row). The budget stays below SQLite's 32,766 parameters per statement and
+ * PostgreSQL's 65,535.
+ */
+const MAX_BATCH_PARAMETERS = 30_000;
+
+/**
+ * POST /requests charges as a group-commit job: charges that arrive while a batch is being
+ * written wait and then go together in the next one (chargeBatch: one transaction, a fixed number
+ * of statements, every decision under the batch's row locks). A batch holds one request per
+ * (merchant, request_id); a copy waits for the first: if that one is recorded, the copy is a
+ * duplicate (the route answers it by reading the stored record back), otherwise it is tried in the
+ * next batch. A batch that fails as a whole charges each request in a batch of its own.
+ */
+export const CHARGE_JOB: BatchJob<ChargeInput, BatchOutcome> = {
+  order: 0,
+  wholeBatch: (storage, inputs) => chargeBatch(storage, inputs),
+  alone: async (storage, input) => (await chargeBatch(storage, [input]))[0]!,
+  sizeOf: (input) => 100 + 19 * Object.keys(input.metadata).length,
+  copies: {
+    keyOf: (input) => `${input.merchant.id}\n${input.requestId}`,
+    answerCopy: (first) => (first.outcome === 'recorded' ? { outcome: 'duplicate' } : undefined),
+  },
+};
+
+/**
+ * The writer of POST /requests charges. On PostgreSQL two batches are written at once, so that one
+ * is built and answered in this process while the database runs the other (decision 0012: ~15 %
+ * more requests per second than one at a time). They cannot deadlock: each locks its tier counters
+ * and then its wallets in one global order before writing, and everything else it writes belongs
+ * to the customers whose wallets it locked. On SQLite (one writer) one batch at a time.
+ */
+export function chargeWriter(storage: Storage, log?: Pick<FastifyBaseLogger, 'warn'>): GroupCommitWriter {
+  return new GroupCommitWriter(storage, log, { maxBatch: MAX_BATCH_PARAMETERS, batchesInFlight: storage.pipeline ? 2 : 1 });
+}
 
 /** What a batch answers for each request: a charge outcome, or that its customer or meter is gone. */
 export type BatchOutcome = ChargeOutcome | { outcome: 'customer_deleted' } | { outcome: 'meter_deleted' };

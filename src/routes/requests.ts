@@ -12,7 +12,7 @@ import { idParams, standardErrors } from '../http/schemas.ts';
 import type { App, AppDeps } from '../http/types.ts';
 import { dateOf } from '../domain/clock.ts';
 import type { ChargeInput, BalanceShortfall } from '../ledger/charge.ts';
-import { ChargeWriter } from '../ledger/charge-writer.ts';
+import { CHARGE_JOB, chargeWriter } from '../ledger/charge-batch.ts';
 import type { UnwrittenHolds } from '../ledger/wallets.ts';
 import type { MeterRow } from '../storage/meters.ts';
 import { findRequestPk, listRequests, type RequestFilters } from '../storage/request-queries.ts';
@@ -271,9 +271,7 @@ const tags = ['requests'];
 export function registerRequestRoutes(app: App, deps: AppDeps, unwritten: UnwrittenHolds): void {
   const { storage, config } = deps;
   const lookups = createRequestLookups(storage);
-  const writer = new ChargeWriter(storage, {
-    onBatchFailure: (err) => app.log.error({ err }, 'a batch of charges failed; charging its requests one by one'),
-  });
+  const writer = chargeWriter(storage, app.log);
   app.addHook('onClose', () => writer.drain());
 
   /** A stored record answers a repeated request_id: 200 when the body matches, 409 when it does not. */
@@ -322,7 +320,7 @@ export function registerRequestRoutes(app: App, deps: AppDeps, unwritten: Unwrit
         deps,
         { walletId: parties.connection.wallet_id, meterId: parties.meter.id },
         (refused) => refused.needed,
-        () => writer.charge(input),
+        () => writer.run(CHARGE_JOB, input),
       );
       switch (outcome.outcome) {
         case 'recorded':

@@ -58,7 +58,7 @@ function openPostgres(url: string, max: number): Storage {
   };
 }
 
-/** Two charge batches in flight (ChargeWriter). */
+/** Two charge batches in flight (chargeWriter in ledger/charge-batch.ts). */
 const PIPELINE_POOL_SIZE = 2;
 
 function postgresPool(url: string, max: number, pipeline: boolean): pg.Pool {

@@ -200,7 +200,7 @@ describe.each(databasesUnderTest())('gateway writer on %s', (dialect) => {
     const prices = lookupBasePrices('openai', 'gpt-4o', { overrides: t.config.priceOverrides });
 
     const sizes: number[] = [];
-    const counted: typeof SETTLE_JOB = { ...SETTLE_JOB, inTransaction: (trx, d, inputs) => (sizes.push(inputs.length), SETTLE_JOB.inTransaction(trx, d, inputs)) };
+    const counted: typeof SETTLE_JOB = { ...SETTLE_JOB, inTransaction: (trx, d, inputs) => (sizes.push(inputs.length), SETTLE_JOB.inTransaction!(trx, d, inputs)) };
     const writer = new GroupCommitWriter(t.storage, undefined, { maxBatch: 256 });
     const balanceEvents = () =>
       t.storage.db.selectFrom('events').select(['id', 'payload']).where('merchant_id', '=', merchant.merchantId).where('type', '=', 'merchant.wallet.balance.updated').orderBy('id').execute();
@@ -299,7 +299,7 @@ describe.each(databasesUnderTest())('gateway writer on %s', (dialect) => {
     const batched = [await admit('2026-03-31T23:59:59.500Z'), await admit('2026-03-31T23:59:59.900Z')];
     const failed = await admit('2026-03-31T23:59:59.999Z');
     expect((await settleRequest(t.storage, settlement(alone))).outcome).toBe('recorded');
-    const outcomes = await t.storage.db.transaction().execute((trx) => SETTLE_JOB.inTransaction(trx, t.storage.dialect, batched.map(settlement)));
+    const outcomes = await t.storage.db.transaction().execute((trx) => SETTLE_JOB.inTransaction!(trx, t.storage.dialect, batched.map(settlement)));
     expect(outcomes.map((o) => o.outcome)).toEqual(['recorded', 'recorded']);
     await failRequest(t.storage, { recordId: failed.recordId, holdIds: failed.holdIds });
 
@@ -357,7 +357,7 @@ describe.each(databasesUnderTest())('gateway writer on %s', (dialect) => {
     await creditWallet(t.storage, merchant.walletId, parseMoney('0.05'));
     const billing = await resolveForwardCredential(t.storage, merchant.secretKey, new Date());
     const input = () => admissionOf(billing, merchant.walletId, { hold: '0.02', facts: { ...CHAT_FACTS, metadata: { k: 'v' } } });
-    const fast = ADMIT_JOB.inOneStatement!;
+    const fast = ADMIT_JOB.wholeBatch!;
     const two = await fast(t.storage, [input(), input()]);
     expect(two?.map((o) => o.outcome)).toEqual(['admitted', 'admitted']);
     const holds = await t.storage.db.selectFrom('holds').select(['amount', 'status']).where('wallet_id', '=', merchant.walletId).execute();

@@ -1,7 +1,6 @@
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { parseMoney } from '../../src/domain/money.ts';
-import { chargeBatch } from '../../src/ledger/charge-batch.ts';
-import { ChargeWriter } from '../../src/ledger/charge-writer.ts';
+import { CHARGE_JOB, chargeBatch, chargeWriter } from '../../src/ledger/charge-batch.ts';
 import type { ChargeInput } from '../../src/ledger/charge.ts';
 import { verifyLedger } from '../../src/ledger/verify.ts';
 import { creditWallet, findWallet, UnwrittenHolds } from '../../src/ledger/wallets.ts';
@@ -163,14 +162,14 @@ describe.each(databasesUnderTest())('batched request charges on %s', (dialect) =
   it('charges each request alone when its batch fails as a whole, so one bad request fails only itself', async () => {
     const s = await setup(['1']);
     const failures: unknown[] = [];
-    const writer = new ChargeWriter(t.storage, { onBatchFailure: (e) => failures.push(e) });
+    const writer = chargeWriter(t.storage, { warn: (obj: { err: unknown }) => failures.push(obj.err) });
     const broken = { ...(await s.input(0, tokens(10))), merchant: { id: s.m.merchantId, wallet_id: 'wal_missing' } };
     // No customer: the merchant's (here missing) wallet would pay, and the batch cannot find it.
     broken.connection = null;
 
     const [one, other] = [await s.input(0, tokens(10)), await s.input(0, tokens(10))];
     // Handed in together, so they share a batch.
-    const [good, bad, alsoGood] = await Promise.allSettled([writer.charge(one), writer.charge(broken), writer.charge(other)]);
+    const [good, bad, alsoGood] = await Promise.allSettled([writer.run(CHARGE_JOB, one), writer.run(CHARGE_JOB, broken), writer.run(CHARGE_JOB, other)]);
 
     expect(good).toMatchObject({ status: 'fulfilled', value: { outcome: 'recorded' } });
     expect(alsoGood).toMatchObject({ status: 'fulfilled', value: { outcome: 'recorded' } });
@@ -182,11 +181,11 @@ describe.each(databasesUnderTest())('batched request charges on %s', (dialect) =
   it('splits requests waiting together into batches small enough for the engine: 80 requests of 100 metadata pairs', async () => {
     const s = await setup(['1']);
     const failures: unknown[] = [];
-    const writer = new ChargeWriter(t.storage, { onBatchFailure: (e) => failures.push(e) });
+    const writer = chargeWriter(t.storage, { warn: (obj: { err: unknown }) => failures.push(obj.err) });
     const metadata = Object.fromEntries(Array.from({ length: 100 }, (_, i) => [`key_${i}`, `value ${i}`]));
     const inputs = await Promise.all(Array.from({ length: 80 }, async () => ({ ...(await s.input(0, tokens(10))), metadata })));
 
-    const outcomes = await Promise.all(inputs.map((input) => writer.charge(input)));
+    const outcomes = await Promise.all(inputs.map((input) => writer.run(CHARGE_JOB, input)));
 
     expect(outcomes.every((o) => o.outcome === 'recorded')).toBe(true);
     expect(failures).toEqual([]);

@@ -130,7 +130,7 @@ describe.each(databasesUnderTest())('usage rollups per metadata pair on %s', (di
     const batched = admitted.filter((a) => a !== alone && a !== failed && a !== pending);
 
     expect((await settleRequest(t.storage, settlement(alone!))).outcome).toBe('recorded');
-    const outcomes = await t.storage.db.transaction().execute((trx) => SETTLE_JOB.inTransaction(trx, t.storage.dialect, batched.map(settlement)));
+    const outcomes = await t.storage.db.transaction().execute((trx) => SETTLE_JOB.inTransaction!(trx, t.storage.dialect, batched.map(settlement)));
     expect(outcomes.map((o) => o.outcome)).toEqual(batched.map(() => 'recorded'));
     await failRequest(t.storage, { recordId: failed!.recordId, holdIds: failed!.holdIds });
 
@@ -151,7 +151,7 @@ describe.each(databasesUnderTest())('usage rollups per metadata pair on %s', (di
     const admitted: Awaited<ReturnType<typeof admit>>[] = [];
     for (let i = 0; i < 64; i++) admitted.push(await admit(i, `2026-04-02T10:${String(i % 60).padStart(2, '0')}:00.000Z`));
 
-    const batch = t.storage.db.transaction().execute((trx) => SETTLE_JOB.inTransaction(trx, t.storage.dialect, admitted.map(settlement)));
+    const batch = t.storage.db.transaction().execute((trx) => SETTLE_JOB.inTransaction!(trx, t.storage.dialect, admitted.map(settlement)));
     await expect(batch).rejects.toBeInstanceOf(RunAlone);
     const writer = new GroupCommitWriter(t.storage);
     const outcomes = await Promise.all(admitted.map((a) => writer.run(SETTLE_JOB, settlement(a))));

@@ -207,7 +207,7 @@ export const ADMIT_JOB: BatchJob<AdmitInput, AdmitOutcome> = {
   order: 1,
   locks: (_trx, inputs) => ({ walletIds: inputs.flatMap(payingWalletIds), spendKeyIds: spendKeyIdsOf(inputs) }),
   inTransaction: admitInTransaction,
-  inOneStatement: admitInOneStatement,
+  wholeBatch: admitInOneStatement,
   alone: admitRequest,
 };
 
