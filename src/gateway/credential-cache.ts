@@ -35,6 +35,7 @@ const SPEND_KEY_COUNTERS = new Set([
   'spend_cycle_start',
   'current_spend',
   'reserved_spend',
+  'overrun',
   'total_spend',
   'request_cycle_start',
   'current_requests',

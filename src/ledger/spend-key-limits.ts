@@ -212,6 +212,15 @@ function requestLimitReached(key: SpendKeyRow, now: Date): SpendKeyRefusal {
 }
 
 /**
+ * A spend-limited key whose settled charge exceeded its reservation, with requests still in flight
+ * on it (anything reserved): those may overrun too, so nothing more is admitted until they have
+ * settled, as a wallet's overrun (decision 0019, ledger/admission/decision.ts admittableOf).
+ */
+function overrunInFlight(key: SpendKeyRow): boolean {
+  return Number(key.overrun ?? 0) !== 0 && BigInt(key.reserved_spend) > 0n;
+}
+
+/**
  * Inside the admission transaction, on the row lockSpendKeyForAdmission returned: checks the
  * request and spend limits, then counts the request and reserves `amount` (the request's hold)
  * against the remaining spend. Returns the refusal instead of throwing, so the limit_reached
@@ -236,7 +245,12 @@ export async function reserveForRequest(
   } else if (key.spend_limit_amount !== null) {
     const limit = BigInt(key.spend_limit_amount);
     const committed = c.current_spend + BigInt(key.reserved_spend);
-    if (committed >= limit || committed + input.amount > limit) {
+    if (overrunInFlight(key)) {
+      refusal = {
+        code: 'spend_limit_reached',
+        message: "This spend key's requests cost more than they reserved; it admits nothing more until its requests in flight have settled.",
+      };
+    } else if (committed >= limit || committed + input.amount > limit) {
       refusal = {
         code: 'spend_limit_reached',
         message: `This spend key's spend limit of ${formatMoney(limit)} per ${key.spend_limit_cycle} cycle cannot cover this request.`,
@@ -255,6 +269,8 @@ export async function reserveForRequest(
     changes.total_requests = BigInt(key.total_requests) + 1n;
     changes.reserved_spend = BigInt(key.reserved_spend) + input.amount;
     changes.last_used_at = at;
+    // Admitted with nothing reserved: whatever overran has settled, and the overrun ends.
+    if (Number(key.overrun ?? 0) !== 0) changes.overrun = 0;
     if (
       key.request_limit_count !== null &&
       changes.current_requests >= BigInt(key.request_limit_count) &&
@@ -296,6 +312,8 @@ export async function finishReservation(trx: Trx, dialect: Storage['dialect'], r
     total_spend: BigInt(key.total_spend) + spend,
     reserved_spend: reserved > 0n ? reserved : 0n,
   };
+  // Charged more than it reserved: the key admits nothing more while anything else is in flight.
+  if (BigInt(reservation.amount) > 0n && spend > BigInt(reservation.amount)) changes.overrun = 1;
   if (
     key.spend_limit_amount !== null &&
     changes.current_spend! >= BigInt(key.spend_limit_amount) &&

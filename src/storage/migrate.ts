@@ -16,6 +16,7 @@ import * as m0012 from './migrations/0012_events_undispatched_by_merchant.ts';
 import * as m0013 from './migrations/0013_subscription_cycle_anchor.ts';
 import * as m0014 from './migrations/0014_request_requested_model.ts';
 import * as m0015 from './migrations/0015_charge_recovery_and_overrun.ts';
+import * as m0016 from './migrations/0016_spend_key_overrun.ts';
 
 /** The ordered, frozen list. New migrations are appended, never inserted or edited. */
 const MIGRATIONS: Record<string, Migration> = {
@@ -34,6 +35,7 @@ const MIGRATIONS: Record<string, Migration> = {
   '0013_subscription_cycle_anchor': m0013,
   '0014_request_requested_model': m0014,
   '0015_charge_recovery_and_overrun': m0015,
+  '0016_spend_key_overrun': m0016,
 };
 
 const provider: MigrationProvider = { getMigrations: async () => MIGRATIONS };

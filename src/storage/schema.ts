@@ -268,6 +268,8 @@ export interface SpendKeysTable {
   spend_cycle_start: string;
   current_spend: bigint;
   reserved_spend: bigint;
+  /** 1 once a settled charge exceeded its reservation: a spend-limited key admits nothing more while anything is reserved (decision 0019). */
+  overrun?: number;
   total_spend: bigint;
   request_cycle_start: string;
   current_requests: bigint;

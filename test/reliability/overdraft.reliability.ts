@@ -1,10 +1,11 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { formatMoney } from '../../src/domain/money.ts';
+import { formatMoney, parseMoney } from '../../src/domain/money.ts';
 import { lookupBasePrices } from '../../src/domain/base-prices.ts';
 import { resolveForwardCredential } from '../../src/gateway/credentials.ts';
 import { estimateHold } from '../../src/gateway/estimate.ts';
 import { pricingFor } from '../../src/ledger/billing.ts';
 import { verifyLedger } from '../../src/ledger/verify.ts';
+import { creditWallet } from '../../src/ledger/wallets.ts';
 import { freshDatabase } from '../helpers/databases.ts';
 import type { MockGateway } from '../helpers/gateway.ts';
 import { printFigures, startSuiteGateway } from './harness.ts';
@@ -103,6 +104,97 @@ describe.runIf(postgres)('overdraft bound against a provider over-reporting 40 t
     expect(lowest, 'some wallet was overdrawn: the bound was exercised').toBeLessThan(0n);
     expect(beyond.map((c) => c.walletId)).toEqual([]);
     expect(wallets.every((w) => BigInt(w.held) === 0n)).toBe(true);
+    expect(ledger.problems).toEqual([]);
+  });
+});
+
+/**
+ * The same provider against a spend key's limit (decision 0019): clients spend through one
+ * merchant spend key on both instances until it refuses. The key's spend ends at most
+ * L + (F − 1) × C × its largest reservation (L its limit, C its clients): a request is admitted
+ * only while spend + reservations + its own reservation fit in L, and once a settled charge exceeds
+ * its reservation the key (and the wallet holding the same requests) admits nothing more while
+ * anything is in flight on it, so only what was in flight overruns.
+ */
+const KEY_CLIENTS = 8;
+const KEY_CALLS_PER_CLIENT = 25;
+const KEY_LIMIT = '0.01';
+const CHAT = '/v1/chat/completions';
+
+describe.runIf(postgres)('spend-key limit against a provider over-reporting 40 times, two instances on postgres', () => {
+  let instances: MockGateway[];
+
+  beforeAll(async () => {
+    const database = await freshDatabase('postgres');
+    instances = [await startSuiteGateway('postgres', { database }), await startSuiteGateway('postgres', { database })];
+    for (const gw of instances) gw.upstream.setNext({ path: '/chat/completions', overReport: FACTOR, times: Infinity });
+  });
+  afterAll(async () => {
+    for (const gw of instances ?? []) {
+      await gw.t.close();
+      await gw.upstream.close();
+    }
+  });
+
+  it('keeps the spend within L + (F − 1) × C × the largest reservation', async () => {
+    const { t } = instances[0]!;
+    // The wallet has far more than the limit: the key's limit is what stops it.
+    await creditWallet(t.storage, t.merchant.walletId, parseMoney('100'));
+    const created = await t.app.inject({ method: 'POST', url: '/v1/spend_keys', headers: t.auth(), payload: { name: 'overdraft', spend_limit: { amount: KEY_LIMIT, cycle: 'total' } } });
+    expect(created.statusCode).toBe(201);
+    const key = created.json() as { key: string; spend_key_id: string };
+    const startedAt = new Date().toISOString();
+
+    const figures = { forwards_200: 0, refused_402: 0, other: 0 };
+    let sequence = 0;
+    const client = async () => {
+      for (let i = 0; i < KEY_CALLS_PER_CLIENT; i++) {
+        const gw = instances[sequence++ % 2]!;
+        const res = await fetch(`${gw.base}${CHAT}`, {
+          method: 'POST',
+          headers: { authorization: `Bearer ${key.key}`, 'content-type': 'application/json' },
+          body: JSON.stringify(body),
+        });
+        await res.arrayBuffer();
+        if (res.status === 200) figures.forwards_200++;
+        else if (res.status === 402) figures.refused_402++;
+        else figures.other++;
+      }
+    };
+    await Promise.all(Array.from({ length: KEY_CLIENTS }, () => client()));
+    for (const gw of instances) await gw.t.app.close();
+
+    const row = await t.storage.db.selectFrom('spend_keys').selectAll().where('id', '=', key.spend_key_id).executeTakeFirstOrThrow();
+    const records = await t.storage.db.selectFrom('requests').select(['id', 'status']).where('created_at', '>=', startedAt).execute();
+    const holds = records.length
+      ? await t.storage.db.selectFrom('holds').select(['reference', 'amount']).where('reference', 'in', records.map((r) => r.id)).execute()
+      : [];
+    const largestHold = holds.reduce((max, h) => (BigInt(h.amount) > max ? BigInt(h.amount) : max), 0n);
+    const limit = parseMoney(KEY_LIMIT);
+    const spend = BigInt(row.current_spend);
+    const bound = limit + BigInt(FACTOR - 1) * BigInt(KEY_CLIENTS) * largestHold;
+    const ledger = await verifyLedger(t.storage);
+    const beyond = spend > bound ? 1 : 0;
+    printFigures('overdraft spend key (provider over-reporting 40x)', {
+      requests: KEY_CLIENTS * KEY_CALLS_PER_CLIENT,
+      ...figures,
+      largest_hold: formatMoney(largestHold),
+      limit: KEY_LIMIT,
+      spend: formatMoney(spend),
+      documented_bound: formatMoney(bound),
+      keys_beyond_bound: beyond,
+      ledger_problems: ledger.problems.length,
+      discrepancies: beyond + ledger.problems.length + figures.other,
+    });
+    expect(figures.forwards_200).toBeGreaterThan(0);
+    expect(figures.refused_402, 'the key was driven until it refused').toBeGreaterThan(0);
+    expect(figures.other).toBe(0);
+    expect(records.filter((r) => r.status === 'completed')).toHaveLength(figures.forwards_200);
+    expect(largestHold).toBeGreaterThan(0n);
+    expect(spend, 'the limit was passed: the bound was exercised').toBeGreaterThan(limit);
+    expect(spend).toBeLessThanOrEqual(bound);
+    expect(BigInt(row.reserved_spend)).toBe(0n);
+    expect(BigInt(row.total_spend)).toBe(spend);
     expect(ledger.problems).toEqual([]);
   });
 });

@@ -167,6 +167,58 @@ describe.each(databasesUnderTest())('spend key enforcement on %s', (dialect) => 
     expect(parseMoney(after.current_spend as string)).toBeLessThanOrEqual(parseMoney('0.025'));
   });
 
+  it('a spend key whose settled charge exceeded its reservation admits nothing more until its requests in flight have settled (decision 0019)', async () => {
+    // A limit far above what these requests cost: only the overrun rule can refuse.
+    const key = await createKey({ spend_limit: { amount: '10', cycle: 'daily' } });
+    const reservations = async () =>
+      (await t.storage.db.selectFrom('spend_key_reservations').select('amount').where('spend_key_id', '=', key.spend_key_id).execute()).length;
+    const overrun = async () =>
+      Number((await t.storage.db.selectFrom('spend_keys').select('overrun').where('id', '=', key.spend_key_id).executeTakeFirstOrThrow()).overrun);
+    const until = async (done: () => Promise<boolean>) => {
+      for (let i = 0; i < 250 && !(await done()); i++) await new Promise((r) => setTimeout(r, 20));
+      expect(await done()).toBe(true);
+    };
+
+    let answerSlow!: () => void;
+    upstream.setNext({ path: '/chat/completions', releasedBy: new Promise<void>((resolve) => (answerSlow = resolve)) });
+    upstream.setNext({ path: '/chat/completions', overReport: 40 });
+    const slow = chat(key.key);
+    try {
+      // A request in flight (reserved), then one the provider bills 40 times over.
+      await until(async () => (await reservations()) === 1);
+      const over = await chat(key.key);
+      expect(over.status).toBe(200);
+      await over.arrayBuffer();
+      await until(async () => (await reservations()) === 1 && (await overrun()) === 1);
+      const spent = await retrieve(key.spend_key_id);
+      expect(parseMoney(spent.current_spend as string)).toBeGreaterThan(0n);
+
+      // The slow one may overrun too: nothing more is admitted on the key while it is in flight.
+      // Its wallet, which holds the same requests, is overrun too and is checked first
+      // (reservations.test.ts proves the key's own rule).
+      const before = upstream.requests.length;
+      const refused = await chat(key.key);
+      expect(refused.status).toBe(402);
+      expect(await codeOf(refused)).toBe('insufficient_balance');
+      expect(upstream.requests.length).toBe(before);
+
+      answerSlow();
+      expect((await slow).status).toBe(200);
+      await until(async () => (await reservations()) === 0);
+      // Nothing in flight any more: admitted again, and the overrun is over.
+      const ok = await chat(key.key);
+      expect(ok.status).toBe(200);
+      await ok.arrayBuffer();
+      expect(await overrun()).toBe(0);
+      const wallet = await t.storage.db.selectFrom('wallets').select('overrun').where('id', '=', t.merchant.walletId).executeTakeFirstOrThrow();
+      expect(Number(wallet.overrun)).toBe(0);
+      await settled(key.spend_key_id, 3);
+    } finally {
+      answerSlow();
+      await slow.catch(() => undefined);
+    }
+  });
+
   const limitEvents = async (keyId: string) =>
     (await t.storage.db.selectFrom('events').selectAll().where('type', '=', 'spend_key.limit_reached').execute())
       .map((e) => JSON.parse(e.payload) as Json)

@@ -3,6 +3,8 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { dateOf } from '../../src/domain/clock.ts';
 import { parseMoney } from '../../src/domain/money.ts';
 import { sweepExpiredHolds } from '../../src/gateway/settle.ts';
+import { newId } from '../../src/domain/ids.ts';
+import { finishReservation, reserveForRequest } from '../../src/ledger/spend-key-limits.ts';
 import { creditWallet } from '../../src/ledger/wallets.ts';
 import { startTestApp, type TestApp } from '../helpers/app.ts';
 import { databasesUnderTest } from '../helpers/databases.ts';
@@ -113,6 +115,48 @@ describe.each(databasesUnderTest())('spend key reservations on %s', (dialect) =>
     // Ending it again changes nothing.
     await sweepExpiredHolds(t.storage, dateOf(t.clock));
     expect(BigInt((await keyRow(key.spend_key_id)).current_spend)).toBe(cost);
+  });
+
+  it("a key whose settled charge exceeded its reservation admits nothing more while anything is reserved on it, and the first admission with nothing reserved ends that (decision 0019)", async () => {
+    // The key's own rule, apart from its wallet's (which refuses first over HTTP, its holds being on the wallet).
+    const key = await createKey();
+    const amount = parseMoney('0.001');
+    const now = dateOf(t.clock);
+    const reserve = async () => {
+      const recordId = newId('request');
+      const refusal = await t.storage.db.transaction().execute(async (trx) => reserveForRequest(trx, await keyRow(key.spend_key_id), { recordId, amount, now }));
+      return { recordId, refusal };
+    };
+    const finish = (recordId: string, spend: bigint) => t.storage.db.transaction().execute((trx) => finishReservation(trx, t.storage.dialect, recordId, spend, now));
+
+    const first = await reserve();
+    const second = await reserve();
+    expect([first.refusal, second.refusal]).toEqual([null, null]);
+    // Charged at most what it reserved: no overrun.
+    await finish(first.recordId, amount);
+    expect(Number((await keyRow(key.spend_key_id)).overrun)).toBe(0);
+    const third = await reserve();
+    expect(third.refusal).toBeNull();
+
+    // Charged 40 times what it reserved, with another request still reserved: refused, far below the limit of 5.
+    await finish(second.recordId, amount * 40n);
+    expect(Number((await keyRow(key.spend_key_id)).overrun)).toBe(1);
+    const refused = await reserve();
+    expect(refused.refusal).toMatchObject({ code: 'spend_limit_reached', message: expect.stringContaining('in flight') });
+    expect((await reservations(key.spend_key_id)).map((r) => r.request_pk)).toEqual([third.recordId]);
+    expect(BigInt((await keyRow(key.spend_key_id)).reserved_spend)).toBe(amount);
+
+    // Nothing in flight any more: admitted, and the overrun is over.
+    await finish(third.recordId, amount);
+    const admitted = await reserve();
+    expect(admitted.refusal).toBeNull();
+    const after = await keyRow(key.spend_key_id);
+    expect({ overrun: Number(after.overrun), reserved: BigInt(after.reserved_spend), spend: BigInt(after.current_spend) }).toEqual({
+      overrun: 0,
+      reserved: amount,
+      spend: amount * 42n,
+    });
+    await finish(admitted.recordId, 0n);
   });
 
   it('settlement ends the reservation in the transaction that charges the request: a failure between them leaves neither', async () => {
