@@ -1,7 +1,10 @@
 import { describe, expect, it } from 'vitest';
-import { valuesInserts } from '../../src/storage/batch-write.ts';
+import { insertRows } from '../../src/storage/batch-write.ts';
 
-describe('valuesInserts (SQLite multi-row inserts)', () => {
+/** The SQLite statements of a multi-row insert. */
+const valuesInserts = (table: 'events', rows: object[]) => insertRows('sqlite', table, rows as never).sqlite!;
+
+describe('insertRows on SQLite (multi-row inserts)', () => {
   it('lists each row in the columns of the first, values in the same order, a missing one as null', () => {
     const [query, ...rest] = valuesInserts('events', [
       { id: 'a', amount: 1n, note: 'x' },

@@ -2,13 +2,13 @@
  * Settlement of forwarded requests: charge the actual cost against the admission's holds and
  * complete the pending record, or fail it (release the holds, record `error`, charge nothing).
  */
-import { CompiledQuery, sql, type Compilable, type Insertable, type RawBuilder, type Transaction } from 'kysely';
+import type { Transaction } from 'kysely';
 import { newId } from '../../domain/ids.ts';
 import { MAX_AMOUNT_UNITS } from '../../domain/money.ts';
 import { baseCost, priceRequest, type BasePrices, type PricedRequest, type Usage } from '../../domain/pricing.ts';
 import { RunAlone, type BatchJob } from '../group-commit.ts';
 import { finishReservation } from '../spend-key-limits.ts';
-import { jsonInsert, valuesInserts } from '../../storage/batch-write.ts';
+import { insertRows, runWrites, type BatchWrite } from '../../storage/batch-write.ts';
 import type { Storage } from '../../storage/db.ts';
 import type { Database } from '../../storage/schema.ts';
 import { failPendingRecord, metadataRollupAdditions, metadataRollupUpsert, metadataRows, rollupAdditions, rollupUpsert, type RequestRow } from '../../storage/requests.ts';
@@ -188,7 +188,7 @@ async function settleInTransaction(trx: Transaction<Database>, dialect: Storage[
         .where('period_start', '=', key.periodStart),
     };
   });
-  const counts = await executeWrites(trx, dialect, [...recordWrites, ...counterWrites, ...rollupWrites(trx, records), ...insertWrites(dialect, mergedRecords)]);
+  const counts = await runWrites(trx, dialect, [...recordWrites, ...counterWrites, ...rollupWrites(trx, records), ...insertWrites(dialect, mergedRecords)]);
   if (counts.slice(0, recordWrites.length).some((n) => n !== 1)) throw new RunAlone();
 
   // Release the holds, debit, and write the ledger and the balance events.
@@ -258,7 +258,7 @@ async function settleInTransaction(trx: Transaction<Database>, dialect: Storage[
         .set({ balance: wallet.balance, cycle_credit: wallet.cycle_credit, bundle_credit: wallet.bundle_credit, held: wallet.held, overrun: overrun.has(wallet) ? 1 : Number(wallet.overrun ?? 0) })
         .where('id', '=', wallet.id),
     }));
-  const leaseWrites: Write[] = [...leaseShrinks].map(([lease, amount]) => ({
+  const leaseWrites: BatchWrite[] = [...leaseShrinks].map(([lease, amount]) => ({
     query: trx
       .updateTable('holds')
       .set((eb) => ({ amount: eb('amount', '-', amount) }))
@@ -267,7 +267,7 @@ async function settleInTransaction(trx: Transaction<Database>, dialect: Storage[
       .returning('id'),
     counted: true,
   }));
-  const written = await executeWrites(trx, dialect, [
+  const written = await runWrites(trx, dialect, [
     ...leaseWrites,
     ...walletWrites,
     ...ledgerWrites(dialect, transactions, at),
@@ -320,7 +320,7 @@ function settleLeasedShares(write: AdmissionWrite, price: PricedRequest, custome
 const walletState = (w: WalletRow) => `${w.balance} ${w.cycle_credit} ${w.bundle_credit} ${w.held}`;
 
 /** Settled records whose admissions were never written (merged): the records and their metadata. */
-function insertWrites(dialect: Storage['dialect'], records: RequestRow[]): Write[] {
+function insertWrites(dialect: Storage['dialect'], records: RequestRow[]): BatchWrite[] {
   if (records.length === 0) return [];
   const metadata = metadataRows(records);
   return [insertRows(dialect, 'requests', records), ...(metadata.length > 0 ? [insertRows(dialect, 'request_metadata', metadata)] : [])];
@@ -331,7 +331,7 @@ function ledgerWrites(
   dialect: Storage['dialect'],
   transactions: { id: string; reference: string; description: string; merchantId: string; legs: Leg[] }[],
   at: string,
-): Write[] {
+): BatchWrite[] {
   if (transactions.length === 0) return [];
   const postings: { id: string; transaction_id: string; account: string; amount: bigint; created_at: string }[] = [];
   for (const t of transactions) {
@@ -342,57 +342,6 @@ function ledgerWrites(
   }
   const rows = transactions.map((t) => ({ id: t.id, kind: 'request_charge', merchant_id: t.merchantId, reference: t.reference, description: t.description, created_at: at }));
   return [insertRows(dialect, 'ledger_transactions', rows), ...(postings.length > 0 ? [insertRows(dialect, 'ledger_postings', postings)] : [])];
-}
-
-/**
- * A write of a batch: a Kysely query, or a multi-row insert made without Kysely (on SQLite its
- * chunks' statements, on PostgreSQL one statement with the rows as JSON). `counted` ones return a
- * row per row they changed.
- */
-type Write = { counted?: boolean } & (
-  | { query: Compilable & { execute(): Promise<unknown[]> }; sqlite?: never; json?: never }
-  | { sqlite: CompiledQuery[]; query?: never; json?: never }
-  | { json: RawBuilder<unknown>; query?: never; sqlite?: never }
-);
-
-function insertRows<T extends 'requests' | 'request_metadata' | 'ledger_transactions' | 'ledger_postings' | 'events'>(
-  dialect: Storage['dialect'],
-  table: T,
-  rows: Insertable<Database[T]>[],
-): Write {
-  return dialect === 'sqlite' ? { sqlite: valuesInserts(table, rows) } : { json: jsonInsert(table, rows) };
-}
-
-/**
- * Runs a batch's writes. On PostgreSQL they go as one statement (each a data-modifying CTE), so
- * the batch pays one round trip for them; on SQLite one after the other (no round trips there).
- * Returns, for each counted write, how many rows it changed.
- */
-async function executeWrites(trx: Transaction<Database>, dialect: Storage['dialect'], writes: Write[]): Promise<number[]> {
-  if (dialect === 'sqlite' || writes.length === 1) {
-    const counts: number[] = [];
-    for (const write of writes) {
-      if (write.sqlite) {
-        for (const insert of write.sqlite) await trx.executeQuery(insert);
-        counts.push(0);
-      } else if (write.json) {
-        await write.json.execute(trx);
-        counts.push(0);
-      } else {
-        const rows = await write.query.execute();
-        counts.push(write.counted ? rows.length : 0);
-      }
-    }
-    return counts;
-  }
-  if (writes.length === 0) return [];
-  const name = (i: number) => sql.ref(`w${i}`);
-  const ctes = sql.join(writes.map((write, i) => sql`${name(i)} as (${write.json ?? write.query!})`));
-  const counted = writes.map((write, i) => (write.counted ? sql`(select count(*) from ${name(i)})` : sql`0`));
-  // An array, not a function of one argument per write: PostgreSQL functions take at most 100
-  // arguments, and a batch of 256 settlements updates as many pending records.
-  const { rows } = await sql<{ counts: string }>`with ${ctes} select array_to_string(array[${sql.join(counted)}]::bigint[], ',') as counts`.execute(trx);
-  return rows[0]!.counts.split(',').map(Number);
 }
 
 /** The completed record a settlement writes over the pending one. */
@@ -425,11 +374,11 @@ function completedRecord(input: SettleInput, pending: PendingFacts, priced: Pric
 const METADATA_ROLLUP_PARAMETER_BUDGET = 40_000;
 
 /** Adds completed records to both usage rollups, summed per rollup row first, in key order. */
-function rollupWrites(trx: Transaction<Database>, records: RequestRow[]): Write[] {
+function rollupWrites(trx: Transaction<Database>, records: RequestRow[]): BatchWrite[] {
   const rollups = rollupAdditions(records);
   const metadataRollups = metadataRollupAdditions(records);
   if (metadataRollups.length * 14 > METADATA_ROLLUP_PARAMETER_BUDGET) throw new RunAlone();
-  const writes: Write[] = [];
+  const writes: BatchWrite[] = [];
   if (rollups.length > 0) writes.push({ query: rollupUpsert(trx, rollups) });
   if (metadataRollups.length > 0) writes.push({ query: metadataRollupUpsert(trx, metadataRollups) });
   return writes;
