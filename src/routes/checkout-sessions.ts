@@ -10,10 +10,11 @@ import { ApiError, notFound, validationError, type Issue } from '../http/errors.
 import { assertCursor, pageQuery, pageResponse, toPage } from '../http/pagination.ts';
 import { errorResponse, idParams, standardErrors } from '../http/schemas.ts';
 import type { App } from '../http/types.ts';
-import { checkoutSessionIdExists, findCheckoutSession, insertCheckoutSession, listCheckoutSessions, type CheckoutSessionRow } from '../storage/checkout-sessions.ts';
+import { findCheckoutSession, insertCheckoutSession, listCheckoutSessions, type CheckoutSessionRow } from '../storage/checkout-sessions.ts';
 import { findConnection } from '../storage/connections.ts';
 import { findCreditBundle, findPlan } from '../storage/plans.ts';
 import { findCustomerSubscriptionView } from '../storage/subscriptions.ts';
+import { merchantHasRow } from '../storage/pages.ts';
 
 export const CHECKOUT_MODES = ['onboarding', 'topup', 'subscription', 'credit_bundle'] as const;
 
@@ -103,7 +104,7 @@ export function registerCheckoutSessionRoutes(app: App, deps: CommerceDeps & { p
     async (request) => {
       const { merchantId } = principalOf(request);
       const { cursor, limit } = request.query;
-      await assertCursor(cursor, (cid) => checkoutSessionIdExists(storage, merchantId, cid));
+      await assertCursor(cursor, (cid) => merchantHasRow(storage, 'checkout_sessions', merchantId, cid));
       return toPage(await listCheckoutSessions(storage, merchantId, cursor, limit), limit, (r) => presentCheckoutSession(r));
     },
   );

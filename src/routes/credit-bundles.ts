@@ -4,8 +4,9 @@ import { notFound } from '../http/errors.ts';
 import { assertCursor, pageQuery, pageResponse, toPage } from '../http/pagination.ts';
 import { idParams, standardErrors } from '../http/schemas.ts';
 import type { App, AppDeps } from '../http/types.ts';
-import { creditBundleIdExists, findCreditBundle, listCreditBundles } from '../storage/plans.ts';
+import { findCreditBundle, listCreditBundles } from '../storage/plans.ts';
 import { creditBundleSchema, presentCreditBundle } from './plans.ts';
+import { merchantHasRow } from '../storage/pages.ts';
 
 const listQuery = pageQuery.extend({
   plan_id: z.string().min(1).max(100).optional(),
@@ -23,7 +24,7 @@ export function registerCreditBundleRoutes(app: App, { storage }: AppDeps): void
       const { merchantId } = principalOf(request);
       const { cursor, limit } = request.query;
       const planId = request.query.plan_id ?? request.query.subscription_config_id;
-      await assertCursor(cursor, (id) => creditBundleIdExists(storage, merchantId, id));
+      await assertCursor(cursor, (id) => merchantHasRow(storage, 'credit_bundles', merchantId, id));
       const rows = await listCreditBundles(storage, merchantId, { cursor, limit, ...(planId ? { planId } : {}) });
       return toPage(rows, limit, presentCreditBundle);
     },

@@ -8,7 +8,6 @@ import { assertCursor, pageQuery, pageResponse, toPage } from '../http/paginatio
 import { idParams, optionalBody, positiveDecimal, standardErrors, successResponse } from '../http/schemas.ts';
 import type { App, AppDeps } from '../http/types.ts';
 import {
-  connectionIdExists,
   findConnection,
   insertConnection,
   listConnections,
@@ -18,6 +17,7 @@ import {
   type ConnectionWithBalance,
 } from '../storage/connections.ts';
 import { liveSubscriptionSummaries, type SubscriptionSummary } from '../storage/subscriptions.ts';
+import { merchantHasRow } from '../storage/pages.ts';
 
 /** The customer as the API shows it, with its subscription read now. */
 async function presentWithSubscription(storage: AppDeps['storage'], row: ConnectionWithBalance): Promise<Customer> {
@@ -191,7 +191,7 @@ export function registerCustomerReadRoutes(app: App, { storage }: AppDeps, base:
     async (request) => {
       const { merchantId } = principalOf(request);
       const { cursor, limit, reference_id } = request.query;
-      await assertCursor(cursor, (id) => connectionIdExists(storage, merchantId, id));
+      await assertCursor(cursor, (id) => merchantHasRow(storage, 'connections', merchantId, id));
       const rows = await listConnections(storage, merchantId, { cursor, limit, referenceId: reference_id });
       const now = new Date();
       const summaries = await liveSubscriptionSummaries(storage.db, rows.map((row) => row.id));

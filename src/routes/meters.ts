@@ -23,12 +23,12 @@ import {
   findMeter,
   insertMeter,
   listMeters,
-  meterIdExists,
   softDeleteMeter,
   updateMeter,
   type MeterRow,
 } from '../storage/meters.ts';
 import { nowIso } from '../storage/time.ts';
+import { merchantHasRow } from '../storage/pages.ts';
 
 const tierInput = z.object({
   start: z.union([z.string(), z.number()], { error: 'start must be a non-negative integer' }),
@@ -109,7 +109,7 @@ export function registerMeterRoutes(app: App, { storage }: AppDeps): void {
     async (request) => {
       const { merchantId } = principalOf(request);
       const { cursor, limit } = request.query;
-      await assertCursor(cursor, (id) => meterIdExists(storage, merchantId, id));
+      await assertCursor(cursor, (id) => merchantHasRow(storage, 'meters', merchantId, id));
       return toPage(await listMeters(storage, merchantId, cursor, limit), limit, present);
     },
   );

@@ -11,7 +11,6 @@ import {
   findPlan,
   insertPlan,
   listPlans,
-  planIdExists,
   softDeletePlan,
   updatePlan,
   type CreditBundleRow,
@@ -19,6 +18,7 @@ import {
   type PlanWithParts,
 } from '../storage/plans.ts';
 import type { Storage } from '../storage/db.ts';
+import { merchantHasRow } from '../storage/pages.ts';
 
 export const BILLING_INTERVALS = ['day', 'week', 'month', 'year'] as const;
 export const ROLLOVER_TYPES = ['full', 'none'] as const;
@@ -133,7 +133,7 @@ export function registerPlanRoutes(app: App, { storage }: AppDeps): void {
     async (request) => {
       const { merchantId } = principalOf(request);
       const { cursor, limit } = request.query;
-      await assertCursor(cursor, (id) => planIdExists(storage, merchantId, id));
+      await assertCursor(cursor, (id) => merchantHasRow(storage, 'plans', merchantId, id));
       return toPage(await listPlans(storage, merchantId, cursor, limit), limit, presentPlan);
     },
   );

@@ -8,9 +8,9 @@ import {
   insertSecretKey,
   listSecretKeys,
   revokeSecretKey,
-  secretKeyIdExists,
   type SecretKeyRow,
 } from '../storage/secret-keys.ts';
+import { merchantHasRow } from '../storage/pages.ts';
 
 const secretKeySchema = z.object({
   secret_key_id: z.string(),
@@ -34,7 +34,7 @@ export function registerSecretKeyRoutes(app: App, { storage }: AppDeps): void {
     async (request) => {
       const { merchantId } = principalOf(request);
       const { cursor, limit } = request.query;
-      await assertCursor(cursor, (id) => secretKeyIdExists(storage, merchantId, id));
+      await assertCursor(cursor, (id) => merchantHasRow(storage, 'secret_keys', merchantId, id));
       return toPage(await listSecretKeys(storage, merchantId, cursor, limit), limit, present);
     },
   );

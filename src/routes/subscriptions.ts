@@ -14,10 +14,10 @@ import {
   findSubscription,
   findSubscriptionView,
   listSubscriptionViews,
-  subscriptionIdExists,
   updateSubscription,
 } from '../storage/subscriptions.ts';
 import { planTermsSchema } from './plans.ts';
+import { merchantHasRow } from '../storage/pages.ts';
 
 const subscriptionBaseSchema = z.object({
   subscription_id: z.string(),
@@ -73,7 +73,7 @@ export function registerSubscriptionRoutes(app: App, deps: CommerceDeps): void {
       const { merchantId } = principalOf(request);
       const { cursor, limit, status } = request.query;
       const customerId = request.query.customer_id ?? request.query.connection_id;
-      await assertCursor(cursor, (id) => subscriptionIdExists(storage, merchantId, id));
+      await assertCursor(cursor, (id) => merchantHasRow(storage, 'subscriptions', merchantId, id));
       const rows = await listSubscriptionViews(storage, merchantId, { status, cursor, limit, ...(customerId ? { customerId } : {}) });
       return toPage(rows, limit, presentSubscription);
     },

@@ -13,10 +13,10 @@ import {
   listWalletKeys,
   revokeWalletKey,
   rotateWalletKey,
-  walletKeyIdExists,
   type WalletKeyRow,
 } from '../storage/wallet-keys.ts';
 import { walletForNewKey } from './spend-keys.ts';
+import { merchantHasRow } from '../storage/pages.ts';
 
 const walletKeySchema = z.object({
   wallet_key_id: z.string(),
@@ -58,7 +58,7 @@ export function registerWalletKeyRoutes(app: App, { storage }: AppDeps): void {
     async (request) => {
       const { merchantId } = principalOf(request);
       const { cursor, limit } = request.query;
-      await assertCursor(cursor, (id) => walletKeyIdExists(storage, merchantId, id));
+      await assertCursor(cursor, (id) => merchantHasRow(storage, 'wallet_keys', merchantId, id));
       return toPage(await listWalletKeys(storage, merchantId, cursor, limit), limit, present);
     },
   );

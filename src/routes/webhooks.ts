@@ -15,12 +15,12 @@ import {
   redeliver,
   rotateWebhookSecret,
   updateWebhook,
-  webhookIdExists,
   type DeliveryRow,
   type WebhookRow,
 } from '../storage/webhooks.ts';
 import { SUBSCRIBABLE_EVENTS } from '../webhooks/events.ts';
 import { systemResolver, urlProblemAfterLookup, type Resolver } from '../webhooks/url-safety.ts';
+import { merchantHasRow } from '../storage/pages.ts';
 
 const ALL_EVENTS = '*';
 const DEFAULT_OVERLAP_SECONDS = 24 * 3600;
@@ -157,7 +157,7 @@ export function registerWebhookRoutes(app: App, deps: AppDeps, resolve: Resolver
     async (request) => {
       const { merchantId } = principalOf(request);
       const { cursor, limit } = request.query;
-      await assertCursor(cursor, (id) => webhookIdExists(storage, merchantId, id));
+      await assertCursor(cursor, (id) => merchantHasRow(storage, 'webhooks', merchantId, id));
       return toPage(await listWebhooks(storage, merchantId, cursor, limit), limit, presentWebhook);
     },
   );

@@ -1,6 +1,7 @@
 import type { Kysely, Transaction } from 'kysely';
 import type { Storage } from './db.ts';
 import type { CheckoutSessionsTable, Database } from './schema.ts';
+import { newestFirstPage } from './pages.ts';
 
 export type CheckoutSessionRow = CheckoutSessionsTable;
 type Db = Kysely<Database> | Transaction<Database>;
@@ -18,18 +19,12 @@ export async function findCheckoutSessionByTokenHash(db: Db, tokenHash: string):
   return db.selectFrom('checkout_sessions').selectAll().where('token_hash', '=', tokenHash).executeTakeFirst();
 }
 
-export async function checkoutSessionIdExists(storage: Storage, merchantId: string, id: string): Promise<boolean> {
-  return (await findCheckoutSession(storage, merchantId, id)) !== undefined;
-}
-
 export async function listCheckoutSessions(storage: Storage, merchantId: string, cursor: string | undefined, limit: number): Promise<CheckoutSessionRow[]> {
   return storage.db
     .selectFrom('checkout_sessions')
     .selectAll()
     .where('merchant_id', '=', merchantId)
-    .$if(cursor !== undefined, (q) => q.where('id', '<', cursor!))
-    .orderBy('id', 'desc')
-    .limit(limit + 1)
+    .$call((q) => newestFirstPage(q, { cursor, limit }))
     .execute();
 }
 

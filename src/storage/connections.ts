@@ -6,6 +6,7 @@ import { enqueueEvent } from '../webhooks/outbox.ts';
 import type { Transaction } from 'kysely';
 import type { ConnectionsTable, Database } from './schema.ts';
 import { nowIso } from './time.ts';
+import { newestFirstPage } from './pages.ts';
 
 export type ConnectionRow = ConnectionsTable;
 export type ConnectionWithBalance = ConnectionRow & { balance: bigint };
@@ -79,26 +80,14 @@ export async function findConnection(
   return row && { ...row, balance: BigInt(row.balance) };
 }
 
-export async function connectionIdExists(storage: Storage, merchantId: string, id: string): Promise<boolean> {
-  const row = await storage.db
-    .selectFrom('connections')
-    .select('id')
-    .where('merchant_id', '=', merchantId)
-    .where('id', '=', id)
-    .executeTakeFirst();
-  return row !== undefined;
-}
-
 export async function listConnections(
   storage: Storage,
   merchantId: string,
   opts: { cursor?: string; limit: number; referenceId?: string },
 ): Promise<ConnectionWithBalance[]> {
   const rows = await selectWithBalance(storage, merchantId)
-    .$if(opts.cursor !== undefined, (q) => q.where('connections.id', '<', opts.cursor!))
     .$if(opts.referenceId !== undefined, (q) => q.where('connections.reference_id', '=', opts.referenceId!))
-    .orderBy('connections.id', 'desc')
-    .limit(opts.limit + 1)
+    .$call((q) => newestFirstPage(q, opts, 'connections.id'))
     .execute();
   return rows.map((r) => ({ ...r, balance: BigInt(r.balance) }));
 }

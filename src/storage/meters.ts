@@ -1,6 +1,7 @@
 import type { Storage } from './db.ts';
 import { isUniqueViolation } from './errors.ts';
 import type { MetersTable } from './schema.ts';
+import { newestFirstPage } from './pages.ts';
 
 export type MeterRow = MetersTable;
 
@@ -34,25 +35,13 @@ export async function findMeterBySlug(storage: Storage, merchantId: string, slug
     .executeTakeFirst();
 }
 
-export async function meterIdExists(storage: Storage, merchantId: string, id: string): Promise<boolean> {
-  const row = await storage.db
-    .selectFrom('meters')
-    .select('id')
-    .where('merchant_id', '=', merchantId)
-    .where('id', '=', id)
-    .executeTakeFirst();
-  return row !== undefined;
-}
-
 export async function listMeters(storage: Storage, merchantId: string, cursor: string | undefined, limit: number) {
   return storage.db
     .selectFrom('meters')
     .selectAll()
     .where('merchant_id', '=', merchantId)
     .where('deleted_at', 'is', null)
-    .$if(cursor !== undefined, (q) => q.where('id', '<', cursor!))
-    .orderBy('id', 'desc')
-    .limit(limit + 1)
+    .$call((q) => newestFirstPage(q, { cursor, limit }))
     .execute();
 }
 

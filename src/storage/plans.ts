@@ -3,6 +3,7 @@ import { newId } from '../domain/ids.ts';
 import type { Storage } from './db.ts';
 import type { CreditBundlesTable, Database, PlansTable } from './schema.ts';
 import { nowIso } from './time.ts';
+import { newestFirstPage } from './pages.ts';
 
 export type PlanRow = PlansTable;
 export type CreditBundleRow = CreditBundlesTable;
@@ -84,20 +85,13 @@ export async function findPlanIncludingDeleted(storage: Storage, id: string): Pr
   return storage.db.selectFrom('plans').selectAll().where('id', '=', id).executeTakeFirst();
 }
 
-export async function planIdExists(storage: Storage, merchantId: string, id: string): Promise<boolean> {
-  const row = await storage.db.selectFrom('plans').select('id').where('merchant_id', '=', merchantId).where('id', '=', id).executeTakeFirst();
-  return row !== undefined;
-}
-
 export async function listPlans(storage: Storage, merchantId: string, cursor: string | undefined, limit: number): Promise<PlanWithParts[]> {
   const plans = await storage.db
     .selectFrom('plans')
     .selectAll()
     .where('merchant_id', '=', merchantId)
     .where('deleted_at', 'is', null)
-    .$if(cursor !== undefined, (q) => q.where('id', '<', cursor!))
-    .orderBy('id', 'desc')
-    .limit(limit + 1)
+    .$call((q) => newestFirstPage(q, { cursor, limit }))
     .execute();
   return withParts(storage, plans);
 }
@@ -209,11 +203,6 @@ export async function findCreditBundle(storage: Storage, merchantId: string, id:
     .executeTakeFirst();
 }
 
-export async function creditBundleIdExists(storage: Storage, merchantId: string, id: string): Promise<boolean> {
-  const row = await storage.db.selectFrom('credit_bundles').select('id').where('merchant_id', '=', merchantId).where('id', '=', id).executeTakeFirst();
-  return row !== undefined;
-}
-
 export async function listCreditBundles(
   storage: Storage,
   merchantId: string,
@@ -225,8 +214,6 @@ export async function listCreditBundles(
     .where('merchant_id', '=', merchantId)
     .where('deleted_at', 'is', null)
     .$if(opts.planId !== undefined, (q) => q.where('plan_id', '=', opts.planId!))
-    .$if(opts.cursor !== undefined, (q) => q.where('id', '<', opts.cursor!))
-    .orderBy('id', 'desc')
-    .limit(opts.limit + 1)
+    .$call((q) => newestFirstPage(q, opts))
     .execute();
 }

@@ -4,6 +4,7 @@ import { hashSecret, secretHint } from '../domain/secrets.ts';
 import type { Storage } from './db.ts';
 import type { Database, SecretKeysTable } from './schema.ts';
 import { nowIso } from './time.ts';
+import { newestFirstPage } from './pages.ts';
 
 export type SecretKeyRow = SecretKeysTable;
 
@@ -75,18 +76,7 @@ export async function listSecretKeys(storage: Storage, merchantId: string, curso
     .selectAll()
     .where('merchant_id', '=', merchantId)
     .where('revoked_at', 'is', null)
-    .$if(cursor !== undefined, (q) => q.where('id', '<', cursor!))
-    .orderBy('id', 'desc')
-    .limit(limit + 1)
+    .$call((q) => newestFirstPage(q, { cursor, limit }))
     .execute();
 }
 
-export async function secretKeyIdExists(storage: Storage, merchantId: string, id: string): Promise<boolean> {
-  const row = await storage.db
-    .selectFrom('secret_keys')
-    .select('id')
-    .where('merchant_id', '=', merchantId)
-    .where('id', '=', id)
-    .executeTakeFirst();
-  return row !== undefined;
-}

@@ -4,6 +4,7 @@ import { hashSecret, secretHint } from '../domain/secrets.ts';
 import { bucketCapacity, currentValue, cycleStart, refill, UNITS_PER_TOKEN, type BucketSpec, type Cycle } from '../domain/spend-limits.ts';
 import type { Storage } from './db.ts';
 import type { Database, SpendKeysTable } from './schema.ts';
+import { newestFirstPage } from './pages.ts';
 
 export type SpendKeyRow = SpendKeysTable;
 type Db = Kysely<Database> | Transaction<Database>;
@@ -124,9 +125,7 @@ export async function findSpendKey(storage: Storage, scope: SpendKeyScope, id: s
 export async function listSpendKeys(storage: Storage, scope: SpendKeyScope, cursor: string | undefined, limit: number) {
   return scoped(storage.db, scope)
     .selectAll()
-    .$if(cursor !== undefined, (q) => q.where('id', '<', cursor!))
-    .orderBy('id', 'desc')
-    .limit(limit + 1)
+    .$call((q) => newestFirstPage(q, { cursor, limit }))
     .execute();
 }
 

@@ -2,6 +2,7 @@ import type { Kysely, Transaction } from 'kysely';
 import { newId } from '../domain/ids.ts';
 import type { Storage } from './db.ts';
 import type { Database, PaymentMethodsTable, PaymentsTable, PlansTable, SubscriptionsTable } from './schema.ts';
+import { newestFirstPage } from './pages.ts';
 
 export type SubscriptionRow = SubscriptionsTable;
 export type PaymentMethodRow = PaymentMethodsTable;
@@ -118,9 +119,7 @@ export async function listSubscriptionViews(
     .$if(opts.status === 'active', (q) => q.where('subscriptions.status', 'in', ['active', 'past_due']))
     .$if(opts.status === 'cancelled', (q) => q.where('subscriptions.status', '=', 'cancelled'))
     .$if(opts.customerId !== undefined, (q) => q.where('subscriptions.connection_id', '=', opts.customerId!))
-    .$if(opts.cursor !== undefined, (q) => q.where('subscriptions.id', '<', opts.cursor!))
-    .orderBy('subscriptions.id', 'desc')
-    .limit(opts.limit + 1)
+    .$call((q) => newestFirstPage(q, opts, 'subscriptions.id'))
     .execute();
   return rows.map(toView);
 }
@@ -141,11 +140,6 @@ export async function liveSubscriptionSummaries(db: Db, connectionIds: readonly 
   return new Map(
     rows.map((r) => [r.connection_id, { subscription_id: r.id, plan_id: r.plan_id, name: r.name, status: r.status as SubscriptionSummary['status'] }]),
   );
-}
-
-export async function subscriptionIdExists(storage: Storage, merchantId: string, id: string): Promise<boolean> {
-  const row = await storage.db.selectFrom('subscriptions').select('id').where('merchant_id', '=', merchantId).where('id', '=', id).executeTakeFirst();
-  return row !== undefined;
 }
 
 export async function findSubscription(db: Db, merchantId: string, id: string): Promise<SubscriptionRow | undefined> {

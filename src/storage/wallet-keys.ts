@@ -4,6 +4,7 @@ import type { Storage } from './db.ts';
 import type { Kysely, Transaction } from 'kysely';
 import type { Database, WalletKeysTable } from './schema.ts';
 import { nowIso } from './time.ts';
+import { newestFirstPage } from './pages.ts';
 
 export type WalletKeyRow = WalletKeysTable;
 
@@ -58,20 +59,8 @@ export async function listWalletKeys(storage: Storage, merchantId: string, curso
     .selectAll()
     .where('merchant_id', '=', merchantId)
     .where('revoked_at', 'is', null)
-    .$if(cursor !== undefined, (q) => q.where('id', '<', cursor!))
-    .orderBy('id', 'desc')
-    .limit(limit + 1)
+    .$call((q) => newestFirstPage(q, { cursor, limit }))
     .execute();
-}
-
-export async function walletKeyIdExists(storage: Storage, merchantId: string, id: string): Promise<boolean> {
-  const row = await storage.db
-    .selectFrom('wallet_keys')
-    .select('id')
-    .where('merchant_id', '=', merchantId)
-    .where('id', '=', id)
-    .executeTakeFirst();
-  return row !== undefined;
 }
 
 export async function revokeWalletKey(storage: Storage, merchantId: string, id: string): Promise<boolean> {

@@ -2,6 +2,7 @@ import { randomBytes } from 'node:crypto';
 import { newId, SECRET_PREFIX } from '../domain/ids.ts';
 import type { Storage } from './db.ts';
 import type { WebhookDeliveriesTable, WebhooksTable } from './schema.ts';
+import { newestFirstPage } from './pages.ts';
 
 export type WebhookRow = WebhooksTable;
 export type DeliveryRow = WebhookDeliveriesTable;
@@ -66,18 +67,12 @@ export async function findWebhook(storage: Storage, merchantId: string, id: stri
   return storage.db.selectFrom('webhooks').selectAll().where('merchant_id', '=', merchantId).where('id', '=', id).executeTakeFirst();
 }
 
-export async function webhookIdExists(storage: Storage, merchantId: string, id: string): Promise<boolean> {
-  return (await findWebhook(storage, merchantId, id)) !== undefined;
-}
-
 export async function listWebhooks(storage: Storage, merchantId: string, cursor: string | undefined, limit: number): Promise<WebhookRow[]> {
   return storage.db
     .selectFrom('webhooks')
     .selectAll()
     .where('merchant_id', '=', merchantId)
-    .$if(cursor !== undefined, (q) => q.where('id', '<', cursor!))
-    .orderBy('id', 'desc')
-    .limit(limit + 1)
+    .$call((q) => newestFirstPage(q, { cursor, limit }))
     .execute();
 }
 
@@ -141,9 +136,7 @@ export async function listDeliveries(storage: Storage, webhookId: string, cursor
     .selectFrom('webhook_deliveries')
     .selectAll()
     .where('webhook_id', '=', webhookId)
-    .$if(cursor !== undefined, (q) => q.where('id', '<', cursor!))
-    .orderBy('id', 'desc')
-    .limit(limit + 1)
+    .$call((q) => newestFirstPage(q, { cursor, limit }))
     .execute();
 }
 

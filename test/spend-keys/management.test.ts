@@ -189,7 +189,7 @@ describe.each(databasesUnderTest())('spend key management on %s', (dialect) => {
     const id = created.body.spend_key_id as string;
     expect(Math.abs(Date.parse(created.body.created_at as string) - t.clock.now())).toBeLessThan(60_000);
     const start = (await t.storage.db.selectFrom('spend_keys').select('request_cycle_start').where('id', '=', id).executeTakeFirstOrThrow()).request_cycle_start;
-    await t.storage.db.updateTable('spend_keys').set({ current_requests: 5, last_used_at: start }).where('id', '=', id).execute();
+    await t.storage.db.updateTable('spend_keys').set({ current_requests: 5n, last_used_at: start }).where('id', '=', id).execute();
     expect((await call('GET', `/spend_keys/${id}`, undefined, m.secretKey)).body.current_requests).toBe(5);
     t.clock.advance(DAY_MS);
     expect((await call('GET', `/spend_keys/${id}`, undefined, m.secretKey)).body.current_requests).toBe(0);
