@@ -115,7 +115,8 @@ export async function buildApp(options: AppOptions): Promise<App> {
   });
   // Gemini's native API, at the paths @google/genai builds from its base URL and API version.
   for (const prefix of ['/v1beta', '/v1']) {
-    await app.register(async (scope) => registerGeminiDropInRoutes(scope.withTypeProvider<ZodTypeProvider>(), deps, gateway), { prefix });
+    const modelReads = prefix === '/v1beta';
+    await app.register(async (scope) => registerGeminiDropInRoutes(scope.withTypeProvider<ZodTypeProvider>(), deps, gateway, { modelReads }), { prefix });
   }
   await app.register(async (scope) => registerRewriteRoutes(scope.withTypeProvider<ZodTypeProvider>(), deps, gateway), {
     prefix: '/v1',

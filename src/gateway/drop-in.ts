@@ -1,7 +1,8 @@
 /**
  * Drop-in provider endpoints: `POST /v1/chat/completions`, `/v1/responses`, `/v1/embeddings`,
- * `GET /v1/models` (OpenAI shape, or Anthropic's for an Anthropic client), `POST /v1/messages` and
- * `/v1/messages/count_tokens` (Anthropic shape), and Gemini's native
+ * `GET /v1/models` and `GET /v1/models/{model}` (OpenAI shape, Anthropic's for an Anthropic client,
+ * Gemini's for a Gemini client), `POST /v1/messages` and `/v1/messages/count_tokens` (Anthropic
+ * shape), and Gemini's native `GET /v1beta/models[/{model}]` and
  * `POST /{v1beta|v1}/models/{model}:{generateContent|streamGenerateContent|…}`. A client configured
  * with Tollgate as its base URL and a Tollgate key as its API key works unchanged: the request is
  * routed by its model to a provider and then takes the same path as /v1/forward.
@@ -9,7 +10,7 @@
 import { findProvider as findCatalogProvider } from '@pydantic/genai-prices';
 import type { FastifyRequest } from 'fastify';
 import { dateOf } from '../domain/clock.ts';
-import { ApiError } from '../http/errors.ts';
+import { ApiError, notFound } from '../http/errors.ts';
 import { assertJsonDepth } from '../http/json-depth.ts';
 import type { App, AppDeps } from '../http/types.ts';
 import type { ProviderFamily, ProviderModule } from '../providers/types.ts';
@@ -18,7 +19,7 @@ import { extractCredential, resolveCredential } from './credentials.ts';
 import type { BillingContext } from '../ledger/billing.ts';
 import { forwardRequest, metadataOf, type Gateway } from './forward.ts';
 import { authenticateSpendKey, checkRequestShape } from './spend-key-guard.ts';
-import { modelAllowed, providerAllowed } from '../ledger/spend-key-limits.ts';
+import { modelAllowed, providerAllowed, requestShapeRefusal } from '../ledger/spend-key-limits.ts';
 import { resolveTarget } from './target.ts';
 import type { SpendKeyRow } from '../storage/spend-keys.ts';
 
@@ -34,8 +35,8 @@ export function registerDropInRoutes(app: App, deps: AppDeps, gateway: Gateway):
   acceptRawBodies(app);
   // Refusals answer in the shape of the endpoint's provider: Anthropic's on /messages and for an
   // Anthropic client's model list, else OpenAI's.
-  installDialectErrorHandler(app, (request) => (isAnthropicShaped(request) ? 'anthropic' : 'openai'));
-  const callerOf = authenticateBeforeBody(app, deps, gateway, () => null);
+  installDialectErrorHandler(app, (request) => (request.method === 'GET' ? modelListShape(request) : isAnthropicShaped(request) ? 'anthropic' : 'openai'));
+  const callerOf = authenticateBeforeBody(app, deps, gateway, (request) => (request.method === 'GET' ? queryKeyOf(request) : null));
 
   for (const path of OPENAI_PATHS) {
     app.post(path, { schema: { hide: true } }, async (request, reply) =>
@@ -48,15 +49,16 @@ export function registerDropInRoutes(app: App, deps: AppDeps, gateway: Gateway):
     );
   }
   app.get('/models', { exposeHeadRoute: false, schema: { hide: true } }, async (request) => {
-    const { billing, token } = await callerOf(request);
-    // The cached key may be up to 2 s old: one read of its row refuses a key just revoked,
-    // rotated, paused or expired on another instance, and filters by its current allow-lists.
-    const spendKey = billing.spendKey ? await authenticateSpendKey(deps.storage, token, dateOf(deps.clock)) : null;
-    const anthropicClient = isAnthropicShaped(request);
-    const models = listModels(deps, gateway).filter(
-      (m) => (!anthropicClient || m.provider.family === 'anthropic') && (!spendKey || visibleTo(spendKey, m.provider, m.model)),
-    );
-    return anthropicClient ? anthropicModelList(models) : { object: 'list', data: models.map(openaiModel) };
+    const shape = modelListShape(request);
+    const models = await modelsVisibleTo(deps, gateway, await callerOf(request), shape);
+    if (shape === 'anthropic') return anthropicModelList(models);
+    return shape === 'google' ? geminiModelList(models) : { object: 'list', data: models.map(openaiModel) };
+  });
+  app.get('/models/*', { exposeHeadRoute: false, schema: { hide: true } }, async (request) => {
+    const shape = modelListShape(request);
+    const model = findModel(await modelsVisibleTo(deps, gateway, await callerOf(request), shape), shape, wildcardOf(request));
+    if (shape === 'anthropic') return anthropicModel(model);
+    return shape === 'google' ? geminiModel(model) : openaiModel(model);
   });
 }
 
@@ -65,10 +67,20 @@ export function registerDropInRoutes(app: App, deps: AppDeps, gateway: Gateway):
  * `/v1beta` and `/v1` (the client's `apiVersion`). The key comes as `x-goog-api-key` or `?key=`;
  * refusals are in Google's dialect.
  */
-export function registerGeminiDropInRoutes(app: App, deps: AppDeps, gateway: Gateway): void {
+export function registerGeminiDropInRoutes(app: App, deps: AppDeps, gateway: Gateway, { modelReads }: { modelReads: boolean }): void {
   acceptRawBodies(app);
   installDialectErrorHandler(app, () => 'google');
-  const callerOf = authenticateBeforeBody(app, deps, gateway, (request) => new URL(request.url, 'http://x').searchParams.get('key'));
+  const callerOf = authenticateBeforeBody(app, deps, gateway, queryKeyOf);
+  // Under /v1 the model reads are the OpenAI-shaped drop-in's, which answer a Gemini client in
+  // Gemini's shape; /v1beta has only these.
+  if (modelReads) {
+    app.get('/models', { exposeHeadRoute: false, schema: { hide: true } }, async (request) =>
+      geminiModelList(await modelsVisibleTo(deps, gateway, await callerOf(request), 'google')),
+    );
+    app.get('/models/*', { exposeHeadRoute: false, schema: { hide: true } }, async (request) =>
+      geminiModel(findModel(await modelsVisibleTo(deps, gateway, await callerOf(request), 'google'), 'google', wildcardOf(request))),
+    );
+  }
   app.post('/models/*', { schema: { hide: true } }, async (request, reply) => {
     const { billing } = await callerOf(request);
     const call = geminiCallOf(request.url);
@@ -109,11 +121,35 @@ function authenticateBeforeBody(
   return async (request) => callers.get(request) ?? (await authenticate(request));
 }
 
+const queryKeyOf = (request: FastifyRequest): string | null => new URL(request.url, 'http://x').searchParams.get('key');
+
 /** Anthropic's endpoints, and a model list asked for by an Anthropic client (its version header, or its key header alone). */
 function isAnthropicShaped(request: FastifyRequest): boolean {
   const path = request.url.split('?')[0]!;
   if (path.endsWith('/messages') || path.endsWith('/messages/count_tokens')) return true;
   return request.headers['anthropic-version'] !== undefined || (request.headers['x-api-key'] !== undefined && request.headers.authorization === undefined);
+}
+
+/** A Gemini client sends its key as `x-goog-api-key` or `?key=`. */
+function isGeminiClient(request: FastifyRequest): boolean {
+  return request.headers['x-goog-api-key'] !== undefined || (request.headers.authorization === undefined && queryKeyOf(request) !== null);
+}
+
+type ModelListShape = Shape | 'google';
+
+function modelListShape(request: FastifyRequest): ModelListShape {
+  if (isAnthropicShaped(request)) return 'anthropic';
+  return isGeminiClient(request) ? 'google' : 'openai';
+}
+
+/** The model a `/models/{model}` path names (clients may percent-escape the `/` of `provider/model`). */
+function wildcardOf(request: FastifyRequest): string {
+  const raw = (request.params as { '*'?: string })['*'] ?? '';
+  try {
+    return decodeURIComponent(raw).replace(/^models\//, '');
+  } catch {
+    return raw;
+  }
 }
 
 async function dropIn(
@@ -199,17 +235,23 @@ type ListedModel = { provider: ProviderModule; model: string; name: string };
 
 /**
  * Models of every provider with a managed key, from the price catalog, each with the provider the
- * drop-in endpoints route it to. A provider that is another API of a keyed provider's account
- * (Gemini's OpenAI-compatible path) is listed in its place when it speaks a drop-in shape, since
- * the native one may not (Gemini's native API has no OpenAI- or Anthropic-shaped endpoint).
+ * drop-in endpoints route it to. In the OpenAI and Anthropic lists a provider that is another API
+ * of a keyed provider's account (Gemini's OpenAI-compatible path) is listed in its place when it
+ * speaks a drop-in shape, since the native one may not (Gemini's native API has no OpenAI- or
+ * Anthropic-shaped endpoint); Gemini's own list is the native provider's models.
  */
-function listModels(deps: AppDeps, gateway: Gateway): ListedModel[] {
+function listModels(deps: AppDeps, gateway: Gateway, shape: ModelListShape): ListedModel[] {
   const providers = new Set<ProviderModule>();
   for (const providerId of Object.keys(deps.config.providerKeys)) {
     const provider = gateway.registry.getProvider(providerId);
     if (!provider) continue;
+    if (shape === 'google') {
+      if (provider.family === 'google') providers.add(provider);
+      continue;
+    }
     const dropInTwin = gateway.registry.listProviders().find((p) => p.sharesAccountWith === provider.id && p.family === 'openai-compatible');
-    providers.add(provider.family === 'google' && dropInTwin ? dropInTwin : provider);
+    const listed = provider.family === 'google' && dropInTwin ? dropInTwin : provider;
+    if (shape === 'openai' || listed.family === 'anthropic') providers.add(listed);
   }
   const listed: ListedModel[] = [];
   for (const provider of providers) {
@@ -221,10 +263,31 @@ function listModels(deps: AppDeps, gateway: Gateway): ListedModel[] {
   return listed;
 }
 
+/**
+ * The models the caller may use: all listed for a secret key, those a spend key's request shape
+ * and allow-lists admit for a spend key. The cached key may be up to 2 s old: one read of its row
+ * refuses a key just revoked, rotated, paused or expired on another instance.
+ */
+async function modelsVisibleTo(deps: AppDeps, gateway: Gateway, { billing, token }: Caller, shape: ModelListShape): Promise<ListedModel[]> {
+  const spendKey = billing.spendKey ? await authenticateSpendKey(deps.storage, token, dateOf(deps.clock)) : null;
+  const models = listModels(deps, gateway, shape);
+  return spendKey ? models.filter((m) => visibleTo(spendKey, m.provider, m.model)) : models;
+}
+
 /** What a spend key's allow-lists (and its request shape) let it use. */
 function visibleTo(key: SpendKeyRow, provider: ProviderModule, model: string): boolean {
-  const family = key.request_shape === 'anthropic' ? 'anthropic' : 'openai-compatible';
-  return provider.family === family && providerAllowed(key, provider.id, provider.sharesAccountWith) && modelAllowed(key, provider.id, model);
+  return (
+    requestShapeRefusal(key, provider.family) === null &&
+    providerAllowed(key, provider.id, provider.sharesAccountWith) &&
+    modelAllowed(key, provider.id, model)
+  );
+}
+
+/** The listed model a path names, by the id its shape's list shows; a 404 in the caller's dialect otherwise. */
+function findModel(models: ListedModel[], shape: ModelListShape, id: string): ListedModel {
+  const found = models.find((m) => (shape === 'openai' ? openaiModel(m).id : m.model) === id);
+  if (!found) throw notFound('model', id);
+  return found;
 }
 
 /** OpenAI's list item; the id is one the drop-in endpoints route (`provider/model` but for OpenAI's own). */
@@ -232,8 +295,23 @@ function openaiModel({ provider, model }: ListedModel) {
   return { id: provider.id === 'openai' ? model : `${provider.id}/${model}`, object: 'model' as const, created: 0, owned_by: provider.id };
 }
 
-/** Anthropic's model list (one page): its models are routed by their bare ids. */
+/** Anthropic's model object: its models are routed by their bare ids. */
+function anthropicModel({ model, name }: ListedModel) {
+  return { type: 'model' as const, id: model, display_name: name, created_at: '1970-01-01T00:00:00Z' };
+}
+
+/** Anthropic's model list (one page). */
 function anthropicModelList(models: ListedModel[]) {
-  const data = models.map(({ model, name }) => ({ type: 'model' as const, id: model, display_name: name, created_at: '1970-01-01T00:00:00Z' }));
+  const data = models.map(anthropicModel);
   return { data, has_more: false, first_id: data[0]?.id ?? null, last_id: data.at(-1)?.id ?? null };
+}
+
+/** Gemini's model resource. */
+function geminiModel({ model, name }: ListedModel) {
+  return { name: `models/${model}`, displayName: name };
+}
+
+/** Gemini's model list (one page: no `nextPageToken`). */
+function geminiModelList(models: ListedModel[]) {
+  return { models: models.map(geminiModel) };
 }

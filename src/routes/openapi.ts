@@ -113,6 +113,8 @@ const rewriteOperation: Operation = {
   },
 };
 
+const modelParameter = (example: string) => ({ name: 'model', in: 'path', required: true, description: `The model, e.g. ${example}`, schema: { type: 'string' } });
+
 /** Gemini's native API as @google/genai calls it (`apiVersion` v1 or v1beta), the key in `x-goog-api-key` or `?key=`. */
 function geminiPaths(): Record<string, Record<string, Operation>> {
   const paths: Record<string, Record<string, Operation>> = {};
@@ -123,7 +125,7 @@ function geminiPaths(): Record<string, Record<string, Operation>> {
         post: {
           ...operation,
           parameters: [
-            { name: 'model', in: 'path', required: true, description: 'The Gemini model, e.g. `gemini-2.5-flash`.', schema: { type: 'string' } },
+            modelParameter('`gemini-2.5-flash`.'),
             ...(method === 'streamGenerateContent'
               ? [{ name: 'alt', in: 'query', required: false, description: '`sse` for an event stream (else a JSON array).', schema: { type: 'string' } }]
               : []),
@@ -140,7 +142,10 @@ const GATEWAY_PATHS: Record<string, Record<string, Operation>> = {
   '/v1/chat/completions': { post: dropInOperation('Chat completions', 'OpenAI') },
   '/v1/responses': { post: dropInOperation('Responses', 'OpenAI') },
   '/v1/embeddings': { post: dropInOperation('Embeddings', 'OpenAI') },
-  '/v1/models': { get: dropInOperation('Models this key may use', 'OpenAI', false) },
+  '/v1/models': { get: dropInOperation('Models this key may use (Anthropic\'s shape for an Anthropic client, Gemini\'s for a Gemini client)', 'OpenAI', false) },
+  '/v1/models/{model}': { get: { ...dropInOperation('One model this key may use (404 otherwise)', 'OpenAI', false), parameters: [modelParameter('`gpt-4o`, `anthropic/claude-sonnet-4-5`; an Anthropic client names it bare.')] } },
+  '/v1beta/models': { get: dropInOperation('Gemini models this key may use', 'Gemini', false) },
+  '/v1beta/models/{model}': { get: { ...dropInOperation('One Gemini model this key may use (404 otherwise)', 'Gemini', false), parameters: [modelParameter('`gemini-2.5-flash`.')] } },
   '/v1/messages': { post: dropInOperation('Messages', 'Anthropic') },
   '/v1/messages/count_tokens': { post: dropInOperation("Count a message's tokens (forwarded to Anthropic, recorded at no cost)", 'Anthropic') },
   ...geminiPaths(),

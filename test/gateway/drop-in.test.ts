@@ -199,6 +199,26 @@ describe.each(databasesUnderTest())('drop-in provider endpoints on %s', (dialect
     expect(record).toMatchObject({ total_merchant_cost: '0.0000000000', total_wallet_cost: '0.0000000000' });
   });
 
+  it('retrieves one model for the openai and anthropic clients by the id their lists show, and 404s one it does not list', async () => {
+    const openai = new OpenAI({ apiKey: t.merchant.secretKey, baseURL: `${base}/v1` });
+    expect(await openai.models.retrieve('gpt-4o')).toMatchObject({ id: 'gpt-4o', object: 'model', owned_by: 'openai' });
+    expect(await openai.models.retrieve('anthropic/claude-haiku-4-5')).toMatchObject({ id: 'anthropic/claude-haiku-4-5', owned_by: 'anthropic' });
+    const missing = await openai.models.retrieve('mystery-1').catch((e: unknown) => e);
+    expect(missing).toBeInstanceOf(OpenAI.NotFoundError);
+    expect((missing as InstanceType<typeof OpenAI.NotFoundError>).message).toContain('No model with id mystery-1');
+
+    const anthropic = new Anthropic({ apiKey: t.merchant.secretKey, baseURL: base });
+    expect(await anthropic.models.retrieve('claude-haiku-4-5')).toMatchObject({ type: 'model', id: 'claude-haiku-4-5', display_name: expect.stringContaining('Haiku') });
+    const notAnthropic = await anthropic.models.retrieve('gpt-4o').catch((e: unknown) => e);
+    expect(notAnthropic).toBeInstanceOf(Anthropic.NotFoundError);
+    expect((notAnthropic as InstanceType<typeof Anthropic.NotFoundError>).error).toMatchObject({ type: 'error', error: { type: 'not_found_error' } });
+
+    const limited = (await t.app.inject({ method: 'POST', url: '/v1/spend_keys', headers: t.auth(), payload: { name: 'one model', allowed_models: ['gpt-4o-mini'] } })).json() as { key: string };
+    const keyed = new OpenAI({ apiKey: limited.key, baseURL: `${base}/v1` });
+    expect((await keyed.models.retrieve('gpt-4o-mini')).id).toBe('gpt-4o-mini');
+    expect(await keyed.models.retrieve('gpt-4o').catch((e: unknown) => e)).toBeInstanceOf(OpenAI.NotFoundError);
+  });
+
   it('lists the models of providers with managed keys in the OpenAI shape', async () => {
     const openai = new OpenAI({ apiKey: t.merchant.secretKey, baseURL: `${base}/v1` });
     const ids: string[] = [];

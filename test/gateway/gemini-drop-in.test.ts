@@ -128,4 +128,42 @@ describe.each(databasesUnderTest())('the native Gemini drop-in on %s', (dialect)
     expect(((await res.json()) as { error: { status: string } }).error.status).toBe('NOT_FOUND');
     expect(upstream.requests).toHaveLength(0);
   });
+
+  const listedNames = async (client: GoogleGenAI) => {
+    const names: string[] = [];
+    for await (const model of await client.models.list()) names.push(model.name!);
+    return names;
+  };
+
+  it('lists and gets Gemini models for @google/genai on v1 and v1beta, only those a spend key may use, without calling Google', async () => {
+    for (const apiVersion of ['v1', 'v1beta']) {
+      const names = await listedNames(genai(t.merchant.secretKey, apiVersion));
+      expect(names).toContain('models/gemini-2.0-flash');
+      expect(names.every((name) => name.startsWith('models/'))).toBe(true);
+      const model = await genai(t.merchant.secretKey, apiVersion).models.get({ model: 'gemini-2.0-flash' });
+      expect(model).toMatchObject({ name: 'models/gemini-2.0-flash', displayName: expect.any(String) });
+    }
+    const limited = await createKey({ allowed_models: ['gemini-2.0-flash'] });
+    expect(await listedNames(genai(limited.key))).toEqual(['models/gemini-2.0-flash']);
+    const anthropicShaped = await createKey({ request_shape: 'anthropic' });
+    expect(await listedNames(genai(anthropicShaped.key, 'v1beta'))).toEqual([]);
+    expect(upstream.requests).toHaveLength(0);
+  });
+
+  it('answers a model it does not list, or one a spend key may not use, with 404 in Google’s dialect', async () => {
+    const limited = await createKey({ allowed_models: ['gemini-2.0-flash'] });
+    for (const [apiKey, model, apiVersion] of [
+      [t.merchant.secretKey, 'gemini-0-imaginary', 'v1beta'],
+      [t.merchant.secretKey, 'gemini-0-imaginary', 'v1'],
+      [limited.key, 'gemini-2.5-pro', 'v1beta'],
+    ] as const) {
+      const error = await genai(apiKey, apiVersion).models.get({ model }).catch((e: unknown) => e);
+      expect(error).toBeInstanceOf(GenaiApiError);
+      expect((error as GenaiApiError).status).toBe(404);
+      expect(JSON.parse((error as GenaiApiError).message).error.status).toBe('NOT_FOUND');
+    }
+    const anonymous = await fetch(`${base}/v1beta/models`);
+    expect(anonymous.status).toBe(401);
+    expect(((await anonymous.json()) as { error: { status: string } }).error.status).toBe('UNAUTHENTICATED');
+  });
 });
