@@ -39,7 +39,15 @@ export function renderError(dialect: ErrorDialect, error: ApiError): unknown {
     case 'anthropic':
       return {
         type: 'error',
-        error: { type: ANTHROPIC_TYPES[status] ?? (status >= 500 ? 'api_error' : 'invalid_request_error'), message, code, status, ...(issues ? { issues } : {}) },
+        error: {
+          type: ANTHROPIC_TYPES[status] ?? (status >= 500 ? 'api_error' : 'invalid_request_error'),
+          message,
+          // Where Anthropic puts a machine-readable code (@anthropic-ai/sdk's `errorCode`).
+          details: { error_code: code },
+          code,
+          status,
+          ...(issues ? { issues } : {}),
+        },
       };
     case 'google':
       return {

@@ -78,7 +78,7 @@ describe.each(['drop-in', 'forward'] as const)('@anthropic-ai/sdk through %s', (
     const broke = await client(path, { key: await h.brokeCredential(path, 'anthropic') });
     const error = await refusal(broke.messages.create(MESSAGE));
     expect(error).toBeInstanceOf(Anthropic.PaymentRequiredError);
-    expect(error).toMatchObject({ status: 402, type: 'billing_error', apiMessage: BROKE_MESSAGE });
+    expect(error).toMatchObject({ status: 402, type: 'billing_error', apiMessage: BROKE_MESSAGE, errorCode: 'insufficient_balance' });
     // The interface's code and status ride along in Anthropic's error object.
     expect((error as InstanceType<typeof Anthropic.APIError>).error).toMatchObject({ type: 'error', error: { code: 'insufficient_balance', status: 402 } });
     await h.expectNothingCharged();

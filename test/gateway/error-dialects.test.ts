@@ -49,8 +49,15 @@ describe('refusals in each surface’s own dialect', () => {
     expect(apiError.status).toBe(402);
     expect(apiError.error).toEqual({
       type: 'error',
-      error: { type: 'billing_error', message: 'The wallet balance cannot cover this request.', code: 'insufficient_balance', status: 402 },
+      error: {
+        type: 'billing_error',
+        message: 'The wallet balance cannot cover this request.',
+        details: { error_code: 'insufficient_balance' },
+        code: 'insufficient_balance',
+        status: 402,
+      },
     });
+    expect(apiError.errorCode).toBe('insufficient_balance');
   });
 
   it("answers a forward to Gemini in Google's {error:{code, message, status}}, the interface's code as the reason", async () => {
