@@ -133,8 +133,12 @@ export type Refused = { outcome: 'insufficient_balance'; payer: 'wallet' | 'merc
 export type RefusedRequest = {
   /** The customer's wallet that pays the request. */
   walletId: string;
-  /** The meter pricing the request; only a meter linked to the subscription's plan triggers a purchase. */
-  meterId: string | null;
+  /**
+   * The request is on a meter linked to the plan of the customer's live subscription (as the
+   * ledger was told: BillingContext / ChargeInput.drawsPlanCredit); only such a request triggers a
+   * purchase, since plan credit pays only such usage.
+   */
+  drawsPlanCredit: boolean;
 };
 
 /**
@@ -151,26 +155,11 @@ export async function admitWithAutoTopUp<T extends { outcome: string }>(
   attempt: () => Promise<T>,
 ): Promise<T> {
   const first = await attempt();
-  if (!isWalletRefusal(first) || request.meterId === null) return first;
-  if (!(await meterLinkedToSubscribedPlan(deps, request.walletId, request.meterId))) return first;
+  if (!isWalletRefusal(first) || !request.drawsPlanCredit) return first;
   const result = await topUpIfShort(deps, request.walletId, needed(first), dateOf(deps.clock));
   return result === 'no_auto_top_up' || result === 'payment_failed' ? first : attempt();
 }
 
 function isWalletRefusal<T extends { outcome: string }>(outcome: T): outcome is Extract<T, Refused> {
   return outcome.outcome === 'insufficient_balance' && (outcome as unknown as Refused).payer === 'wallet';
-}
-
-/** Whether the meter is one the wallet's live subscription's plan links (plan credit is for those). */
-async function meterLinkedToSubscribedPlan(deps: CommerceDeps, walletId: string, meterId: string): Promise<boolean> {
-  const row = await deps.storage.db
-    .selectFrom('subscriptions')
-    .innerJoin('connections', 'connections.id', 'subscriptions.connection_id')
-    .innerJoin('plan_meters', 'plan_meters.plan_id', 'subscriptions.plan_id')
-    .select('subscriptions.id')
-    .where('connections.wallet_id', '=', walletId)
-    .where('subscriptions.status', 'in', ['active', 'past_due'])
-    .where('plan_meters.meter_id', '=', meterId)
-    .executeTakeFirst();
-  return row !== undefined;
 }

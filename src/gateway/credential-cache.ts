@@ -4,7 +4,8 @@
  *
  * Correctness (docs/decisions/0008-gateway-fast-path.md):
  * - Within this process a change takes effect at once: every UPDATE or DELETE on the tables a
- *   credential is made of (secret keys, spend keys, merchants, customers, meters) that goes
+ *   credential is made of (secret keys, spend keys, merchants, customers, meters, and for plan
+ *   credit subscriptions and plans' meters, whose inserts count too) that goes
  *   through this process's database handle empties the cache. A Kysely plugin sees them, so no
  *   route has to remember to call anything. Updates of a spend key that only move its counters
  *   (spend, requests, token bucket) are not changes of the credential and are ignored.
@@ -28,7 +29,16 @@ export const ENTRY_TTL_MS = CREDENTIAL_STALENESS_MS;
 const QUIET_MS = 1_000;
 const MAX_ENTRIES = 10_000;
 
-const WATCHED_TABLES = new Set(['secret_keys', 'spend_keys', 'merchants', 'connections', 'meters']);
+const WATCHED_TABLES = new Set(['secret_keys', 'spend_keys', 'merchants', 'connections', 'meters', 'subscriptions', 'plan_meters']);
+
+/**
+ * What a credential says of plan credit (BillingContext.drawsPlanCredit: the meter is linked to the
+ * plan of the customer's live subscription) changes when a subscription starts, ends or changes
+ * plan, or a plan's meters change: inserts into these tables too, and of a subscription's updates
+ * only those of these columns (a renewal's claim is not a change).
+ */
+const INSERTS_WATCHED = new Set(['subscriptions', 'plan_meters']);
+const SUBSCRIPTION_LINK_COLUMNS = new Set(['plan_id', 'status', 'connection_id']);
 
 /** Spend-key columns that move with use; changing only these does not change the credential. */
 const SPEND_KEY_COUNTERS = new Set([
@@ -122,11 +132,21 @@ export function changesCredentials(node: RootOperationNode): boolean {
   if (node.kind === 'UpdateQueryNode') {
     const table = tableName(node.table);
     if (!table || !WATCHED_TABLES.has(table)) return false;
+    if (table === 'subscriptions') {
+      return (node.updates ?? []).some((u) => {
+        const column = columnName(u.column);
+        return column === null || SUBSCRIPTION_LINK_COLUMNS.has(column);
+      });
+    }
     if (table !== 'spend_keys') return true;
     return (node.updates ?? []).some((u) => {
       const column = columnName(u.column);
       return column === null || !SPEND_KEY_COUNTERS.has(column);
     });
+  }
+  if (node.kind === 'InsertQueryNode') {
+    const table = tableName(node.into);
+    return table !== null && INSERTS_WATCHED.has(table);
   }
   if (node.kind === 'DeleteQueryNode') {
     return node.from.froms.some((from) => {

@@ -53,6 +53,7 @@ import { findConnection, findConnectionBySecret } from '../storage/connections.t
 import type { Storage } from '../storage/db.ts';
 import { findMerchant } from '../storage/merchants.ts';
 import { findMeterBySecret, findMeterBySlug } from '../storage/meters.ts';
+import { drawsPlanCredit } from '../storage/subscriptions.ts';
 import type { CredentialCache } from './credential-cache.ts';
 import { authenticateSpendKey, isSpendKeyToken } from './spend-key-guard.ts';
 import type { BillingContext } from '../ledger/billing.ts';
@@ -318,9 +319,10 @@ export async function resolveForwardCredential(storage: Storage, credential: str
   const connection = connectionRow ? { id: connectionRow.id, wallet_id: connectionRow.wallet_id } : null;
 
   if (connection && meter) {
-    return decoded.disable_billing
-      ? { ...base, ...keys, mode: 'billing_disabled', connection, meter, payer: 'merchant' }
-      : { ...base, ...keys, mode: 'customer', connection, meter, payer: 'customer' };
+    if (decoded.disable_billing) return { ...base, ...keys, mode: 'billing_disabled', connection, meter, payer: 'merchant' };
+    // Cached with the rest: a subscription or plan change empties the cache (credential-cache.ts).
+    const planCredit = await drawsPlanCredit(storage.db, { connectionId: connection.id, meterId: meter.id });
+    return { ...base, ...keys, mode: 'customer', connection, meter, payer: 'customer', drawsPlanCredit: planCredit };
   }
   if (meter) return { ...base, ...keys, mode: 'meter_only', connection: null, meter, payer: 'merchant' };
   return {

@@ -357,7 +357,7 @@ async function planForward(
   };
   const admitted = await admitWithAutoTopUp(
     deps,
-    { walletId, meterId: meterPriced ? (billing.meter?.id ?? null) : null },
+    { walletId, drawsPlanCredit: meterPriced && billing.drawsPlanCredit === true },
     () => estimate.wallet,
     () => admit(storage, gateway, admission),
   ).catch((err: unknown) => {

@@ -28,6 +28,12 @@ export type BillingContext = {
   serviceChargeRate: bigint | null;
   /** The spend key used as the credential, whose limits are enforced (ledger/spend-key-limits.ts). */
   spendKey?: SpendKeyRow | null;
+  /**
+   * The customer's usage is on a meter linked to the plan of its live subscription, so it draws
+   * the wallet's cycle credit, then bundle credit, then prepaid balance; absent or false: only the
+   * prepaid balance is available to it and pays it (decision 0016).
+   */
+  drawsPlanCredit?: boolean;
 };
 
 /** A customer's spend key: the customer's wallet pays the provider's base cost, and no fee. */

@@ -342,12 +342,13 @@ function decide(
   if (priced === 'amount_too_large') return { outcome: 'amount_too_large' };
   const customerWallet = wallets.get(payerWalletOf(input))!;
   const merchantWallet = wallets.get(input.merchant.wallet_id);
-  const refusal = balanceShortfall(priced, customerWallet, merchantWallet, input.unwritten);
+  const refusal = balanceShortfall(priced, customerWallet, merchantWallet, input);
   if (refusal) return { outcome: 'insufficient_balance', ...refusal };
 
   const debits = [
-    ...debitInMemory(customerWallet, priced.totals.wallet),
-    ...(merchantWallet ? debitInMemory(merchantWallet, priced.totals.merchant) : []),
+    ...debitInMemory(customerWallet, priced.totals.wallet, input.drawsPlanCredit ?? false),
+    // A merchant's wallet has no plan credit.
+    ...(merchantWallet ? debitInMemory(merchantWallet, priced.totals.merchant, false) : []),
   ];
   const requestPk = newId('request');
   // Each balance change emits an event with the balance it left, as chargeRequest does.

@@ -21,7 +21,7 @@ import { merchantRevenueAccount, providerCostsAccount, serviceChargesAccount } f
 import { recordWalletBalanceEvent } from './events.ts';
 import { releaseHoldInTransaction } from './holds.ts';
 import { appendTransaction, type LedgerTransactionInput, type Leg } from './postings.ts';
-import { applyDebit, availableOf, lockWallets, type UnwrittenHolds, type WalletRow } from './wallets.ts';
+import { applyDebit, availableFor, availableOf, lockWallets, type UnwrittenHolds, type WalletRow } from './wallets.ts';
 import { overrunWallets } from './admission/decision.ts';
 
 export type ChargeInput = {
@@ -59,6 +59,12 @@ export type ChargeInput = {
   holdIds?: string[];
   /** Completes the pending record written at admission instead of inserting a new one. */
   pendingRecordId?: string;
+  /**
+   * The customer's usage is on a meter linked to the plan of its live subscription: it draws cycle
+   * credit, then bundle credit, then the prepaid balance. Absent or false: the prepaid balance
+   * only, and only that is available to it (decision 0016).
+   */
+  drawsPlanCredit?: boolean;
   /** The app's holds admitted in process and not written yet (SQLite), which a charge without a hold must leave. */
   unwritten?: UnwrittenHolds;
   now?: Date;
@@ -161,14 +167,15 @@ async function chargeInTransaction(
   const customerWallet = wallets.get(payerWalletId)!;
   const merchantWallet = wallets.get(input.merchant.wallet_id);
   if (holdIds.length === 0) {
-    const refusal = balanceShortfall(priced, customerWallet, merchantWallet, input.unwritten);
+    const refusal = balanceShortfall(priced, customerWallet, merchantWallet, input);
     if (refusal) throw new InsufficientBalance(refusal.payer, refusal.needed, refusal.available);
   }
 
   const requestPk = input.pendingRecordId ?? newId('request');
   const legs = chargeLegs(input, priced, [
-    ...(await applyDebit(trx, customerWallet, priced.totals.wallet)),
-    ...(merchantWallet ? await applyDebit(trx, merchantWallet, priced.totals.merchant) : []),
+    ...(await applyDebit(trx, customerWallet, priced.totals.wallet, input.drawsPlanCredit ?? false)),
+    // A merchant's wallet has no plan credit.
+    ...(merchantWallet ? await applyDebit(trx, merchantWallet, priced.totals.merchant, false) : []),
   ]);
   await appendTransaction(trx, chargeTransaction(input, requestPk, legs, at));
   if (holdIds.length > 0 && merchantWallet) {
@@ -242,17 +249,18 @@ export type BalanceShortfall = { payer: 'wallet' | 'merchant'; needed: bigint; a
 
 /**
  * Why the paying wallets cannot take this charge without a hold, or null when they can. The
- * merchant's wallet may be absent only when the merchant's part is zero.
+ * merchant's wallet may be absent only when the merchant's part is zero. The customer's wallet
+ * offers its plan credit only to usage that draws it (availableFor).
  */
 export function balanceShortfall(
   priced: PricedRequest,
   customerWallet: WalletRow,
   merchantWallet: WalletRow | undefined,
-  unwritten: UnwrittenHolds | undefined,
+  { unwritten, drawsPlanCredit }: Pick<ChargeInput, 'unwritten' | 'drawsPlanCredit'>,
 ): BalanceShortfall | null {
   const sameWallet = customerWallet === merchantWallet;
   const walletPart = priced.totals.wallet + (sameWallet ? priced.totals.merchant : 0n);
-  const walletRefusal = shortfall(availableOf(customerWallet, unwritten), walletPart, 'wallet');
+  const walletRefusal = shortfall(availableFor(customerWallet, unwritten, drawsPlanCredit ?? false), walletPart, 'wallet');
   if (walletRefusal || sameWallet || priced.totals.merchant === 0n) return walletRefusal;
   if (!merchantWallet) throw new Error('a charge on the merchant wallet without its lock');
   return shortfall(availableOf(merchantWallet, unwritten), priced.totals.merchant, 'merchant');

@@ -76,6 +76,13 @@ export class WalletLeases {
   readonly #topUps = new Map<string, Promise<boolean>>();
   /** Admissions per wallet in its current window: what makes a wallet hot. */
   readonly #hits = new Map<string, { since: number; count: number }>();
+  /**
+   * Wallets found with plan credit (cycle, bundle), until when they are not leased: only usage on
+   * a meter the customer's plan links may draw that credit, and a lease cannot tell whose share is
+   * whose (decision 0016), so their admissions are decided in the database. A lease taken while a
+   * wallet had no plan credit holds prepaid money only, which any usage may take.
+   */
+  readonly #withPlanCredit = new Map<string, number>();
   readonly #releases = new Set<Promise<void>>();
   readonly #released = new WeakSet<Lease>();
   readonly #timer: NodeJS.Timeout;
@@ -99,6 +106,9 @@ export class WalletLeases {
     const now = this.#clock.now();
     let hot = walletIds.length > 0;
     for (const walletId of walletIds) {
+      const planCreditUntil = this.#withPlanCredit.get(walletId);
+      if (planCreditUntil !== undefined && planCreditUntil > now) return false;
+      if (planCreditUntil !== undefined) this.#withPlanCredit.delete(walletId);
       let hits = this.#hits.get(walletId);
       if (!hits || now - hits.since >= HOT_WINDOW_MS) {
         if (this.#hits.size > 10_000) this.#forgetOldHits(now);
@@ -186,7 +196,7 @@ export class WalletLeases {
   /**
    * Raises the wallet's lease by at least `need` (by `want` when the wallet has plenty), opening
    * the lease when there is none; false when the wallet's available balance cannot cover `need`
-   * or is not above zero.
+   * or is not above zero, or it has plan credit (then its lease, if any, is retired).
    */
   async #topUp(walletId: string, need: bigint, want: bigint): Promise<boolean> {
     const current = this.#leases.get(walletId);
@@ -198,8 +208,10 @@ export class WalletLeases {
         if (!wallet) return 0n;
         // A dead instance's lease is given back as soon as its lifetime is over, not at the next sweep.
         wallet.held -= await releaseDueLeases(trx, walletId, now, current?.holdId);
+        // A wallet with plan credit is not leased (decision 0016): see #withPlanCredit.
+        if (BigInt(wallet.cycle_credit) + BigInt(wallet.bundle_credit) > 0n) return PLAN_CREDIT;
         // PostgreSQL only: nothing is held in process there but the leases, which are rows.
-        const available = admittableOf(wallet, null);
+        const available = admittableOf(wallet, null, true);
         if (available < need || available <= 0n) return 0n;
         // The lease as a whole, not each top-up, stays within a quarter of what the wallet has free,
         // so refills cannot park the rest of the wallet in it a quarter at a time.
@@ -231,6 +243,11 @@ export class WalletLeases {
           .execute();
         return amount;
       });
+      if (granted === PLAN_CREDIT) {
+        this.#withPlanCredit.set(walletId, this.#clock.now() + HOT_WINDOW_MS);
+        if (current) this.#retire(current);
+        return false;
+      }
       if (granted === 0n) return false;
       const lease = opened ? this.#open(opened, walletId) : current!;
       lease.free += granted;
@@ -291,6 +308,7 @@ export class WalletLeases {
 
   #forgetOldHits(now: number): void {
     for (const [walletId, hits] of this.#hits) if (now - hits.since >= HOT_WINDOW_MS) this.#hits.delete(walletId);
+    for (const [walletId, until] of this.#withPlanCredit) if (until <= now) this.#withPlanCredit.delete(walletId);
   }
 }
 
@@ -349,6 +367,9 @@ export async function releaseDueLeases(trx: Transaction<Database>, walletId: str
   }
   return amount;
 }
+
+/** A top-up's answer for a wallet with plan credit: no lease (WalletLeases.#withPlanCredit). */
+const PLAN_CREDIT = -1n;
 
 /** The lease row was no longer active when a top-up tried to raise it. */
 class LeaseLost extends Error {}

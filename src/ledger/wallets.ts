@@ -69,8 +69,28 @@ export class UnwrittenHolds {
 export const availableOf = (w: Pick<WalletRow, 'id' | 'balance' | 'held'>, unwritten: UnwrittenHolds | null | undefined): bigint =>
   w.balance - w.held - (unwritten ? unwritten.on(w.id) : 0n);
 
-/** Splits a debit across buckets in consumption order. */
-export function splitDebit(wallet: WalletRow, amount: bigint): Record<Bucket, bigint> {
+/**
+ * What a request may still take from a wallet. Usage that draws plan credit (a meter linked to the
+ * plan of the customer's live subscription) may take all of it; any other usage only the prepaid
+ * balance, against which every hold is counted, whichever bucket it will be paid from: a
+ * conservative rule, since a hold does not know its bucket until it settles (decision 0016).
+ */
+export function availableFor(
+  w: Pick<WalletRow, 'id' | 'balance' | 'held' | 'cycle_credit' | 'bundle_credit'>,
+  unwritten: UnwrittenHolds | null | undefined,
+  drawsPlanCredit: boolean,
+): bigint {
+  const available = availableOf(w, unwritten);
+  return drawsPlanCredit ? available : available - BigInt(w.cycle_credit) - BigInt(w.bundle_credit);
+}
+
+/**
+ * Splits a debit across buckets: in consumption order (cycle, bundle, prepaid) when it draws plan
+ * credit, else all of it from the prepaid balance. Prepaid takes whatever is left, below zero if
+ * need be (a settlement above its hold).
+ */
+export function splitDebit(wallet: WalletRow, amount: bigint, drawsPlanCredit: boolean): Record<Bucket, bigint> {
+  if (!drawsPlanCredit) return { cycle: 0n, bundle: 0n, prepaid: amount };
   const prepaid = wallet.balance - wallet.cycle_credit - wallet.bundle_credit;
   const available: Record<Bucket, bigint> = { cycle: wallet.cycle_credit, bundle: wallet.bundle_credit, prepaid };
   const taken: Record<Bucket, bigint> = { cycle: 0n, bundle: 0n, prepaid: 0n };
@@ -84,11 +104,11 @@ export function splitDebit(wallet: WalletRow, amount: bigint): Record<Bucket, bi
 }
 
 /**
- * Takes `amount` out of a locked wallet, bucket by bucket, and returns the ledger legs that record it.
- * The caller has already checked the available balance.
+ * Takes `amount` out of a locked wallet, bucket by bucket (splitDebit), and returns the ledger legs
+ * that record it. The caller has already checked the available balance.
  */
-export async function applyDebit(trx: Transaction<Database>, wallet: WalletRow, amount: bigint): Promise<Leg[]> {
-  const legs = debitInMemory(wallet, amount);
+export async function applyDebit(trx: Transaction<Database>, wallet: WalletRow, amount: bigint, drawsPlanCredit: boolean): Promise<Leg[]> {
+  const legs = debitInMemory(wallet, amount, drawsPlanCredit);
   if (legs.length === 0) return legs;
   await trx
     .updateTable('wallets')
@@ -101,9 +121,9 @@ export async function applyDebit(trx: Transaction<Database>, wallet: WalletRow, 
 /**
  * The same debit on the in-memory row only; the caller writes the row back before its transaction ends.
  */
-export function debitInMemory(wallet: WalletRow, amount: bigint): Leg[] {
+export function debitInMemory(wallet: WalletRow, amount: bigint, drawsPlanCredit: boolean): Leg[] {
   if (amount === 0n) return [];
-  const split = splitDebit(wallet, amount);
+  const split = splitDebit(wallet, amount, drawsPlanCredit);
   wallet.balance -= amount;
   wallet.cycle_credit -= split.cycle;
   wallet.bundle_credit -= split.bundle;

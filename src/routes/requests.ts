@@ -318,7 +318,7 @@ export function registerRequestRoutes(app: App, deps: AppDeps, unwritten: Unwrit
       const input = chargeInputOf(principal, body, hash, parties);
       const outcome = await admitWithAutoTopUp(
         deps,
-        { walletId: parties.connection.wallet_id, meterId: parties.meter.id },
+        { walletId: parties.connection.wallet_id, drawsPlanCredit: parties.drawsPlanCredit },
         (refused) => refused.needed,
         () => writer.run(CHARGE_JOB, input),
       );
@@ -349,6 +349,7 @@ export function registerRequestRoutes(app: App, deps: AppDeps, unwritten: Unwrit
       merchant: { id: principal.merchantId, wallet_id: principal.merchantWalletId },
       connection: parties.connection,
       meter: parties.meter,
+      drawsPlanCredit: parties.drawsPlanCredit,
       requestId: body.request_id,
       bodyHash: hash,
       usage: usageOf(body),
@@ -388,9 +389,16 @@ export function registerRequestRoutes(app: App, deps: AppDeps, unwritten: Unwrit
   );
 }
 
-type Parties = { connection: ChargeParty; meter: MeterRow };
+/** Who is charged, on which meter, and whether the customer's plan credit pays it (decision 0016). */
+type Parties = { connection: ChargeParty; meter: MeterRow; drawsPlanCredit: boolean };
 
 async function resolveConnectionAndMeter(lookups: RequestLookups, merchantId: string, body: CreateBody): Promise<Parties> {
+  const { connection, meter } = await findConnectionAndMeter(lookups, merchantId, body);
+  const drawsPlanCredit = (await lookups.drawsPlanCredit.load({ connectionId: connection.id, meterId: meter.id })) === true;
+  return { connection, meter, drawsPlanCredit };
+}
+
+async function findConnectionAndMeter(lookups: RequestLookups, merchantId: string, body: CreateBody): Promise<Omit<Parties, 'drawsPlanCredit'>> {
   const within = (value: string) => ({ merchantId, value });
   if (body.connection_secret && body.product_secret) {
     const [connection, meter] = await Promise.all([

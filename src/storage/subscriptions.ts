@@ -142,6 +142,35 @@ export async function liveSubscriptionSummaries(db: Db, connectionIds: readonly 
   );
 }
 
+/** A customer's usage on a meter, as far as plan credit goes. */
+export type MeteredCustomer = { connectionId: string; meterId: string };
+
+/**
+ * Of these (customer, meter) pairs, those whose usage draws the customer's plan credit: the meter
+ * is linked to the plan of the customer's live (active or past-due) subscription. Only such usage
+ * spends cycle and bundle credit; any other is paid from the prepaid balance (decision 0016).
+ * Keyed by `planCreditKey`.
+ */
+export async function pairsDrawingPlanCredit(db: Db, pairs: readonly MeteredCustomer[]): Promise<Set<string>> {
+  if (pairs.length === 0) return new Set();
+  const rows = await db
+    .selectFrom('subscriptions')
+    .innerJoin('plan_meters', 'plan_meters.plan_id', 'subscriptions.plan_id')
+    .select(['subscriptions.connection_id', 'plan_meters.meter_id'])
+    .where('subscriptions.connection_id', 'in', [...new Set(pairs.map((p) => p.connectionId))])
+    .where('plan_meters.meter_id', 'in', [...new Set(pairs.map((p) => p.meterId))])
+    .where('subscriptions.status', 'in', ['active', 'past_due'])
+    .execute();
+  return new Set(rows.map((r) => planCreditKey({ connectionId: r.connection_id, meterId: r.meter_id })));
+}
+
+export const planCreditKey = (pair: MeteredCustomer): string => `${pair.connectionId}\n${pair.meterId}`;
+
+/** Whether this customer's usage on this meter draws its plan credit (see pairsDrawingPlanCredit). */
+export async function drawsPlanCredit(db: Db, pair: MeteredCustomer): Promise<boolean> {
+  return (await pairsDrawingPlanCredit(db, [pair])).has(planCreditKey(pair));
+}
+
 export async function findSubscription(db: Db, merchantId: string, id: string): Promise<SubscriptionRow | undefined> {
   return db.selectFrom('subscriptions').selectAll().where('merchant_id', '=', merchantId).where('id', '=', id).executeTakeFirst();
 }

@@ -13,10 +13,13 @@ const DAY = 86_400_000;
 describe.each(databasesUnderTest())('the cycle engine on %s', (dialect) => {
   let t: TestApp;
   let meterSlug: string;
+  /** The meter `spend` uses; the tests' plans link it, so its usage draws their credit (decision 0016). */
+  let meterId: string;
   beforeAll(async () => {
     t = await startTestApp(dialect);
     const meter = await t.app.inject({ method: 'POST', url: '/v1/meters', headers: t.auth(), payload: { name: 'Per call', rate_type: 'fixed', tier_type: 'requests', tiers: [{ start: 0, rate: '1' }] } });
     meterSlug = meter.json().meter_slug;
+    meterId = meter.json().meter_id;
   });
   afterAll(async () => t?.close());
   afterEach(async () => {
@@ -33,7 +36,7 @@ describe.each(databasesUnderTest())('the cycle engine on %s', (dialect) => {
     }
   };
   async function subscribed(plan: PlanInput, card = true) {
-    const p = await createPlan(t, plan);
+    const p = await createPlan(t, { meter_ids: [meterId], ...plan });
     const c = await createCustomer(t);
     if (card) await saveTestCard(t.storage, t.merchant.merchantId, c.customerId);
     const res = await subscribe(t, c.customerId, p.plan_id);
@@ -87,7 +90,7 @@ describe.each(databasesUnderTest())('the cycle engine on %s', (dialect) => {
 
   it('a plan change applies at the next cycle: the new plan is charged and grants its credit', async () => {
     const s = await subscribed({ name: 'Big', period_amount: '30', included_credit: '30', billing_interval: 'month', rollover_type: 'none' });
-    const small = await createPlan(t, { name: 'Small', period_amount: '5', included_credit: '6', billing_interval: 'week' });
+    const small = await createPlan(t, { name: 'Small', period_amount: '5', included_credit: '6', billing_interval: 'week', meter_ids: [meterId] });
     await t.app.inject({ method: 'PATCH', url: `/v1/subscriptions/${s.sub.subscription_id}`, headers: t.auth(), payload: { plan_id: small.plan_id } });
     const before = t.payments.charges.length;
     await runAt(s.end);

@@ -1,6 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { parseMoney } from '../../src/domain/money.ts';
 import { CredentialCache } from '../../src/gateway/credential-cache.ts';
+import { resolveCredential } from '../../src/gateway/credentials.ts';
 import type { BillingContext } from '../../src/ledger/billing.ts';
 import { creditWallet } from '../../src/ledger/wallets.ts';
 import type { TestApp } from '../helpers/app.ts';
@@ -10,7 +11,8 @@ import type { MockUpstream } from '../helpers/mock-upstream.ts';
 
 /**
  * The gateway caches resolved credentials; a revocation, deletion or pause made through this
- * instance must take effect on the very next request.
+ * instance must take effect on the very next request, and so must a change of whether the
+ * customer's plan credit pays for the meter (decision 0016).
  */
 
 type Json = Record<string, unknown>;
@@ -144,6 +146,41 @@ describe.each(databasesUnderTest())('credential cache invalidation on %s', (dial
     await t.storage.db.updateTable('spend_keys').set({ last_used_at: new Date().toISOString() }).where('id', '=', 'none').execute();
     expect(cache.size).toBeGreaterThan(0);
     await t.storage.db.updateTable('spend_keys').set({ name: 'renamed' }).where('id', '=', 'none').execute();
+    expect(cache.size).toBe(0);
+  });
+
+  it("a subscription's start, plan or status change, or a plan's meters changing, empties the cache (whether plan credit pays); a renewal's claim does not", async () => {
+    const cache = t.app.gateway.credentials;
+    const meter = await api('POST', '/v1/meters', { name: 'Linked', rate_type: 'fixed', tiers: [{ start: '0', rate: '1' }] });
+    const plan = await api('POST', '/v1/plans', { name: 'Free', period_amount: '0', included_credit: '5', billing_interval: 'month', meter_ids: [meter.meter_id] });
+    const customer = await api('POST', '/v1/customers', {});
+    const walletId = (customer.wallet as { wallet_id: string }).wallet_id;
+    await creditWallet(t.storage, walletId, parseMoney('5'));
+    const token = b64({ secret_key: t.merchant.secretKey, customer_id: customer.customer_id, meter_slug: meter.meter_slug });
+    await cached(token);
+    const drawsPlanCredit = async () => (await resolveCredential(t.storage, cache, token, new Date())).drawsPlanCredit;
+    expect(await drawsPlanCredit()).toBe(false);
+
+    // Subscribing (an insert) is seen on the next request: the cycle credit pays it.
+    const subscription = await api('POST', '/v1/subscriptions', { customer_id: customer.customer_id, plan_id: plan.plan_id });
+    expect(await drawsPlanCredit()).toBe(true);
+    const res = await forward(token);
+    await res.text();
+    const record = await t.settledRecord(res.headers.get('x-tollgate-request-id'));
+    const wallet = await t.storage.db.selectFrom('wallets').selectAll().where('id', '=', walletId).executeTakeFirstOrThrow();
+    expect(parseMoney(record.total_wallet_cost)).toBeGreaterThan(0n);
+    expect(BigInt(wallet.cycle_credit)).toBe(parseMoney('5') - parseMoney(record.total_wallet_cost));
+
+    const subscriptionId = (subscription.subscription as Json).subscription_id as string;
+    await cached(token);
+    await t.storage.db.updateTable('subscriptions').set({ claimed_until: null }).where('id', '=', 'none').execute();
+    expect(cache.size).toBeGreaterThan(0);
+    await t.storage.db.updateTable('subscriptions').set({ status: 'cancelled' }).where('id', '=', subscriptionId).execute();
+    expect(cache.size).toBe(0);
+    expect(await drawsPlanCredit()).toBe(false);
+
+    await cached(token);
+    await t.storage.db.deleteFrom('plan_meters').where('plan_id', '=', 'none').execute();
     expect(cache.size).toBe(0);
   });
 });

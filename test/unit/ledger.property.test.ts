@@ -13,7 +13,7 @@ import {
   type Bucket,
 } from '../../src/ledger/accounts.ts';
 import { appendTransaction, UnbalancedTransactionError, type Leg } from '../../src/ledger/postings.ts';
-import { applyDebit, splitDebit, type WalletRow } from '../../src/ledger/wallets.ts';
+import { applyDebit, availableFor, splitDebit, type WalletRow } from '../../src/ledger/wallets.ts';
 import type { Database } from '../../src/storage/schema.ts';
 
 /**
@@ -82,12 +82,12 @@ const bucketsArb = fc.record({
 });
 
 describe('splitDebit', () => {
-  it('takes cycle, then bundle, then prepaid; never more than cycle or bundle hold; parts sum to the amount', () => {
+  it('usage that draws plan credit takes cycle, then bundle, then prepaid; never more than cycle or bundle hold; parts sum to the amount', () => {
     fc.assert(
       fc.property(bucketsArb, fc.bigInt({ min: 0n, max: 4n * MAX }), (buckets, amount) => {
         const w = wallet(buckets);
         const before = { ...w };
-        const split = splitDebit(w, amount);
+        const split = splitDebit(w, amount, true);
         expect(w).toEqual(before); // pure: the row is not touched
         expect(split.cycle + split.bundle + split.prepaid).toBe(amount);
         for (const bucket of BUCKET_ORDER) expect(split[bucket] >= 0n).toBe(true);
@@ -103,10 +103,19 @@ describe('splitDebit', () => {
     );
   });
 
+  it('usage that may not draw plan credit takes all of it from prepaid, whatever cycle and bundle credit the wallet has', () => {
+    fc.assert(
+      fc.property(bucketsArb, fc.bigInt({ min: 0n, max: 4n * MAX }), (buckets, amount) => {
+        expect(splitDebit(wallet(buckets), amount, false)).toEqual({ cycle: 0n, bundle: 0n, prepaid: amount });
+      }),
+      { numRuns: 500 },
+    );
+  });
+
   it('takes a zero amount from nowhere', () => {
     fc.assert(
-      fc.property(bucketsArb, (buckets) => {
-        expect(splitDebit(wallet(buckets), 0n)).toEqual({ cycle: 0n, bundle: 0n, prepaid: 0n });
+      fc.property(bucketsArb, fc.boolean(), (buckets, drawsPlanCredit) => {
+        expect(splitDebit(wallet(buckets), 0n, drawsPlanCredit)).toEqual({ cycle: 0n, bundle: 0n, prepaid: 0n });
       }),
     );
   });
@@ -159,7 +168,7 @@ describe('appendTransaction', () => {
 
 type Op =
   | { type: 'grant'; bucket: Bucket; amount: bigint }
-  | { type: 'charge'; base: bigint; fee: bigint; serviceCharge: bigint; settlesHold: boolean };
+  | { type: 'charge'; base: bigint; fee: bigint; serviceCharge: bigint; settlesHold: boolean; drawsPlanCredit: boolean };
 
 const opArb: fc.Arbitrary<Op> = fc.oneof(
   fc.record({
@@ -174,6 +183,7 @@ const opArb: fc.Arbitrary<Op> = fc.oneof(
     serviceCharge: fc.bigInt({ min: 0n, max: MAX / 10n }),
     // A settlement against a hold may exceed the balance; a plain charge is refused instead.
     settlesHold: fc.boolean(),
+    drawsPlanCredit: fc.boolean(),
   }),
 );
 
@@ -204,10 +214,10 @@ describe('grants and charges through applyDebit and appendTransaction', () => {
             });
           } else {
             const total = op.base + op.fee + op.serviceCharge;
-            if (!op.settlesHold && w.balance - w.held < total) continue; // refused: nothing written
+            if (!op.settlesHold && availableFor(w, null, op.drawsPlanCredit) < total) continue; // refused: nothing written
             const before = { ...w };
-            const expectedSplit = splitDebit(before, total);
-            const legs = await applyDebit(rec.trx, w, total);
+            const expectedSplit = splitDebit(before, total, op.drawsPlanCredit);
+            const legs = await applyDebit(rec.trx, w, total, op.drawsPlanCredit);
             // The row is updated in memory and in the database alike, by the split.
             expect(w.balance).toBe(before.balance - total);
             expect(w.cycle_credit).toBe(before.cycle_credit - expectedSplit.cycle);

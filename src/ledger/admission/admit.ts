@@ -59,7 +59,7 @@ export async function admitRequest(storage: Storage, input: AdmitInput): Promise
     const key = await lockedSpendKey(trx, storage.dialect, input, now);
     if (key && isSpendKeyRefusal(key)) return { outcome: 'spend_key_refused', refusal: key };
     const parts = holdParts(input.walletId, input.billing.merchantWalletId, input.estimate);
-    const refused = refusedPart(parts, (walletId) => admittableOf(wallets.get(walletId)!, input.unwritten));
+    const refused = refusedPart(parts, (walletId) => admittableOf(wallets.get(walletId)!, input.unwritten, input.billing.drawsPlanCredit ?? false));
     if (refused) return { outcome: 'insufficient_balance', payer: refused.payer };
     const recordId = input.requestId;
     if (key) {
@@ -121,7 +121,7 @@ export async function admitInTransaction(
       outcomes.push({ outcome: 'spend_key_refused', refusal: key });
       continue;
     }
-    const refused = refusedPart(parts, (walletId) => admittableOf(wallets.get(walletId)!, input.unwritten));
+    const refused = refusedPart(parts, (walletId) => admittableOf(wallets.get(walletId)!, input.unwritten, input.billing.drawsPlanCredit ?? false));
     if (refused) {
       outcomes.push({ outcome: 'insufficient_balance', payer: refused.payer });
       continue;
@@ -149,7 +149,8 @@ export async function admitInTransaction(
 
 /**
  * PostgreSQL fast path for a batch of admissions: one statement, committed on its own. It locks
- * the paying wallets, checks that each can cover everything the batch holds on it (then every
+ * the paying wallets, checks that each can cover everything the batch holds on it (from its
+ * prepaid balance alone when any member may not draw plan credit: availableFor) (then every
  * member passes admitInTransaction's check in any order), and writes the holds, the wallets'
  * `held` and the pending records. When a wallet cannot cover all of it, the statement fails on
  * purpose (division by zero), nothing is written, and the batch takes the ordinary path, which
@@ -158,6 +159,8 @@ export async function admitInTransaction(
 async function admitInOneStatement(storage: Storage, inputs: AdmitInput[]): Promise<AdmitOutcome[] | null> {
   if (storage.dialect !== 'postgres' || inputs.some((input) => input.billing.spendKey)) return null;
   const need = new Map<string, bigint>();
+  /** Wallets some member may only take the prepaid balance of: all they hold must fit in it. */
+  const prepaidOnly = new Set<string>();
   const holds: HoldRow[] = [];
   const records: RequestRow[] = [];
   const outcomes: AdmitOutcome[] = [];
@@ -166,6 +169,7 @@ async function admitInOneStatement(storage: Storage, inputs: AdmitInput[]): Prom
     const createdAt = now.toISOString();
     const rows = holdRowsOf(holdParts(input.walletId, input.billing.merchantWalletId, input.estimate), input.requestId, now, input.ttlMs);
     for (const hold of rows) need.set(hold.wallet_id, (need.get(hold.wallet_id) ?? 0n) + hold.amount);
+    if (!input.billing.drawsPlanCredit) prepaidOnly.add(input.walletId);
     holds.push(...rows);
     records.push(pendingRecord(input, input.requestId, createdAt));
     outcomes.push({ outcome: 'admitted', recordId: input.requestId, holdIds: rows.map((hold) => hold.id), createdAt });
@@ -175,14 +179,19 @@ async function admitInOneStatement(storage: Storage, inputs: AdmitInput[]): Prom
   const json = new JsonRows();
   // What each wallet must cover, typed by the holds table's columns of the same names.
   const needRows = json.select('holds', [...need].map(([wallet_id, amount]) => ({ wallet_id, amount })));
+  // Always present (maybe empty), so the text stays the same.
+  const prepaidOnlyRows = json.select('wallets', [...prepaidOnly].map((id) => ({ id })), ['id']);
   const metadata = metadataRows(records);
   const text = prepared(`
     with need as (${needRows}),
-    locked as (select id, balance, held, overrun from wallets where id in (select wallet_id from need) order by id for update),
+    prepaid_only as (${prepaidOnlyRows}),
+    locked as (select id, balance, held, overrun, cycle_credit, bundle_credit from wallets where id in (select wallet_id from need) order by id for update),
     ok as (
       select count(*) = (select count(*) from need) as ok
       from locked join need on need.wallet_id = locked.id
-      where locked.balance - locked.held >= need.amount and (locked.overrun = 0 or locked.held = 0)
+      where locked.balance - locked.held
+          - case when locked.id in (select id from prepaid_only) then locked.cycle_credit + locked.bundle_credit else 0 end >= need.amount
+        and (locked.overrun = 0 or locked.held = 0)
     ),
     upd as (
       update wallets set held = wallets.held + need.amount, overrun = 0 from need
@@ -256,7 +265,12 @@ export function pendingRecord(input: AdmitInput, id: string, at: string): Reques
     total_merchant_cost: 0n,
     usage_estimated: 0,
     hold_estimate: input.estimate.charge
-      ? JSON.stringify({ ...input.estimate.charge, payer_wallet_id: input.walletId, merchant_wallet_id: input.billing.merchantWalletId })
+      ? JSON.stringify({
+          ...input.estimate.charge,
+          payer_wallet_id: input.walletId,
+          merchant_wallet_id: input.billing.merchantWalletId,
+          draws_plan_credit: input.billing.drawsPlanCredit ?? false,
+        })
       : null,
     created_at: at,
     completed_at: null,

@@ -7,7 +7,7 @@
 import { newId } from '../../domain/ids.ts';
 import type { PricedRequest } from '../../domain/pricing.ts';
 import type { HoldRow } from '../holds.ts';
-import { availableOf, type UnwrittenHolds, type WalletRow } from '../wallets.ts';
+import { availableFor, availableOf, type UnwrittenHolds, type WalletRow } from '../wallets.ts';
 
 /** One wallet's share of a request's estimate; `payer` says whose refusal it is. */
 export type HoldPart = { walletId: string; amount: bigint; payer: 'wallet' | 'merchant' };
@@ -36,17 +36,18 @@ export function refusedPart(parts: readonly HoldPart[], availableOf: (walletId: 
 }
 
 /** A wallet as an admission reads it. */
-export type AdmissionWallet = Pick<WalletRow, 'id' | 'balance' | 'held' | 'overrun'>;
+export type AdmissionWallet = Pick<WalletRow, 'id' | 'balance' | 'held' | 'overrun' | 'cycle_credit' | 'bundle_credit'>;
 
 /**
- * What an admission may take from a wallet: its available balance, or nothing while it is
- * overrun (settled charges exceeded their holds) and requests are still in flight on it (anything
- * held, in the database or by this process): those may overrun too, so nothing more is promised
- * until they have settled (decision 0019).
+ * What an admission may take from a wallet: what the request may draw of it (availableFor: its
+ * plan credit only when the request draws plan credit), or nothing while it is overrun (settled
+ * charges exceeded their holds) and requests are still in flight on it (anything held, in the
+ * database or by this process): those may overrun too, so nothing more is promised until they
+ * have settled (decision 0019).
  */
-export function admittableOf(wallet: AdmissionWallet, unwritten: UnwrittenHolds | null | undefined): bigint {
-  const available = availableOf(wallet, unwritten);
-  const inFlight = BigInt(wallet.balance) - available;
+export function admittableOf(wallet: AdmissionWallet, unwritten: UnwrittenHolds | null | undefined, drawsPlanCredit: boolean): bigint {
+  const available = availableFor(wallet, unwritten, drawsPlanCredit);
+  const inFlight = BigInt(wallet.balance) - availableOf(wallet, unwritten);
   return Number(wallet.overrun ?? 0) !== 0 && inFlight > 0n ? 0n : available;
 }
 

@@ -129,7 +129,7 @@ export async function admitDeferred(storage: Storage, writes: DeferredWrites, in
     if (!(taken instanceof Map)) return { outcome: 'insufficient_balance', payer: taken.payer };
     deferred.leased = { leases, byWallet: taken };
   } else {
-    const refused = await reserveInProcess(storage, writes, parts);
+    const refused = await reserveInProcess(storage, writes, parts, input.billing.drawsPlanCredit ?? false);
     if (refused) return { outcome: 'insufficient_balance', payer: refused.payer };
     deferred.reservedIn = writes.unwritten;
   }
@@ -158,11 +158,11 @@ export async function admitDeferred(storage: Storage, writes: DeferredWrites, in
  * It is taken against the wallets as this process last read them while nothing was written since
  * (walletReads); a refusal is always taken against a fresh read.
  */
-async function reserveInProcess(storage: Storage, writes: DeferredWrites, parts: HoldPart[]): Promise<HoldPart | undefined> {
+async function reserveInProcess(storage: Storage, writes: DeferredWrites, parts: HoldPart[], drawsPlanCredit: boolean): Promise<HoldPart | undefined> {
   const { unwritten, walletReads } = writes;
   const walletIds = [...new Set(parts.map((part) => part.walletId))];
   const remembered = walletReads.remembered(storage, walletIds);
-  const refusedIn = (wallets: Map<string, WalletBalance>) => refusedPart(parts, (walletId) => admittableOf(wallets.get(walletId)!, unwritten));
+  const refusedIn = (wallets: Map<string, WalletBalance>) => refusedPart(parts, (walletId) => admittableOf(wallets.get(walletId)!, unwritten, drawsPlanCredit));
   const reserve = () => {
     for (const part of parts) unwritten.reserve(part.walletId, part.amount);
   };
@@ -184,7 +184,7 @@ async function reserveInProcess(storage: Storage, writes: DeferredWrites, parts:
   });
 }
 
-type WalletBalance = Pick<WalletRow, 'id' | 'balance' | 'held' | 'overrun'>;
+type WalletBalance = Pick<WalletRow, 'id' | 'balance' | 'held' | 'overrun' | 'cycle_credit' | 'bundle_credit'>;
 
 /**
  * Wallet balances as the embedded admission last read them, each with the storage's write count
@@ -239,7 +239,10 @@ async function takeFromLeases(leases: WalletLeases, parts: HoldPart[]): Promise<
  * What an admission reads of its one or two wallets, compiled once per shape: building the query
  * anew costs more than running it, and this read is on every embedded request's path.
  */
-const WALLET_BALANCES_SQL = ['select id, balance, held, overrun from wallets where id = ?', 'select id, balance, held, overrun from wallets where id in (?, ?)'];
+const WALLET_BALANCES_SQL = [
+  'select id, balance, held, overrun, cycle_credit, bundle_credit from wallets where id = ?',
+  'select id, balance, held, overrun, cycle_credit, bundle_credit from wallets where id in (?, ?)',
+];
 
 function walletBalancesQuery(ids: string[]): CompiledQuery<WalletBalance> {
   return CompiledQuery.raw(WALLET_BALANCES_SQL[ids.length - 1]!, ids) as CompiledQuery<WalletBalance>;

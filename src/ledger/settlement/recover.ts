@@ -62,8 +62,12 @@ export function estimatedChargeOf(usage: Usage, priced: PricedRequest): Estimate
   };
 }
 
-/** `hold_estimate` as written at admission: the estimate and who pays it. */
-export type KeptEstimate = EstimatedCharge & { payer_wallet_id: string; merchant_wallet_id: string };
+/**
+ * `hold_estimate` as written at admission: the estimate, who pays it, and whether the payer's plan
+ * credit pays it (BillingContext.drawsPlanCredit; absent on records written before it was kept:
+ * prepaid only).
+ */
+export type KeptEstimate = EstimatedCharge & { payer_wallet_id: string; merchant_wallet_id: string; draws_plan_credit?: boolean };
 
 /**
  * Inside the sweep's transaction, for the requests whose holds it just expired: each pending
@@ -92,8 +96,8 @@ export async function recoverPendingInTransaction(trx: Transaction<Database>, di
     const walletCost = BigInt(estimate.total_wallet_cost);
     const merchantCost = BigInt(estimate.total_merchant_cost);
     const legs: Leg[] = [
-      ...debitInMemory(payer, walletCost),
-      ...debitInMemory(merchantWallet, merchantCost),
+      ...debitInMemory(payer, walletCost, estimate.draws_plan_credit === true),
+      ...debitInMemory(merchantWallet, merchantCost, false),
       { account: providerCostsAccount(row.merchant_id), amount: estimate.base_cost_charged ? BigInt(estimate.base_cost_total) : 0n },
       { account: merchantRevenueAccount(row.merchant_id), amount: BigInt(estimate.fee_amount) },
       { account: serviceChargesAccount(), amount: BigInt(estimate.service_charge_amount) },

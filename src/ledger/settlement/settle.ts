@@ -88,6 +88,7 @@ function chargeInputOf(input: SettleInput, pending: PendingFacts): ChargeInput {
     providerTimestamp: input.providerTimestamp ?? batchTime([input]).toISOString(),
     usageEstimated: input.usageEstimated,
     holdIds: input.holdIds,
+    drawsPlanCredit: input.billing.drawsPlanCredit ?? false,
     pendingRecordId: input.recordId,
     now: batchTime([input]),
   };
@@ -229,8 +230,9 @@ async function settleInTransaction(trx: Transaction<Database>, dialect: Storage[
     for (const wallet of overrunWallets(price, customerWallet, merchantWallet, heldOn)) overrun.add(wallet);
     const merchantId = input.billing.merchantId;
     const legs: Leg[] = [
-      ...debitInMemory(customerWallet, price.totals.wallet),
-      ...debitInMemory(merchantWallet, price.totals.merchant),
+      ...debitInMemory(customerWallet, price.totals.wallet, input.billing.drawsPlanCredit ?? false),
+      // A merchant's wallet has no plan credit.
+      ...debitInMemory(merchantWallet, price.totals.merchant, false),
       { account: providerCostsAccount(merchantId), amount: price.baseCost.charged ? price.baseCost.total : 0n },
       { account: merchantRevenueAccount(merchantId), amount: price.fee.amount },
       { account: serviceChargesAccount(), amount: price.serviceCharge.amount },
