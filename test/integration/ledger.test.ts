@@ -249,9 +249,17 @@ describe.each(databasesUnderTest())('ledger on %s', (dialect) => {
   });
 
   describe('buckets', () => {
-    it('a charge takes subscription cycle credit first, then bundle credit, then the prepaid balance', async () => {
+    it('a charge on a meter the plan links takes subscription cycle credit first, then bundle credit, then the prepaid balance', async () => {
       const s = await setup({ fund: '10', rate: '2.5' });
-      await creditWallet(t.storage, s.walletId, usd('1'), 'cycle');
+      // A free plan linking the meter grants the cycle credit (only linked meters draw plan credit, decision 0016).
+      const plan = await t.app.inject({
+        method: 'POST',
+        url: '/v1/plans',
+        headers: s.headers,
+        payload: { name: 'Linked', period_amount: '0', included_credit: '1', billing_interval: 'month', meter_ids: [s.meter.meter_id] },
+      });
+      const subscribed = await t.app.inject({ method: 'POST', url: '/v1/subscriptions', headers: s.headers, payload: { customer_id: s.customer.customer_id, plan_id: plan.json().plan_id } });
+      expect(subscribed.statusCode, subscribed.body).toBe(201);
       await creditWallet(t.storage, s.walletId, usd('2'), 'bundle');
       expect(await s.wallet()).toMatchObject({ balance: usd('13'), cycle_credit: usd('1'), bundle_credit: usd('2') });
       expect((await verifyLedger(t.storage)).problems).toEqual([]);
