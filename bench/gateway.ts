@@ -5,7 +5,7 @@
  * process's own CPU time per request and its peak RSS.
  */
 import { spawn, type ChildProcess } from 'node:child_process';
-import { readFileSync } from 'node:fs';
+import { readdirSync, readFileSync } from 'node:fs';
 import autocannon from 'autocannon';
 import { Pool } from 'undici';
 import { parseMoney } from '../src/domain/money.ts';
@@ -17,13 +17,23 @@ export type GatewayRow = { scenario: string; engine: string; result: string; tar
 
 const CLOCK_TICKS_PER_SECOND = 100;
 
-export async function startMock(): Promise<{ url: string; process: ChildProcess }> {
-  const child = spawn('node', ['--import', 'tsx', 'bench/mock-server.ts'], { stdio: ['ignore', 'pipe', 'inherit'] });
+/** The mock provider's process; `loopDelay` reads (and resets) its event-loop delay since the last read. */
+export type Mock = { url: string; process: ChildProcess; loopDelay(): Promise<LoopDelay> };
+
+export async function startMock(): Promise<Mock> {
+  const child = spawn('node', ['--import', 'tsx', 'bench/mock-server.ts'], { stdio: ['ignore', 'pipe', 'inherit', 'ipc'] });
   const url = await new Promise<string>((resolve, reject) => {
     child.stdout!.once('data', (d: Buffer) => resolve(d.toString().trim()));
     child.once('exit', () => reject(new Error('mock exited')));
   });
-  return { url, process: child };
+  // The IPC channel must not keep the bench alive once the mock is told to stop.
+  child.channel?.unref();
+  const loopDelay = () =>
+    new Promise<LoopDelay>((resolve) => {
+      child.once('message', (d: LoopDelay) => resolve(withoutSampling(d)));
+      child.send('loop-delay');
+    });
+  return { url, process: child, loopDelay };
 }
 
 /** A process's CPU time so far in milliseconds: in user mode, in the kernel (system calls), and both. */
@@ -57,6 +67,33 @@ export function stealPercent(before: { total: number; steal: number }): number {
 
 const peakRssMb = (pid: number) => statusMb(pid, 'VmHWM');
 const rssMb = (pid: number) => statusMb(pid, 'VmRSS');
+
+/**
+ * How a process's threads spent their time so far, in ms (`/proc/<pid>/task/<tid>/schedstat`, ns):
+ * the main thread (the event loop) on a CPU and runnable but waiting for one, and every other
+ * thread's time on a CPU (the SQLite writer, V8's garbage-collection helpers, libuv's pool). A
+ * loop that is late while its thread waits for a CPU is late because the host is short of CPUs,
+ * not because of work of its own.
+ */
+export function threadSchedule(pid: number): { mainRunMs: number; mainWaitMs: number; otherRunMs: number } {
+  const schedstat = (tid: string) => {
+    try {
+      const [run, wait] = readFileSync(`/proc/${pid}/task/${tid}/schedstat`, 'utf8').split(' ').map(Number);
+      return { run: run! / 1e6, wait: wait! / 1e6 };
+    } catch {
+      return { run: 0, wait: 0 }; // the thread ended meanwhile
+    }
+  };
+  const main = schedstat(String(pid));
+  const others = readdirSync(`/proc/${pid}/task`).filter((tid) => tid !== String(pid));
+  return { mainRunMs: main.run, mainWaitMs: main.wait, otherRunMs: others.reduce((total, tid) => total + schedstat(tid).run, 0) };
+}
+
+type Schedule = ReturnType<typeof threadSchedule>;
+const scheduleSince = (pid: number, before: Schedule): Schedule => {
+  const now = threadSchedule(pid);
+  return { mainRunMs: now.mainRunMs - before.mainRunMs, mainWaitMs: now.mainWaitMs - before.mainWaitMs, otherRunMs: now.otherRunMs - before.otherRunMs };
+};
 
 async function load(url: string, headers: Record<string, string>, body: string, connections: number, seconds: number) {
   return autocannon({ url, method: 'POST', headers, body, connections, duration: seconds });
@@ -115,14 +152,20 @@ type LoopDelay = { p50: number; p99: number; max: number };
  */
 const LOOP_SAMPLE_MS = 10;
 
+const withoutSampling = (d: LoopDelay): LoopDelay => ({
+  p50: Math.max(0, d.p50 - LOOP_SAMPLE_MS),
+  p99: Math.max(0, d.p99 - LOOP_SAMPLE_MS),
+  max: Math.max(0, d.max - LOOP_SAMPLE_MS),
+});
+
 async function readLoopDelay(serverUrl: string): Promise<LoopDelay> {
   const text = await (await fetch(`${serverUrl}/metrics`)).text();
   const gauge = (name: string) => {
     const match = new RegExp(`^tollgate_nodejs_eventloop_lag_${name}_seconds(?:\\{[^}]*\\})? ([0-9.e+-]+)$`, 'm').exec(text);
     if (!match) throw new Error(`/metrics has no tollgate_nodejs_eventloop_lag_${name}_seconds`);
-    return Math.max(0, Number(match[1]) * 1000 - LOOP_SAMPLE_MS);
+    return Number(match[1]) * 1000;
   };
-  return { p50: gauge('p50'), p99: gauge('p99'), max: gauge('max') };
+  return withoutSampling({ p50: gauge('p50'), p99: gauge('p99'), max: gauge('max') });
 }
 
 /** Slices' delays together: the median p50, the worst p99 and max (percentiles of slices cannot be merged exactly). */
@@ -139,31 +182,63 @@ function combinedLoopDelay(slices: LoopDelay[]): LoopDelay {
  */
 async function measureAlternating(
   direct: Endpoint,
-  via: Endpoint & { serverUrl: string },
+  via: Endpoint & { serverUrl: string; serverPid: number },
   body: string,
   connections: number,
   seconds: number,
-  mockPid: number | undefined,
+  mock: Pick<Mock, 'process' | 'loopDelay'> | undefined,
 ) {
   const slices = Math.max(1, Math.round(seconds / SLICE_SECONDS));
   const runs = { direct: [] as Measured[], via: [] as Measured[] };
   const loopDelays: LoopDelay[] = [];
+  const mockLoopDelays: LoopDelay[] = [];
+  const schedule: Schedule = { mainRunMs: 0, mainWaitMs: 0, otherRunMs: 0 };
+  let viaMs = 0;
   let mockCpuMs = 0;
   for (let i = 0; i < slices; i++) {
-    const mockBefore = mockPid === undefined ? 0 : cpuMs(mockPid);
+    const mockBefore = mock ? cpuMs(mock.process.pid!) : 0;
+    await mock?.loopDelay();
     runs.direct.push(await measure(direct.url, direct.headers, body, connections, seconds / slices));
-    if (mockPid !== undefined) mockCpuMs += cpuMs(mockPid) - mockBefore;
+    if (mock) {
+      mockLoopDelays.push(await mock.loopDelay());
+      mockCpuMs += cpuMs(mock.process.pid!) - mockBefore;
+    }
     // The gateway's loop is measured over its own slices only (it idles through the direct ones).
     await readLoopDelay(via.serverUrl);
+    const scheduleBefore = threadSchedule(via.serverPid);
+    const started = performance.now();
     runs.via.push(await measure(via.url, via.headers, body, connections, seconds / slices));
+    viaMs += performance.now() - started;
+    const slice = scheduleSince(via.serverPid, scheduleBefore);
+    for (const key of Object.keys(schedule) as (keyof Schedule)[]) schedule[key] += slice[key];
     loopDelays.push(await readLoopDelay(via.serverUrl));
   }
   return {
     direct: combined(runs.direct),
     via: combined(runs.via),
     loopDelay: combinedLoopDelay(loopDelays),
-    mockCpuMs: mockPid === undefined ? null : mockCpuMs,
+    mockLoopDelay: mock ? combinedLoopDelay(mockLoopDelays) : null,
+    mockCpuMs: mock ? mockCpuMs : null,
+    /** The server's threads over the gateway slices, and how long those lasted. */
+    schedule,
+    viaMs,
   };
+}
+
+/**
+ * Why the server's loop was late, over the gateway slices: its main thread's share of the time on a
+ * CPU (near 100 %: saturated, every turn finds many requests ready) and runnable but waiting for a
+ * CPU (the host's other processes, or the server's own other threads, had them), then the other
+ * threads' CPU per request, and the mock's own event-loop delay over its direct slices (what the
+ * same load and host do to a plain Node HTTP server).
+ */
+function loopContext(schedule: Schedule, viaMs: number, answered: number, mockLoopDelay: LoopDelay | null): string {
+  const share = (ms: number) => `${((100 * ms) / Math.max(1, viaMs)).toFixed(0)} %`;
+  return (
+    `main thread on a CPU ${share(schedule.mainRunMs)} of the time, waiting for one ${share(schedule.mainWaitMs)}; ` +
+    `other threads ${(schedule.otherRunMs / Math.max(1, answered)).toFixed(3)} ms CPU/request` +
+    (mockLoopDelay ? `; the mock's own event-loop delay p99 ${mockLoopDelay.p99.toFixed(2)} ms, max ${mockLoopDelay.max.toFixed(1)} ms` : '')
+  );
 }
 
 /**
@@ -297,8 +372,8 @@ export async function benchGateway(opts: {
   storage: Storage;
   serverUrl: string;
   serverPid: number;
-  /** The mock provider's process: its CPU per direct request is reported as the host's reference. */
-  mockPid?: number;
+  /** The mock provider: its CPU per direct request and its event-loop delay are reported as the host's reference. */
+  mock?: Pick<Mock, 'process' | 'loopDelay'>;
   seconds: number;
   /** Defaults to [1, 32]. */
   connections?: number[];
@@ -320,13 +395,13 @@ export async function benchGateway(opts: {
       // The gateway idles through the direct slices; its CPU over the whole run is the gateway slices'.
       const cpuBefore = cpuMs(opts.serverPid);
       const ticksBefore = machineTicks();
-      const { direct, via, loopDelay, mockCpuMs } = await measureAlternating(
+      const { direct, via, loopDelay, mockLoopDelay, mockCpuMs, schedule, viaMs } = await measureAlternating(
         { url: `${mockUrl}/v1/chat/completions`, headers: { 'content-type': 'application/json', authorization: 'Bearer x' } },
-        { url: forwardUrl, headers: forwardHeaders, serverUrl: opts.serverUrl },
+        { url: forwardUrl, headers: forwardHeaders, serverUrl: opts.serverUrl, serverPid: opts.serverPid },
         body,
         connections,
         opts.seconds,
-        opts.mockPid,
+        opts.mock,
       );
       await waitForSettlements(storage, merchantId);
       const cpuPerRequest = (cpuMs(opts.serverPid) - cpuBefore) / Math.max(1, via.ok);
@@ -334,7 +409,8 @@ export async function benchGateway(opts: {
       const label = `forward ${stream ? 'streaming' : 'non-streaming'} chat, ${connections} connection${connections > 1 ? 's' : ''}`;
       const result =
         `added p50 ${(via.p50 - direct.p50).toFixed(2)} ms, p99 ${(via.p99 - direct.p99).toFixed(2)} ms; ` +
-        `event-loop delay p50 ${loopDelay.p50.toFixed(2)} ms, p99 ${loopDelay.p99.toFixed(2)} ms, max ${loopDelay.max.toFixed(1)} ms; ` +
+        `event-loop delay p50 ${loopDelay.p50.toFixed(2)} ms, p99 ${loopDelay.p99.toFixed(2)} ms, max ${loopDelay.max.toFixed(1)} ms ` +
+        `(${loopContext(schedule, viaMs, via.ok, mockLoopDelay)}); ` +
         `${via.perSecond.toFixed(0)} req/s vs direct ${direct.perSecond.toFixed(0)} (${(ratio * 100).toFixed(1)} %); ` +
         `gateway CPU ${cpuPerRequest.toFixed(3)} ms/request (settlements included)${hostReference(mockCpuMs, direct, cpuPerRequest)}; ${via.non2xx} non-2xx; RSS now ${rssMb(opts.serverPid).toFixed(0)} MB; ` +
         `host steal ${stealPercent(ticksBefore).toFixed(1)} %`;
@@ -426,7 +502,7 @@ async function standalone(): Promise<void> {
       storage,
       serverUrl,
       serverPid: server.pid!,
-      mockPid: mock.process.pid,
+      mock,
       seconds,
       connections: list('--connections')?.map(Number),
       streams: list('--streams')?.map((v) => v === 'true'),

@@ -85,7 +85,7 @@ async function main(): Promise<void> {
       // A fresh server, so its peak RSS is the gateway's own, not what the million-row seed left behind.
       if (runs('gateway')) await withServer(engine.url, mock.url, async (server) => {
         report.push(
-          ...(await benchGateway({ engine: engine.name, storage, serverUrl: server.url, serverPid: server.process.pid!, mockPid: mock.process.pid, seconds: SIZES.gatewaySeconds })),
+          ...(await benchGateway({ engine: engine.name, storage, serverUrl: server.url, serverPid: server.process.pid!, mock, seconds: SIZES.gatewaySeconds })),
         );
       });
       if (runs('webhooks')) await withServer(engine.url, mock.url, async (server) => {
