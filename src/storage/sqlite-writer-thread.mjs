@@ -10,7 +10,7 @@
 import { parentPort, workerData } from 'node:worker_threads';
 import Database from 'better-sqlite3';
 
-const { path, autocheckpointPages } = workerData;
+const { path, autocheckpointPages, cacheKib } = workerData;
 const db = new Database(path);
 db.pragma('journal_mode = WAL');
 db.pragma('busy_timeout = 10000');
@@ -19,6 +19,8 @@ db.pragma('synchronous = NORMAL');
 // never waits for readers). Only this connection commits, so every checkpoint runs on this thread.
 db.pragma(`wal_autocheckpoint = ${autocheckpointPages}`);
 db.pragma('foreign_keys = ON');
+// Smaller than better-sqlite3's 16 MB default: the writer's hot pages are few (sqlite.ts, WRITER_CACHE_KIB).
+db.pragma(`cache_size = -${cacheKib}`);
 // Money is BIGINT; numbers above 2^53 must never pass through a JS number.
 db.defaultSafeIntegers(true);
 

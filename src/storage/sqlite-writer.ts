@@ -28,6 +28,7 @@ export class WriterThreadDied extends Error {
 export class SqliteWriter {
   readonly #path: string;
   readonly #autocheckpointPages: number;
+  readonly #cacheKib: number;
   readonly #onDeath: (error: Error) => void;
   #worker: Worker | undefined;
   #generation = 0;
@@ -36,9 +37,10 @@ export class SqliteWriter {
   #closing = false;
   #idle: (() => void)[] = [];
 
-  constructor(path: string, opts: { autocheckpointPages: number; onDeath: (error: Error) => void }) {
+  constructor(path: string, opts: { autocheckpointPages: number; cacheKib: number; onDeath: (error: Error) => void }) {
     this.#path = path;
     this.#autocheckpointPages = opts.autocheckpointPages;
+    this.#cacheKib = opts.cacheKib;
     this.#onDeath = opts.onDeath;
   }
 
@@ -83,7 +85,7 @@ export class SqliteWriter {
 
   #running(): Worker {
     if (this.#worker) return this.#worker;
-    const worker = new Worker(WORKER_URL, { workerData: { path: this.#path, autocheckpointPages: this.#autocheckpointPages } });
+    const worker = new Worker(WORKER_URL, { workerData: { path: this.#path, autocheckpointPages: this.#autocheckpointPages, cacheKib: this.#cacheKib } });
     // An idle writer must not keep the process alive; one with statements in flight must (see run).
     worker.unref();
     worker.on('message', (reply: Reply) => this.#answer(reply));

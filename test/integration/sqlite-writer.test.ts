@@ -53,6 +53,13 @@ describe('SQLite writer thread', () => {
     expect(await db().selectFrom('notes').selectAll().execute()).toEqual([{ id: 1n, body: 'first' }]);
   });
 
+  it("the writer's connection keeps a 2 MB page cache, not better-sqlite3's 16 MB (its thread's memory)", async () => {
+    const cacheSize = async (runner: Kysely<Scratch>) => (await sql<{ cache_size: bigint }>`pragma cache_size`.execute(runner)).rows[0]!.cache_size;
+    // A statement inside a transaction runs on the writer's connection; a read outside one on this thread's.
+    expect(await db().transaction().execute((trx) => cacheSize(trx))).toBe(-2000n);
+    expect(await cacheSize(db())).toBe(-16000n);
+  });
+
   it('reads do not wait for a transaction open on the writer, and see none of it until it commits', async () => {
     let inserted!: () => void;
     const insertedSignal = new Promise<void>((resolve) => (inserted = resolve));
