@@ -8,7 +8,8 @@
  * A request taken from a lease is written later, as on SQLite (decision 0011): its settlement
  * moves its share out of the lease row (`amount` down, wallet `held` down), or, when it runs long,
  * its own hold row is carved out of the lease. A lease unused for a while, or at shutdown, is given
- * back; a lease whose instance died expires like any hold (HOLD_TTL_MS).
+ * back; a lease whose instance died expires with its own short lifetime (WALLET_LEASE_TTL_MS,
+ * decision 0019).
  */
 import type { Transaction } from 'kysely';
 import { dateOf, type Clock } from '../domain/clock.ts';
@@ -122,34 +123,62 @@ export class WalletLeases {
   }
 
   /**
-   * Takes `amount` from the wallet's lease, topping the lease up (or opening one) in the database
-   * first when it is short. Null when the wallet cannot cover it: the admission is refused.
+   * Takes each part from its wallet's lease (one part per wallet), all of them or none. Leases
+   * short of their part are topped up (or opened) in the database first, taking nothing; the parts
+   * are taken together, in one step, once every lease covers its own. So a request refused on one
+   * wallet never holds another wallet's slice, even for the moment another admission could see it
+   * and be refused where the reference admits (decision 0019). Returns the leases taken from, by
+   * wallet, or the part whose wallet cannot cover it (nothing taken).
    */
-  async take(walletId: string, amount: bigint): Promise<Lease | null> {
+  async takeAll<P extends { walletId: string; amount: bigint }>(parts: readonly P[]): Promise<Map<string, Lease> | P> {
     for (;;) {
-      let lease = this.#leases.get(walletId);
-      if (lease?.retired) {
-        // Found expired by a write (markLeaseLost): a new lease replaces it.
-        this.#retire(lease);
-        lease = undefined;
-      }
-      if (lease) lease.lastUsed = this.#clock.now();
-      if (lease && lease.free >= amount && lease.free > 0n) {
-        lease.free -= amount;
-        lease.inFlight += 1;
-        lease.takenSinceTopUp += 1;
-        if (lease.free < amount * BigInt(refillBelowRequests(lease))) this.#refill(walletId, amount);
-        return lease;
-      }
-      // One top-up per wallet at a time; whoever waited looks again at what it left.
-      const pending = this.#topUps.get(walletId);
-      if (pending) {
-        await pending.catch(() => false);
-        continue;
-      }
-      const granted = await this.#startTopUp(walletId, amount - (lease?.free ?? 0n), amount);
-      if (!granted) return null;
+      const short = parts.find((part) => !this.#covers(part.walletId, part.amount));
+      if (!short) return new Map(parts.map((part) => [part.walletId, this.#takeCovered(part.walletId, part.amount)]));
+      if (!(await this.#makeRoom(short.walletId, short.amount))) return short;
     }
+  }
+
+  /** takeAll for one wallet: the lease taken from, or null when the wallet cannot cover `amount`. */
+  async take(walletId: string, amount: bigint): Promise<Lease | null> {
+    const taken = await this.takeAll([{ walletId, amount }]);
+    return taken instanceof Map ? taken.get(walletId)! : null;
+  }
+
+  /** Whether the wallet's lease can give `amount` now (a lease found expired is dropped: a new one replaces it). */
+  #covers(walletId: string, amount: bigint): boolean {
+    let lease = this.#leases.get(walletId);
+    if (lease?.retired) {
+      // Found expired by a write (markLeaseLost): a new lease replaces it.
+      this.#retire(lease);
+      lease = undefined;
+    }
+    if (lease) lease.lastUsed = this.#clock.now();
+    return lease !== undefined && lease.free >= amount && lease.free > 0n;
+  }
+
+  /** Takes `amount` from a lease #covers just found able to give it. */
+  #takeCovered(walletId: string, amount: bigint): Lease {
+    const lease = this.#leases.get(walletId)!;
+    lease.free -= amount;
+    lease.inFlight += 1;
+    lease.takenSinceTopUp += 1;
+    if (lease.free < amount * BigInt(refillBelowRequests(lease))) this.#refill(walletId, amount);
+    return lease;
+  }
+
+  /**
+   * Makes the wallet's lease able to give `amount`: waits for its top-up under way (then the caller
+   * looks again at what it left), or tops it up by what it lacks. False when the wallet cannot
+   * cover it.
+   */
+  async #makeRoom(walletId: string, amount: bigint): Promise<boolean> {
+    // One top-up per wallet at a time.
+    const pending = this.#topUps.get(walletId);
+    if (pending) {
+      await pending.catch(() => false);
+      return true;
+    }
+    return this.#startTopUp(walletId, amount - (this.#leases.get(walletId)?.free ?? 0n), amount);
   }
 
   /**
@@ -173,7 +202,7 @@ export class WalletLeases {
     return topUp;
   }
 
-  /** An admission taken from the lease was refused elsewhere: its share goes back. */
+  /** An admission taken from the lease did not go ahead: its share goes back. */
   giveBack(lease: Lease, amount: bigint): void {
     if (!lease.retired) lease.free += amount;
     this.end(lease);

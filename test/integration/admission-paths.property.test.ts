@@ -241,9 +241,10 @@ describe.each(databasesUnderTest())('every admission path decides as the in-tran
           await keeper.close();
         }
         expect(decisions).toEqual(expected.decisions);
-        // Held the same; an overrun may have ended where the reference's stays: a lease is taken per
-        // wallet, so one taken on an overrun wallet with nothing in flight ends its overrun even when
-        // the request is then refused on its other wallet (the rule holds: nothing was in flight).
+        // Held the same; an overrun may have ended where the reference's stays: a request's leases are
+        // topped up wallet by wallet before any part is taken, so one topped up on an overrun wallet
+        // with nothing in flight ends its overrun even when the request is then refused on its other
+        // wallet (the rule holds: nothing was in flight).
         const held = await heldOf(w);
         expect(held.map((wallet) => wallet.held)).toEqual(expected.held.map((wallet) => wallet.held));
         held.forEach((wallet, i) => {
@@ -252,6 +253,50 @@ describe.each(databasesUnderTest())('every admission path decides as the in-tran
       }),
       { numRuns: 10 },
     );
+  });
+
+  it.runIf(dialect === 'postgres')("from leases, a request refused on its other wallet takes nothing: a concurrent request on the wallet they share is admitted, as the reference admits it", async () => {
+    const s = refusedOnItsOtherWallet;
+    const expected = await reference(s);
+    expect(expected.decisions).toEqual(['insufficient_balance:merchant', 'admitted']);
+    const w = await world(s.wallets);
+    const [both, customerOnly] = inputsOf(w, s.requests);
+    const writer = new GroupCommitWriter(t.storage);
+    const keeper = new HoldKeeper(t.storage, 3_600_000, t.app.log, t.clock);
+    const leases = new WalletLeases(t.storage, keeper, { hotAfter: 0, idleMs: 600_000, ttlMs: 3_600_000 }, t.app.log, t.clock);
+    const deferred = deferredWrites(writer);
+    // The merchant's wallet row is locked elsewhere: the first request's top-up there waits, after
+    // it has opened the customer's lease.
+    let unlock!: () => void;
+    const locked = new Promise<void>((resolve) => (unlock = resolve));
+    let lockTaken!: () => void;
+    const lockHeld = new Promise<void>((resolve) => (lockTaken = resolve));
+    const lock = t.storage.db.transaction().execute(async (trx) => {
+      await trx.selectFrom('wallets').select('id').where('id', '=', w.walletIds[0]).forUpdate().execute();
+      lockTaken();
+      await locked;
+    });
+    try {
+      await lockHeld;
+      const first = admitDeferred(t.storage, deferred, both!, leases);
+      const customerLease = () =>
+        t.storage.db.selectFrom('holds').select('id').where('wallet_id', '=', w.walletIds[1]).whereRef('reference', '=', 'id').where('status', '=', 'active').executeTakeFirst();
+      for (let i = 0; i < 250 && !(await customerLease()); i++) await new Promise((r) => setTimeout(r, 20));
+      expect(await customerLease()).toBeDefined();
+      // The customer's lease is open and the first request waits on the merchant's wallet.
+      const second = await admitDeferred(t.storage, deferred, customerOnly!, leases);
+      unlock();
+      const decisions = [decisionOf(await first), decisionOf(second)];
+      if (second.outcome === 'admitted' && second.deferred) await second.deferred.written;
+      await writer.drain();
+      expect(decisions).toEqual(expected.decisions);
+    } finally {
+      unlock();
+      await lock;
+      await leases.close();
+      await keeper.close();
+    }
+    expect((await heldOf(w)).map((wallet) => wallet.held)).toEqual(expected.held.map((wallet) => wallet.held));
   });
 
   it('concurrent requests (deferred in process, or from leases): never more admitted than available, every refusal justified', async () => {
@@ -284,30 +329,41 @@ describe.each(databasesUnderTest())('every admission path decides as the in-tran
         admittedOn.forEach((sum, i) => {
           if (sum > 0n) expect(sum).toBeLessThanOrEqual(available[i]!);
         });
-        // From leases, a request refused on one wallet may have taken its lease on its other wallet a
-        // moment before giving it back, so a concurrent request may be refused against that too
-        // (in process, every part is reserved at once or none is).
-        const takenBriefly = w.walletIds.map(() => 0n);
-        if (leases) {
-          outcomes.forEach((o, i) => {
-            if (o.outcome !== 'insufficient_balance') return;
-            for (const part of partsOf(inputs[i]!)) takenBriefly[w.walletIds.indexOf(part.walletId as never)]! += part.amount;
-          });
-        }
+        // From leases too, a request's parts are taken all at once or not at all: a request refused on
+        // one wallet never holds its other wallet's lease, even for a moment, so every refusal is
+        // justified by what was admitted alone.
         outcomes.forEach((o, i) => {
           if (o.outcome !== 'insufficient_balance') return;
           const own = partsOf(inputs[i]!);
           const left = (walletId: string) => {
             const at = w.walletIds.indexOf(walletId as never);
-            const ownPart = leases ? own.filter((part) => part.walletId === walletId).reduce((sum, part) => sum + part.amount, 0n) : 0n;
-            return available[at]! - admittedOn[at]! - (takenBriefly[at]! - ownPart);
+            return available[at]! - admittedOn[at]!;
           };
           expect(refusedPart(own, left)).toBeDefined();
         });
         // Everything admitted is held once written (the leases were given back).
         expect((await heldOf(w)).map((wallet) => wallet.held)).toEqual(w.walletIds.map((_, i) => s.wallets[i]!.held + admittedOn[i]!));
       }),
-      { numRuns: 10 },
+      { numRuns: 10, examples: [[refusedOnItsOtherWallet]] },
     );
   });
 });
+
+/**
+ * A customer's wallet that covers one request, and two requests on it arriving together: the first
+ * also needs the merchant's wallet, which is empty, and is refused there; the second needs only the
+ * customer's, so the reference admits it. Taken wallet by wallet, the first would hold the
+ * customer's lease while the merchant's top-up failed, and the second would be refused.
+ */
+const refusedOnItsOtherWallet: Scenario = {
+  wallets: [
+    { balance: 0n, held: 0n, overrun: false },
+    { balance: 5n * UNIT, held: 0n, overrun: false },
+    { balance: 0n, held: 0n, overrun: false },
+  ],
+  key: { spendLimit: null, requestLimit: null },
+  requests: [
+    { payer: 1, wallet: 5n * UNIT, merchant: 5n * UNIT, spendKey: false },
+    { payer: 1, wallet: 5n * UNIT, merchant: 0n, spendKey: false },
+  ],
+};

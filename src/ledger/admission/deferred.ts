@@ -125,7 +125,8 @@ export async function admitDeferred(storage: Storage, writes: DeferredWrites, in
   const deferred: AdmissionWrite = { holds, admission: input, createdAt, state: 'queued', written: Promise.resolve() };
 
   if (leases) {
-    const taken = await takeFromLeases(leases, parts);
+    // All parts or none: a request refused on one wallet holds nothing of its other's lease.
+    const taken = await leases.takeAll(parts);
     if (!(taken instanceof Map)) return { outcome: 'insufficient_balance', payer: taken.payer };
     deferred.leased = { leases, byWallet: taken };
   } else {
@@ -220,20 +221,6 @@ export class WalletReads {
 }
 
 const WALLET_READS_MAX = 10_000;
-
-/** Each part from its wallet's lease (one part per wallet); the refused part when one cannot be covered. */
-async function takeFromLeases(leases: WalletLeases, parts: HoldPart[]): Promise<Map<string, Lease> | HoldPart> {
-  const taken = new Map<string, Lease>();
-  for (const part of parts) {
-    const lease = await leases.take(part.walletId, part.amount);
-    if (!lease) {
-      for (const [walletId, earlier] of taken) leases.giveBack(earlier, parts.find((p) => p.walletId === walletId)!.amount);
-      return part;
-    }
-    taken.set(part.walletId, lease);
-  }
-  return taken;
-}
 
 /**
  * What an admission reads of its one or two wallets, compiled once per shape: building the query
