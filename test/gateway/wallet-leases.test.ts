@@ -1,4 +1,5 @@
 import { setTimeout as sleep } from 'node:timers/promises';
+import { sql } from 'kysely';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { dateOf } from '../../src/domain/clock.ts';
 import { parseMoney } from '../../src/domain/money.ts';
@@ -284,6 +285,69 @@ describe.skipIf(!process.env.TEST_DATABASE_URL)('wallet leases on postgres', () 
     expect(second!.id).not.toBe(first!.id);
     expect(await wallet(merchant.walletId)).toMatchObject({ balance: funded - charged, held: BigInt(second!.amount) });
     expect((await verifyLedger(t.storage)).problems).toEqual([]);
+  });
+
+  it('a request its lease cannot cover is decided in the database, not refused: admitted once the wallet can pay, charged once', async () => {
+    const merchant = await t.newMerchant('Fallback');
+    await creditWallet(t.storage, merchant.walletId, parseMoney('10'));
+    // The customer pays a fixed 0.01 a request and the merchant the rest: each request holds on both wallets.
+    const fee = parseMoney('0.01');
+    const customer = await t.customerWithMeter({
+      credit: '0.01',
+      secretKey: merchant.secretKey,
+      meter: { name: 'Fee', rate_type: 'fixed', tier_type: 'requests', tiers: [{ start: 0, rate: '0.01' }], base_cost_payer: 'merchant', service_charge_payer: 'merchant' },
+    });
+    const token = Buffer.from(JSON.stringify({ secret_key: merchant.secretKey, customer_id: customer.customerId, meter_slug: customer.meterSlug })).toString('base64');
+    // Ids grow with time: the merchant's wallet is locked first by any writer locking both.
+    expect(merchant.walletId < customer.walletId).toBe(true);
+
+    const first = await post(base, token, body);
+    expect(first.status).toBe(200);
+    await t.settledRecord(first.headers.get('x-tollgate-request-id')!, t.auth(merchant.secretKey));
+    expect((await wallet(customer.walletId)).balance).toBe(0n);
+
+    // The merchant's wallet is locked elsewhere. The next request's customer lease is short and its
+    // top-up refused (the customer has nothing left); its admission in the database then waits for
+    // the merchant's wallet, and meanwhile the customer is credited.
+    let unlock!: () => void;
+    const unlocked = new Promise<void>((resolve) => (unlock = resolve));
+    let lockedBy!: (pid: number) => void;
+    const locker = new Promise<number>((resolve) => (lockedBy = resolve));
+    const lock = t.storage.db.transaction().execute(async (trx) => {
+      await trx.selectFrom('wallets').select('id').where('id', '=', merchant.walletId).forUpdate().execute();
+      const { rows } = await sql<{ pid: number }>`select pg_backend_pid() as pid`.execute(trx);
+      lockedBy(rows[0]!.pid);
+      await unlocked;
+    });
+    try {
+      const pid = await locker;
+      const before = upstream.requests.length;
+      let answered: Response | undefined;
+      const second = post(base, token, body).then((res) => (answered = res));
+      const waiting = async () => {
+        const { rows } = await sql<{ n: number }>`select count(*)::int as n from pg_stat_activity where ${pid} = any(pg_blocking_pids(pid))`.execute(t.storage.db);
+        return rows[0]!.n > 0;
+      };
+      await until(async () => answered !== undefined || (await waiting()), 'the admission waits for the merchant wallet');
+      // Not answered (a refusal would have been, at once): it waits to be decided in the database.
+      expect(answered?.status).toBeUndefined();
+      await creditWallet(t.storage, customer.walletId, fee);
+      unlock();
+      const res = await second;
+      expect(res.status).toBe(200);
+      const record = await t.settledRecord(res.headers.get('x-tollgate-request-id')!, t.auth(merchant.secretKey));
+      expect(record.status).toBe('completed');
+      expect(upstream.requests.length - before).toBe(1);
+      const charges = await t.storage.db.selectFrom('ledger_transactions').select('id').where('kind', '=', 'request_charge').where('reference', '=', record.request_id as string).execute();
+      expect(charges).toHaveLength(1);
+      const records = await t.storage.db.selectFrom('requests').select('id').where('connection_id', '=', record.connection_id as string).execute();
+      expect(records).toHaveLength(2);
+      expect((await wallet(customer.walletId)).balance).toBe(0n);
+      expect((await verifyLedger(t.storage)).problems).toEqual([]);
+    } finally {
+      unlock();
+      await lock;
+    }
   });
 
   it("a dead instance's lease returns once its own short lifetime is over: the wallet pays again without waiting for a hold TTL or a sweep", async () => {
