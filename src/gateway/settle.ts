@@ -3,7 +3,7 @@ import { toSeconds, type Usage } from '../domain/pricing.ts';
 import type { AppDeps } from '../http/types.ts';
 import { dateOf } from '../domain/clock.ts';
 import { FAIL_JOB, SETTLE_JOB, type SettleInput } from '../ledger/settlement/settle.ts';
-import { recoverPendingInTransaction, releaseUnsentAdmission } from '../ledger/settlement/recover.ts';
+import { lockRecoveryCounters, recoverPendingInTransaction, releaseUnsentAdmission } from '../ledger/settlement/recover.ts';
 import { releaseDeferredHolds, takeOverAdmission, type AdmissionWrite } from '../ledger/admission/deferred.ts';
 import { expireHolds } from '../ledger/holds.ts';
 import type { Storage } from '../storage/db.ts';
@@ -221,6 +221,7 @@ function toUsage(report: UsageReport | null): Usage {
 export async function sweepExpiredHolds(storage: Storage, now: Date, batchSize?: number): Promise<number> {
   const references = await expireHolds(storage, now, {
     batchSize,
+    lockFirst: (trx, recordIds) => lockRecoveryCounters(trx, storage.dialect, recordIds, now.toISOString()),
     inSameTransaction: (trx, recordIds) => recoverPendingInTransaction(trx, storage.dialect, recordIds, now.toISOString()),
   });
   await releaseOrphanedReservations(storage, now);

@@ -102,6 +102,12 @@ type ExpiryOptions = {
    * fails their pending records there, so a crash leaves both done or neither).
    */
   inSameTransaction?: (trx: Transaction<Database>, references: string[]) => Promise<unknown>;
+  /**
+   * Runs in each batch's transaction before its wallets are locked, with the references whose due
+   * holds it is about to expire: locks that come before wallets in the global order (the sweeper's
+   * tier counters) are taken here.
+   */
+  lockFirst?: (trx: Transaction<Database>, references: string[]) => Promise<unknown>;
 };
 
 /**
@@ -113,7 +119,7 @@ export async function expireHolds(storage: Storage, now = new Date(), options: E
   const expired: string[] = [];
   for (;;) {
     const batch = await storage.db.transaction().execute(async (trx) => {
-      const result = await expireDueBatch(trx, storage.dialect, now, batchSize);
+      const result = await expireDueBatch(trx, storage.dialect, now, batchSize, options.lockFirst);
       if (options.inSameTransaction && result.references.length > 0) await options.inSameTransaction(trx, result.references);
       return result;
     });
@@ -132,6 +138,7 @@ async function expireDueBatch(
   dialect: Storage['dialect'],
   now: Date,
   batchSize: number,
+  lockFirst?: ExpiryOptions['lockFirst'],
 ): Promise<{ due: number; references: string[] }> {
   const dueAt = now.toISOString();
   const chosen = await trx
@@ -146,11 +153,12 @@ async function expireDueBatch(
   if (chosen.length === 0) return { due: 0, references: [] };
   const due = await trx
     .selectFrom('holds')
-    .select(['id', 'wallet_id'])
+    .select(['id', 'wallet_id', 'reference'])
     .where('status', '=', 'active')
     .where('expires_at', '<=', dueAt)
     .where('reference', 'in', chosen.map((c) => c.reference))
     .execute();
+  await lockFirst?.(trx, [...new Set(due.map((h) => h.reference))]);
   await lockWallets(trx, dialect, due.map((h) => h.wallet_id));
   const expired = await trx
     .updateTable('holds')

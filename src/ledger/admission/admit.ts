@@ -225,7 +225,7 @@ export const payingWalletIds = (input: AdmitInput): string[] =>
   holdParts(input.walletId, input.billing.merchantWalletId, input.estimate).map((part) => part.walletId);
 
 export function pendingRecord(input: AdmitInput, id: string, at: string): RequestRow {
-  const { pricing } = pricingFor(input.billing);
+  const { pricing, meterPriced } = pricingFor(input.billing);
   return {
     id,
     merchant_id: input.billing.merchantId,
@@ -270,6 +270,7 @@ export function pendingRecord(input: AdmitInput, id: string, at: string): Reques
           payer_wallet_id: input.walletId,
           merchant_wallet_id: input.billing.merchantWalletId,
           draws_plan_credit: input.billing.drawsPlanCredit ?? false,
+          meter_priced: meterPriced,
         })
       : null,
     created_at: at,

@@ -17,6 +17,7 @@ import { recordWalletBalanceEvent } from '../events.ts';
 import { appendTransaction, type Leg } from '../postings.ts';
 import { releaseHoldInTransaction } from '../holds.ts';
 import { debitInMemory, lockWallets } from '../wallets.ts';
+import { counterAt, counterId, countersInKeyOrder, lockUsageCounters, monthStart, type CounterKey } from '../charge.ts';
 
 /** What a hold was estimated from, kept on the pending record (`hold_estimate`, JSON; amounts as decimal strings of units). */
 export type EstimatedCharge = {
@@ -33,6 +34,8 @@ export type EstimatedCharge = {
   total_request_cost: string;
   total_wallet_cost: string;
   total_merchant_cost: string;
+  /** The request's fee units (accumulation units of its meter's tiers); absent on records kept before. */
+  fee_units?: string;
 };
 
 /** The estimate a hold was priced from, as the pending record keeps it. */
@@ -59,6 +62,7 @@ export function estimatedChargeOf(usage: Usage, priced: PricedRequest): Estimate
     total_request_cost: String(priced.totals.request),
     total_wallet_cost: String(priced.totals.wallet),
     total_merchant_cost: String(priced.totals.merchant),
+    fee_units: String(priced.units),
   };
 }
 
@@ -67,7 +71,40 @@ export function estimatedChargeOf(usage: Usage, priced: PricedRequest): Estimate
  * credit pays it (BillingContext.drawsPlanCredit; absent on records written before it was kept:
  * prepaid only).
  */
-export type KeptEstimate = EstimatedCharge & { payer_wallet_id: string; merchant_wallet_id: string; draws_plan_credit?: boolean };
+export type KeptEstimate = EstimatedCharge & {
+  payer_wallet_id: string;
+  merchant_wallet_id: string;
+  draws_plan_credit?: boolean;
+  /** Priced by its meter's own tiers (BillingContext, pricingFor): its charge advances the tier position. */
+  meter_priced?: boolean;
+};
+
+/**
+ * The tier counter a recovered record advances, and by how much: as its settlement would have,
+ * the (meter, customer) position for the month it is charged in. None for a record not priced by
+ * its meter's tiers, or kept before its units were (it is charged without advancing, as before).
+ */
+function recoveredCounter(row: Pick<RequestRow, 'meter_id' | 'connection_id'>, estimate: KeptEstimate | null, at: string): (CounterKey & { units: bigint }) | null {
+  if (!estimate?.meter_priced || estimate.fee_units === undefined || row.meter_id === null) return null;
+  return counterAt({ meterId: row.meter_id, connectionId: row.connection_id ?? '', periodStart: monthStart(new Date(at)) }, BigInt(estimate.fee_units));
+}
+
+/** Pending records among these, with what their holds were estimated from (null when not kept). */
+async function pendingWithEstimates(trx: Transaction<Database>, recordIds: string[]) {
+  const pending = await trx.selectFrom('requests').selectAll().where('id', 'in', recordIds).where('status', '=', 'pending').orderBy('id').execute();
+  return pending.map((row) => ({ row, estimate: row.hold_estimate ? (JSON.parse(row.hold_estimate) as KeptEstimate) : null }));
+}
+
+/**
+ * Before the sweep locks the wallets of the requests it is about to expire: locks the tier
+ * counters their recovery will advance, so the sweep takes its locks in the global order (tier
+ * counters, then wallets) as settlements do, and cannot deadlock with one.
+ */
+export async function lockRecoveryCounters(trx: Transaction<Database>, dialect: Storage['dialect'], recordIds: string[], at: string): Promise<void> {
+  if (recordIds.length === 0) return;
+  const counters = (await pendingWithEstimates(trx, recordIds)).flatMap(({ row, estimate }) => recoveredCounter(row, estimate, at) ?? []);
+  await lockUsageCounters(trx, dialect, counters);
+}
 
 /**
  * Inside the sweep's transaction, for the requests whose holds it just expired: each pending
@@ -76,11 +113,12 @@ export type KeptEstimate = EstimatedCharge & { payer_wallet_id: string; merchant
  */
 export async function recoverPendingInTransaction(trx: Transaction<Database>, dialect: Storage['dialect'], recordIds: string[], at: string): Promise<number> {
   if (recordIds.length === 0) return 0;
-  const pending = await trx.selectFrom('requests').selectAll().where('id', 'in', recordIds).where('status', '=', 'pending').orderBy('id').execute();
-  const kept = pending.map((row) => ({ row, estimate: row.hold_estimate ? (JSON.parse(row.hold_estimate) as KeptEstimate) : null }));
+  const kept = await pendingWithEstimates(trx, recordIds);
   const walletIds = kept.flatMap(({ estimate }) => (estimate ? [estimate.payer_wallet_id, estimate.merchant_wallet_id] : []));
   const wallets = walletIds.length > 0 ? await lockWallets(trx, dialect, walletIds) : new Map();
   let charged = 0;
+  /** Tier positions the charged requests advance, as their settlements would have. */
+  const advances: (CounterKey & { units: bigint })[] = [];
   for (const { row, estimate } of kept) {
     if (!estimate) {
       await failPendingRecord(trx, row.id, at);
@@ -106,6 +144,8 @@ export async function recoverPendingInTransaction(trx: Transaction<Database>, di
       await appendTransaction(trx, { kind: 'request_charge', merchantId: row.merchant_id, reference: row.id, description: `Request ${row.id}`, legs, at });
     }
     await completePendingRecord(trx, completedFromEstimate(row, estimate, at));
+    const counter = recoveredCounter(row, estimate, at);
+    if (counter) advances.push(counter);
     await finishReservation(trx, dialect, row.id, walletCost + merchantCost, new Date(at));
     for (const wallet of new Set([payer, merchantWallet])) {
       if (walletCost === 0n && merchantCost === 0n) break;
@@ -114,7 +154,25 @@ export async function recoverPendingInTransaction(trx: Transaction<Database>, di
     }
     charged++;
   }
+  await advanceUsageCounters(trx, advances);
   return charged;
+}
+
+/** Adds each recovered request's units to its tier counter (created when missing), in key order. */
+async function advanceUsageCounters(trx: Transaction<Database>, advances: (CounterKey & { units: bigint })[]): Promise<void> {
+  const sums = new Map<string, CounterKey & { units: bigint }>();
+  for (const advance of advances) {
+    const id = counterId(advance);
+    sums.set(id, counterAt(advance, (sums.get(id)?.units ?? 0n) + advance.units));
+  }
+  for (const counter of countersInKeyOrder([...sums.values()])) {
+    const units = sums.get(counterId(counter))!.units;
+    await trx
+      .insertInto('meter_usage_counters')
+      .values({ meter_id: counter.meterId, connection_id: counter.connectionId, period_start: counter.periodStart, units })
+      .onConflict((oc) => oc.columns(['meter_id', 'connection_id', 'period_start']).doUpdateSet((eb) => ({ units: eb('meter_usage_counters.units', '+', units) })))
+      .execute();
+  }
 }
 
 function completedFromEstimate(row: RequestRow, estimate: KeptEstimate, at: string): RequestRow {
