@@ -4,6 +4,7 @@ import { dateOf } from '../domain/clock.ts';
 import { fundWallet } from '../ledger/funding.ts';
 import { availableOf } from '../ledger/wallets.ts';
 import type { Database } from '../storage/schema.ts';
+import { ProviderUnavailableError, UNANSWERED, type ChargeOutcome } from '../payments/types.ts';
 import { findPayment, insertPayment, latestPaymentMethod, transitionPayment } from '../storage/subscriptions.ts';
 import { savedMethodOf, type CommerceDeps } from './subscriptions.ts';
 
@@ -67,9 +68,19 @@ export async function topUpIfShort(deps: CommerceDeps, walletId: string, needed:
   if (!payment) return 'bought_by_another';
 
   const method = await latestPaymentMethod(storage.db, sub.connection_id);
-  const outcome = method
-    ? await deps.payments.chargeSaved({ amount: payment.amount, idempotencyKey: payment.id, description: `${sub.name}: auto top-up`, method: savedMethodOf(method) })
-    : ({ status: 'failed', providerRef: null, reason: 'The customer has no saved payment method.' } as const);
+  let outcome: ChargeOutcome;
+  try {
+    outcome = method
+      ? await deps.payments.chargeSaved({ amount: payment.amount, idempotencyKey: payment.id, description: `${sub.name}: auto top-up`, method: savedMethodOf(method) })
+      : { status: 'failed', providerRef: null, reason: 'The customer has no saved payment method.' };
+  } catch (e) {
+    if (!(e instanceof ProviderUnavailableError)) throw e;
+    // Recorded as a failed purchase (those waiting on it give up; the next shortage buys anew), and
+    // the request is answered 503 with Retry-After. Should the provider have taken the money after
+    // all, its event credits this purchase (processProviderEvent).
+    await transitionPayment(storage.db, payment.id, ['pending'], { status: 'failed', failure_reason: UNANSWERED, updated_at: stamp });
+    throw e;
+  }
   if (outcome.status !== 'succeeded') {
     const reason = outcome.status === 'failed' ? outcome.reason : 'requires_action';
     await transitionPayment(storage.db, payment.id, ['pending'], { status: 'failed', provider_ref: outcome.providerRef, failure_reason: reason, updated_at: stamp });

@@ -2,7 +2,7 @@ import type { Transaction } from 'kysely';
 import { dateOf } from '../domain/clock.ts';
 import { formatMoney } from '../domain/money.ts';
 import { fundWallet } from '../ledger/funding.ts';
-import type { ChargeOutcome, CheckoutDetails, SavedMethod } from '../payments/types.ts';
+import { ProviderUnavailableError, UNANSWERED, type ChargeOutcome, type CheckoutDetails, type SavedMethod } from '../payments/types.ts';
 import { completeCheckoutSession, type CheckoutSessionRow } from '../storage/checkout-sessions.ts';
 import { insertConnectionIn, type ConnectionFields, type CustomerEventData } from '../storage/connections.ts';
 import { findPlanIncludingDeleted, type CreditBundleRow, type PlanRow } from '../storage/plans.ts';
@@ -61,7 +61,9 @@ export function sessionOpen(session: CheckoutSessionRow, at: Date): 'open' | 'co
 export type PayResult =
   | { status: 'completed'; session: CheckoutSessionRow }
   | { status: 'requires_action'; paymentId: string }
-  | { status: 'failed'; message: string };
+  | { status: 'failed'; message: string }
+  /** The provider did not answer: nothing is credited, the session can be paid again (503, Retry-After). */
+  | { status: 'unavailable' };
 
 export type PayInput = {
   session: CheckoutSessionRow;
@@ -101,13 +103,30 @@ export async function payCheckout(deps: CommerceDeps, input: PayInput): Promise<
     if (live?.status === 'requires_action') return { status: 'requires_action', paymentId: live.id };
     return { status: 'failed', message: 'A payment for this checkout is already in progress.' };
   }
-  const { outcome, saved } = await payments.chargeAtCheckout({
-    amount: input.amount,
-    idempotencyKey: payment.id,
-    description: `Checkout ${input.session.id}`,
-    details: input.details,
-  });
-  return settle(deps, input, payment, outcome, saved);
+  let charged: Awaited<ReturnType<typeof payments.chargeAtCheckout>>;
+  try {
+    charged = await payments.chargeAtCheckout({ amount: input.amount, idempotencyKey: payment.id, description: `Checkout ${input.session.id}`, details: input.details });
+  } catch (e) {
+    if (!(e instanceof ProviderUnavailableError)) throw e;
+    await recordUnanswered(deps, payment, input.session.id, stamp);
+    return { status: 'unavailable' };
+  }
+  return settle(deps, input, payment, charged.outcome, charged.saved);
+}
+
+/**
+ * The provider did not answer the session's payment: it is recorded failed (`provider_unavailable`)
+ * and gives up the session's reference, as a decline does, so nothing blocks another attempt and
+ * nothing is credited. Should the provider have taken the payment after all, its event settles the
+ * row (processProviderEvent), once, as a payment of this session.
+ */
+async function recordUnanswered(deps: CommerceDeps, payment: PaymentRow, sessionId: string, stamp: string): Promise<void> {
+  await deps.storage.db
+    .updateTable('payments')
+    .set({ status: 'failed', failure_reason: UNANSWERED, reference: `${sessionId}:${payment.id}`, updated_at: stamp })
+    .where('id', '=', payment.id)
+    .where('status', '=', 'pending')
+    .execute();
 }
 
 /** The customer completed the provider's extra step for a payment that required it. */
@@ -116,7 +135,14 @@ export async function confirmCheckout(deps: CommerceDeps, input: PayInput, payme
   if (!payment || payment.id !== paymentId || payment.status !== 'requires_action' || !payment.provider_ref) {
     return { status: 'failed', message: 'No payment of this checkout awaits confirmation.' };
   }
-  const outcome = await deps.payments.confirm(payment.provider_ref);
+  let outcome: ChargeOutcome;
+  try {
+    outcome = await deps.payments.confirm(payment.provider_ref);
+  } catch (e) {
+    // Still awaiting confirmation: the customer may confirm again once the provider answers.
+    if (e instanceof ProviderUnavailableError) return { status: 'unavailable' };
+    throw e;
+  }
   return settle(deps, input, payment, outcome, savedAwaitingConfirmation.get(payment.id) ?? null);
 }
 
@@ -134,7 +160,9 @@ export async function settleCheckoutFromProvider(
   customerEventData: CustomerEventData,
 ): Promise<PayResult | 'not_open'> {
   if (payment.purpose !== 'checkout' || !['pending', 'requires_action'].includes(payment.status)) return 'not_open';
-  const session = await deps.storage.db.selectFrom('checkout_sessions').selectAll().where('id', '=', payment.reference).executeTakeFirst();
+  // A payment that gave the session's reference up (declined, or unanswered) names it before a colon.
+  const sessionId = payment.reference.split(':')[0]!;
+  const session = await deps.storage.db.selectFrom('checkout_sessions').selectAll().where('id', '=', sessionId).executeTakeFirst();
   if (!session) return 'not_open';
   const input: PayInput = {
     session,

@@ -1,7 +1,7 @@
-import type { ProviderEvent } from '../payments/types.ts';
+import { UNANSWERED, type ChargeOutcome, type ProviderEvent } from '../payments/types.ts';
 import type { CustomerEventData } from '../storage/connections.ts';
 import { isUniqueViolation } from '../storage/errors.ts';
-import { transitionPayment } from '../storage/subscriptions.ts';
+import { transitionPayment, type PaymentRow } from '../storage/subscriptions.ts';
 import { settleCheckoutFromProvider } from './checkout.ts';
 import type { CommerceDeps } from './subscriptions.ts';
 
@@ -43,9 +43,10 @@ async function applyEvent(deps: CommerceDeps, event: ProviderEvent, customerEven
     .where('id', '=', state.paymentId)
     .where('provider', '=', deps.payments.id)
     .executeTakeFirst();
-  if (!payment || !['pending', 'requires_action'].includes(payment.status)) return 'unchanged';
+  if (!payment) return 'unchanged';
   const { outcome } = state;
   if (outcome.status === 'requires_action') return 'unchanged';
+  if (!['pending', 'requires_action'].includes(payment.status) && !(await reopenUnanswered(deps, payment, outcome))) return 'unchanged';
   if (payment.purpose === 'checkout') {
     const settled = await settleCheckoutFromProvider(deps, payment, outcome, state.saved, customerEventData);
     if (settled === 'not_open') return 'unchanged';
@@ -63,4 +64,24 @@ async function applyEvent(deps: CommerceDeps, event: ProviderEvent, customerEven
     return changed ? 'failed' : 'unchanged';
   }
   return 'unchanged';
+}
+
+/**
+ * A payment recorded failed because its provider did not answer (UNANSWERED) that the provider
+ * did take after all is settled like a pending one: it is made pending again (compare-and-set, so
+ * once) and the caller settles it. Any other settled payment stays as it is.
+ */
+async function reopenUnanswered(deps: CommerceDeps, payment: PaymentRow, outcome: ChargeOutcome): Promise<boolean> {
+  if (payment.purpose !== 'checkout' || payment.status !== 'failed' || payment.failure_reason !== UNANSWERED || outcome.status !== 'succeeded') return false;
+  const reopened = await deps.storage.db
+    .updateTable('payments')
+    .set({ status: 'pending', failure_reason: null })
+    .where('id', '=', payment.id)
+    .where('status', '=', 'failed')
+    .where('failure_reason', '=', UNANSWERED)
+    .executeTakeFirst();
+  if (Number(reopened.numUpdatedRows) !== 1) return false;
+  payment.status = 'pending';
+  payment.failure_reason = null;
+  return true;
 }

@@ -2,10 +2,10 @@ import type { Transaction } from 'kysely';
 import { nextCycleEnd } from '../domain/billing-cycle.ts';
 import { dateOf } from '../domain/clock.ts';
 import { expireBucket, fundWallet } from '../ledger/funding.ts';
-import type { ChargeOutcome } from '../payments/types.ts';
+import { ProviderUnavailableError, type ChargeOutcome } from '../payments/types.ts';
 import { findPlanIncludingDeleted, type PlanRow } from '../storage/plans.ts';
 import type { Database } from '../storage/schema.ts';
-import { insertPayment, latestPaymentMethod, transitionPayment, type SubscriptionRow } from '../storage/subscriptions.ts';
+import { findPayment, insertPayment, latestPaymentMethod, transitionPayment, type PaymentRow, type SubscriptionRow } from '../storage/subscriptions.ts';
 import { emitSubscriptionEvent, savedMethodOf, settleOrphanedReservations, type CommerceDeps } from './subscriptions.ts';
 
 /**
@@ -21,9 +21,11 @@ import { emitSubscriptionEvent, savedMethodOf, settleOrphanedReservations, type 
 export const RETRY_DELAYS_MS = [60 * 60_000, 24 * 60 * 60_000, 3 * 24 * 60 * 60_000] as const;
 /** An instance that claimed a subscription and died frees it after this long. */
 const CLAIM_MS = 5 * 60_000;
+/** A renewal whose payment provider did not answer is tried again after this long (not a failed attempt). */
+export const PROVIDER_RETRY_MS = 5 * 60_000;
 const BATCH = 50;
 
-export type RenewalResult = { subscriptionId: string; outcome: 'renewed' | 'cancelled' | 'past_due' | 'skipped' };
+export type RenewalResult = { subscriptionId: string; outcome: 'renewed' | 'cancelled' | 'past_due' | 'skipped' | 'provider_unavailable' };
 
 export async function renewDueSubscriptions(deps: CommerceDeps, now: Date): Promise<RenewalResult[]> {
   const stamp = now.toISOString();
@@ -72,7 +74,10 @@ async function renew(deps: CommerceDeps, sub: SubscriptionRow, now: Date): Promi
   const next = (sub.pending_plan_id && (await findPlanIncludingDeleted(storage, sub.pending_plan_id))) || ending;
   const attempt = Number(sub.failed_attempts) + 1;
   const outcome = await chargePeriod(deps, sub, next, attempt, now);
-  if (outcome === 'duplicate') return 'skipped';
+  if (outcome === 'provider_unavailable') {
+    await retryLater(deps, sub, now);
+    return 'provider_unavailable';
+  }
   if (outcome.status === 'succeeded') {
     await storage.db.transaction().execute((trx) => startNextCycle(deps, trx, sub, ending, next));
     return 'renewed';
@@ -81,30 +86,44 @@ async function renew(deps: CommerceDeps, sub: SubscriptionRow, now: Date): Promi
   return storage.db.transaction().execute((trx) => recordFailure(deps, trx, sub, ending, attempt, reason, now));
 }
 
-/** Charges the new period (nothing for a free plan). The payment row is unique per cycle and attempt. */
-async function chargePeriod(deps: CommerceDeps, sub: SubscriptionRow, plan: PlanRow, attempt: number, now: Date): Promise<ChargeOutcome | 'duplicate'> {
+/**
+ * Charges the new period (nothing for a free plan). The payment row is unique per cycle and
+ * attempt, and its id is the provider's idempotency key. A row already there is this attempt's,
+ * left by an instance that died (its claim lapsed) or by a provider that did not answer: a settled
+ * one is taken as it is, a pending one is asked again with the same key, which never charges
+ * twice. 'provider_unavailable' when the provider does not answer (the row stays pending).
+ */
+async function chargePeriod(deps: CommerceDeps, sub: SubscriptionRow, plan: PlanRow, attempt: number, now: Date): Promise<ChargeOutcome | 'provider_unavailable'> {
   const amount = BigInt(plan.period_amount);
   if (amount === 0n) return { status: 'succeeded', providerRef: 'free' };
   const stamp = now.toISOString();
-  const payment = await insertPayment(deps.storage.db, {
+  const reference = `${sub.id}:${sub.cycle_end_at}:${attempt}`;
+  const inserted = await insertPayment(deps.storage.db, {
     merchant_id: sub.merchant_id,
     connection_id: sub.connection_id,
     provider: deps.payments.id,
     provider_ref: null,
     purpose: 'renewal',
-    reference: `${sub.id}:${sub.cycle_end_at}:${attempt}`,
+    reference,
     amount,
     status: 'pending',
     failure_reason: null,
     created_at: stamp,
     updated_at: stamp,
   });
-  // Another instance (whose claim lapsed) already attempted this very payment.
-  if (!payment) return 'duplicate';
+  const payment = inserted ?? (await findPayment(deps.storage.db, 'renewal', reference))!;
+  const settled = settledOutcomeOf(payment);
+  if (settled) return settled;
   const method = await latestPaymentMethod(deps.storage.db, sub.connection_id);
-  const outcome: ChargeOutcome = method
-    ? await deps.payments.chargeSaved({ amount, idempotencyKey: payment.id, description: `${plan.name}: renewal`, method: savedMethodOf(method) })
-    : { status: 'failed', providerRef: null, reason: 'The customer has no saved payment method.' };
+  let outcome: ChargeOutcome;
+  try {
+    outcome = method
+      ? await deps.payments.chargeSaved({ amount, idempotencyKey: payment.id, description: `${plan.name}: renewal`, method: savedMethodOf(method) })
+      : { status: 'failed', providerRef: null, reason: 'The customer has no saved payment method.' };
+  } catch (e) {
+    if (e instanceof ProviderUnavailableError) return 'provider_unavailable';
+    throw e;
+  }
   const succeeded = outcome.status === 'succeeded';
   await transitionPayment(deps.storage.db, payment.id, ['pending'], {
     status: succeeded ? 'succeeded' : 'failed',
@@ -113,6 +132,27 @@ async function chargePeriod(deps: CommerceDeps, sub: SubscriptionRow, plan: Plan
     updated_at: stamp,
   });
   return outcome;
+}
+
+/** The outcome a renewal payment already has (succeeded or failed), or null while it is pending. */
+function settledOutcomeOf(payment: PaymentRow): ChargeOutcome | null {
+  if (payment.status === 'succeeded') return { status: 'succeeded', providerRef: payment.provider_ref ?? '' };
+  if (payment.status === 'failed') return { status: 'failed', providerRef: payment.provider_ref, reason: payment.failure_reason ?? 'The payment failed.' };
+  return null;
+}
+
+/**
+ * The provider did not answer: not the customer's failure, so no attempt is counted and no event
+ * emitted. The claim is given up and the subscription tried again after PROVIDER_RETRY_MS, with
+ * the same payment row (same idempotency key).
+ */
+async function retryLater(deps: CommerceDeps, sub: SubscriptionRow, now: Date): Promise<void> {
+  await deps.storage.db
+    .updateTable('subscriptions')
+    .set({ claimed_until: null, next_attempt_at: new Date(now.getTime() + PROVIDER_RETRY_MS).toISOString() })
+    .where('id', '=', sub.id)
+    .where('cycle_end_at', '=', sub.cycle_end_at)
+    .execute();
 }
 
 /** What is left of the ending cycle's credit goes by the ending plan's rollover rules. */

@@ -3,7 +3,7 @@ import { nextCycleEnd } from '../domain/billing-cycle.ts';
 import { newId } from '../domain/ids.ts';
 import { fundWallet } from '../ledger/funding.ts';
 import type { Clock } from '../domain/clock.ts';
-import type { ChargeOutcome, PaymentProvider, SavedMethod } from '../payments/types.ts';
+import { ProviderUnavailableError, type ChargeOutcome, type PaymentProvider, type SavedMethod } from '../payments/types.ts';
 import type { Storage } from '../storage/db.ts';
 import { isUniqueViolation } from '../storage/errors.ts';
 import { findPlanIncludingDeleted, type PlanRow } from '../storage/plans.ts';
@@ -184,6 +184,8 @@ async function chargeReservation(
 ): Promise<StartOutcome> {
   const { storage, payments } = deps;
   const stamp = at.toISOString();
+  // A provider that does not answer (ProviderUnavailableError, a 503) leaves the reservation and
+  // its pending payment as they are: settleOrphanedReservations asks again with the same key.
   const outcome: ChargeOutcome = method
     ? await payments.chargeSaved({ amount: payment.amount, idempotencyKey: payment.id, description: `${plan.name}: first period`, method: savedMethodOf(method) })
     : { status: 'failed', providerRef: null, reason: 'The customer has no saved payment method.' };
@@ -231,7 +233,14 @@ export async function settleOrphanedReservations(deps: CommerceDeps, now: Date):
     const customer = await storage.db.selectFrom('connections').select(['id', 'wallet_id']).where('id', '=', sub.connection_id).executeTakeFirstOrThrow();
     const plan = (await findPlanIncludingDeleted(storage, sub.plan_id))!;
     const method = await latestPaymentMethod(storage.db, sub.connection_id);
-    const outcome = await chargeReservation(deps, sub, customer, plan, method, payment, now);
+    let outcome: StartOutcome;
+    try {
+      outcome = await chargeReservation(deps, sub, customer, plan, method, payment, now);
+    } catch (e) {
+      // Still no answer: asked again on the next run.
+      if (e instanceof ProviderUnavailableError) continue;
+      throw e;
+    }
     if (outcome.ok) started += 1;
     else deleted += 1;
   }

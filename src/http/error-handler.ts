@@ -1,5 +1,6 @@
 import type { FastifyError, FastifyInstance } from 'fastify';
 import { hasZodFastifySchemaValidationErrors } from 'fastify-type-provider-zod';
+import { ProviderUnavailableError, PROVIDER_RETRY_AFTER_S } from '../payments/types.ts';
 import { isDatabaseUnavailable } from '../storage/errors.ts';
 import { ApiError, envelope, validationError, type ErrorCode, type Issue } from './errors.ts';
 
@@ -73,10 +74,18 @@ export function databaseUnavailable(): ApiError {
   });
 }
 
+/** 503 in the envelope for a request whose payment provider did not answer (nothing was credited). */
+export function paymentProviderUnavailable(): ApiError {
+  return new ApiError('service_unavailable', 'The payment provider cannot be reached right now; nothing was charged or credited. Retry shortly.', {
+    headers: { 'retry-after': String(PROVIDER_RETRY_AFTER_S) },
+  });
+}
+
 /** Any failure as an ApiError: ours as they are, schema and framework errors mapped, anything else internal_error. */
 export function toApiError(err: unknown): ApiError {
   if (err instanceof ApiError) return err;
   if (isDatabaseUnavailable(err)) return databaseUnavailable();
+  if (err instanceof ProviderUnavailableError) return paymentProviderUnavailable();
   if (hasZodFastifySchemaValidationErrors(err)) {
     const context = (err as { validationContext?: string }).validationContext;
     const issues: Issue[] = err.validation.flatMap((v) => {

@@ -1,5 +1,5 @@
 import Stripe from 'stripe';
-import type { ChargeInput, ChargeOutcome, CheckoutDetails, CheckoutField, PaymentProvider, ProviderEvent, ProviderPaymentState, SavedMethod } from './types.ts';
+import { ProviderUnavailableError, type ChargeInput, type ChargeOutcome, type CheckoutDetails, type CheckoutField, type PaymentProvider, type ProviderEvent, type ProviderPaymentState, type SavedMethod } from './types.ts';
 
 /**
  * The Stripe adapter, on the official `stripe` package. Every charge is a PaymentIntent whose
@@ -55,7 +55,9 @@ export class StripePaymentProvider implements PaymentProvider {
     if (!/^pm_[A-Za-z0-9_]+$/.test(paymentMethod)) return { outcome: { status: 'failed', providerRef: null, reason: 'Enter the Stripe payment method (pm_…).' }, saved: null };
     const cents = centsOf(input.amount);
     if (cents === null) return { outcome: notWholeCents(), saved: null };
-    const customer = await this.#stripe.customers.create({ metadata: { [METADATA_KEY]: input.idempotencyKey } }, { idempotencyKey: `${input.idempotencyKey}:customer` });
+    const customer = await answered(() =>
+      this.#stripe.customers.create({ metadata: { [METADATA_KEY]: input.idempotencyKey } }, { idempotencyKey: `${input.idempotencyKey}:customer` }),
+    );
     if (cents === 0n) {
       // Nothing to charge: the method is only saved for later charges.
       try {
@@ -91,7 +93,7 @@ export class StripePaymentProvider implements PaymentProvider {
 
   /** Reads the PaymentIntent again: the customer may have completed the extra step with Stripe. */
   async confirm(providerRef: string): Promise<ChargeOutcome> {
-    const intent = await this.#stripe.paymentIntents.retrieve(providerRef);
+    const intent = await answered(() => this.#stripe.paymentIntents.retrieve(providerRef));
     return outcomeOf(intent);
   }
 
@@ -120,7 +122,7 @@ export class StripePaymentProvider implements PaymentProvider {
     const outcome = outcomeOf(intent);
     if (outcome.status === 'succeeded') return outcome;
     // Nobody is present to finish it: cancelled, so it can never succeed without being credited.
-    await this.#stripe.paymentIntents.cancel(intent.id, {}, { idempotencyKey: `${input.idempotencyKey}:cancel` });
+    await answered(() => this.#stripe.paymentIntents.cancel(intent.id, {}, { idempotencyKey: `${input.idempotencyKey}:cancel` }));
     return { status: 'failed', providerRef: intent.id, reason: outcome.status === 'failed' ? outcome.reason : 'The payment needs the customer to confirm it.' };
   }
 
@@ -144,7 +146,7 @@ export class StripePaymentProvider implements PaymentProvider {
    * current status is the truth.
    */
   async paymentState(paymentRef: string): Promise<ProviderPaymentState> {
-    const intent = await this.#stripe.paymentIntents.retrieve(paymentRef, { expand: ['payment_method'] });
+    const intent = await answered(() => this.#stripe.paymentIntents.retrieve(paymentRef, { expand: ['payment_method'] }));
     const outcome = outcomeOf(intent);
     const customer = typeof intent.customer === 'string' ? intent.customer : (intent.customer?.id ?? null);
     return {
@@ -178,12 +180,29 @@ function outcomeOf(intent: Stripe.PaymentIntent): ChargeOutcome {
   }
 }
 
-/** A card error is a decline (the answer); any other error is not an answer and is thrown. */
+/**
+ * A card error is a decline (the answer). No answer (unreachable, timed out, Stripe's own server
+ * error or rate limit) is ProviderUnavailableError; anything else (our configuration) is thrown.
+ */
 function declined(e: unknown): ChargeOutcome {
   if (e instanceof Stripe.errors.StripeCardError || e instanceof Stripe.errors.StripeInvalidRequestError) {
     return { status: 'failed', providerRef: e.payment_intent?.id ?? null, reason: e.message };
   }
-  throw e;
+  throw noAnswer(e) ?? e;
+}
+
+/** Runs a call to Stripe whose errors are not declines: no answer is ProviderUnavailableError. */
+async function answered<T>(call: () => Promise<T>): Promise<T> {
+  try {
+    return await call();
+  } catch (e) {
+    throw noAnswer(e) ?? e;
+  }
+}
+
+function noAnswer(e: unknown): ProviderUnavailableError | null {
+  const unanswered = e instanceof Stripe.errors.StripeConnectionError || e instanceof Stripe.errors.StripeAPIError || e instanceof Stripe.errors.StripeRateLimitError;
+  return unanswered ? new ProviderUnavailableError('stripe', e) : null;
 }
 
 function savedOf(method: string | Stripe.PaymentMethod | null, customerId: string): SavedMethod | null {

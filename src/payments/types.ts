@@ -51,3 +51,21 @@ export type ProviderEvent = { id: string; type: string; paymentRef: string | nul
 export type ProviderPaymentState = { paymentId: string | null; outcome: ChargeOutcome; saved: SavedMethod | null };
 
 export type CheckoutField = { name: string; label: string; autocomplete: string; inputmode?: 'numeric' | 'text'; pattern?: string; hint?: string };
+
+/**
+ * The provider gave no answer: unreachable, timed out, or its own server failed. Whether the
+ * payment was made is not known; asking again with the same idempotency key never charges twice.
+ * Callers record a retryable failure (checkout: 503 with Retry-After; renewals and auto top-up:
+ * a failed attempt, retried), never a decline the customer caused.
+ */
+export class ProviderUnavailableError extends Error {
+  constructor(readonly provider: string, cause: unknown) {
+    super(`The payment provider ${provider} did not answer.`, { cause });
+  }
+}
+
+/** Seconds a client is asked to wait before paying again while the provider does not answer. */
+export const PROVIDER_RETRY_AFTER_S = 30;
+
+/** A payment's failure_reason when its provider did not answer: its event may still settle it. */
+export const UNANSWERED = 'provider_unavailable';

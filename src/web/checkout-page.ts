@@ -1,4 +1,4 @@
-import type { FastifyInstance, FastifyReply } from 'fastify';
+import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import {
   confirmCheckout,
   displayAmount,
@@ -12,6 +12,8 @@ import {
 import type { CommerceDeps } from '../commerce/subscriptions.ts';
 import { dateOf } from '../domain/clock.ts';
 import { MAX_AMOUNT_UNITS, MoneyFormatError, parseMoney } from '../domain/money.ts';
+import { paymentProviderUnavailable } from '../http/error-handler.ts';
+import { PROVIDER_RETRY_AFTER_S } from '../payments/types.ts';
 import { hashCheckoutSecret } from '../routes/checkout-sessions.ts';
 import { presentCustomer } from '../routes/customers.ts';
 import { findCheckoutSessionByTokenHash, type CheckoutSessionRow } from '../storage/checkout-sessions.ts';
@@ -56,7 +58,7 @@ export function registerCheckoutPage(app: FastifyInstance, deps: CommerceDeps): 
     if (!opened) return reply;
     const input = await payInput(deps, opened.session, form);
     if (typeof input === 'string') return page(deps, reply.status(400), opened.session, await checkoutForm(deps, opened, input));
-    return showResult(deps, reply, opened, await payCheckout(deps, input), form);
+    return showResult(deps, request, reply, opened, await payCheckout(deps, input), form);
   });
 
   app.post<{ Body: Form }>('/checkout/confirm', { config: { public: true }, schema: { hide: true } }, async (request, reply) => {
@@ -65,7 +67,7 @@ export function registerCheckoutPage(app: FastifyInstance, deps: CommerceDeps): 
     if (!opened) return reply;
     const input = await payInput(deps, opened.session, { ...form, amount: form.amount ?? '0' });
     if (typeof input === 'string') return page(deps, reply.status(400), opened.session, await checkoutForm(deps, opened, input));
-    return showResult(deps, reply, opened, await confirmCheckout(deps, input, form.payment_id ?? ''), form);
+    return showResult(deps, request, reply, opened, await confirmCheckout(deps, input, form.payment_id ?? ''), form);
   });
 }
 
@@ -125,9 +127,10 @@ async function payInput(deps: CommerceDeps, session: CheckoutSessionRow, form: F
   };
 }
 
-async function showResult(deps: CommerceDeps, reply: FastifyReply, opened: Opened, result: PayResult, form: Form): Promise<FastifyReply> {
+async function showResult(deps: CommerceDeps, request: FastifyRequest, reply: FastifyReply, opened: Opened, result: PayResult, form: Form): Promise<FastifyReply> {
   const { session, token } = opened;
   if (result.status === 'failed') return page(deps, reply.status(402), session, await checkoutForm(deps, opened, result.message));
+  if (result.status === 'unavailable') return providerUnavailable(deps, request, reply, opened);
   if (result.status === 'requires_action') {
     return page(
       deps,
@@ -153,6 +156,16 @@ ${['name', 'email'].map((f) => `<input type="hidden" name="${f}" value="${esc(fo
 <a class="button" href="${esc(session.origin_url)}">Return to ${esc(new URL(session.origin_url).host)}</a>`,
     message,
   );
+}
+
+/**
+ * The payment provider did not answer: 503 with Retry-After and nothing charged. A browser (which
+ * asks for HTML) gets the form again with the reason; any other client the error envelope.
+ */
+async function providerUnavailable(deps: CommerceDeps, request: FastifyRequest, reply: FastifyReply, opened: Opened): Promise<FastifyReply> {
+  if (!(request.headers.accept ?? '').includes('text/html')) throw paymentProviderUnavailable();
+  const message = 'The payment provider cannot be reached right now. Nothing was charged; try again in a minute.';
+  return page(deps, reply.status(503).header('retry-after', String(PROVIDER_RETRY_AFTER_S)), opened.session, await checkoutForm(deps, opened, message));
 }
 
 async function merchantName(deps: CommerceDeps, merchantId: string): Promise<string> {

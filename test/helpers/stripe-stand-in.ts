@@ -26,6 +26,9 @@ export type StripeStandIn = {
   problems: string[];
   intents: Map<string, Intent>;
   setIntentStatus(id: string, status: string, lastError?: string): void;
+  /** Shuts the stand-in down (connections refused, open ones closed); `up` listens again on the same port, state kept. */
+  down(): Promise<void>;
+  up(): Promise<void>;
   close(): Promise<void>;
 };
 
@@ -139,6 +142,12 @@ export async function startStripeStandIn(secretKey: string): Promise<StripeStand
       intent.status = status;
       intent.last_payment_error = lastError ? { code: 'card_declined', message: lastError } : null;
     },
-    close: () => new Promise<void>((resolve) => server.close(() => resolve())),
+    down: () =>
+      new Promise<void>((resolve) => {
+        server.close(() => resolve());
+        server.closeAllConnections();
+      }),
+    up: () => new Promise<void>((resolve) => server.listen(port, '127.0.0.1', resolve)),
+    close: () => new Promise<void>((resolve) => (server.listening ? server.close(() => resolve()) : resolve())),
   };
 }
