@@ -91,6 +91,8 @@ export const configSchema = z.object({
   STRIPE_API_BASE: z.url({ protocol: /^https?$/ }).optional(),
   /** Output tokens assumed for the hold when a request sets no max_tokens. */
   DEFAULT_MAX_OUTPUT_TOKENS: z.coerce.number().int().min(1).default(4096),
+  /** Input tokens held for each audio, video or document named by reference (an upload's id or URI), whose size is not known. */
+  MEDIA_REFERENCE_HOLD_TOKENS: z.coerce.number().int().min(0).max(100_000_000).default(10_000),
   /** Development only: webhooks may use plain http to loopback (and deliveries may reach loopback). */
   WEBHOOK_ALLOW_HTTP_LOOPBACK: flag.default(false),
   /** How long a webhook delivery waits for the receiver's answer. */
@@ -126,6 +128,8 @@ export type Config = {
   /** A wallet lease's own lifetime, renewed while its instance lives (decision 0019). */
   walletLeaseTtlMs: number;
   defaultMaxOutputTokens: number;
+  /** Input tokens held for a medium named by reference (decision 0019): an allowance, not a bound. */
+  mediaReferenceHoldTokens: number;
   metricsToken: string | undefined;
   publicBaseUrl: string | undefined;
   /** Null when V8 keeps its own heap growing factor. */
@@ -174,6 +178,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     walletLeaseIdleMs: c.WALLET_LEASE_IDLE_MS,
     walletLeaseTtlMs: c.WALLET_LEASE_TTL_MS,
     defaultMaxOutputTokens: c.DEFAULT_MAX_OUTPUT_TOKENS,
+    mediaReferenceHoldTokens: c.MEDIA_REFERENCE_HOLD_TOKENS,
     metricsToken: c.METRICS_TOKEN,
     publicBaseUrl: c.PUBLIC_BASE_URL,
     heapGrowingPercent: c.HEAP_GROWING_PERCENT === 'off' ? null : c.HEAP_GROWING_PERCENT,

@@ -332,6 +332,7 @@ async function planForward(
     baseCostCharged: providerKeyType === 'managed' && prices !== null,
     serviceChargeRate,
     defaultOutputCap: config.defaultMaxOutputTokens,
+    referenceTokens: config.mediaReferenceHoldTokens,
     rules: target.provider.holdRules,
     model,
   });

@@ -38,7 +38,7 @@ export const anthropic: ProviderModule = {
     maxOutputTokens: () => undefined,
     // An image counts (width × height) / 750 tokens after being resized to ~1.15 megapixels: ~1,600
     // at most. A PDF page counts its text and its page image (1,500–3,000 a page).
-    media: { perImage: 1_600, perAudioSecond: 25, perVideoSecond: 300, perFileByte: 2, perReference: 10_000 },
+    media: { perImage: 1_600, perAudioSecond: 25, perVideoSecond: 300, perFileByte: 2 },
   },
 };
 

@@ -127,7 +127,7 @@ export function openAIMaxOutputTokens(model: string | null): number | undefined 
 export const DEFAULT_HOLD_RULES: HoldRules = {
   outputCapFrom: topLevelOutputCap,
   maxOutputTokens: openAIMaxOutputTokens,
-  media: { perImage: 2_700, perAudioSecond: 25, perVideoSecond: 300, perFileByte: 1, perReference: 10_000 },
+  media: { perImage: 2_700, perAudioSecond: 25, perVideoSecond: 300, perFileByte: 1 },
 };
 
 /**
@@ -192,8 +192,19 @@ function mediaItemOf(part: Record<string, unknown>): { kind: MediaKind; bytes: n
   }
 }
 
-/** Input tokens the request's media can count for at most, by the provider's rules (text is bounded apart). */
-export function mediaInputTokens(requestBody: unknown, rules: MediaTokenRules): number {
+/**
+ * What is held for audio, video or a document named by reference (an upload's id or URI) unless
+ * the operator says otherwise (MEDIA_REFERENCE_HOLD_TOKENS): its size is not known, so this is an
+ * allowance, not a bound (decision 0019). Images by reference are held at the provider's per-image
+ * maximum, which is a bound.
+ */
+export const DEFAULT_REFERENCE_HOLD_TOKENS = 10_000;
+
+/**
+ * Input tokens the request's media can count for at most, by the provider's rules (text is bounded
+ * apart); each audio, video or document named by reference counts `referenceTokens`.
+ */
+export function mediaInputTokens(requestBody: unknown, rules: MediaTokenRules, referenceTokens = DEFAULT_REFERENCE_HOLD_TOKENS): number {
   let tokens = 0;
   const stack: { value: unknown; depth: number }[] = [{ value: requestBody, depth: 0 }];
   while (stack.length > 0) {
@@ -205,7 +216,7 @@ export function mediaInputTokens(requestBody: unknown, rules: MediaTokenRules): 
     }
     const item = mediaItemOf(value as Record<string, unknown>);
     if (item) {
-      tokens += mediaTokens(item, rules);
+      tokens += mediaTokens(item, rules, referenceTokens);
       continue;
     }
     for (const child of Object.values(value)) stack.push({ value: child, depth: depth + 1 });
@@ -213,9 +224,9 @@ export function mediaInputTokens(requestBody: unknown, rules: MediaTokenRules): 
   return tokens;
 }
 
-function mediaTokens(item: { kind: MediaKind; bytes: number | null }, rules: MediaTokenRules): number {
+function mediaTokens(item: { kind: MediaKind; bytes: number | null }, rules: MediaTokenRules, referenceTokens: number): number {
   if (item.kind === 'image') return rules.perImage;
-  if (item.bytes === null) return rules.perReference;
+  if (item.bytes === null) return referenceTokens;
   if (item.kind === 'audio') return Math.ceil(item.bytes / AUDIO_BYTES_PER_SECOND_AT_LEAST) * rules.perAudioSecond;
   if (item.kind === 'video') return Math.ceil(item.bytes / VIDEO_BYTES_PER_SECOND_AT_LEAST) * rules.perVideoSecond;
   return Math.ceil(item.bytes * rules.perFileByte);

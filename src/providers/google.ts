@@ -40,7 +40,7 @@ export const google: ProviderModule = {
     maxOutputTokens: geminiMaxOutputTokens,
     // 258 tokens per 768 × 768 tile (or per image at media resolution high, up to 1,120): a 4K
     // image tiles into 15. Audio 32 tokens a second; video 263 (frames) + 32 (sound); a PDF page 258.
-    media: { perImage: 4_000, perAudioSecond: 32, perVideoSecond: 300, perFileByte: 1, perReference: 10_000 },
+    media: { perImage: 4_000, perAudioSecond: 32, perVideoSecond: 300, perFileByte: 1 },
   },
 };
 

@@ -170,7 +170,5 @@ export type MediaTokenRules = {
   perVideoSecond: number;
   /** Tokens per byte of a document (PDF and other files: text and page images). */
   perFileByte: number;
-  /** Held for audio, video or a file named by reference (an upload's id or URI): its size is not known. */
-  perReference: number;
 };
 

@@ -287,6 +287,53 @@ describe.each(databasesUnderTest())('forward gateway admission and holds on %s',
     }
   });
 
+  it('a document named by reference is held at MEDIA_REFERENCE_HOLD_TOKENS, an allowance: one that counts for more is charged in full and overruns its wallet (decision 0019)', async () => {
+    const { merchant } = await freshPayers();
+    const text = { type: 'text', text: 'summarise the contract' };
+    const byReference = JSON.stringify({ model: 'gpt-4o', max_tokens: 5, messages: [{ role: 'user', content: [text, { type: 'file', file: { file_id: 'file-contract' } }] }] });
+    const hold = await holdFor(merchant.secretKey, byReference);
+    // The document counts the allowance, 10,000 input tokens at gpt-4o's 2.5 per million, on top of the text.
+    const textOnly = await holdFor(merchant.secretKey, JSON.stringify({ model: 'gpt-4o', max_tokens: 5, messages: [{ role: 'user', content: [text] }] }));
+    expect(hold - textOnly).toBeGreaterThanOrEqual(parseMoney('0.025'));
+    await creditWallet(t.storage, merchant.walletId, hold * 1000n);
+
+    let answerSlow!: () => void;
+    upstream.setNext({ path: '/chat/completions', releasedBy: new Promise<void>((resolve) => (answerSlow = resolve)) });
+    // The document was 50,000 tokens long: five times the allowance.
+    upstream.setNext({ path: '/chat/completions', inputTokens: 50_000 });
+    const small = JSON.stringify({ model: 'gpt-4o', max_tokens: 1, messages: [{ role: 'user', content: 'x' }] });
+    const slow = post(merchant.secretKey, small);
+    try {
+      await until(async () => (await wallet(merchant.walletId)).held > 0n);
+      const long = await post(merchant.secretKey, byReference);
+      expect(long.status).toBe(200);
+      const rec = await t.settledRecord(long.headers.get('x-tollgate-request-id')!, t.auth(merchant.secretKey));
+      // Charged what the provider counted, not the allowance.
+      expect(rec.model_usage.input_tokens).toBe(50_000);
+      expect(parseMoney(rec.total_merchant_cost)).toBeGreaterThan(hold);
+      expect(Number((await wallet(merchant.walletId)).overrun)).toBe(1);
+
+      // Nothing more is admitted on the wallet while another request is in flight on it.
+      const before = upstream.requests.length;
+      const refused = await post(merchant.secretKey, small);
+      expect(refused.status).toBe(402);
+      await refused.arrayBuffer();
+      expect(upstream.requests.length).toBe(before);
+
+      answerSlow();
+      const answered = await slow;
+      await t.settledRecord(answered.headers.get('x-tollgate-request-id')!, t.auth(merchant.secretKey));
+      const ok = await post(merchant.secretKey, small);
+      expect(ok.status).toBe(200);
+      await t.settledRecord(ok.headers.get('x-tollgate-request-id')!, t.auth(merchant.secretKey));
+      expect(Number((await wallet(merchant.walletId)).overrun)).toBe(0);
+      expect((await verifyLedger(t.storage)).problems).toEqual([]);
+    } finally {
+      answerSlow();
+      await slow.catch(() => undefined);
+    }
+  });
+
   it('a request still relaying when its TTL passes keeps its hold alive and is charged when it ends', async () => {
     const { merchant } = await freshPayers();
     await creditWallet(t.storage, merchant.walletId, parseMoney('5'));

@@ -96,6 +96,8 @@ export type Behaviour = {
   cachedTokens?: number;
   /** Output tokens to produce instead of the request's cap (a provider overshooting max_tokens). */
   outputTokens?: number;
+  /** Input tokens to report instead of the prompt's words (media the mock cannot see: a document named by id). */
+  inputTokens?: number;
   /** Report this many times the input and output tokens (a provider over-reporting its usage). */
   overReport?: number;
   /** cache_creation_input_tokens to report (Anthropic only). */
@@ -248,7 +250,7 @@ function route(req: RecordedRequest, behaviour: Behaviour, seq: number): Answer 
 // ---- Deterministic usage --------------------------------------------------------------------------
 
 function usageFor(body: Body, behaviour: Behaviour): Usage {
-  const input = countWords(promptText(body));
+  const input = behaviour.inputTokens ?? countWords(promptText(body));
   const generation = (body.generationConfig ?? {}) as Body;
   const cap = [body.max_tokens, body.max_completion_tokens, body.max_output_tokens, generation.maxOutputTokens].find(
     (v): v is number => typeof v === 'number',
