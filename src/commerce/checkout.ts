@@ -3,7 +3,7 @@ import { dateOf } from '../domain/clock.ts';
 import { formatMoney } from '../domain/money.ts';
 import { fundWallet } from '../ledger/funding.ts';
 import { ProviderUnavailableError, UNANSWERED, type ChargeOutcome, type CheckoutDetails, type SavedMethod } from '../payments/types.ts';
-import { completeCheckoutSession, type CheckoutSessionRow } from '../storage/checkout-sessions.ts';
+import { completeCheckoutSession, keepCheckoutContact, keptContactOf, type CheckoutSessionRow } from '../storage/checkout-sessions.ts';
 import { insertConnectionIn, type ConnectionFields, type CustomerEventData } from '../storage/connections.ts';
 import { findPlanIncludingDeleted, type CreditBundleRow, type PlanRow } from '../storage/plans.ts';
 import type { Database } from '../storage/schema.ts';
@@ -103,6 +103,8 @@ export async function payCheckout(deps: CommerceDeps, input: PayInput): Promise<
     if (live?.status === 'requires_action') return { status: 'requires_action', paymentId: live.id };
     return { status: 'failed', message: 'A payment for this checkout is already in progress.' };
   }
+  // The provider's webhook may complete the session instead of this request: it finds the contact there.
+  if (!input.session.connection_id) await keepCheckoutContact(storage.db, input.session.id, input.contact);
   let charged: Awaited<ReturnType<typeof payments.chargeAtCheckout>>;
   try {
     charged = await payments.chargeAtCheckout({ amount: input.amount, idempotencyKey: payment.id, description: `Checkout ${input.session.id}`, details: input.details });
@@ -149,8 +151,8 @@ export async function confirmCheckout(deps: CommerceDeps, input: PayInput, payme
 /**
  * A checkout payment the provider settled outside the page (its webhook: the customer completed an
  * extra step with the provider and never came back, or the page's request died). The session and
- * what it sells are read again; a customer it creates has no contact details (the page's form is
- * not kept). Only a payment still `pending` or `requires_action` is settled, once.
+ * what it sells are read again; a customer it creates gets the contact details the page kept on
+ * the session when it was paid. Only a payment still `pending` or `requires_action` is settled, once.
  */
 export async function settleCheckoutFromProvider(
   deps: CommerceDeps,
@@ -169,7 +171,7 @@ export async function settleCheckoutFromProvider(
     purchase: await purchaseOf(deps, session),
     amount: payment.amount,
     details: {},
-    contact: { first_name: null, last_name: null, email: null, phone: null },
+    contact: keptContactOf(session),
     customerEventData,
     at: dateOf(deps.clock),
   };

@@ -90,6 +90,7 @@ export function registerCheckoutSessionRoutes(app: App, deps: CommerceDeps & { p
         expires_at: new Date(now.getTime() + CHECKOUT_SESSION_TTL_MS).toISOString(),
         completed_at: null,
         created_at: now.toISOString(),
+        contact: null,
       };
       await insertCheckoutSession(storage, row);
       const base = publicBase(deps.publicBaseUrl, request);

@@ -46,3 +46,20 @@ export async function completeCheckoutSession(
     .executeTakeFirst();
   return Number(result.numUpdatedRows) === 1;
 }
+
+/** A new customer's contact as the page collected it (connection columns). */
+export type CheckoutContact = { first_name: string | null; last_name: string | null; email: string | null; phone: string | null };
+
+/**
+ * Keeps the contact the page collected on a session that creates its customer, as it is paid: a
+ * completion by the provider's webhook (another request, maybe another instance) reads it back.
+ */
+export async function keepCheckoutContact(db: Db, id: string, contact: CheckoutContact): Promise<void> {
+  await db.updateTable('checkout_sessions').set({ contact: JSON.stringify(contact) }).where('id', '=', id).where('completed_at', 'is', null).execute();
+}
+
+/** The contact kept on a session (keepCheckoutContact), or none. */
+export function keptContactOf(session: CheckoutSessionRow): CheckoutContact {
+  const none = { first_name: null, last_name: null, email: null, phone: null };
+  return session.contact ? { ...none, ...(JSON.parse(session.contact) as Partial<CheckoutContact>) } : none;
+}

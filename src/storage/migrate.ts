@@ -17,6 +17,7 @@ import * as m0013 from './migrations/0013_subscription_cycle_anchor.ts';
 import * as m0014 from './migrations/0014_request_requested_model.ts';
 import * as m0015 from './migrations/0015_charge_recovery_and_overrun.ts';
 import * as m0016 from './migrations/0016_spend_key_overrun.ts';
+import * as m0017 from './migrations/0017_checkout_contact.ts';
 
 /** The ordered, frozen list. New migrations are appended, never inserted or edited. */
 const MIGRATIONS: Record<string, Migration> = {
@@ -36,6 +37,7 @@ const MIGRATIONS: Record<string, Migration> = {
   '0014_request_requested_model': m0014,
   '0015_charge_recovery_and_overrun': m0015,
   '0016_spend_key_overrun': m0016,
+  '0017_checkout_contact': m0017,
 };
 
 const provider: MigrationProvider = { getMigrations: async () => MIGRATIONS };

@@ -404,6 +404,8 @@ export interface CheckoutSessionsTable {
   expires_at: string;
   completed_at: string | null;
   created_at: string;
+  /** What the page collected for the customer the session will create (JSON), kept once it is paid. */
+  contact: string | null;
 }
 
 export interface ProviderEventsTable {

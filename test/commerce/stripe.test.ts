@@ -187,6 +187,32 @@ describe.each(databasesUnderTest())('Stripe adapter on %s', (dialect) => {
     expect(confirm.statusCode).toBe(410);
   });
 
+  it('a customer created by a checkout the webhook completes has the contact details the page took, as one the page completes', async () => {
+    const form = { amount: '4', name: 'Grace Brewster Hopper', email: 'grace@example.com' };
+    const onPage = await session({ checkout_mode: 'onboarding' });
+    expect((await pay(onPage.token, { ...form, payment_method: 'pm_card_visa' })).statusCode).toBe(200);
+    const byWebhook = await session({ checkout_mode: 'onboarding' });
+    expect((await pay(byWebhook.token, { ...form, payment_method: 'pm_card_authenticationRequired' })).body).toContain('Confirm your payment');
+    const payment = (await checkoutPayment(byWebhook.id))!;
+    stripeApi.setIntentStatus(payment.provider_ref!, 'succeeded');
+    const delivered = await deliver(signedEvent('evt_contact_kept', 'payment_intent.succeeded', payment.provider_ref!));
+    expect(delivered.json().result, delivered.body).toBe('credited');
+
+    const customerOf = async (sessionId: string) => {
+      const id = (await walletOfSession(sessionId))!.id;
+      const res = await app.inject({ method: 'GET', url: `/v1/customers/${id}`, headers: auth() });
+      const { customer_id: _id, connection_id: _cid, connection_secret: _secret, wallet: _wallet, created_at: _at, ...fields } = res.json();
+      return fields;
+    };
+    const viaPage = await customerOf(onPage.id);
+    expect(viaPage.contact).toEqual({ first_name: 'Grace', last_name: 'Brewster Hopper', email: 'grace@example.com', phone: null });
+    expect(await customerOf(byWebhook.id)).toEqual(viaPage);
+    // And so does its customer.created event.
+    const webhookCustomer = (await walletOfSession(byWebhook.id))!.id;
+    const created = (await eventsOfType(storage, 'customer.created')).find((e) => e.data.customer_id === webhookCustomer);
+    expect(created?.data.contact).toEqual(viaPage.contact);
+  });
+
   it('events out of order: a failure event read while the intent has succeeded credits; a real failure frees the session for another card', async () => {
     const late = await session({ checkout_mode: 'onboarding' });
     await pay(late.token, { amount: '7', payment_method: 'pm_card_authenticationRequired' });
