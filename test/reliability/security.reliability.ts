@@ -15,8 +15,12 @@ const PUBLIC = new Set(['GET /healthz', 'GET /readyz', 'GET /v1/openapi.json', '
 /** Where a spend key is a valid credential (it is a drop-in provider key). */
 const REWRITE_PATH = '/v1/rewrite/{format}/{providerUrl}';
 const GATEWAY_PATHS = ['/v1/forward', '/v1/chat/completions', '/v1/responses', '/v1/embeddings', '/v1/models', '/v1/messages', '/v1/messages/count_tokens', REWRITE_PATH];
-/** Gemini's native drop-in (`/v1beta/models/{model}:generateContent`, …): answers in Google's dialect. */
-const isGatewayPath = (path: string) => GATEWAY_PATHS.includes(path) || /^\/v1(beta)?\/models\/\{model\}:/.test(path);
+/**
+ * Gemini's native drop-in (`/v1beta/models/{model}:generateContent`, …), which answers in Google's
+ * dialect, and the model reads every drop-in client makes (`/v1/models/{model}`, Gemini's
+ * `/v1beta/models` and `/v1beta/models/{model}`), which show a spend key what it may use.
+ */
+const isGatewayPath = (path: string) => GATEWAY_PATHS.includes(path) || /^\/v1(beta)?\/models(\/\{model\}(:.*)?)?$/.test(path);
 /** The interface's code; in Google's dialect (whose `code` is the HTTP status) the ErrorInfo reason. */
 const interfaceCode = (text: string): unknown => {
   const error = JSON.parse(text).error;
