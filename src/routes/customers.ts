@@ -1,4 +1,5 @@
 import { z } from 'zod';
+import { dateOf } from '../domain/clock.ts';
 import { formatMoney, parseMoney } from '../domain/money.ts';
 import { grantCredit } from '../ledger/wallets.ts';
 import { principalOf } from '../http/auth.ts';
@@ -139,7 +140,7 @@ export function registerCustomerRoutes(app: App, deps: AppDeps): void {
         metadata: null,
         ...toFields(request.body),
       };
-      const row = await insertConnection(storage, principalOf(request).merchantId, fields, presentCustomer);
+      const row = await insertConnection(storage, principalOf(request).merchantId, fields, (row) => presentCustomer(row));
       if (row === 'reference_taken') throw referenceTaken();
       return reply.status(201).send(presentCustomer(row));
     },
@@ -182,7 +183,8 @@ export function registerCustomerRoutes(app: App, deps: AppDeps): void {
 }
 
 /** List, retrieve and delete: the same handlers serve /customers and the older /connections. */
-export function registerCustomerReadRoutes(app: App, { storage }: AppDeps, base: string, tags: string[]): void {
+export function registerCustomerReadRoutes(app: App, deps: AppDeps, base: string, tags: string[]): void {
+  const { storage } = deps;
   const noun = base === '/customers' ? 'customer' : 'connection';
 
   app.get(
@@ -213,7 +215,9 @@ export function registerCustomerReadRoutes(app: App, { storage }: AppDeps, base:
     `${base}/:id`,
     { schema: { tags, params: idParams, response: { 200: successResponse, ...standardErrors } } },
     async (request) => {
-      const deleted = await softDeleteConnection(storage, principalOf(request).merchantId, request.params.id, presentCustomer);
+      const deleted = await softDeleteConnection(storage, principalOf(request).merchantId, request.params.id, (row, subscription) =>
+        presentCustomer(row, dateOf(deps.clock), subscription ?? null),
+      );
       if (!deleted) throw notFound(noun, request.params.id);
       return { success: true as const };
     },

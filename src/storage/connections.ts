@@ -5,6 +5,7 @@ import { isUniqueViolation } from './errors.ts';
 import { enqueueEvent } from '../webhooks/outbox.ts';
 import type { Transaction } from 'kysely';
 import type { ConnectionsTable, Database } from './schema.ts';
+import { liveSubscriptionSummaries, type SubscriptionSummary } from './subscriptions.ts';
 import { nowIso } from './time.ts';
 import { newestFirstPage } from './pages.ts';
 
@@ -15,7 +16,7 @@ export type ConnectionWithBalance = ConnectionRow & { balance: bigint };
  * Builds the `data` of a customer event from the row the change left (the customer as the API shows
  * it). The caller supplies it: the shape belongs to the route layer, the transaction to this one.
  */
-export type CustomerEventData = (row: ConnectionWithBalance) => Record<string, unknown>;
+export type CustomerEventData = (row: ConnectionWithBalance, subscription?: SubscriptionSummary | null) => Record<string, unknown>;
 
 export type ConnectionFields = Pick<
   ConnectionRow,
@@ -118,8 +119,8 @@ export async function updateConnection(
 /**
  * Deletes a customer: its id, wallet and records stay (the ledger and usage still name it), but
  * its contact details and metadata are erased, since nobody can read them any more. The
- * `customer.deleted` event carries the customer as the deletion left it (ids, reference, wallet),
- * so the erased details do not live on in the event.
+ * `customer.deleted` event carries the customer as the deletion left it (ids, reference, wallet,
+ * and its subscription if it had one), so the erased details do not live on in the event.
  */
 export async function softDeleteConnection(
   storage: Storage,
@@ -145,7 +146,9 @@ export async function softDeleteConnection(
       .select('wallets.balance')
       .where('connections.id', '=', id)
       .executeTakeFirstOrThrow();
-    await enqueueEvent(trx, { merchantId, type: 'customer.deleted', data: eventData({ ...row, balance: BigInt(row.balance) }), at: deletedAt });
+    // The subscription it had (not cancelled by the deletion), as customer objects show it.
+    const subscription = (await liveSubscriptionSummaries(trx, [id])).get(id) ?? null;
+    await enqueueEvent(trx, { merchantId, type: 'customer.deleted', data: eventData({ ...row, balance: BigInt(row.balance) }, subscription), at: deletedAt });
     return true;
   });
 }

@@ -47,6 +47,24 @@ describe.each(databasesUnderTest())('customer events on %s', (dialect) => {
     expect(await eventsOf(m.merchantId)).toHaveLength(2);
   });
 
+  it("writes customer.deleted with the subscription the customer had, as the customer object showed it; null without one", async () => {
+    const m = await t.newMerchant();
+    const api = (method: 'POST' | 'GET' | 'DELETE', url: string, payload?: Record<string, unknown>) =>
+      t.app.inject({ method, url, headers: t.auth(m.secretKey), ...(payload ? { payload } : {}) });
+    const plan = (await api('POST', '/v1/plans', { name: 'Starter', period_amount: '0', billing_interval: 'month' })).json();
+    const subscribed = (await api('POST', '/v1/customers', {})).json();
+    const plain = (await api('POST', '/v1/customers', {})).json();
+    const sub = (await api('POST', '/v1/subscriptions', { customer_id: subscribed.customer_id, plan_id: plan.plan_id })).json().subscription;
+    const shown = (await api('GET', `/v1/customers/${subscribed.customer_id}`)).json().subscription;
+    expect(shown).toEqual({ subscription_id: sub.subscription_id, plan_id: plan.plan_id, name: 'Starter', status: 'active' });
+
+    expect((await api('DELETE', `/v1/customers/${subscribed.customer_id}`)).statusCode).toBe(200);
+    expect((await api('DELETE', `/v1/customers/${plain.customer_id}`)).statusCode).toBe(200);
+    const deleted = (await eventsOf(m.merchantId)).filter((e) => e.type === 'customer.deleted').map((e) => e.data);
+    expect(deleted.find((d) => d.customer_id === subscribed.customer_id)!.subscription).toEqual(shown);
+    expect(deleted.find((d) => d.customer_id === plain.customer_id)!.subscription).toBeNull();
+  });
+
   it('writes no event when the change does not commit (a reference_id already taken)', async () => {
     const m = await t.newMerchant();
     const create = () => t.app.inject({ method: 'POST', url: '/v1/customers', headers: t.auth(m.secretKey), payload: { reference_id: 'dup' } });
