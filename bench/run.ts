@@ -8,6 +8,7 @@
  *   4. Webhook delivery: events per second to a local receiver and end-to-end lag (bench/webhooks.ts).
  *   5. Rewrite proxy: CPU per request of an Anthropic client translated to an OpenAI-shaped mock, against forward (bench/rewrite.ts).
  *   6. Dashboard pages in Chromium: time to interactive and bytes transferred per page (bench/pages.ts).
+ *   7. After each engine's scenarios, the ledger rebuilt from its postings (verify-ledger): no problem.
  *
  * PostgreSQL comes from BENCH_DATABASE_URL or TEST_DATABASE_URL (a fresh schema is created);
  * without either, only SQLite runs. `--quick` shrinks every size for a smoke run. While working on
@@ -21,6 +22,7 @@ import { mkdirSync, writeFileSync } from 'node:fs';
 import autocannon from 'autocannon';
 import { sql } from 'kysely';
 import { parseMoney } from '../src/domain/money.ts';
+import { verifyLedger } from '../src/ledger/verify.ts';
 import { creditWallet } from '../src/ledger/wallets.ts';
 import { openStorage, type Storage } from '../src/storage/db.ts';
 import { createMerchant } from '../src/storage/merchants.ts';
@@ -97,6 +99,9 @@ async function main(): Promise<void> {
       if (runs('pages')) await withServer(engine.url, mock.url, async (server) => {
         report.push(...(await benchPages({ engine: engine.name, storage, serverUrl: server.url, visits: SIZES.pageVisits, requests: SIZES.pageRequests })));
       });
+      // Issue 18: the same guarantees after the load as before it. Every server has stopped (and
+      // drained its writers), so every settlement of every scenario is in the ledger by now.
+      report.push(await verifiedLedger(engine.name, storage));
     } finally {
       await storage.close();
     }
@@ -104,6 +109,14 @@ async function main(): Promise<void> {
   for (const engine of engines) await engine.drop();
   mock.process.kill('SIGTERM');
   writeReport();
+}
+
+async function verifiedLedger(engine: string, storage: Storage): Promise<Row> {
+  const { problems, wallets, transactions } = await verifyLedger(storage);
+  for (const p of problems.slice(0, 10)) console.error(`verify-ledger: ${p.kind} ${p.id}: ${p.detail}`);
+  const result = `${problems.length} problem${problems.length === 1 ? '' : 's'} in ${transactions} transactions, ${wallets} wallets`;
+  console.log(`verify-ledger after the scenarios: ${result}`);
+  return { scenario: 'verify-ledger after the scenarios above', engine, result, target: 'no problem' };
 }
 
 async function withServer(databaseUrl: string, mockUrl: string, work: (server: { url: string; process: ChildProcess }) => Promise<void>) {
