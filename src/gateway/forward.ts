@@ -21,7 +21,7 @@ import { CredentialCache, watchCredentialChanges } from './credential-cache.ts';
 import { extractCredential, resolveCredential } from './credentials.ts';
 import type { BillingContext } from '../ledger/billing.ts';
 import { checkSpendKeyRequest, SpendKeyBuckets, spendKeyError } from './spend-key-guard.ts';
-import { estimateHold } from './estimate.ts';
+import { estimateHold } from './hold-estimate.ts';
 import { HoldKeeper } from '../ledger/hold-keeper.ts';
 import { closeAfterResponse, createUpstreamAgent, relay, shutdownHeaders, upstreamRequestHeaders, type ResponseTranslator } from './relay.ts';
 import { Settlements } from './settle.ts';

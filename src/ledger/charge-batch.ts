@@ -7,14 +7,12 @@ import { batchStatement, jsonRows, repeatedRequests, REQUEST_ID_TAKEN, takenRequ
 import { prepared, type Storage } from '../storage/db.ts';
 import type { MeterRow } from '../storage/meters.ts';
 import { inPipelinedTransaction } from '../storage/pipelined-transaction.ts';
-import { metadataRollupAdditions, metadataRows, rollupAdditions, type RequestRow } from '../storage/requests.ts';
+import { metadataRollupAdditions, metadataRows, rollupAdditions } from '../storage/requests.ts';
 import type { Database } from '../storage/schema.ts';
-import { eventRows, type NewEvent } from '../webhooks/outbox.ts';
+import { eventRows } from '../webhooks/outbox.ts';
 import {
+  balanceShortfall,
   batchTime,
-  buildRequestRecord,
-  chargeLegs,
-  chargeTransaction,
   counterAt,
   counterId,
   counterKeyOf,
@@ -22,16 +20,18 @@ import {
   lockUsageCounters,
   mayChargeMerchantWallet,
   payerWalletOf,
+  postCharge,
   priceCharge,
-  balanceShortfall,
+  walletsDebitedBy,
   type ChargeInput,
   type ChargeOutcome,
   type CounterKey,
+  type PostedCharge,
 } from './charge.ts';
-import { walletBalanceEvent } from './events.ts';
+import { BalanceChanges } from './events.ts';
 import { GroupCommitWriter, type BatchJob } from './group-commit.ts';
-import { ledgerRows, type LedgerTransactionInput } from './postings.ts';
-import { debitInMemory, type WalletRow } from './wallets.ts';
+import { ledgerRows } from './postings.ts';
+import type { WalletRow } from './wallets.ts';
 
 /**
  * A batch takes every request waiting, up to a budget of statement parameters: a request writes
@@ -173,13 +173,12 @@ async function readLiveMeters(storage: Storage, inputs: ChargeInput[]): Promise<
   return new Map(rows.map((row) => [row.id, row]));
 }
 
-type Charged = {
+type Charged = PostedCharge & {
   /** The request as priced: with the meter as it is now. */
   input: ChargeInput;
   priced: PricedRequest;
-  record: RequestRow;
-  transaction: LedgerTransactionInput;
-  events: NewEvent[];
+  customerWallet: WalletRow;
+  merchantWallet: WalletRow | undefined;
 };
 
 type Attempt = { inputs: ChargeInput[]; duplicates: Set<ChargeInput>; meters: Promise<Map<string, MeterRow>>; now: Date };
@@ -227,7 +226,7 @@ async function chargeBatchInTransaction(steps: BatchSteps, { inputs, duplicates,
     }
   }
 
-  const { taken } = await steps.write(batchRows(charged, wallets, [...changedCounters.values()]));
+  const { taken } = await steps.write(batchRows(charged, [...changedCounters.values()], at));
   if (taken.length > 0) {
     const takenIds = new Set(taken);
     throw new RequestIdsTaken(charged.filter((c) => takenIds.has(c.record.id)).map((c) => sources.get(c)!));
@@ -345,32 +344,24 @@ function decide(
   const refusal = balanceShortfall(priced, customerWallet, merchantWallet, input);
   if (refusal) return { outcome: 'insufficient_balance', ...refusal };
 
-  const debits = [
-    ...debitInMemory(customerWallet, priced.totals.wallet, input.drawsPlanCredit ?? false),
-    // A merchant's wallet has no plan credit.
-    ...(merchantWallet ? debitInMemory(merchantWallet, priced.totals.merchant, false) : []),
-  ];
-  const requestPk = newId('request');
-  // Each balance change emits an event with the balance it left, as chargeRequest does.
-  const changed = new Set<WalletRow>();
-  if (priced.totals.wallet !== 0n) changed.add(customerWallet);
-  if (priced.totals.merchant !== 0n && merchantWallet) changed.add(merchantWallet);
-  const connectionId = input.connection?.id ?? null;
-  const events = [...changed].map((w) => walletBalanceEvent(w, w === customerWallet ? connectionId : null, at));
-  return {
-    input,
-    priced,
-    record: buildRequestRecord(input, priced, requestPk, at),
-    transaction: chargeTransaction(input, requestPk, chargeLegs(input, priced, debits), at),
-    events,
-  };
+  const { record, transaction } = postCharge(input, priced, newId('request'), customerWallet, merchantWallet, at);
+  return { input, priced, record, transaction, customerWallet, merchantWallet };
 }
 
-/** Everything the charged requests write: records, metadata, rollups, balances, tier positions, ledger, events. */
-function batchRows(charged: Charged[], wallets: Map<string, WalletRow>, counters: (CounterKey & { units: bigint })[]): BatchRows {
+/**
+ * Everything the charged requests write: records, metadata, rollups, balances, tier positions,
+ * ledger, and one balance event per wallet the batch changed (BalanceChanges), with the balance
+ * the batch left it.
+ */
+function batchRows(charged: Charged[], counters: (CounterKey & { units: bigint })[], at: string): BatchRows {
   const records = charged.map((c) => c.record);
   const ledger = ledgerRows(charged.map((c) => c.transaction));
-  const debited = new Set(charged.flatMap((c) => walletsDebitedBy(c, wallets)));
+  const debited = new Set<WalletRow>();
+  const changes = new BalanceChanges();
+  for (const { input, priced, customerWallet, merchantWallet } of charged) {
+    for (const wallet of walletsDebitedBy(priced, customerWallet, merchantWallet)) debited.add(wallet);
+    changes.noteCharge(input, priced, customerWallet, merchantWallet, false);
+  }
   return {
     requests: records,
     metadata: metadataRows(records),
@@ -382,13 +373,6 @@ function batchRows(charged: Charged[], wallets: Map<string, WalletRow>, counters
       .map((c) => ({ meter_id: c.meterId, connection_id: c.connectionId, period_start: c.periodStart, units: c.units })),
     transactions: ledger.transactions,
     postings: ledger.postings,
-    events: eventRows(charged.flatMap((c) => c.events)),
+    events: eventRows(changes.events(at)),
   };
-}
-
-function walletsDebitedBy({ input, priced }: Charged, wallets: Map<string, WalletRow>): WalletRow[] {
-  const debited: WalletRow[] = [];
-  if (priced.totals.wallet !== 0n) debited.push(wallets.get(payerWalletOf(input))!);
-  if (priced.totals.merchant !== 0n) debited.push(wallets.get(input.merchant.wallet_id)!);
-  return debited;
 }

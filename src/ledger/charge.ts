@@ -18,10 +18,11 @@ import type { MeterRow } from '../storage/meters.ts';
 import { completePendingRecord, insertRequestRecord, type RequestRow } from '../storage/requests.ts';
 import type { Database } from '../storage/schema.ts';
 import { merchantRevenueAccount, providerCostsAccount, serviceChargesAccount } from './accounts.ts';
-import { recordWalletBalanceEvent } from './events.ts';
+import { BalanceChanges } from './events.ts';
+import { enqueueEvent } from '../webhooks/outbox.ts';
 import { releaseHoldInTransaction } from './holds.ts';
 import { appendTransaction, type LedgerTransactionInput, type Leg } from './postings.ts';
-import { applyDebit, availableFor, availableOf, lockWallets, type UnwrittenHolds, type WalletRow } from './wallets.ts';
+import { availableFor, availableOf, debitInMemory, lockWallets, saveBalance, type UnwrittenHolds, type WalletRow } from './wallets.ts';
 import { overrunWallets } from './admission/decision.ts';
 
 export type ChargeInput = {
@@ -65,6 +66,8 @@ export type ChargeInput = {
    * only, and only that is available to it (decision 0016).
    */
   drawsPlanCredit?: boolean;
+  /** When the request was admitted, for a record written first at admission (default: the charge's time). */
+  createdAt?: string;
   /** The app's holds admitted in process and not written yet (SQLite), which a charge without a hold must leave. */
   unwritten?: UnwrittenHolds;
   now?: Date;
@@ -172,12 +175,9 @@ async function chargeInTransaction(
   }
 
   const requestPk = input.pendingRecordId ?? newId('request');
-  const legs = chargeLegs(input, priced, [
-    ...(await applyDebit(trx, customerWallet, priced.totals.wallet, input.drawsPlanCredit ?? false)),
-    // A merchant's wallet has no plan credit.
-    ...(merchantWallet ? await applyDebit(trx, merchantWallet, priced.totals.merchant, false) : []),
-  ]);
-  await appendTransaction(trx, chargeTransaction(input, requestPk, legs, at));
+  const { record, transaction } = postCharge(input, priced, requestPk, customerWallet, merchantWallet, at);
+  for (const wallet of walletsDebitedBy(priced, customerWallet, merchantWallet)) await saveBalance(trx, wallet);
+  await appendTransaction(trx, transaction);
   if (holdIds.length > 0 && merchantWallet) {
     // Charged beyond what it held: nothing more is admitted until what is in flight settles (decision 0019).
     const overrun = overrunWallets(priced, customerWallet, merchantWallet, (wallet) => heldBefore.get(wallet)! - BigInt(wallet.held));
@@ -185,20 +185,52 @@ async function chargeInTransaction(
   }
   if (counter) await saveUsageCounters(trx, [counterAt(counter, priced.accumulatedUnits)]);
 
-  const record = buildRequestRecord(input, priced, requestPk, at);
   const row = input.pendingRecordId
     ? await completePendingRecord(trx, record)
     : await insertRequestRecord(trx, record);
 
-  const changedWallets = new Set([
-    ...(priced.totals.wallet !== 0n || holdIds.length > 0 ? [customerWallet] : []),
-    ...(merchantWallet && (priced.totals.merchant !== 0n || holdIds.length > 0) ? [merchantWallet] : []),
-  ]);
-  for (const wallet of changedWallets) {
-    const connectionId = wallet === customerWallet ? (input.connection?.id ?? null) : null;
-    await recordWalletBalanceEvent(trx, wallet, connectionId, at);
-  }
+  const changes = new BalanceChanges();
+  changes.noteCharge(input, priced, customerWallet, merchantWallet, holdIds.length > 0);
+  for (const event of changes.events(at)) await enqueueEvent(trx, event);
   return { outcome: 'recorded', row, priced };
+}
+
+/** A charge posted in memory: the completed record and the ledger transaction that records its money. */
+export type PostedCharge = { record: RequestRow; transaction: LedgerTransactionInput };
+
+/**
+ * Posts a priced charge on its locked wallets, in memory: debits them bucket by bucket, splits the
+ * amount into ledger legs (chargeLegs: the wallets' debits, provider costs, merchant revenue,
+ * service charges) and builds the ledger transaction and the completed record. Every way of
+ * charging posts here, a single charge (chargeRequest), a batch of POST /requests
+ * (charge-batch.ts) and a batch of forwarded requests' settlements (settlement/settle.ts); each
+ * then writes the wallets (walletsDebitedBy), the record and the ledger rows in its own statements.
+ */
+export function postCharge(
+  input: ChargeInput,
+  priced: PricedRequest,
+  requestPk: string,
+  customerWallet: WalletRow,
+  merchantWallet: WalletRow | undefined,
+  at: string,
+): PostedCharge {
+  const debits = [
+    ...debitInMemory(customerWallet, priced.totals.wallet, input.drawsPlanCredit ?? false),
+    // A merchant's wallet has no plan credit.
+    ...(merchantWallet ? debitInMemory(merchantWallet, priced.totals.merchant, false) : []),
+  ];
+  return {
+    record: buildRequestRecord(input, priced, requestPk, at),
+    transaction: chargeTransaction(input, requestPk, chargeLegs(input, priced, debits), at),
+  };
+}
+
+/** The wallets a posted charge debited (one when the customer's is the merchant's). */
+export function walletsDebitedBy(priced: PricedRequest, customerWallet: WalletRow, merchantWallet: WalletRow | undefined): WalletRow[] {
+  const debited: WalletRow[] = [];
+  if (priced.totals.wallet !== 0n) debited.push(customerWallet);
+  if (merchantWallet && priced.totals.merchant !== 0n && !debited.includes(merchantWallet)) debited.push(merchantWallet);
+  return debited;
 }
 
 /** The wallet that pays the "wallet" parts: the customer's, or the merchant's when there is no customer. */
@@ -308,7 +340,7 @@ export function buildRequestRecord(input: ChargeInput, priced: PricedRequest, re
     response_id: input.responseId ?? null,
     provider_timestamp: input.providerTimestamp ?? null,
     metadata: JSON.stringify(input.metadata),
-    created_at: at,
+    created_at: input.createdAt ?? at,
   };
   return completedRequestRow(identity, input.usage, priced, input.usageEstimated ?? false, at);
 }
@@ -425,7 +457,7 @@ export function counterAt(key: CounterKey, units: bigint): CounterKey & { units:
 }
 
 /** The tier position a request prices at; only where a meter's own pricing applies. */
-export function counterKeyOf(input: ChargeInput, now: Date): CounterKey | null {
+export function counterKeyOf(input: Pick<ChargeInput, 'meter' | 'pricing' | 'connection'>, now: Date): CounterKey | null {
   if (!input.meter || input.pricing) return null;
   return { meterId: input.meter.id, connectionId: input.connection?.id ?? '', periodStart: monthStart(now) };
 }

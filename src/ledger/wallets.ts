@@ -103,23 +103,19 @@ export function splitDebit(wallet: WalletRow, amount: bigint, drawsPlanCredit: b
   return taken;
 }
 
-/**
- * Takes `amount` out of a locked wallet, bucket by bucket (splitDebit), and returns the ledger legs
- * that record it. The caller has already checked the available balance.
- */
-export async function applyDebit(trx: Transaction<Database>, wallet: WalletRow, amount: bigint, drawsPlanCredit: boolean): Promise<Leg[]> {
-  const legs = debitInMemory(wallet, amount, drawsPlanCredit);
-  if (legs.length === 0) return legs;
+/** Writes back the balances a debit in memory (debitInMemory) left on a locked wallet. */
+export async function saveBalance(trx: Transaction<Database>, wallet: WalletRow): Promise<void> {
   await trx
     .updateTable('wallets')
     .set({ balance: wallet.balance, cycle_credit: wallet.cycle_credit, bundle_credit: wallet.bundle_credit })
     .where('id', '=', wallet.id)
     .execute();
-  return legs;
 }
 
 /**
- * The same debit on the in-memory row only; the caller writes the row back before its transaction ends.
+ * Takes `amount` out of a locked wallet's row in memory, bucket by bucket, and returns the ledger
+ * legs that record it; the caller writes the row back (saveBalance, or a batch's one statement)
+ * before its transaction ends. The caller has already checked the available balance.
  */
 export function debitInMemory(wallet: WalletRow, amount: bigint, drawsPlanCredit: boolean): Leg[] {
   if (amount === 0n) return [];

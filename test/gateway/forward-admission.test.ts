@@ -4,7 +4,7 @@ import { newId } from '../../src/domain/ids.ts';
 import { parseMoney } from '../../src/domain/money.ts';
 import { lookupBasePrices } from '../../src/domain/base-prices.ts';
 import { resolveForwardCredential } from '../../src/gateway/credentials.ts';
-import { estimateHold } from '../../src/gateway/estimate.ts';
+import { estimateHold } from '../../src/gateway/hold-estimate.ts';
 import { sweepExpiredHolds } from '../../src/gateway/settle.ts';
 import { dateOf } from '../../src/domain/clock.ts';
 import { admitRequest } from '../../src/ledger/admission/admit.ts';

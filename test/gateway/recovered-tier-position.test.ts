@@ -2,7 +2,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { parseMoney } from '../../src/domain/money.ts';
 import { lookupBasePrices } from '../../src/domain/base-prices.ts';
 import { resolveForwardCredential } from '../../src/gateway/credentials.ts';
-import { estimateHold } from '../../src/gateway/estimate.ts';
+import { estimateHold } from '../../src/gateway/hold-estimate.ts';
 import { sweepExpiredHolds } from '../../src/gateway/settle.ts';
 import { admitRequest } from '../../src/ledger/admission/admit.ts';
 import { pricingFor } from '../../src/ledger/billing.ts';

@@ -5,7 +5,7 @@ import { dateOf } from '../../src/domain/clock.ts';
 import { parseMoney } from '../../src/domain/money.ts';
 import { lookupBasePrices } from '../../src/domain/base-prices.ts';
 import { resolveForwardCredential } from '../../src/gateway/credentials.ts';
-import { estimateHold } from '../../src/gateway/estimate.ts';
+import { estimateHold } from '../../src/gateway/hold-estimate.ts';
 import { HoldKeeper } from '../../src/ledger/hold-keeper.ts';
 import { sweepExpiredHolds } from '../../src/gateway/settle.ts';
 import { pricingFor } from '../../src/ledger/billing.ts';

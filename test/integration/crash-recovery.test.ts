@@ -4,7 +4,7 @@ import { loadConfig } from '../../src/config.ts';
 import { parseMoney } from '../../src/domain/money.ts';
 import { lookupBasePrices } from '../../src/domain/base-prices.ts';
 import { resolveForwardCredential } from '../../src/gateway/credentials.ts';
-import { estimateHold } from '../../src/gateway/estimate.ts';
+import { estimateHold } from '../../src/gateway/hold-estimate.ts';
 import { admitRequest } from '../../src/ledger/admission/admit.ts';
 import { pricingFor } from '../../src/ledger/billing.ts';
 import { verifyLedger } from '../../src/ledger/verify.ts';

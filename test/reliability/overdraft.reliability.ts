@@ -2,7 +2,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { formatMoney, parseMoney } from '../../src/domain/money.ts';
 import { lookupBasePrices } from '../../src/domain/base-prices.ts';
 import { resolveForwardCredential } from '../../src/gateway/credentials.ts';
-import { estimateHold } from '../../src/gateway/estimate.ts';
+import { estimateHold } from '../../src/gateway/hold-estimate.ts';
 import { pricingFor } from '../../src/ledger/billing.ts';
 import { verifyLedger } from '../../src/ledger/verify.ts';
 import { creditWallet } from '../../src/ledger/wallets.ts';

@@ -13,7 +13,7 @@ import {
   type Bucket,
 } from '../../src/ledger/accounts.ts';
 import { appendTransaction, UnbalancedTransactionError, type Leg } from '../../src/ledger/postings.ts';
-import { applyDebit, availableFor, splitDebit, type WalletRow } from '../../src/ledger/wallets.ts';
+import { availableFor, debitInMemory, saveBalance, splitDebit, type WalletRow } from '../../src/ledger/wallets.ts';
 import type { Database } from '../../src/storage/schema.ts';
 
 /**
@@ -187,7 +187,7 @@ const opArb: fc.Arbitrary<Op> = fc.oneof(
   }),
 );
 
-describe('grants and charges through applyDebit and appendTransaction', () => {
+describe('grants and charges through debitInMemory, saveBalance and appendTransaction', () => {
   it('keep every transaction balanced and the wallet row equal to its postings, bucket by bucket', async () => {
     await fc.assert(
       fc.asyncProperty(fc.array(opArb, { maxLength: 40 }), async (ops) => {
@@ -217,7 +217,9 @@ describe('grants and charges through applyDebit and appendTransaction', () => {
             if (!op.settlesHold && availableFor(w, null, op.drawsPlanCredit) < total) continue; // refused: nothing written
             const before = { ...w };
             const expectedSplit = splitDebit(before, total, op.drawsPlanCredit);
-            const legs = await applyDebit(rec.trx, w, total, op.drawsPlanCredit);
+            // As every charge posts (postCharge): the debit in memory, the row written back when it moved.
+            const legs = debitInMemory(w, total, op.drawsPlanCredit);
+            if (legs.length > 0) await saveBalance(rec.trx, w);
             // The row is updated in memory and in the database alike, by the split.
             expect(w.balance).toBe(before.balance - total);
             expect(w.cycle_credit).toBe(before.cycle_credit - expectedSplit.cycle);

@@ -3,24 +3,34 @@
  * complete the pending record, or fail it (release the holds, record `error`, charge nothing).
  */
 import type { Transaction } from 'kysely';
-import { newId } from '../../domain/ids.ts';
-import { MAX_AMOUNT_UNITS } from '../../domain/money.ts';
-import { baseCost, priceRequest, type BasePrices, type PricedRequest, type Usage } from '../../domain/pricing.ts';
+import type { BasePrices, PricedRequest, Usage } from '../../domain/pricing.ts';
 import { RunAlone, type BatchJob } from '../group-commit.ts';
 import { finishReservation } from '../spend-key-limits.ts';
 import { insertRows, runWrites, type BatchWrite } from '../../storage/batch-write.ts';
 import type { Storage } from '../../storage/db.ts';
 import type { Database } from '../../storage/schema.ts';
 import { failPendingRecord, metadataRollupAdditions, metadataRollupUpsert, metadataRows, rollupAdditions, rollupUpsert, type RequestRow } from '../../storage/requests.ts';
-import { merchantRevenueAccount, providerCostsAccount, serviceChargesAccount } from '../accounts.ts';
-import { batchTime, chargeRequest, completedRequestRow, counterId, lockUsageCounters, monthStart, type ChargeInput, type ChargeOutcome, type CounterKey, type RecordIdentity } from '../charge.ts';
-import { UnbalancedTransactionError, type Leg } from '../postings.ts';
+import {
+  batchTime,
+  chargeRequest,
+  counterId,
+  counterKeyOf,
+  lockUsageCounters,
+  payerWalletOf,
+  postCharge,
+  priceCharge,
+  type ChargeInput,
+  type ChargeOutcome,
+  type CounterKey,
+  type PostedCharge,
+} from '../charge.ts';
+import { ledgerRows } from '../postings.ts';
 import { releaseHoldInTransaction } from '../holds.ts';
-import { debitInMemory, lockWallets, type WalletRow } from '../wallets.ts';
+import { lockWallets, type WalletRow } from '../wallets.ts';
 import { markLeaseLost, type Lease } from '../leases.ts';
 import { overrunWallets } from '../admission/decision.ts';
-import { walletBalanceEvent } from '../events.ts';
-import { eventRows, type NewEvent } from '../../webhooks/outbox.ts';
+import { BalanceChanges } from '../events.ts';
+import { eventRows } from '../../webhooks/outbox.ts';
 import { pricingFor, type BillingContext } from '../billing.ts';
 import { writeAdmissionAlone, type AdmissionWrite } from '../admission/deferred.ts';
 import { spendKeyIdsOf } from '../admission/admit.ts';
@@ -64,13 +74,18 @@ export type SettleInput = {
 
 export type PendingFacts = Pick<RequestRow, 'provider' | 'endpoint' | 'provider_key_type' | 'created_at'> & { metadata: Record<string, string> };
 
-function chargeInputOf(input: SettleInput, pending: PendingFacts): ChargeInput {
+/**
+ * A settlement as the charge it is (ledger/charge.ts): priced, split into legs, posted and recorded
+ * as every charge is, against the admission's holds, completing its pending record. `now` is the
+ * time it is written at (a batch's is its newest member's).
+ */
+function chargeInputOf(input: SettleInput, pending: PendingFacts, now = batchTime([input])): ChargeInput {
   const { pricing, meterPriced } = pricingFor(input.billing);
   return {
     merchant: { id: input.billing.merchantId, wallet_id: input.billing.merchantWalletId },
     connection: input.billing.connection,
     meter: input.billing.meter,
-    ...(meterPriced ? {} : { pricing }),
+    pricing: meterPriced ? undefined : pricing,
     // Forwarded records use their id as request_id.
     requestId: input.recordId,
     bodyHash: null,
@@ -85,12 +100,13 @@ function chargeInputOf(input: SettleInput, pending: PendingFacts): ChargeInput {
     serviceChargeRate: input.serviceChargeRate,
     metadata: pending.metadata,
     responseId: input.responseId,
-    providerTimestamp: input.providerTimestamp ?? batchTime([input]).toISOString(),
+    providerTimestamp: input.providerTimestamp ?? now.toISOString(),
     usageEstimated: input.usageEstimated,
     holdIds: input.holdIds,
     drawsPlanCredit: input.billing.drawsPlanCredit ?? false,
     pendingRecordId: input.recordId,
-    now: batchTime([input]),
+    createdAt: pending.created_at,
+    now,
   };
 }
 
@@ -118,11 +134,11 @@ export async function settleRequest(storage: Storage, input: SettleInput): Promi
 
 /**
  * Settlements of several requests inside one (group-commit) transaction, set-based: the same
- * charge settleRequest makes for each (chargeRequest's pricing, tier positions, bucket order,
- * ledger legs, record and rollup), taken in the order given, with each table written in a fixed
- * number of statements for the whole batch, and one balance event per wallet the batch changed.
- * Locks are taken in the global order every writer uses: tier counters, then wallets, then spend
- * keys.
+ * charge settleRequest makes for each (chargeRequest's priceCharge at the locked tier position,
+ * postCharge's debits, legs, ledger transaction and record), taken in the order given, with each
+ * table written in a fixed number of statements for the whole batch, and one balance event per
+ * wallet the batch changed (BalanceChanges). Locks are taken in the global order every writer
+ * uses: tier counters, then wallets, then spend keys.
  *
  * Anything but a plain settlement (a hold no longer active, a record no longer pending, a price
  * past the limit) rolls the whole batch back (RunAlone), and every member is then settled alone by
@@ -131,68 +147,53 @@ export async function settleRequest(storage: Storage, input: SettleInput): Promi
 async function settleInTransaction(trx: Transaction<Database>, dialect: Storage['dialect'], inputs: SettleInput[]): Promise<ChargeOutcome[]> {
   const now = batchTime(inputs);
   const at = now.toISOString();
-  const periodStart = monthStart(now);
   if (inputs.some((input) => !input.record)) throw new RunAlone();
+  const charges = inputs.map((input) => chargeInputOf(input, input.record!, now));
 
-  // Tier positions, locked.
-  const counterOf = (input: SettleInput) => settlementCounter(input, periodStart);
-  const counterKeys = new Map<string, CounterKey>();
-  for (const input of inputs) {
-    const key = counterOf(input);
-    if (key) counterKeys.set(counterId(key), key);
-  }
-  const positions = await lockUsageCounters(trx, dialect, [...counterKeys.values()]);
-  // Then the wallets, before anything else is written: a POST /requests charge locks its wallets
-  // before its rollups, and rollups written first here could deadlock with it.
+  // Tier positions, locked. Then the wallets, before anything else is written: a POST /requests
+  // charge locks its wallets before its rollups, and rollups written first here could deadlock with it.
+  const counterKeys = charges.map((charge) => counterKeyOf(charge, now));
+  const positions = await lockUsageCounters(trx, dialect, counterKeys.filter((key) => key !== null));
   const wallets = await lockWallets(trx, dialect, settlementWalletIds(inputs));
   const lockedState = new Map([...wallets.values()].map((w) => [w.id, walletState(w)]));
 
-  // Price each request at its tier position, complete its record (a record no longer pending
-  // makes the batch run alone), roll it up.
-  const priced: PricedRequest[] = [];
-  const changedCounters = new Set<string>();
-  for (const input of inputs) {
-    const key = counterOf(input);
-    const base = input.prices
-      ? baseCost(input.prices, input.usage)
-      : { input: 0n, output: 0n, total: 0n };
-    const price = priceRequest({
-      meter: pricingFor(input.billing).pricing,
-      usage: input.usage,
-      baseCost: base,
-      accumulatedUnits: key ? (positions.get(counterId(key)) ?? 0n) : 0n,
-      serviceChargeRate: input.serviceChargeRate,
-      baseCostCharged: input.baseCostCharged,
-    });
-    if (price.totals.request > MAX_AMOUNT_UNITS || price.baseCost.total > MAX_AMOUNT_UNITS) throw new RunAlone();
+  // Price each request at its tier position and post it on its wallets, as every charge is.
+  const posted: Posted[] = [];
+  const changedCounters = new Map<string, CounterKey>();
+  for (const [i, charge] of charges.entries()) {
+    const key = counterKeys[i];
+    const priced = priceCharge(charge, key ? (positions.get(counterId(key)) ?? 0n) : 0n);
+    if (priced === 'amount_too_large') throw new RunAlone();
     if (key) {
-      positions.set(counterId(key), price.accumulatedUnits);
-      changedCounters.add(counterId(key));
+      positions.set(counterId(key), priced.accumulatedUnits);
+      changedCounters.set(counterId(key), key);
     }
-    priced.push(price);
+    const customerWallet = wallets.get(payerWalletOf(charge))!;
+    const merchantWallet = wallets.get(charge.merchant.wallet_id)!;
+    const { record, transaction } = postCharge(charge, priced, inputs[i]!.recordId, customerWallet, merchantWallet, at);
+    posted.push({ priced, record, transaction, customerWallet, merchantWallet });
   }
-  const records = inputs.map((input, i) => completedRecord(input, input.record!, priced[i]!, at));
+
+  // Complete each record (a record no longer pending makes the batch run alone), roll it up.
+  const records = posted.map((p) => p.record);
   const recordWrites = records.flatMap((record, i) => {
     if (inputs[i]!.merged) return [];
     const { id, merchant_id: _m, request_id: _r, created_at: _c, metadata: _md, ...settled } = record;
     return [{ query: trx.updateTable('requests').set(settled).where('id', '=', id).where('status', '=', 'pending').returning('id'), counted: true }];
   });
   const mergedRecords = records.filter((_record, i) => inputs[i]!.merged);
-  const counterWrites = [...changedCounters].map((id) => {
-    const key = counterKeys.get(id)!;
-    return {
-      query: trx
-        .updateTable('meter_usage_counters')
-        .set({ units: positions.get(id)! })
-        .where('meter_id', '=', key.meterId)
-        .where('connection_id', '=', key.connectionId)
-        .where('period_start', '=', key.periodStart),
-    };
-  });
+  const counterWrites = [...changedCounters].map(([id, key]) => ({
+    query: trx
+      .updateTable('meter_usage_counters')
+      .set({ units: positions.get(id)! })
+      .where('meter_id', '=', key.meterId)
+      .where('connection_id', '=', key.connectionId)
+      .where('period_start', '=', key.periodStart),
+  }));
   const counts = await runWrites(trx, dialect, [...recordWrites, ...counterWrites, ...rollupWrites(trx, records), ...insertWrites(dialect, mergedRecords)]);
   if (counts.slice(0, recordWrites.length).some((n) => n !== 1)) throw new RunAlone();
 
-  // Release the holds, debit, and write the ledger and the balance events.
+  // Release the holds; then write the balances, the ledger and the balance events.
   const holdIds = inputs.flatMap((input) => (input.merged ? [] : input.holdIds));
   const released = holdIds.length
     ? await trx
@@ -206,53 +207,27 @@ async function settleInTransaction(trx: Transaction<Database>, dialect: Storage[
   if (released.length !== holdIds.length) throw new RunAlone();
   const releasedById = new Map(released.map((hold) => [hold.id, hold]));
 
-  const outcomes: ChargeOutcome[] = [];
   const leaseShrinks = new Map<Lease, bigint>();
   /** Wallets a member cost more than it held on them (decision 0019). */
   const overrun = new Set<WalletRow>();
-  const transactions: { id: string; reference: string; description: string; merchantId: string; legs: Leg[] }[] = [];
-  /** Each wallet the batch changed, with its customer (null for a merchant's wallet). */
-  const changedWallets = new Map<WalletRow, string | null>();
+  const changes = new BalanceChanges();
   for (const [i, input] of inputs.entries()) {
-    const price = priced[i]!;
-    const customerWallet = wallets.get(input.billing.connection?.wallet_id ?? input.billing.merchantWalletId)!;
-    const merchantWallet = wallets.get(input.billing.merchantWalletId)!;
-    // This request's holds end as it is charged, so its balance events show what it left held.
+    const { priced, customerWallet, merchantWallet } = posted[i]!;
+    // This request's holds end as it is charged, so the balance events show what is left held.
     for (const holdId of input.merged ? [] : input.holdIds) {
       const hold = releasedById.get(holdId)!;
       wallets.get(hold.wallet_id)!.held -= BigInt(hold.amount);
     }
-    if (input.merged?.leased) settleLeasedShares(input.merged, price, customerWallet, merchantWallet, leaseShrinks);
+    if (input.merged?.leased) settleLeasedShares(input.merged, priced, customerWallet, merchantWallet, leaseShrinks);
     const heldOn = (wallet: WalletRow) =>
       input.merged
         ? input.merged.holds.filter((hold) => hold.wallet_id === wallet.id).reduce((sum, hold) => sum + hold.amount, 0n)
         : input.holdIds.reduce((sum, holdId) => (releasedById.get(holdId)!.wallet_id === wallet.id ? sum + BigInt(releasedById.get(holdId)!.amount) : sum), 0n);
-    for (const wallet of overrunWallets(price, customerWallet, merchantWallet, heldOn)) overrun.add(wallet);
-    const merchantId = input.billing.merchantId;
-    const legs: Leg[] = [
-      ...debitInMemory(customerWallet, price.totals.wallet, input.billing.drawsPlanCredit ?? false),
-      // A merchant's wallet has no plan credit.
-      ...debitInMemory(merchantWallet, price.totals.merchant, false),
-      { account: providerCostsAccount(merchantId), amount: price.baseCost.charged ? price.baseCost.total : 0n },
-      { account: merchantRevenueAccount(merchantId), amount: price.fee.amount },
-      { account: serviceChargesAccount(), amount: price.serviceCharge.amount },
-    ];
-    transactions.push({ id: newId('transaction'), reference: input.recordId, description: `Request ${input.recordId}`, merchantId, legs });
-    outcomes.push({ outcome: 'recorded', row: records[i]!, priced: price });
-
-    for (const wallet of new Set<WalletRow>([customerWallet, merchantWallet])) {
-      const pays = (wallet === customerWallet ? price.totals.wallet : 0n) + (wallet === merchantWallet ? price.totals.merchant : 0n);
-      if (pays === 0n && input.holdIds.length === 0) continue;
-      changedWallets.set(wallet, wallet === customerWallet ? (input.billing.connection?.id ?? null) : null);
-    }
+    for (const wallet of overrunWallets(priced, customerWallet, merchantWallet, heldOn)) overrun.add(wallet);
+    changes.noteCharge(charges[i]!, priced, customerWallet, merchantWallet, input.holdIds.length > 0);
   }
-  // One balance event per wallet the batch changed, with the balance the batch left: what a
-  // webhook receiver acts on is the latest balance, and a busy wallet's batch holds hundreds of
-  // requests (decision 0008).
-  const events: NewEvent[] = [];
-  for (const [wallet, connectionId] of changedWallets) events.push(walletBalanceEvent(wallet, connectionId, at));
 
-  const walletWrites = [...changedWallets.keys()]
+  const walletWrites = [...wallets.values()]
     .filter((wallet) => lockedState.get(wallet.id) !== walletState(wallet))
     .map((wallet) => ({
       query: trx
@@ -269,15 +244,19 @@ async function settleInTransaction(trx: Transaction<Database>, dialect: Storage[
       .returning('id'),
     counted: true,
   }));
+  const ledger = ledgerRows(posted.map((p) => p.transaction));
+  const events = changes.events(at);
   const written = await runWrites(trx, dialect, [
     ...leaseWrites,
     ...walletWrites,
-    ...ledgerWrites(dialect, transactions, at),
+    insertRows(dialect, 'ledger_transactions', ledger.transactions),
+    ...(ledger.postings.length > 0 ? [insertRows(dialect, 'ledger_postings', ledger.postings)] : []),
     ...(events.length > 0 ? [insertRows(dialect, 'events', eventRows(events))] : []),
   ]);
   // A lease that expired meanwhile: each member alone writes its admission as its own hold first.
   if (written.slice(0, leaseWrites.length).some((n) => n !== 1)) throw new RunAlone();
   // Spend keys last, in id order.
+  const outcomes: ChargeOutcome[] = posted.map(({ record, priced }) => ({ outcome: 'recorded', row: record, priced }));
   const withKeys = inputs
     .map((input, i) => ({ input, outcome: outcomes[i]! }))
     .filter(({ input }) => input.billing.spendKey)
@@ -286,11 +265,13 @@ async function settleInTransaction(trx: Transaction<Database>, dialect: Storage[
   return outcomes;
 }
 
+/** A member of a settlement batch, priced and posted on its locked wallets. */
+type Posted = PostedCharge & { priced: PricedRequest; customerWallet: WalletRow; merchantWallet: WalletRow };
+
 /** The tier counter a settlement prices at, for the month it settles in; null when its meter has none. */
-function settlementCounter(input: SettleInput, periodStart: string): CounterKey | null {
-  return pricingFor(input.billing).meterPriced
-    ? { meterId: input.billing.meter!.id, connectionId: input.billing.connection?.id ?? '', periodStart }
-    : null;
+function settlementCounter(input: SettleInput, now: Date): CounterKey | null {
+  const { pricing, meterPriced } = pricingFor(input.billing);
+  return counterKeyOf({ meter: input.billing.meter, connection: input.billing.connection, pricing: meterPriced ? undefined : pricing }, now);
 }
 
 /** Every wallet a settlement may change: its payer's and its merchant's. */
@@ -326,46 +307,6 @@ function insertWrites(dialect: Storage['dialect'], records: RequestRow[]): Batch
   if (records.length === 0) return [];
   const metadata = metadataRows(records);
   return [insertRows(dialect, 'requests', records), ...(metadata.length > 0 ? [insertRows(dialect, 'request_metadata', metadata)] : [])];
-}
-
-/** Balanced ledger transactions (legs summing to zero, zero legs left out): their two inserts. */
-function ledgerWrites(
-  dialect: Storage['dialect'],
-  transactions: { id: string; reference: string; description: string; merchantId: string; legs: Leg[] }[],
-  at: string,
-): BatchWrite[] {
-  if (transactions.length === 0) return [];
-  const postings: { id: string; transaction_id: string; account: string; amount: bigint; created_at: string }[] = [];
-  for (const t of transactions) {
-    const legs = t.legs.filter((l) => l.amount !== 0n);
-    const sum = legs.reduce((acc, l) => acc + l.amount, 0n);
-    if (sum !== 0n) throw new UnbalancedTransactionError(`ledger transaction request_charge is off by ${sum}`);
-    for (const leg of legs) postings.push({ id: newId('posting'), transaction_id: t.id, account: leg.account, amount: leg.amount, created_at: at });
-  }
-  const rows = transactions.map((t) => ({ id: t.id, kind: 'request_charge', merchant_id: t.merchantId, reference: t.reference, description: t.description, created_at: at }));
-  return [insertRows(dialect, 'ledger_transactions', rows), ...(postings.length > 0 ? [insertRows(dialect, 'ledger_postings', postings)] : [])];
-}
-
-/** The completed record a settlement writes over the pending one. */
-function completedRecord(input: SettleInput, pending: PendingFacts, priced: PricedRequest, at: string): RequestRow {
-  const identity: RecordIdentity = {
-    id: input.recordId,
-    merchant_id: input.billing.merchantId,
-    request_id: input.recordId,
-    body_hash: null,
-    connection_id: input.billing.connection?.id ?? null,
-    meter_id: input.billing.meter?.id ?? null,
-    provider: pending.provider,
-    model: input.model,
-    requested_model: input.requestedModel ?? null,
-    endpoint: pending.endpoint,
-    provider_key_type: pending.provider_key_type,
-    response_id: input.responseId,
-    provider_timestamp: input.providerTimestamp ?? at,
-    metadata: JSON.stringify(pending.metadata),
-    created_at: pending.created_at,
-  };
-  return completedRequestRow(identity, input.usage, priced, input.usageEstimated, at);
 }
 
 /**
@@ -423,9 +364,9 @@ async function holdsOf(trx: Transaction<Database>, holdIds: string[]): Promise<{
 export const SETTLE_JOB: BatchJob<SettleInput, ChargeOutcome> = {
   order: 0,
   locks: (_trx, inputs) => {
-    const periodStart = monthStart(batchTime(inputs));
+    const now = batchTime(inputs);
     return {
-      counters: inputs.flatMap((input) => settlementCounter(input, periodStart) ?? []),
+      counters: inputs.flatMap((input) => settlementCounter(input, now) ?? []),
       walletIds: settlementWalletIds(inputs),
       spendKeyIds: spendKeyIdsOf(inputs),
     };
