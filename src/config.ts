@@ -26,7 +26,7 @@ const decimalRate = z
   .string()
   .regex(/^\d+(\.\d{1,10})?$/, 'must be a non-negative decimal with at most 10 fractional digits');
 
-export const configSchema = z.object({
+const configSchema = z.object({
   PORT: z.coerce.number().int().min(0).max(65535).default(8080),
   HOST: z.string().min(1).default('127.0.0.1'),
   DATABASE_URL: z

@@ -263,7 +263,7 @@ async function complete(
 }
 
 /** The session completed or expired while its payment ran; nothing of it is written. */
-export class CheckoutClosedError extends Error {
+class CheckoutClosedError extends Error {
   constructor() {
     super('The checkout session was completed or expired while its payment ran.');
   }

@@ -406,7 +406,7 @@ function assertPricingInput(input: PriceRequestInput): void {
 }
 
 /** Checks every usage field, so that a bad count fails here rather than as a wrong price. */
-export function validateUsage(usage: Usage): void {
+function validateUsage(usage: Usage): void {
   count('inputTokens', usage.inputTokens);
   count('outputTokens', usage.outputTokens);
   const cached = count('cachedInputTokens', usage.cachedInputTokens ?? 0) + count('cacheWriteInputTokens', usage.cacheWriteInputTokens ?? 0);

@@ -7,11 +7,11 @@
  * number of the 15-minute usage buckets.
  */
 
-export const MINUTE_MS = 60_000;
+const MINUTE_MS = 60_000;
 export const DAY_MS = 86_400_000;
-export const QUARTER_HOUR_MINUTES = 15;
+const QUARTER_HOUR_MINUTES = 15;
 /** The widest offsets in use anywhere (UTC-12 … UTC+14), rounded out symmetrically. */
-export const MAX_OFFSET_MINUTES = 14 * 60;
+const MAX_OFFSET_MINUTES = 14 * 60;
 /** One year, leap day included: enough for any report, small enough to answer quickly. */
 export const MAX_USAGE_DAYS = 366;
 /** Dates outside these years are refused, so every instant renders as a plain ISO string. */
@@ -106,7 +106,7 @@ export function localDayOf(instantMs: number, offsetMinutes: number): number {
 }
 
 /** `YYYY-MM-DD` of a day number. */
-export function dateOfDay(day: number): string {
+function dateOfDay(day: number): string {
   return new Date(day * DAY_MS).toISOString().slice(0, 10);
 }
 

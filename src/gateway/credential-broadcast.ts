@@ -13,7 +13,7 @@ import type { FastifyBaseLogger } from 'fastify';
 import type { Storage } from '../storage/db.ts';
 import { changesCredentials, type CredentialCache } from './credential-cache.ts';
 
-export const CREDENTIAL_CHANNEL = 'tollgate:credentials-changed';
+const CREDENTIAL_CHANNEL = 'tollgate:credentials-changed';
 
 export type CredentialBroadcast = { close(): Promise<void> };
 

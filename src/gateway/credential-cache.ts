@@ -24,7 +24,7 @@ import type { BillingContext } from '../ledger/billing.ts';
 import { CREDENTIAL_STALENESS_MS } from '../ledger/spend-key-limits.ts';
 
 /** How long another instance may keep using a credential after it changed. */
-export const ENTRY_TTL_MS = CREDENTIAL_STALENESS_MS;
+const ENTRY_TTL_MS = CREDENTIAL_STALENESS_MS;
 /** After a change is seen, resolutions are not stored for this long (its transaction commits meanwhile). */
 const QUIET_MS = 1_000;
 const MAX_ENTRIES = 10_000;

@@ -100,7 +100,7 @@ export function extractCredential(
 // Forward token
 
 /** Prefixes of credentials that are used raw and never decoded as a forward token. */
-export const RAW_KEY_PREFIXES: readonly string[] = [SECRET_PREFIX.secretKey, SECRET_PREFIX.spendKey, SECRET_PREFIX.walletKey];
+const RAW_KEY_PREFIXES: readonly string[] = [SECRET_PREFIX.secretKey, SECRET_PREFIX.spendKey, SECRET_PREFIX.walletKey];
 
 /** A decoded forward token; absent and null members are both null. */
 export type ForwardToken = {

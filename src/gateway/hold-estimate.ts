@@ -16,10 +16,10 @@ import type { HoldRules } from '../providers/types.ts';
 import { estimatedChargeOf, type EstimatedCharge } from '../ledger/settlement/recover.ts';
 import { baseCost, priceRequest, type BasePrices, type MeterPricing, type Usage } from '../domain/pricing.ts';
 
-export const DEFAULT_OUTPUT_CAP = 4096;
+const DEFAULT_OUTPUT_CAP = 4096;
 
 /** The output tokens held for: the request's cap, else the model's maximum, else the operator's default. */
-export function outputCapOf(body: unknown, rules: HoldRules, model: string | null, fallback = DEFAULT_OUTPUT_CAP): number {
+function outputCapOf(body: unknown, rules: HoldRules, model: string | null, fallback = DEFAULT_OUTPUT_CAP): number {
   return rules.outputCapFrom(body) ?? rules.maxOutputTokens(model) ?? fallback;
 }
 
@@ -39,7 +39,7 @@ const MEDIA_KEYS = new Set(['data', 'file_data']);
  * each message outweighs a chat template's per-message tokens). Undefined for a body that is not
  * JSON: nothing is known about it.
  */
-export function inputTokenBound(requestJson: unknown): number | undefined {
+function inputTokenBound(requestJson: unknown): number | undefined {
   if (typeof requestJson !== 'object' || requestJson === null) return undefined;
   const text = JSON.stringify(requestJson, (key, value: unknown) =>
     MEDIA_KEYS.has(key) || (typeof value === 'string' && value.startsWith('data:')) ? undefined : value,

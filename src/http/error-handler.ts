@@ -65,7 +65,7 @@ function patternOf(url: string): RegExp {
 }
 
 /** Seconds a client is asked to wait before retrying while the database is unreachable. */
-export const DATABASE_RETRY_AFTER_S = 1;
+const DATABASE_RETRY_AFTER_S = 1;
 
 /** 503 in the envelope for a request that failed because the database is unreachable. */
 export function databaseUnavailable(): ApiError {

@@ -66,7 +66,7 @@ export function redactSecretsInLine(line: string): string {
 const ERROR_FIELDS_WITH_VALUES = ['detail', 'where', 'internalQuery', 'parameters', 'query', 'values'];
 
 /** pino's error serializer without the fields that carry column values, nested errors included. */
-export function serializeError(err: Error): ReturnType<typeof stdSerializers.err> {
+function serializeError(err: Error): ReturnType<typeof stdSerializers.err> {
   const serialized = stdSerializers.err(err);
   scrubErrorValues(serialized, Object.getPrototypeOf(serialized));
   return serialized;

@@ -2,16 +2,16 @@ import { z } from 'zod';
 import { ApiError, type Issue } from './errors.ts';
 import { jsonNestsDeeperThan, MAX_JSON_DEPTH } from './json-depth.ts';
 
-export const MAX_METADATA_PAIRS = 100;
+const MAX_METADATA_PAIRS = 100;
 const KEY_PATTERN = /^[A-Za-z0-9_]+$/;
 
-export const metadataKey = z
+const metadataKey = z
   .string()
   .min(1, 'metadata keys must be 1 to 255 characters')
   .max(255, 'metadata keys must be 1 to 255 characters')
   .regex(KEY_PATTERN, 'metadata keys may contain only ASCII letters, digits and underscores');
 
-export const metadataValue = z
+const metadataValue = z
   .string({ error: 'metadata values must be strings' })
   .min(1, 'metadata values must be 1 to 255 characters')
   .max(255, 'metadata values must be 1 to 255 characters')

@@ -1,8 +1,8 @@
 import { z } from 'zod';
 import { ApiError } from './errors.ts';
 
-export const DEFAULT_PAGE_SIZE = 10;
-export const MAX_PAGE_SIZE = 100;
+const DEFAULT_PAGE_SIZE = 10;
+const MAX_PAGE_SIZE = 100;
 
 /** Query schema shared by every list endpoint. */
 export const pageQuery = z.object({

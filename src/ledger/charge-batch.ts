@@ -13,11 +13,6 @@ import { eventRows } from '../webhooks/outbox.ts';
 import {
   balanceShortfall,
   batchTime,
-  counterAt,
-  counterId,
-  counterKeyOf,
-  countersInKeyOrder,
-  lockUsageCounters,
   mayChargeMerchantWallet,
   payerWalletOf,
   postCharge,
@@ -25,9 +20,9 @@ import {
   walletsDebitedBy,
   type ChargeInput,
   type ChargeOutcome,
-  type CounterKey,
   type PostedCharge,
 } from './charge.ts';
+import { counterAt, counterId, counterKeyOf, countersInKeyOrder, lockUsageCounters, type CounterKey } from './tier-counters.ts';
 import { BalanceChanges } from './events.ts';
 import { GroupCommitWriter, type BatchJob } from './group-commit.ts';
 import { ledgerRows } from './postings.ts';

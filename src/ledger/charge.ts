@@ -24,6 +24,7 @@ import { releaseHoldInTransaction } from './holds.ts';
 import { appendTransaction, type LedgerTransactionInput, type Leg } from './postings.ts';
 import { availableFor, availableOf, debitInMemory, lockWallets, saveBalance, type UnwrittenHolds, type WalletRow } from './wallets.ts';
 import { overrunWallets } from './admission/decision.ts';
+import { counterAt, counterId, counterKeyOf, lockUsageCounters, saveUsageCounters } from './tier-counters.ts';
 
 export type ChargeInput = {
   merchant: Pick<MerchantRow, 'id' | 'wallet_id'>;
@@ -106,7 +107,7 @@ class AmountTooLarge extends Error {}
 /** The hold a settlement names is not active (already settled, released or expired): charge nothing. */
 class HoldNotActive extends Error {}
 
-export class InsufficientBalance extends Error {
+class InsufficientBalance extends Error {
   constructor(
     readonly payer: 'wallet' | 'merchant',
     readonly needed: bigint,
@@ -304,7 +305,7 @@ function shortfall(available: bigint, needed: bigint, payer: 'wallet' | 'merchan
 }
 
 /** The ledger legs of a charge: the wallets' debits and where the money goes. */
-export function chargeLegs(input: ChargeInput, priced: PricedRequest, walletDebits: Leg[]): Leg[] {
+function chargeLegs(input: ChargeInput, priced: PricedRequest, walletDebits: Leg[]): Leg[] {
   return [
     ...walletDebits,
     { account: providerCostsAccount(input.merchant.id), amount: priced.baseCost.charged ? priced.baseCost.total : 0n },
@@ -313,7 +314,7 @@ export function chargeLegs(input: ChargeInput, priced: PricedRequest, walletDebi
   ];
 }
 
-export function chargeTransaction(input: ChargeInput, requestPk: string, legs: Leg[], at: string): LedgerTransactionInput {
+function chargeTransaction(input: ChargeInput, requestPk: string, legs: Leg[], at: string): LedgerTransactionInput {
   return {
     kind: 'request_charge',
     merchantId: input.merchant.id,
@@ -324,7 +325,7 @@ export function chargeTransaction(input: ChargeInput, requestPk: string, legs: L
   };
 }
 
-export function buildRequestRecord(input: ChargeInput, priced: PricedRequest, requestPk: string, at: string): RequestRow {
+function buildRequestRecord(input: ChargeInput, priced: PricedRequest, requestPk: string, at: string): RequestRow {
   const identity: RecordIdentity = {
     id: requestPk,
     merchant_id: input.merchant.id,
@@ -369,7 +370,7 @@ export type RecordIdentity = Pick<
  * A completed request record, as both ways of charging write it (POST /requests and the forward
  * gateway's settlement). One literal, column by column: no spread on this path (decision 0008).
  */
-export function completedRequestRow(identity: RecordIdentity, usage: Usage, priced: PricedRequest, usageEstimated: boolean, completedAt: string): RequestRow {
+function completedRequestRow(identity: RecordIdentity, usage: Usage, priced: PricedRequest, usageEstimated: boolean, completedAt: string): RequestRow {
   return {
     id: identity.id,
     merchant_id: identity.merchant_id,
@@ -442,70 +443,4 @@ function parseMeterPricing(meter: MeterRow): MeterPricing {
     serviceChargePayer: meter.service_charge_payer,
     tiers: deserializeTiers(meter.tiers),
   };
-}
-
-/** Tiers accumulate over the UTC calendar month until subscriptions define a cycle. */
-export function monthStart(now: Date): string {
-  return new Date(Date.UTC(now.getUTCFullYear(), now.getUTCMonth(), 1)).toISOString();
-}
-
-export type CounterKey = { meterId: string; connectionId: string; periodStart: string };
-
-/** A tier counter at its new position, member by member (a spread with more members is slow in V8, decision 0008). */
-export function counterAt(key: CounterKey, units: bigint): CounterKey & { units: bigint } {
-  return { meterId: key.meterId, connectionId: key.connectionId, periodStart: key.periodStart, units };
-}
-
-/** The tier position a request prices at; only where a meter's own pricing applies. */
-export function counterKeyOf(input: Pick<ChargeInput, 'meter' | 'pricing' | 'connection'>, now: Date): CounterKey | null {
-  if (!input.meter || input.pricing) return null;
-  return { meterId: input.meter.id, connectionId: input.connection?.id ?? '', periodStart: monthStart(now) };
-}
-
-/**
- * Sorting by this string sorts by (meter, customer, period) as the database orders the key (the
- * separator sorts below every id character, and '' — no customer — first), so every writer that
- * locks counters in key order, in SQL or here, locks them in the same order.
- */
-export const counterId = (key: CounterKey): string => `${key.meterId}\n${key.connectionId}\n${key.periodStart}`;
-
-/** Each counter once, in key order: the order every writer locks counters in. */
-export function countersInKeyOrder(keys: CounterKey[]): CounterKey[] {
-  return [...new Map(keys.map((k) => [counterId(k), k])).entries()].sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0)).map(([, k]) => k);
-}
-
-/**
- * Reads the (meter, connection) positions for the period and locks them until the transaction
- * ends, so two concurrent requests can never price at the same tier position. One statement: the
- * upsert creates a missing row and locks an existing one (its no-op update takes the row lock),
- * in key order, so transactions locking several counters cannot deadlock.
- */
-export async function lockUsageCounters(
-  trx: Transaction<Database>,
-  _dialect: Storage['dialect'],
-  keys: CounterKey[],
-): Promise<Map<string, bigint>> {
-  const unique = countersInKeyOrder(keys);
-  if (unique.length === 0) return new Map();
-  const rows = await trx
-    .insertInto('meter_usage_counters')
-    .values(unique.map((k) => ({ meter_id: k.meterId, connection_id: k.connectionId, period_start: k.periodStart, units: 0n })))
-    .onConflict((oc) =>
-      oc.columns(['meter_id', 'connection_id', 'period_start']).doUpdateSet((eb) => ({ units: eb.ref('meter_usage_counters.units') })),
-    )
-    .returning(['meter_id', 'connection_id', 'period_start', 'units'])
-    .execute();
-  return new Map(
-    rows.map((r) => [counterId({ meterId: r.meter_id, connectionId: r.connection_id, periodStart: r.period_start }), BigInt(r.units)]),
-  );
-}
-
-export async function saveUsageCounters(trx: Transaction<Database>, counters: (CounterKey & { units: bigint })[]): Promise<void> {
-  if (counters.length === 0) return;
-  const ordered = [...counters].sort((a, b) => (counterId(a) < counterId(b) ? -1 : 1));
-  await trx
-    .insertInto('meter_usage_counters')
-    .values(ordered.map((c) => ({ meter_id: c.meterId, connection_id: c.connectionId, period_start: c.periodStart, units: c.units })))
-    .onConflict((oc) => oc.columns(['meter_id', 'connection_id', 'period_start']).doUpdateSet((eb) => ({ units: eb.ref('excluded.units') })))
-    .execute();
 }

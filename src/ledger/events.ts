@@ -28,7 +28,7 @@ export async function recordWalletBalanceEvent(
 }
 
 /** The balance-updated event of a wallet in the state given: its customer's, or its merchant's. */
-export function walletBalanceEvent(wallet: WalletState, connectionId: string | null, at: string): NewEvent {
+function walletBalanceEvent(wallet: WalletState, connectionId: string | null, at: string): NewEvent {
   const balance = formatMoney(BigInt(wallet.balance));
   const held = formatMoney(BigInt(wallet.held));
   // Written member by member: every charge makes one or two of these, and V8 builds a spread with

@@ -16,7 +16,7 @@
  */
 import type { FastifyBaseLogger } from 'fastify';
 import type { Transaction } from 'kysely';
-import { lockUsageCounters, type CounterKey } from './charge.ts';
+import { lockUsageCounters, type CounterKey } from './tier-counters.ts';
 import { lockWallets } from './wallets.ts';
 import type { Storage } from '../storage/db.ts';
 import type { Database } from '../storage/schema.ts';

@@ -93,7 +93,7 @@ export async function releaseHold(storage: Storage, holdId: string): Promise<boo
 }
 
 /** How many requests' holds one sweep transaction expires. */
-export const EXPIRY_BATCH = 1000;
+const EXPIRY_BATCH = 1000;
 
 type ExpiryOptions = {
   batchSize?: number;

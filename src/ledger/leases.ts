@@ -375,7 +375,7 @@ export function markLeaseLost(lease: Lease): void {
  * database for that long), inside the caller's transaction with the wallet locked; what they held.
  * `except`: this instance's own lease, which its top-up is about to raise.
  */
-export async function releaseDueLeases(trx: Transaction<Database>, walletId: string, now: Date, except?: string): Promise<bigint> {
+async function releaseDueLeases(trx: Transaction<Database>, walletId: string, now: Date, except?: string): Promise<bigint> {
   const due = await trx
     .updateTable('holds')
     .set({ status: 'expired' })

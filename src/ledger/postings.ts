@@ -25,7 +25,7 @@ export async function appendTransaction(trx: Transaction<Database>, input: Ledge
 }
 
 /** Several ledger transactions in two statements (one for the transactions, one for their legs). */
-export async function appendTransactions(trx: Transaction<Database>, inputs: LedgerTransactionInput[]): Promise<string[]> {
+async function appendTransactions(trx: Transaction<Database>, inputs: LedgerTransactionInput[]): Promise<string[]> {
   if (inputs.length === 0) return [];
   const { transactions, postings } = ledgerRows(inputs);
   await trx.insertInto('ledger_transactions').values(transactions).execute();

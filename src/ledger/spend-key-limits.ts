@@ -42,7 +42,7 @@ export type SpendKeyRefusal = {
 /** What a spend key is checked against: the provider the request goes to and the model it names. */
 export type SpendKeyRequest = { providerId: string; family: string; model: string | null; sharesAccountWith?: string | undefined };
 
-export const parseList = (json: string | null): string[] | null => (json === null ? null : (JSON.parse(json) as string[]));
+const parseList = (json: string | null): string[] | null => (json === null ? null : (JSON.parse(json) as string[]));
 
 /** Whether an allow-list admits a model (as routed, or written `provider/model`). */
 export function modelAllowed(key: Pick<SpendKeyRow, 'allowed_models'>, providerId: string, model: string | null): boolean {

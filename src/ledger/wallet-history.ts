@@ -9,7 +9,7 @@ import { availableOf, type WalletRow } from './wallets.ts';
 export type WalletBuckets = { balance: bigint; prepaid: bigint; cycle: bigint; bundle: bigint; held: bigint; available: bigint };
 
 /** The ledger kinds that put money into a wallet. */
-export const CREDIT_KINDS = ['credit_grant', 'operator_credit', 'customer_payment', 'plan_credit'] as const;
+const CREDIT_KINDS = ['credit_grant', 'operator_credit', 'customer_payment', 'plan_credit'] as const;
 
 export function bucketsOf(w: WalletRow): WalletBuckets {
   const [balance, cycle, bundle, held] = [BigInt(w.balance), BigInt(w.cycle_credit), BigInt(w.bundle_credit), BigInt(w.held)];

@@ -158,7 +158,7 @@ export class StripePaymentProvider implements PaymentProvider {
 }
 
 /** A webhook delivery whose signature does not verify. */
-export class InvalidProviderEvent extends Error {}
+class InvalidProviderEvent extends Error {}
 
 /** Whole cents, or null when the amount has a fraction of a cent (Stripe charges whole minor units). */
 function centsOf(amount: bigint): bigint | null {

@@ -35,7 +35,7 @@ export const elevenlabs: ProviderModule = {
 type Endpoint = 'text-to-speech' | 'text-to-dialogue' | 'speech-to-text' | 'other';
 
 /** `/v1/text-to-speech/<voice>[/stream][/with-timestamps]`, `/v1/text-to-dialogue[…]`, `/v1/speech-to-text`. */
-export function elevenLabsEndpoint(pathname: string): Endpoint {
+function elevenLabsEndpoint(pathname: string): Endpoint {
   const [, kind, ...rest] = pathname.split('/').filter(Boolean);
   if (kind === 'text-to-speech' && rest.length > 0) return 'text-to-speech';
   if (kind === 'text-to-dialogue') return 'text-to-dialogue';

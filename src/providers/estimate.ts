@@ -114,7 +114,7 @@ const OPENAI_MAX_OUTPUT: readonly [RegExp, number][] = [
   [/^gpt-3\.5/, 4_096],
 ];
 
-export function openAIMaxOutputTokens(model: string | null): number | undefined {
+function openAIMaxOutputTokens(model: string | null): number | undefined {
   if (!model) return undefined;
   return OPENAI_MAX_OUTPUT.find(([shape]) => shape.test(model))?.[1];
 }

@@ -35,7 +35,7 @@ export function routeMatchLength(route: ProviderRoute, url: URL): number {
 }
 
 /** Prefix match on whole segments: /v1beta/openai covers /v1beta/openai/x, not /v1beta/openaix. */
-export function isPathUnder(pathname: string, basePath: string): boolean {
+function isPathUnder(pathname: string, basePath: string): boolean {
   if (basePath === '') return true;
   return pathname === basePath || pathname.startsWith(`${basePath}/`);
 }

@@ -16,7 +16,7 @@ import { findCreditBundle, findPlan } from '../storage/plans.ts';
 import { findCustomerSubscriptionView } from '../storage/subscriptions.ts';
 import { merchantHasRow } from '../storage/pages.ts';
 
-export const CHECKOUT_MODES = ['onboarding', 'topup', 'subscription', 'credit_bundle'] as const;
+const CHECKOUT_MODES = ['onboarding', 'topup', 'subscription', 'credit_bundle'] as const;
 
 const id = z.string().min(1).max(100);
 const createBody = z.object({
@@ -51,7 +51,7 @@ const sessionSchema = z.object({
 export const hashCheckoutSecret = (secret: string) => createHash('sha256').update(secret).digest('hex');
 
 /** This Tollgate's public URL, with a trailing slash: configured, or the one the request reached. */
-export function publicBase(configured: string | undefined, request: FastifyRequest): string {
+function publicBase(configured: string | undefined, request: FastifyRequest): string {
   const base = configured ?? `${request.protocol}://${request.host}`;
   return base.endsWith('/') ? base : `${base}/`;
 }

@@ -64,7 +64,7 @@ const contactSchema = z.object({
 });
 
 /** One object serves both vocabularies: a customer (newer) is a connection (older). */
-export const customerSchema = z.object({
+const customerSchema = z.object({
   customer_id: z.string(),
   connection_id: z.string().describe('Older name of customer_id'),
   connection_secret: z.string().describe('Secret the older forward token and request body use'),
@@ -82,7 +82,7 @@ export const customerSchema = z.object({
 });
 export type Customer = z.infer<typeof customerSchema>;
 
-export const customerListQuery = pageQuery.extend({ reference_id: z.string().min(1).max(255).optional() });
+const customerListQuery = pageQuery.extend({ reference_id: z.string().min(1).max(255).optional() });
 
 /** `subscription`: the customer's subscription that is not cancelled (liveSubscriptionSummaries), if any. */
 export function presentCustomer(row: ConnectionWithBalance, now = new Date(), subscription: SubscriptionSummary | null = null): Customer {

@@ -90,7 +90,7 @@ const breakdownItem = z.object({
 });
 
 /** One record shape serves both vocabularies (a superset of the two variants). */
-export const requestRecordSchema = z.object({
+const requestRecordSchema = z.object({
   request_id: z.string(),
   status: z.enum(['pending', 'completed', 'error']),
   provider: z.string(),

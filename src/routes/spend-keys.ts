@@ -73,7 +73,7 @@ const createBody = optionalBody(z.strictObject({
 const updateBody = optionalBody(z.strictObject(settingsFields).partial());
 
 const limitSchema = (field: z.ZodType) => z.object({ amount: field, cycle }).nullable();
-export const spendKeySchema = z.object({
+const spendKeySchema = z.object({
   spend_key_id: z.string(),
   key_preview: z.string(),
   name: z.string(),

@@ -5,7 +5,7 @@ import { insertSecretKey } from './secret-keys.ts';
 import { insertWalletKey } from './wallet-keys.ts';
 
 /** How long a code from the browser may wait for its exchange (the interface says 60 s). */
-export const CLI_CODE_TTL_MS = 60_000;
+const CLI_CODE_TTL_MS = 60_000;
 
 export type CliCredentials = {
   merchantId: string;

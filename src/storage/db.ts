@@ -91,7 +91,7 @@ function postgresPool(url: string, max: number, pipeline: boolean): pg.Pool {
 }
 
 /** How long a query waits for a connection from the pool (opening one included) before failing. */
-export const PG_CONNECT_TIMEOUT_MS = 5_000;
+const PG_CONNECT_TIMEOUT_MS = 5_000;
 
 /**
  * A broken connection is not news of its own: whatever was using it fails with the error, and

@@ -48,7 +48,7 @@ export async function findMerchant(storage: Storage, id: string): Promise<Mercha
 }
 
 /** scrypt with a per-password salt; stored as `scrypt$<salt>$<hash>`. */
-export function hashPassword(password: string): string {
+function hashPassword(password: string): string {
   const salt = randomBytes(16);
   return `scrypt$${salt.toString('base64')}$${scryptSync(password, salt, 32).toString('base64')}`;
 }

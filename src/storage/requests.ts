@@ -6,7 +6,7 @@ export type RequestRow = RequestsTable;
 const BUCKET_MS = 15 * 60 * 1000;
 
 /** Start of the 15-minute UTC bucket holding `iso`. */
-export function bucketStart(iso: string): string {
+function bucketStart(iso: string): string {
   const t = Date.parse(iso);
   return new Date(Math.floor(t / BUCKET_MS) * BUCKET_MS).toISOString();
 }

@@ -50,7 +50,7 @@ function bucketsFor(db: Kysely<Database>, merchantId: string, range: UsageRange,
   return bucketsFromRecords(db, merchantId, range, filters);
 }
 
-export function foldIntoDays(range: UsageRange, buckets: readonly BucketRow[]): UsageSums[] {
+function foldIntoDays(range: UsageRange, buckets: readonly BucketRow[]): UsageSums[] {
   const days = range.days.map(() => emptySums());
   for (const b of buckets) {
     const index = dayIndexOf(range, Date.parse(b.bucket));

@@ -59,7 +59,7 @@ export async function insertWebhook(
  * `whsec_` and 32 random bytes in base64: the Standard Webhooks form, whose libraries take the
  * bytes after the prefix as the HMAC key; the hex signature keys with the whole string instead.
  */
-export function newWebhookSecret(): string {
+function newWebhookSecret(): string {
   return SECRET_PREFIX.webhook + randomBytes(32).toString('base64');
 }
 
@@ -159,4 +159,3 @@ export async function redeliver(storage: Storage, webhookId: string, id: string,
   return storage.db.selectFrom('webhook_deliveries').selectAll().where('webhook_id', '=', webhookId).where('id', '=', id).executeTakeFirst();
 }
 
-export const newDeliveryId = () => newId('delivery');

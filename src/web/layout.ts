@@ -28,7 +28,7 @@ export type PageOptions = {
   status?: number;
 };
 
-export const STYLESHEET = '/assets/tollgate.css';
+const STYLESHEET = '/assets/tollgate.css';
 
 /** An origin as a CSP source: exactly `scheme://host[:port]`, so nothing else can slip into the policy. */
 function originSource(origin: string): string {
@@ -36,7 +36,7 @@ function originSource(origin: string): string {
   return origin;
 }
 
-export function contentSecurityPolicy(formTargets: string[] = [], frameAncestors?: string): string {
+function contentSecurityPolicy(formTargets: string[] = [], frameAncestors?: string): string {
   return [
     "default-src 'none'",
     "script-src 'self'",
@@ -55,7 +55,7 @@ export function contentSecurityPolicy(formTargets: string[] = [], frameAncestors
  * never cached. X-Frame-Options cannot name one allowed origin, so a page that one origin may
  * frame relies on the policy's frame-ancestors alone.
  */
-export function pageHeaders(formTargets: string[] = [], frameAncestors?: string): Record<string, string> {
+function pageHeaders(formTargets: string[] = [], frameAncestors?: string): Record<string, string> {
   return {
     'content-type': 'text/html; charset=utf-8',
     'content-security-policy': contentSecurityPolicy(formTargets, frameAncestors),
@@ -67,7 +67,7 @@ export function pageHeaders(formTargets: string[] = [], frameAncestors?: string)
   };
 }
 
-export function renderPage(opts: PageOptions): string {
+function renderPage(opts: PageOptions): string {
   const styles = [STYLESHEET, ...(opts.styles ?? [])];
   return `<!doctype html>${html`<html lang="en">
 <head>

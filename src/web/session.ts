@@ -4,10 +4,10 @@ import type { FastifyReply, FastifyRequest } from 'fastify';
 import { nowOf, type AppDeps } from '../http/types.ts';
 import { createSession, deleteSession, findSession, type Session } from '../storage/sessions.ts';
 
-export const SESSION_COOKIE = 'tollgate_session';
+const SESSION_COOKIE = 'tollgate_session';
 /** Before sign-in there is no session to hold a CSRF token: a signed double-submit cookie does. */
 const CSRF_COOKIE = 'tollgate_csrf';
-export const SESSION_TTL_MS = 12 * 60 * 60_000;
+const SESSION_TTL_MS = 12 * 60 * 60_000;
 
 declare module 'fastify' {
   interface FastifyRequest {

@@ -10,7 +10,7 @@ import { signatureHeaders } from './signing.ts';
 import { systemResolver, type Resolver, type UrlPolicy } from './url-safety.ts';
 
 /** Deliveries in flight to one endpoint from one process: a slow endpoint holds at most these. */
-export const PER_ENDPOINT_CONCURRENCY = 4;
+const PER_ENDPOINT_CONCURRENCY = 4;
 const DEFAULT_POLL_MS = 100;
 const ERROR_RETRY_MS = 2_000;
 

@@ -22,7 +22,7 @@ export type EventType = (typeof EVENT_TYPES)[number];
  * Receivers built for the older vocabulary subscribe with these names; their deliveries carry the
  * older name in `event` and the same data.
  */
-export const LEGACY_EVENT_NAMES = {
+const LEGACY_EVENT_NAMES = {
   'connection.created': 'customer.created',
   'connection.deleted': 'customer.deleted',
   'connection.wallet.balance.updated': 'customer.wallet.balance.updated',

@@ -2,7 +2,7 @@ import { Agent, request, type Dispatcher } from 'undici';
 import { checkedLookup, ForbiddenAddressError, urlProblem, type Resolver, type UrlPolicy } from './url-safety.ts';
 
 /** How much of a receiver's answer is read: only its status matters, and a receiver must not make us buffer. */
-export const MAX_RESPONSE_BYTES = 64 * 1024;
+const MAX_RESPONSE_BYTES = 64 * 1024;
 
 export type SendOutcome =
   | { kind: 'answered'; status: number }

@@ -23,7 +23,7 @@ export function signatureHeaders(body: string, eventId: string, secrets: string[
   return headers;
 }
 
-export function hexSignature(secret: string, body: string): string {
+function hexSignature(secret: string, body: string): string {
   return createHmac('sha256', secret).update(body).digest('hex');
 }
 

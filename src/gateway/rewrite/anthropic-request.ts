@@ -19,7 +19,7 @@ import {
 } from './canonical.ts';
 
 /** What an Anthropic request gets when the client's format left the output cap open. */
-export const DEFAULT_MAX_TOKENS = 4096;
+const DEFAULT_MAX_TOKENS = 4096;
 
 const REQUEST_MEMBERS = new Set([
   'model',

@@ -170,7 +170,7 @@ export function readProviderError(status: number, body: unknown): ProviderError 
 }
 
 /** A provider's error status, as a kind every format has a name for. */
-export function errorKindOf(status: number): ErrorKind {
+function errorKindOf(status: number): ErrorKind {
   if (status === 401) return 'authentication';
   if (status === 403) return 'permission';
   if (status === 404) return 'not_found';

@@ -115,7 +115,7 @@ type RewritePath = { client: RewriteFormat; providerUrl: string; query: URLSearc
  * `/v1/rewrite/<format>/<provider URL>[?query]`, read from the raw URL: the provider URL keeps
  * its `//` (the published client appends it raw) and may also come without a scheme.
  */
-export function splitRewritePath(rawUrl: string): RewritePath {
+function splitRewritePath(rawUrl: string): RewritePath {
   const queryStart = rawUrl.indexOf('?');
   const path = queryStart === -1 ? rawUrl : rawUrl.slice(0, queryStart);
   const query = new URLSearchParams(queryStart === -1 ? '' : rawUrl.slice(queryStart + 1));

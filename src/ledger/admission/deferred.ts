@@ -26,7 +26,7 @@ export const ADMISSION_WRITE_DELAY_MS = 50;
  * admission, instead of a timer and a chain of promises for each (every embedded request makes
  * one). Work handed in later is due later, so the queue is in due order.
  */
-export class DelayQueue {
+class DelayQueue {
   readonly #delayMs: number;
   #entries: { due: number; run: () => void }[] = [];
   #timer: NodeJS.Timeout | undefined;
@@ -196,7 +196,7 @@ type WalletBalance = Pick<WalletRow, 'id' | 'balance' | 'held' | 'overrun' | 'cy
  * wrongly, and refusals are taken against a fresh read. Saves a read per request (the read takes
  * SQLite's WAL read lock: system calls, ~14 µs under load). One per app (DeferredWrites).
  */
-export class WalletReads {
+class WalletReads {
   #reads = new Map<string, { row: WalletBalance; writes: number }>();
 
   /** The rows of these wallets as last read, while nothing was written through `storage` since; else null. */

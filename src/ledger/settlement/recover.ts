@@ -17,7 +17,7 @@ import { recordWalletBalanceEvent } from '../events.ts';
 import { appendTransaction, type Leg } from '../postings.ts';
 import { releaseHoldInTransaction } from '../holds.ts';
 import { debitInMemory, lockWallets } from '../wallets.ts';
-import { counterAt, counterId, countersInKeyOrder, lockUsageCounters, monthStart, type CounterKey } from '../charge.ts';
+import { counterAt, counterId, countersInKeyOrder, lockUsageCounters, monthStart, type CounterKey } from '../tier-counters.ts';
 
 /** What a hold was estimated from, kept on the pending record (`hold_estimate`, JSON; amounts as decimal strings of units). */
 export type EstimatedCharge = {

@@ -13,17 +13,14 @@ import { failPendingRecord, metadataRollupAdditions, metadataRollupUpsert, metad
 import {
   batchTime,
   chargeRequest,
-  counterId,
-  counterKeyOf,
-  lockUsageCounters,
   payerWalletOf,
   postCharge,
   priceCharge,
   type ChargeInput,
   type ChargeOutcome,
-  type CounterKey,
   type PostedCharge,
 } from '../charge.ts';
+import { counterId, counterKeyOf, lockUsageCounters, type CounterKey } from '../tier-counters.ts';
 import { ledgerRows } from '../postings.ts';
 import { releaseHoldInTransaction } from '../holds.ts';
 import { lockWallets, type WalletRow } from '../wallets.ts';
