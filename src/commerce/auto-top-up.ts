@@ -5,7 +5,7 @@ import { fundWallet } from '../ledger/funding.ts';
 import { availableOf } from '../ledger/wallets.ts';
 import type { Database } from '../storage/schema.ts';
 import { ProviderUnavailableError, UNANSWERED, type ChargeOutcome } from '../payments/types.ts';
-import { findPayment, insertPayment, latestPaymentMethod, transitionPayment } from '../storage/subscriptions.ts';
+import { findPayment, insertPayment, latestPaymentMethod, transitionPayment, type PaymentRow } from '../storage/subscriptions.ts';
 import { savedMethodOf, type CommerceDeps } from './subscriptions.ts';
 
 /**
@@ -86,20 +86,52 @@ export async function topUpIfShort(deps: CommerceDeps, walletId: string, needed:
     await transitionPayment(storage.db, payment.id, ['pending'], { status: 'failed', provider_ref: outcome.providerRef, failure_reason: reason, updated_at: stamp });
     return 'payment_failed';
   }
-  await storage.db.transaction().execute(async (trx) => {
-    if (!(await transitionPayment(trx, payment.id, ['pending'], { status: 'succeeded', provider_ref: outcome.providerRef, updated_at: stamp }))) return;
-    await fundWallet(trx, {
-      merchantId: sub.merchant_id,
-      walletId,
-      bucket: 'bundle',
-      amount: BigInt(sub.credit_amount),
-      source: 'payment',
-      reference: payment.id,
-      description: `${sub.name}: auto top-up`,
-      at: stamp,
-    });
-  });
+  await creditPurchase(deps, payment, walletId, { bucket: 'bundle', amount: BigInt(sub.credit_amount), description: `${sub.name}: auto top-up` }, outcome.providerRef, stamp);
   return 'bought';
+}
+
+/**
+ * A purchase the provider confirmed is credited in the transaction that marks it succeeded, only
+ * if that compare-and-set happened: the charging call and the provider's event racing credit once.
+ */
+async function creditPurchase(
+  deps: CommerceDeps,
+  payment: PaymentRow,
+  walletId: string,
+  credit: { bucket: 'bundle' | 'prepaid'; amount: bigint; description: string },
+  providerRef: string,
+  stamp: string,
+): Promise<boolean> {
+  return deps.storage.db.transaction().execute(async (trx) => {
+    if (!(await transitionPayment(trx, payment.id, ['pending'], { status: 'succeeded', provider_ref: providerRef, updated_at: stamp }))) return false;
+    await fundWallet(trx, { merchantId: payment.merchant_id, walletId, ...credit, source: 'payment', reference: payment.id, at: stamp });
+    return true;
+  });
+}
+
+/**
+ * An auto top-up its charging call did not settle (the process died during the call, or the
+ * provider did not answer it) that the provider reports succeeded (its webhook event): credited
+ * once, as the call would have. The bundle is the subscription's auto top-up bundle if it still
+ * costs what was paid; otherwise (changed since) the payment is credited as prepaid funds.
+ */
+export async function settleTopUpFromProvider(deps: CommerceDeps, payment: PaymentRow, outcome: ChargeOutcome): Promise<'credited' | 'unchanged'> {
+  if (payment.purpose !== 'auto_top_up' || outcome.status !== 'succeeded') return 'unchanged';
+  const subscriptionId = payment.reference.split(':')[0]!;
+  const row = await deps.storage.db
+    .selectFrom('subscriptions')
+    .innerJoin('connections', 'connections.id', 'subscriptions.connection_id')
+    .leftJoin('credit_bundles', 'credit_bundles.id', 'subscriptions.auto_top_up_bundle_id')
+    .select(['connections.wallet_id', 'credit_bundles.name', 'credit_bundles.cost', 'credit_bundles.credit_amount'])
+    .where('subscriptions.id', '=', subscriptionId)
+    .executeTakeFirst();
+  if (!row) return 'unchanged';
+  const sameBundle = row.cost !== null && row.credit_amount !== null && BigInt(row.cost) === payment.amount;
+  const credit = sameBundle
+    ? { bucket: 'bundle' as const, amount: BigInt(row.credit_amount!), description: `${row.name}: auto top-up` }
+    : { bucket: 'prepaid' as const, amount: payment.amount, description: 'Auto top-up (its bundle changed since)' };
+  const credited = await creditPurchase(deps, payment, row.wallet_id, credit, outcome.providerRef, dateOf(deps.clock).toISOString());
+  return credited ? 'credited' : 'unchanged';
 }
 
 /**

@@ -2,7 +2,9 @@ import { UNANSWERED, type ChargeOutcome, type ProviderEvent } from '../payments/
 import type { CustomerEventData } from '../storage/connections.ts';
 import { isUniqueViolation } from '../storage/errors.ts';
 import { transitionPayment, type PaymentRow } from '../storage/subscriptions.ts';
+import { settleTopUpFromProvider } from './auto-top-up.ts';
 import { settleCheckoutFromProvider } from './checkout.ts';
+import { settleRenewalFromProvider } from './renewals.ts';
 import type { CommerceDeps } from './subscriptions.ts';
 
 /**
@@ -52,8 +54,9 @@ async function applyEvent(deps: CommerceDeps, event: ProviderEvent, customerEven
     if (settled === 'not_open') return 'unchanged';
     return settled.status === 'completed' ? 'credited' : outcome.status === 'failed' ? 'failed' : 'unchanged';
   }
-  // Renewals and auto top-ups are charged off-session and settled by the charging call itself;
-  // an event can only record a decline that call did not (its process died during the charge).
+  // Renewals and auto top-ups are settled by their charging call; the event settles those the
+  // call did not (the provider did not answer it, or its process died), by the same compare-and-set.
+  if (payment.purpose === 'renewal') return settleRenewalFromProvider(deps, payment, outcome);
   if (outcome.status === 'failed') {
     const changed = await transitionPayment(deps.storage.db, payment.id, ['pending', 'requires_action'], {
       status: 'failed',
@@ -63,7 +66,7 @@ async function applyEvent(deps: CommerceDeps, event: ProviderEvent, customerEven
     });
     return changed ? 'failed' : 'unchanged';
   }
-  return 'unchanged';
+  return settleTopUpFromProvider(deps, payment, outcome);
 }
 
 /**
@@ -72,7 +75,7 @@ async function applyEvent(deps: CommerceDeps, event: ProviderEvent, customerEven
  * once) and the caller settles it. Any other settled payment stays as it is.
  */
 async function reopenUnanswered(deps: CommerceDeps, payment: PaymentRow, outcome: ChargeOutcome): Promise<boolean> {
-  if (payment.purpose !== 'checkout' || payment.status !== 'failed' || payment.failure_reason !== UNANSWERED || outcome.status !== 'succeeded') return false;
+  if (payment.status !== 'failed' || payment.failure_reason !== UNANSWERED || outcome.status !== 'succeeded') return false;
   const reopened = await deps.storage.db
     .updateTable('payments')
     .set({ status: 'pending', failure_reason: null })

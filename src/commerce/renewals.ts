@@ -6,7 +6,7 @@ import { ProviderUnavailableError, type ChargeOutcome } from '../payments/types.
 import { findPlanIncludingDeleted, type PlanRow } from '../storage/plans.ts';
 import type { Database } from '../storage/schema.ts';
 import { findPayment, insertPayment, latestPaymentMethod, transitionPayment, type PaymentRow, type SubscriptionRow } from '../storage/subscriptions.ts';
-import { emitSubscriptionEvent, savedMethodOf, settleOrphanedReservations, type CommerceDeps } from './subscriptions.ts';
+import { emitSubscriptionEvent, savedMethodOf, settleOrphanedReservations, startReservationFromProvider, type CommerceDeps } from './subscriptions.ts';
 
 /**
  * The cycle engine. Every tick renews the subscriptions whose cycle has ended: it applies a
@@ -153,6 +153,49 @@ async function retryLater(deps: CommerceDeps, sub: SubscriptionRow, now: Date): 
     .where('id', '=', sub.id)
     .where('cycle_end_at', '=', sub.cycle_end_at)
     .execute();
+}
+
+/**
+ * A renewal payment its charging call did not settle (the provider did not answer, or the process
+ * died during the call) that the provider reports settled (its webhook event). A success starts
+ * the next cycle — in the transaction that marks the payment succeeded, and only if the cycle it
+ * paid for is still the current one, so the engine and the event racing renew once; a paid first
+ * period starts its reservation. A failure is recorded on the payment; the engine (or the orphan
+ * settler) draws its consequences on its next pass, as for a decline of its own.
+ */
+export async function settleRenewalFromProvider(deps: CommerceDeps, payment: PaymentRow, outcome: ChargeOutcome): Promise<'credited' | 'failed' | 'unchanged'> {
+  const { storage } = deps;
+  const stamp = dateOf(deps.clock).toISOString();
+  if (outcome.status === 'failed') {
+    const failed = await transitionPayment(storage.db, payment.id, ['pending', 'requires_action'], { status: 'failed', provider_ref: outcome.providerRef, failure_reason: outcome.reason, updated_at: stamp });
+    return failed ? 'failed' : 'unchanged';
+  }
+  if (outcome.status !== 'succeeded') return 'unchanged';
+  // The reference is `<subscription>:<cycle end (or first cycle's start)>:<attempt>`; the stamp has colons.
+  const subscriptionId = payment.reference.slice(0, payment.reference.indexOf(':'));
+  const cycleAt = payment.reference.slice(subscriptionId.length + 1, payment.reference.lastIndexOf(':'));
+  const sub = await storage.db.selectFrom('subscriptions').selectAll().where('id', '=', subscriptionId).executeTakeFirst();
+  if (!sub) return 'unchanged';
+  if (sub.status === 'incomplete') {
+    await startReservationFromProvider(deps, sub, payment, outcome.providerRef, stamp);
+    return (await paymentStatus(deps, payment.id)) === 'succeeded' ? 'credited' : 'unchanged';
+  }
+  const current = sub.cycle_end_at === cycleAt && (sub.status === 'active' || sub.status === 'past_due');
+  const renewed = await storage.db.transaction().execute(async (trx) => {
+    const succeeded = { status: 'succeeded' as const, provider_ref: outcome.providerRef, updated_at: stamp };
+    // Paid for a cycle that is over (cancelled meanwhile): recorded for a refund, never credited.
+    if (!(await transitionPayment(trx, payment.id, ['pending', 'requires_action'], current ? succeeded : { ...succeeded, failure_reason: 'cycle_closed' }))) return false;
+    if (!current) return false;
+    const ending = (await findPlanIncludingDeleted(storage, sub.plan_id))!;
+    const next = (sub.pending_plan_id && (await findPlanIncludingDeleted(storage, sub.pending_plan_id))) || ending;
+    await startNextCycle(deps, trx, sub, ending, next);
+    return true;
+  });
+  return renewed ? 'credited' : 'unchanged';
+}
+
+async function paymentStatus(deps: CommerceDeps, id: string): Promise<PaymentRow['status'] | undefined> {
+  return (await deps.storage.db.selectFrom('payments').select('status').where('id', '=', id).executeTakeFirst())?.status;
 }
 
 /** What is left of the ending cycle's credit goes by the ending plan's rollover rules. */

@@ -197,13 +197,39 @@ async function chargeReservation(
     });
     return { ok: false, reason: 'payment_failed', message: reason };
   }
+  const active = await startPaidReservation(deps, sub, customer, plan, payment, outcome.providerRef, stamp);
+  return { ok: true, subscription: active };
+}
+
+/**
+ * A reservation whose first period the provider confirmed starts, in the transaction that marks
+ * its payment succeeded, only if that compare-and-set happened (the request, the orphan settler
+ * and the provider's event may all learn of it).
+ */
+async function startPaidReservation(
+  deps: CommerceDeps,
+  sub: SubscriptionRow,
+  customer: Customer,
+  plan: PlanRow,
+  payment: PaymentRow,
+  providerRef: string,
+  stamp: string,
+): Promise<SubscriptionRow> {
   const active: SubscriptionRow = { ...sub, status: 'active' };
-  await storage.db.transaction().execute(async (trx) => {
-    if (!(await transitionPayment(trx, payment.id, ['pending'], { status: 'succeeded', provider_ref: outcome.providerRef, updated_at: stamp }))) return;
+  await deps.storage.db.transaction().execute(async (trx) => {
+    if (!(await transitionPayment(trx, payment.id, ['pending'], { status: 'succeeded', provider_ref: providerRef, updated_at: stamp }))) return;
     await updateSubscription(trx, sub.id, { status: 'active' });
     await beginFirstCycle(trx, active, customer, plan);
   });
-  return { ok: true, subscription: active };
+  return active;
+}
+
+/** The first period of a reservation the provider confirmed by its event (not by the charging call). */
+export async function startReservationFromProvider(deps: CommerceDeps, sub: SubscriptionRow, payment: PaymentRow, providerRef: string, stamp: string): Promise<void> {
+  if (sub.status !== 'incomplete' || payment.reference !== firstPeriodReference(sub)) return;
+  const customer = await deps.storage.db.selectFrom('connections').select(['id', 'wallet_id']).where('id', '=', sub.connection_id).executeTakeFirstOrThrow();
+  const plan = (await findPlanIncludingDeleted(deps.storage, sub.plan_id))!;
+  await startPaidReservation(deps, sub, customer, plan, payment, providerRef, stamp);
 }
 
 /** A reservation this old has no live request charging it any more (a provider call times out well before). */

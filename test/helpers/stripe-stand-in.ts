@@ -26,6 +26,11 @@ export type StripeStandIn = {
   problems: string[];
   intents: Map<string, Intent>;
   setIntentStatus(id: string, status: string, lastError?: string): void;
+  /**
+   * While on, every request is carried out (an intent is created and kept) but never answered: the
+   * connection is dropped, as when Stripe took a payment and the answer was lost.
+   */
+  dropAnswers(on: boolean): void;
   /** Shuts the stand-in down (connections refused, open ones closed); `up` listens again on the same port, state kept. */
   down(): Promise<void>;
   up(): Promise<void>;
@@ -44,6 +49,7 @@ export async function startStripeStandIn(secretKey: string): Promise<StripeStand
   const intents = new Map<string, Intent>();
   const answered = new Map<string, { status: number; body: unknown }>();
   let n = 0;
+  let dropping = false;
   const nextId = (prefix: string) => `${prefix}_standin${String(++n).padStart(6, '0')}`;
 
   const paymentMethod = (id: string, customer: string | null) => ({ id, object: 'payment_method', type: 'card', card: CARDS[id] ?? { brand: 'visa', last4: '0000' }, customer });
@@ -125,6 +131,7 @@ export async function startStripeStandIn(secretKey: string): Promise<StripeStand
       const replayKey = idempotencyKey && `${where} ${idempotencyKey}`;
       const answer = (replayKey && answered.get(replayKey)) || route(req.method ?? '', url.pathname, params);
       if (replayKey) answered.set(replayKey, answer);
+      if (dropping) return void req.socket.destroy();
       res.writeHead(answer.status, { 'content-type': 'application/json', 'request-id': `req_${n}` });
       res.end(JSON.stringify(answer.body));
     });
@@ -141,6 +148,9 @@ export async function startStripeStandIn(secretKey: string): Promise<StripeStand
       if (!intent) throw new Error(`no intent ${id}`);
       intent.status = status;
       intent.last_payment_error = lastError ? { code: 'card_declined', message: lastError } : null;
+    },
+    dropAnswers(on) {
+      dropping = on;
     },
     down: () =>
       new Promise<void>((resolve) => {
