@@ -1,8 +1,8 @@
-import { setTimeout as sleep } from 'node:timers/promises';
-import type { ExpressionBuilder } from 'kysely';
+import { sql, type ExpressionBuilder } from 'kysely';
 import { dateOf } from '../domain/clock.ts';
 import { fundWallet } from '../ledger/funding.ts';
 import { availableOf } from '../ledger/wallets.ts';
+import type { Storage } from '../storage/db.ts';
 import type { Database } from '../storage/schema.ts';
 import { ProviderUnavailableError, UNANSWERED, type ChargeOutcome } from '../payments/types.ts';
 import { findPayment, insertPayment, latestPaymentMethod, transitionPayment, type PaymentRow } from '../storage/subscriptions.ts';
@@ -20,7 +20,7 @@ import { savedMethodOf, type CommerceDeps } from './subscriptions.ts';
  * Every billed path (POST /v1/requests, forward, drop-in, rewrite) reaches it through
  * `admitWithAutoTopUp` around its call into the ledger.
  */
-const WAIT_POLL_MS = 20;
+/** The longest a caller waits for another's purchase on PostgreSQL (the database's lock_timeout). */
 const WAIT_LIMIT_MS = 10_000;
 
 export type TopUpResult = 'covered' | 'bought' | 'bought_by_another' | 'no_auto_top_up' | 'payment_failed';
@@ -39,34 +39,46 @@ export async function topUpIfShort(deps: CommerceDeps, walletId: string, needed:
   if (!sub) return 'no_auto_top_up';
 
   const stamp = now.toISOString();
-  let payment = null;
-  let reference = '';
   // A purchase that is still being paid is waited for, then the balance is read again.
-  for (let round = 0; round < 3 && !payment; round++) {
+  for (let round = 0; round < 3; round++) {
     const snapshot = await shortfallSnapshot(deps, walletId, sub.id);
     if (snapshot.available >= needed) return round === 0 ? 'covered' : 'bought_by_another';
     if (snapshot.lastPending) {
       if ((await outcomeOf(deps, snapshot.lastPending)) === 'failed') return 'payment_failed';
       continue;
     }
-    reference = `${sub.id}:${snapshot.bought + 1n}`;
-    payment = await insertPayment(storage.db, {
-      merchant_id: sub.merchant_id,
-      connection_id: sub.connection_id,
-      provider: deps.payments.id,
-      provider_ref: null,
-      purpose: 'auto_top_up',
-      reference,
-      amount: BigInt(sub.cost),
-      status: 'pending',
-      failure_reason: null,
-      created_at: stamp,
-      updated_at: stamp,
+    const reference = `${sub.id}:${snapshot.bought + 1n}`;
+    // The purchase holds its turn from before its row exists until its outcome is written, so a
+    // caller that finds the row pending, or loses the race to insert it, waits for that turn.
+    const bought = await inPurchaseTurn(deps, reference, async () => {
+      const payment = await insertPayment(storage.db, {
+        merchant_id: sub.merchant_id,
+        connection_id: sub.connection_id,
+        provider: deps.payments.id,
+        provider_ref: null,
+        purpose: 'auto_top_up',
+        reference,
+        amount: BigInt(sub.cost),
+        status: 'pending',
+        failure_reason: null,
+        created_at: stamp,
+        updated_at: stamp,
+      });
+      return payment ? buy(deps, sub, walletId, payment, stamp) : null;
     });
-    if (!payment && (await outcomeOf(deps, reference)) === 'failed') return 'payment_failed';
+    if (bought === 'timed_out') return 'payment_failed';
+    if (bought !== null) return bought;
+    // Another caller bought this number; its turn is over, so its outcome is written.
+    if ((await findPayment(storage.db, 'auto_top_up', reference))?.status !== 'succeeded') return 'payment_failed';
   }
-  if (!payment) return 'bought_by_another';
+  return 'bought_by_another';
+}
 
+type Purchase = { merchant_id: string; connection_id: string; name: string; credit_amount: bigint | string };
+
+/** Charges the purchase's payment row (its id is the idempotency key) and credits it once paid. */
+async function buy(deps: CommerceDeps, sub: Purchase, walletId: string, payment: PaymentRow, stamp: string): Promise<TopUpResult> {
+  const { storage } = deps;
   const method = await latestPaymentMethod(storage.db, sub.connection_id);
   let outcome: ChargeOutcome;
   try {
@@ -159,16 +171,65 @@ async function shortfallSnapshot(deps: CommerceDeps, walletId: string, subscript
   return { available, bought: BigInt(row.bought ?? 0n), lastPending: row.pending };
 }
 
-/** Waits for another caller's purchase to settle. */
+/** Waits for the purchase in progress under `reference` to end, and tells how it ended. */
 async function outcomeOf(deps: CommerceDeps, reference: string): Promise<'succeeded' | 'failed'> {
-  const deadline = Date.now() + WAIT_LIMIT_MS;
-  for (;;) {
-    const payment = await findPayment(deps.storage.db, 'auto_top_up', reference);
-    if (payment?.status === 'succeeded') return 'succeeded';
-    if (!payment || payment.status === 'failed' || Date.now() >= deadline) return 'failed';
-    await sleep(WAIT_POLL_MS);
+  const payment = await inPurchaseTurn(deps, reference, () => findPayment(deps.storage.db, 'auto_top_up', reference));
+  // Still pending once its turn is over: its purchaser died during the call (its event settles it).
+  return payment !== 'timed_out' && payment?.status === 'succeeded' ? 'succeeded' : 'failed';
+}
+
+/**
+ * Runs `work` in the purchase's turn: one caller at a time per purchase (its reference). Callers of
+ * one process queue in process (one promise chain per reference, kept per storage, so no
+ * connection is held while waiting); on PostgreSQL the first of each process then takes a
+ * session advisory lock on the reference, so instances take turns too. No clock is polled: a wait
+ * ends when the turn before it ends, which its provider call's own timeout bounds, and the
+ * database gives up a lock wait after WAIT_LIMIT_MS (`lock_timeout`): then 'timed_out'.
+ */
+async function inPurchaseTurn<T>(deps: CommerceDeps, reference: string, work: () => Promise<T>): Promise<T | 'timed_out'> {
+  const { storage } = deps;
+  return inProcessTurn(storage, reference, () => (storage.dialect === 'postgres' ? withAdvisoryLock(storage, `auto_top_up:${reference}`, work) : work()));
+}
+
+const turns = new WeakMap<Storage, Map<string, Promise<void>>>();
+
+async function inProcessTurn<T>(storage: Storage, reference: string, work: () => Promise<T>): Promise<T> {
+  let queued = turns.get(storage);
+  if (!queued) turns.set(storage, (queued = new Map()));
+  const before = queued.get(reference) ?? Promise.resolve();
+  let done!: () => void;
+  const mine = before.then(() => new Promise<void>((resolve) => (done = resolve)));
+  queued.set(reference, mine);
+  await before;
+  try {
+    return await work();
+  } finally {
+    done();
+    if (queued.get(reference) === mine) queued.delete(reference);
   }
 }
+
+async function withAdvisoryLock<T>(storage: Storage, name: string, work: () => Promise<T>): Promise<T | 'timed_out'> {
+  return storage.db.connection().execute(async (conn) => {
+    await sql`set lock_timeout = ${sql.lit(`${WAIT_LIMIT_MS}ms`)}`.execute(conn);
+    try {
+      await sql`select pg_advisory_lock(hashtext(${name}))`.execute(conn);
+    } catch (e) {
+      if ((e as { code?: string }).code === LOCK_NOT_AVAILABLE) return 'timed_out' as const;
+      throw e;
+    } finally {
+      await sql`set lock_timeout = 0`.execute(conn);
+    }
+    try {
+      return await work();
+    } finally {
+      await sql`select pg_advisory_unlock(hashtext(${name}))`.execute(conn);
+    }
+  });
+}
+
+/** PostgreSQL's error for a lock wait that passed lock_timeout. */
+const LOCK_NOT_AVAILABLE = '55P03';
 
 /** A billed path's refusal for want of money: whose it is, and how much the wallet lacked. */
 export type Refused = { outcome: 'insufficient_balance'; payer: 'wallet' | 'merchant' };

@@ -6,6 +6,9 @@ import { verifyLedger } from '../../src/ledger/verify.ts';
 import { startTestApp, type TestApp } from '../helpers/app.ts';
 import { createCustomer, createPlan, saveTestCard, subscribe, walletBuckets } from '../helpers/commerce.ts';
 import { databasesUnderTest } from '../helpers/databases.ts';
+import { openStorage } from '../../src/storage/db.ts';
+import type { PaymentProvider } from '../../src/payments/types.ts';
+import { TestClock } from '../helpers/clock.ts';
 
 describe.each(databasesUnderTest())('auto top-up on %s', (dialect) => {
   let t: TestApp;
@@ -37,6 +40,64 @@ describe.each(databasesUnderTest())('auto top-up on %s', (dialect) => {
     expect(await topUpIfShort(deps(), walletId, parseMoney('5'), new Date())).toBe('covered');
     expect(await topUpIfShort(deps(), walletId, parseMoney('6'), new Date())).toBe('bought');
     expect((await walletBuckets(t.storage, walletId)).bundle).toBe(parseMoney('10'));
+  });
+
+  it('callers wait for the purchase in progress on its turn (across instances on PostgreSQL), never on a clock: one charge, and no caller ends before it', async () => {
+    const { walletId } = await subscribedWithBundle('succeeds');
+    // The provider's charge is held until the test lets it go.
+    let release!: () => void;
+    const held = new Promise<void>((resolve) => (release = resolve));
+    let charging!: () => void;
+    const started = new Promise<void>((resolve) => (charging = resolve));
+    const gated: PaymentProvider = Object.assign(Object.create(t.payments) as PaymentProvider, {
+      chargeSaved: async (input: Parameters<PaymentProvider['chargeSaved']>[0]) => {
+        charging();
+        await held;
+        return t.payments.chargeSaved(input);
+      },
+    });
+    // A second instance: its own storage handle (its own in-process queue) on the same database.
+    const other = dialect === 'postgres' ? openStorage(t.database.url, { poolSize: 4 }) : t.storage;
+    // Time does not move: a wait that polled a clock would never see its deadline pass.
+    const clock = new TestClock();
+    try {
+      const before = t.payments.charges.length;
+      const ended: string[] = [];
+      const callers = Array.from({ length: 6 }, (_, i) =>
+        topUpIfShort({ storage: i % 2 === 0 ? t.storage : other, payments: gated, clock }, walletId, parseMoney('1'), new Date()).then((r) => {
+          ended.push(r);
+          return r;
+        }),
+      );
+      await started;
+      // Give the others every chance to end early: they may not while the purchase is being paid.
+      for (let i = 0; i < 20; i++) await new Promise((resolve) => setImmediate(resolve));
+      expect(ended).toEqual([]);
+      release();
+      const results = await Promise.all(callers);
+      expect(results.filter((r) => r === 'bought')).toHaveLength(1);
+      // A caller whose first look came after the purchase finds the wallet covered.
+      expect(results.filter((r) => r !== 'bought').every((r) => r === 'bought_by_another' || r === 'covered'), results.join()).toBe(true);
+      expect(t.payments.charges.slice(before)).toHaveLength(1);
+      expect((await walletBuckets(t.storage, walletId)).bundle).toBe(parseMoney('5'));
+    } finally {
+      if (other !== t.storage) await other.close();
+    }
+  });
+
+  it('a purchase left pending by a purchaser that died is given up at once, not after a wait on the wall clock', async () => {
+    const { walletId, customerId } = await subscribedWithBundle('succeeds');
+    const sub = await t.storage.db.selectFrom('subscriptions').select(['id', 'merchant_id']).where('connection_id', '=', customerId).executeTakeFirstOrThrow();
+    const at = new Date().toISOString();
+    await t.storage.db
+      .insertInto('payments')
+      .values({ id: 'pay_dead_purchaser', merchant_id: sub.merchant_id, connection_id: customerId, provider: 'test', provider_ref: null, purpose: 'auto_top_up', reference: `${sub.id}:1`, amount: parseMoney('4'), status: 'pending', failure_reason: null, created_at: at, updated_at: at })
+      .execute();
+    const startedAt = performance.now();
+    expect(await topUpIfShort(deps(), walletId, parseMoney('1'), new Date())).toBe('payment_failed');
+    // The old wait polled for up to 10 s of wall-clock time.
+    expect(performance.now() - startedAt).toBeLessThan(2_000);
+    expect((await walletBuckets(t.storage, walletId)).balance).toBe(0n);
   });
 
   it('a declined card buys nothing, and a customer without an auto top-up bundle is left alone', async () => {
