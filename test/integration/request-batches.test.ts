@@ -142,6 +142,29 @@ describe.each(databasesUnderTest())('batched request charges on %s', (dialect) =
     expect(await s.balance(0)).toBe(usd('1') - usd('0.000025'));
   });
 
+  it('keeps a copy of a request_id out of its first one\'s batch: a duplicate once that one is recorded, tried in the next batch when it was refused', async () => {
+    const s = await setup(['0.003']);
+    const sizes: number[] = [];
+    const counted: typeof CHARGE_JOB = { ...CHARGE_JOB, wholeBatch: (storage, inputs) => (sizes.push(inputs.length), CHARGE_JOB.wholeBatch!(storage, inputs)) };
+    const writer = chargeWriter(t.storage);
+
+    // Handed in together: the copy waits for its first, the other request shares the first's batch.
+    const inputs = [await s.input(0, tokens(10), 'copied'), await s.input(0, tokens(10), 'copied'), await s.input(0, tokens(10), 'other')];
+    const recorded = await Promise.all(inputs.map((input) => writer.run(counted, input)));
+    expect(recorded.map((o) => o.outcome)).toEqual(['recorded', 'duplicate', 'recorded']);
+    expect(sizes).toEqual([2]);
+
+    // The first asks for 2,000 tokens (0.00755), more than the 0.00295 left, and is refused; its copy
+    // (1,000 tokens, 0.00255) is tried in the next batch and recorded, not answered as a duplicate.
+    sizes.length = 0;
+    const [big, small] = [await s.input(0, tokens(2000), 'retried-copy'), await s.input(0, tokens(1000), 'retried-copy')];
+    const [refused, copy] = await Promise.all([writer.run(counted, big), writer.run(counted, small)]);
+    expect(refused.outcome).toBe('insufficient_balance');
+    expect(copy.outcome).toBe('recorded');
+    expect(sizes).toEqual([1, 1]);
+    await writer.drain();
+  });
+
   it('charges nothing to a customer deleted after it was looked up, and prices with the meter as it is now', async () => {
     const s = await setup(['1', '1']);
     const stale = await s.input(0, tokens(1000));
