@@ -353,17 +353,19 @@ describe.skipIf(!process.env.TEST_DATABASE_URL)('wallet leases on postgres', () 
   it("a dead instance's lease returns once its own short lifetime is over: the wallet pays again without waiting for a hold TTL or a sweep", async () => {
     const merchant = await t.newMerchant('Orphaned lease');
     const hold = await holdFor(merchant, body);
-    // Room for 3 holds and a half: the dead instance's lease takes 3 of them.
-    await creditWallet(t.storage, merchant.walletId, hold * 3n + hold / 2n);
+    // Room for 3 holds and a half, all of it in the dead instance's lease: with nothing left
+    // available, no background refill can grow the lease after this test reads it.
+    const funded = hold * 3n + hold / 2n;
+    await creditWallet(t.storage, merchant.walletId, funded);
 
     // Another instance leases the wallet, then dies: its keeper stops renewing, nothing is given back.
     const leaseTtlMs = t.config.walletLeaseTtlMs;
     const deadKeeper = new HoldKeeper(t.storage, leaseTtlMs, t.app.log, t.clock);
     const dead = new WalletLeases(t.storage, deadKeeper, { hotAfter: 0, idleMs: 3_600_000, ttlMs: leaseTtlMs }, t.app.log, t.clock);
-    expect(await dead.take(merchant.walletId, hold * 3n)).not.toBeNull();
+    expect(await dead.take(merchant.walletId, funded)).not.toBeNull();
     await deadKeeper.close();
     const [orphan] = await leasesOf(merchant.walletId);
-    expect(BigInt(orphan!.amount)).toBe(hold * 3n);
+    expect(BigInt(orphan!.amount)).toBe(funded);
 
     // While its lifetime lasts, the slice is reserved: the wallet cannot cover another hold.
     const refused = await post(base, merchant.secretKey, body);
@@ -375,7 +377,7 @@ describe.skipIf(!process.env.TEST_DATABASE_URL)('wallet leases on postgres', () 
     const charged = await settledCost(merchant, await post(base, merchant.secretKey, body));
     const gone = await t.storage.db.selectFrom('holds').select('status').where('id', '=', orphan!.id).executeTakeFirstOrThrow();
     expect(gone.status).toBe('expired');
-    expect((await wallet(merchant.walletId)).balance).toBe(hold * 3n + hold / 2n - charged);
+    expect((await wallet(merchant.walletId)).balance).toBe(funded - charged);
     expect((await verifyLedger(t.storage)).problems).toEqual([]);
   });
 
