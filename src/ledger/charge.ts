@@ -222,7 +222,7 @@ export function postCharge(
   ];
   return {
     record: buildRequestRecord(input, priced, requestPk, at),
-    transaction: chargeTransaction(input, requestPk, chargeLegs(input, priced, debits), at),
+    transaction: chargeTransaction(input, requestPk, chargeLegs(input.merchant.id, chargeCreditsOf(priced), debits), at),
   };
 }
 
@@ -305,12 +305,20 @@ function shortfall(available: bigint, needed: bigint, payer: 'wallet' | 'merchan
 }
 
 /** The ledger legs of a charge: the wallets' debits and where the money goes. */
-function chargeLegs(input: ChargeInput, priced: PricedRequest, walletDebits: Leg[]): Leg[] {
+/** Where a charge's money goes besides the wallets it debits. */
+export type ChargeCredits = { providerCost: bigint; merchantRevenue: bigint; serviceCharge: bigint };
+
+export function chargeCreditsOf(priced: PricedRequest): ChargeCredits {
+  return { providerCost: priced.baseCost.charged ? priced.baseCost.total : 0n, merchantRevenue: priced.fee.amount, serviceCharge: priced.serviceCharge.amount };
+}
+
+/** A charge's ledger legs: the wallets' debits, and provider costs, merchant revenue and service charges credited. */
+export function chargeLegs(merchantId: string, credits: ChargeCredits, walletDebits: Leg[]): Leg[] {
   return [
     ...walletDebits,
-    { account: providerCostsAccount(input.merchant.id), amount: priced.baseCost.charged ? priced.baseCost.total : 0n },
-    { account: merchantRevenueAccount(input.merchant.id), amount: priced.fee.amount },
-    { account: serviceChargesAccount(), amount: priced.serviceCharge.amount },
+    { account: providerCostsAccount(merchantId), amount: credits.providerCost },
+    { account: merchantRevenueAccount(merchantId), amount: credits.merchantRevenue },
+    { account: serviceChargesAccount(), amount: credits.serviceCharge },
   ];
 }
 

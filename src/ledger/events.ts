@@ -65,8 +65,8 @@ export class BalanceChanges {
     merchantWallet: WalletState | undefined,
     releasedHolds: boolean,
   ): void {
-    if (releasedHolds || priced.totals.wallet !== 0n) this.#note(customerWallet, charge.connection?.id ?? null);
-    if (merchantWallet && (releasedHolds || priced.totals.merchant !== 0n)) this.#note(merchantWallet, null);
+    if (releasedHolds || priced.totals.wallet !== 0n) this.note(customerWallet, charge.connection?.id ?? null);
+    if (merchantWallet && (releasedHolds || priced.totals.merchant !== 0n)) this.note(merchantWallet, null);
   }
 
   /** The events, each with the wallet's state as it is now (call once the transaction's changes are made). */
@@ -76,8 +76,8 @@ export class BalanceChanges {
     return events;
   }
 
-  /** A wallet is its customer's wherever it pays as one; the first charge naming it says which. */
-  #note(wallet: WalletState, connectionId: string | null): void {
+  /** A wallet the transaction changed. It is its customer's wherever it pays as one; the first charge naming it says which. */
+  note(wallet: WalletState, connectionId: string | null): void {
     if (!this.#wallets.has(wallet)) this.#wallets.set(wallet, connectionId);
   }
 }

@@ -12,11 +12,12 @@ import { finishReservation } from '../spend-key-limits.ts';
 import type { Storage } from '../../storage/db.ts';
 import { completePendingRecord, failPendingRecord, type RequestRow } from '../../storage/requests.ts';
 import type { Database } from '../../storage/schema.ts';
-import { merchantRevenueAccount, providerCostsAccount, serviceChargesAccount } from '../accounts.ts';
-import { recordWalletBalanceEvent } from '../events.ts';
-import { appendTransaction, type Leg } from '../postings.ts';
+import { BalanceChanges } from '../events.ts';
+import { chargeLegs, type ChargeCredits } from '../charge.ts';
+import { enqueueEvent } from '../../webhooks/outbox.ts';
+import { appendTransaction } from '../postings.ts';
 import { releaseHoldInTransaction } from '../holds.ts';
-import { debitInMemory, lockWallets } from '../wallets.ts';
+import { debitInMemory, lockWallets, type WalletRow } from '../wallets.ts';
 import { counterAt, counterId, countersInKeyOrder, lockUsageCounters, monthStart, type CounterKey } from '../tier-counters.ts';
 
 /** What a hold was estimated from, kept on the pending record (`hold_estimate`, JSON; amounts as decimal strings of units). */
@@ -117,6 +118,8 @@ export async function recoverPendingInTransaction(trx: Transaction<Database>, di
   const walletIds = kept.flatMap(({ estimate }) => (estimate ? [estimate.payer_wallet_id, estimate.merchant_wallet_id] : []));
   const wallets = walletIds.length > 0 ? await lockWallets(trx, dialect, walletIds) : new Map();
   let charged = 0;
+  /** The wallets debited, each with its customer (null for a merchant's), written once at the end. */
+  const debited = new Map<WalletRow, string | null>();
   /** Tier positions the charged requests advance, as their settlements would have. */
   const advances: (CounterKey & { units: bigint })[] = [];
   for (const { row, estimate } of kept) {
@@ -133,13 +136,8 @@ export async function recoverPendingInTransaction(trx: Transaction<Database>, di
     }
     const walletCost = BigInt(estimate.total_wallet_cost);
     const merchantCost = BigInt(estimate.total_merchant_cost);
-    const legs: Leg[] = [
-      ...debitInMemory(payer, walletCost, estimate.draws_plan_credit === true),
-      ...debitInMemory(merchantWallet, merchantCost, false),
-      { account: providerCostsAccount(row.merchant_id), amount: estimate.base_cost_charged ? BigInt(estimate.base_cost_total) : 0n },
-      { account: merchantRevenueAccount(row.merchant_id), amount: BigInt(estimate.fee_amount) },
-      { account: serviceChargesAccount(), amount: BigInt(estimate.service_charge_amount) },
-    ].filter((leg) => leg.amount !== 0n);
+    const debits = [...debitInMemory(payer, walletCost, estimate.draws_plan_credit === true), ...debitInMemory(merchantWallet, merchantCost, false)];
+    const legs = chargeLegs(row.merchant_id, creditsOfEstimate(estimate), debits).filter((leg) => leg.amount !== 0n);
     if (legs.length > 0) {
       await appendTransaction(trx, { kind: 'request_charge', merchantId: row.merchant_id, reference: row.id, description: `Request ${row.id}`, legs, at });
     }
@@ -147,15 +145,32 @@ export async function recoverPendingInTransaction(trx: Transaction<Database>, di
     const counter = recoveredCounter(row, estimate, at);
     if (counter) advances.push(counter);
     await finishReservation(trx, dialect, row.id, walletCost + merchantCost, new Date(at));
-    for (const wallet of new Set([payer, merchantWallet])) {
-      if (walletCost === 0n && merchantCost === 0n) break;
-      await trx.updateTable('wallets').set({ balance: wallet.balance, cycle_credit: wallet.cycle_credit, bundle_credit: wallet.bundle_credit }).where('id', '=', wallet.id).execute();
-      await recordWalletBalanceEvent(trx, wallet, wallet === payer && payer !== merchantWallet ? row.connection_id : null, at);
-    }
+    if (walletCost !== 0n) debited.set(payer, payer !== merchantWallet ? row.connection_id : null);
+    if (merchantCost !== 0n && !debited.has(merchantWallet)) debited.set(merchantWallet, null);
     charged++;
   }
+  await writeDebitedWallets(trx, debited, at);
   await advanceUsageCounters(trx, advances);
   return charged;
+}
+
+/** What a kept estimate credits besides the wallets, as its settlement would have (chargeCreditsOf). */
+function creditsOfEstimate(estimate: KeptEstimate): ChargeCredits {
+  return {
+    providerCost: estimate.base_cost_charged ? BigInt(estimate.base_cost_total) : 0n,
+    merchantRevenue: BigInt(estimate.fee_amount),
+    serviceCharge: BigInt(estimate.service_charge_amount),
+  };
+}
+
+/** Each wallet the recovered charges debited is written once, with one balance event (the one balance-event rule). */
+async function writeDebitedWallets(trx: Transaction<Database>, debited: Map<WalletRow, string | null>, at: string): Promise<void> {
+  const changes = new BalanceChanges();
+  for (const [wallet, connectionId] of debited) {
+    await trx.updateTable('wallets').set({ balance: wallet.balance, cycle_credit: wallet.cycle_credit, bundle_credit: wallet.bundle_credit }).where('id', '=', wallet.id).execute();
+    changes.note(wallet, connectionId);
+  }
+  for (const event of changes.events(at)) await enqueueEvent(trx, event);
 }
 
 /** Adds each recovered request's units to its tier counter (created when missing), in key order. */

@@ -1,5 +1,5 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { parseMoney } from '../../src/domain/money.ts';
+import { formatMoney, parseMoney } from '../../src/domain/money.ts';
 import { lookupBasePrices } from '../../src/domain/base-prices.ts';
 import { resolveForwardCredential } from '../../src/gateway/credentials.ts';
 import { estimateHold } from '../../src/gateway/hold-estimate.ts';
@@ -14,16 +14,17 @@ import type { MockUpstream } from '../helpers/mock-upstream.ts';
 import { admissionOf } from '../helpers/settle.ts';
 
 /**
- * A request recovered from its hold estimate (its settlement never came, decision 0019) takes its
- * place in its meter's tiers as its settlement would have: the customer's next request is priced
- * at the tier after it.
+ * Requests recovered from their hold estimates (their settlement never came, decision 0019) are
+ * charged as their settlements would have been: a recovered request takes its place in its meter's
+ * tiers (the customer's next request is priced at the tier after it), and a sweep that recovers
+ * several requests of one wallet writes that wallet once, with one balance event (decision 0020).
  */
 const OPENAI_CHAT = `u=${encodeURIComponent('https://api.openai.com/v1/chat/completions')}`;
 const body = { model: 'gpt-4o', max_tokens: 20, messages: [{ role: 'user', content: 'priced by the request' }] };
 // The first request of the month costs 0.1, every later one 0.01.
 const TIERED = { name: 'Tiered', rate_type: 'fixed', tier_type: 'requests', tiers: [{ start: 0, rate: '0.1' }, { start: 1, rate: '0.01' }] };
 
-describe.each(databasesUnderTest())('a recovered request advances its tier position, on %s', (dialect) => {
+describe.each(databasesUnderTest())('recovered requests, on %s', (dialect) => {
   let upstream: MockUpstream;
   let t: TestApp;
   let base: string;
@@ -36,7 +37,8 @@ describe.each(databasesUnderTest())('a recovered request advances its tier posit
     await upstream?.close();
   });
 
-  it("charges the recovered request the first tier's price and the customer's next request the second tier's", async () => {
+  /** A customer of a tiered meter, and a request of theirs admitted, whose instance then died. */
+  async function customerWithOrphan() {
     const customer = await t.customerWithMeter({ credit: '5', meter: TIERED });
     const token = Buffer.from(JSON.stringify({ secret_key: t.merchant.secretKey, customer_id: customer.customerId, meter_slug: customer.meterSlug })).toString('base64');
     const billing = await resolveForwardCredential(t.storage, token, new Date(t.clock.now()));
@@ -48,10 +50,17 @@ describe.each(databasesUnderTest())('a recovered request advances its tier posit
       serviceChargeRate: t.config.serviceChargeRate,
       defaultOutputCap: t.config.defaultMaxOutputTokens,
     });
-    // Admitted, then its instance died: nothing renews its hold, and the sweep finds it past its TTL.
-    const admitted = await admitRequest(t.storage, { ...admissionOf(billing, customer.walletId, { hold: '0', ttlMs: 60_000 }), estimate });
-    expect(admitted.outcome).toBe('admitted');
-    const { recordId } = admitted as { recordId: string };
+    const admitOrphan = async () => {
+      // Admitted, then its instance died: nothing renews its hold, and the sweep finds it past its TTL.
+      const admitted = await admitRequest(t.storage, { ...admissionOf(billing, customer.walletId, { hold: '0', ttlMs: 60_000 }), estimate });
+      expect(admitted.outcome).toBe('admitted');
+      return (admitted as { recordId: string }).recordId;
+    };
+    return { customer, token, recordId: await admitOrphan(), admitOrphan };
+  }
+
+  it("charges the recovered request the first tier's price and the customer's next request the second tier's", async () => {
+    const { customer, token, recordId } = await customerWithOrphan();
     expect(await sweepExpiredHolds(t.storage, new Date(t.clock.now() + 120_000))).toBe(1);
 
     const recovered = await t.storage.db.selectFrom('requests').selectAll().where('id', '=', recordId).executeTakeFirstOrThrow();
@@ -72,6 +81,31 @@ describe.each(databasesUnderTest())('a recovered request advances its tier posit
     const next = await t.settledRecord(res.headers.get('x-tollgate-request-id')!);
     expect(next.status).toBe('completed');
     expect(parseMoney(next.fee.amount as string)).toBe(parseMoney('0.01'));
+    expect((await verifyLedger(t.storage)).problems).toEqual([]);
+  });
+
+  it('writes each wallet once, with one balance event, however many of its requests one sweep recovers', async () => {
+    const { customer, admitOrphan } = await customerWithOrphan();
+    await admitOrphan();
+    await admitOrphan();
+    const balanceEvents = () =>
+      t.storage.db
+        .selectFrom('events')
+        .select('payload')
+        .where('type', '=', 'customer.wallet.balance.updated')
+        .where('payload', 'like', `%${customer.walletId}%`)
+        .execute();
+    const before = (await balanceEvents()).length;
+    expect(await sweepExpiredHolds(t.storage, new Date(t.clock.now() + 120_000))).toBe(3);
+
+    const events = await balanceEvents();
+    expect(events.length - before).toBe(1);
+    const wallet = await t.storage.db.selectFrom('wallets').selectAll().where('id', '=', customer.walletId).executeTakeFirstOrThrow();
+    const charged = await t.storage.db.selectFrom('requests').select('total_wallet_cost').where('connection_id', '=', customer.customerId).where('status', '=', 'completed').execute();
+    expect(charged).toHaveLength(3);
+    const total = charged.reduce((sum, r) => sum + BigInt(r.total_wallet_cost), 0n);
+    expect(BigInt(wallet.balance)).toBe(parseMoney('5') - total);
+    expect(JSON.parse(events.at(-1)!.payload)).toMatchObject({ wallet_id: customer.walletId, balance: formatMoney(BigInt(wallet.balance)), held: '0.0000000000' });
     expect((await verifyLedger(t.storage)).problems).toEqual([]);
   });
 });
