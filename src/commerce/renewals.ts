@@ -199,8 +199,16 @@ async function paymentStatus(deps: CommerceDeps, id: string): Promise<PaymentRow
 }
 
 /** What is left of the ending cycle's credit goes by the ending plan's rollover rules. */
-async function applyRollover(deps: CommerceDeps, trx: Transaction<Database>, sub: SubscriptionRow, ending: PlanRow, walletId: string, cancelling: boolean): Promise<void> {
-  const common = { merchantId: sub.merchant_id, walletId, at: sub.cycle_end_at };
+async function applyRollover(
+  deps: CommerceDeps,
+  trx: Transaction<Database>,
+  sub: SubscriptionRow,
+  ending: PlanRow,
+  walletId: string,
+  cancelling: boolean,
+  at = sub.cycle_end_at,
+): Promise<void> {
+  const common = { merchantId: sub.merchant_id, walletId, at };
   // Cycle credit belongs to the cycle: a cancelled subscription keeps none of it.
   if (cancelling || ending.rollover_type === 'none') {
     await expireBucket(trx, deps.storage.dialect, { ...common, bucket: 'cycle', reference: `${sub.id}:${sub.cycle_end_at}` });
@@ -271,7 +279,7 @@ async function cancel(
   sub: SubscriptionRow,
   ending: PlanRow,
   at: string,
-  reason: 'requested' | 'payment_failed',
+  reason: 'requested' | 'payment_failed' | 'customer_deleted',
 ): Promise<void> {
   const written = await trx
     .updateTable('subscriptions')
@@ -281,8 +289,19 @@ async function cancel(
     .where('status', '<>', 'cancelled')
     .executeTakeFirst();
   if (Number(written.numUpdatedRows) !== 1) return;
-  await applyRollover(deps, trx, sub, ending, await walletOf(trx, sub.connection_id), true);
+  await applyRollover(deps, trx, sub, ending, await walletOf(trx, sub.connection_id), true, at);
   await emitSubscriptionEvent(trx, 'subscription.cancelled', sub, at, { reason });
+}
+
+/**
+ * A deleted customer's subscription ends with it, at once: nothing renews or charges a customer
+ * that no longer exists (decision 0016). Called inside the deletion's transaction.
+ */
+export async function cancelDeletedCustomersSubscription(deps: CommerceDeps, trx: Transaction<Database>, connectionId: string, at: string): Promise<void> {
+  const sub = await trx.selectFrom('subscriptions').selectAll().where('connection_id', '=', connectionId).where('status', '<>', 'cancelled').executeTakeFirst();
+  if (!sub) return;
+  const ending = await trx.selectFrom('plans').selectAll().where('id', '=', sub.plan_id).executeTakeFirstOrThrow();
+  await cancel(deps, trx, sub, ending, at, 'customer_deleted');
 }
 
 async function recordFailure(

@@ -7,7 +7,8 @@ import { ApiError, notFound } from '../http/errors.ts';
 import { metadataSchema } from '../http/metadata.ts';
 import { assertCursor, pageQuery, pageResponse, toPage } from '../http/pagination.ts';
 import { idParams, optionalBody, positiveDecimal, standardErrors, successResponse } from '../http/schemas.ts';
-import type { App, AppDeps } from '../http/types.ts';
+import { nowIsoOf, type App, type AppDeps } from '../http/types.ts';
+import { cancelDeletedCustomersSubscription } from '../commerce/renewals.ts';
 import {
   findConnection,
   insertConnection,
@@ -215,10 +216,17 @@ export function registerCustomerReadRoutes(app: App, deps: AppDeps, base: string
     `${base}/:id`,
     { schema: { tags, params: idParams, response: { 200: successResponse, ...standardErrors } } },
     async (request) => {
-      const deleted = await softDeleteConnection(storage, principalOf(request).merchantId, request.params.id, (row, subscription) =>
-        presentCustomer(row, dateOf(deps.clock), subscription ?? null),
-      );
-      if (!deleted) throw notFound(noun, request.params.id);
+      const { id } = request.params;
+      const at = nowIsoOf(deps);
+      const deleted = await storage.db.transaction().execute(async (trx) => {
+        const found = await softDeleteConnection(trx, principalOf(request).merchantId, id, at, (row, subscription) =>
+          presentCustomer(row, dateOf(deps.clock), subscription ?? null),
+        );
+        // Nothing renews or charges a customer that no longer exists.
+        if (found) await cancelDeletedCustomersSubscription(deps, trx, id, at);
+        return found;
+      });
+      if (!deleted) throw notFound(noun, id);
       return { success: true as const };
     },
   );

@@ -120,37 +120,36 @@ export async function updateConnection(
  * Deletes a customer: its id, wallet and records stay (the ledger and usage still name it), but
  * its contact details and metadata are erased, since nobody can read them any more. The
  * `customer.deleted` event carries the customer as the deletion left it (ids, reference, wallet,
- * and its subscription if it had one), so the erased details do not live on in the event.
+ * and its subscription if it had one), so the erased details do not live on in the event. Inside
+ * the caller's transaction, which also ends the customer's subscription.
  */
 export async function softDeleteConnection(
-  storage: Storage,
+  trx: Transaction<Database>,
   merchantId: string,
   id: string,
+  deletedAt: string,
   eventData: CustomerEventData,
 ): Promise<boolean> {
-  return storage.db.transaction().execute(async (trx) => {
-    const deletedAt = nowIso();
-    const erased = { first_name: null, last_name: null, email: null, phone: null, metadata: null };
-    const result = await trx
-      .updateTable('connections')
-      .set({ deleted_at: deletedAt, ...erased })
-      .where('merchant_id', '=', merchantId)
-      .where('id', '=', id)
-      .where('deleted_at', 'is', null)
-      .executeTakeFirst();
-    if (Number(result.numUpdatedRows) !== 1) return false;
-    const row = await trx
-      .selectFrom('connections')
-      .innerJoin('wallets', 'wallets.id', 'connections.wallet_id')
-      .selectAll('connections')
-      .select('wallets.balance')
-      .where('connections.id', '=', id)
-      .executeTakeFirstOrThrow();
-    // The subscription it had (not cancelled by the deletion), as customer objects show it.
-    const subscription = (await liveSubscriptionSummaries(trx, [id])).get(id) ?? null;
-    await enqueueEvent(trx, { merchantId, type: 'customer.deleted', data: eventData({ ...row, balance: BigInt(row.balance) }, subscription), at: deletedAt });
-    return true;
-  });
+  const erased = { first_name: null, last_name: null, email: null, phone: null, metadata: null };
+  const result = await trx
+    .updateTable('connections')
+    .set({ deleted_at: deletedAt, ...erased })
+    .where('merchant_id', '=', merchantId)
+    .where('id', '=', id)
+    .where('deleted_at', 'is', null)
+    .executeTakeFirst();
+  if (Number(result.numUpdatedRows) !== 1) return false;
+  const row = await trx
+    .selectFrom('connections')
+    .innerJoin('wallets', 'wallets.id', 'connections.wallet_id')
+    .selectAll('connections')
+    .select('wallets.balance')
+    .where('connections.id', '=', id)
+    .executeTakeFirstOrThrow();
+  // The subscription it had, as customer objects showed it (the caller then cancels it, decision 0016).
+  const subscription = (await liveSubscriptionSummaries(trx, [id])).get(id) ?? null;
+  await enqueueEvent(trx, { merchantId, type: 'customer.deleted', data: eventData({ ...row, balance: BigInt(row.balance) }, subscription), at: deletedAt });
+  return true;
 }
 
 /** The older request body and forward token name a connection by its secret. */

@@ -88,6 +88,24 @@ describe.each(databasesUnderTest())('the cycle engine on %s', (dialect) => {
     expect(listed.data[0]).toMatchObject({ status: 'cancelled', pending_change: null });
   });
 
+  it("deleting a customer cancels its subscription at once: cycle credit gone, nothing renewed or charged at the cycle's end", async () => {
+    const s = await subscribed({ name: 'Deleted with its customer', period_amount: '4', included_credit: '3', billing_interval: 'week' });
+    await creditWallet(t.storage, s.walletId, parseMoney('2'), 'bundle');
+    expect((await t.app.inject({ method: 'DELETE', url: `/v1/customers/${s.customerId}`, headers: t.auth() })).statusCode).toBe(200);
+
+    const row = await stored(s.sub.subscription_id);
+    expect(row.status).toBe('cancelled');
+    expect(row.cancelled_at).not.toBeNull();
+    expect(new Date(row.cancelled_at!).getTime()).toBeLessThan(s.end.getTime());
+    expect(await walletBuckets(t.storage, s.walletId)).toMatchObject({ cycle: 0n, bundle: parseMoney('2') });
+    const cancelled = (await eventsOfType(t.storage, 'subscription.cancelled')).filter((e) => e.data.subscription_id === s.sub.subscription_id);
+    expect(cancelled.map((e) => e.data)).toEqual([expect.objectContaining({ status: 'cancelled', reason: 'customer_deleted' })]);
+
+    const before = t.payments.charges.length;
+    expect(await runAt(s.end)).not.toContainEqual(expect.objectContaining({ subscriptionId: s.sub.subscription_id }));
+    expect(t.payments.charges.length).toBe(before);
+  });
+
   it('a plan change applies at the next cycle: the new plan is charged and grants its credit', async () => {
     const s = await subscribed({ name: 'Big', period_amount: '30', included_credit: '30', billing_interval: 'month', rollover_type: 'none' });
     const small = await createPlan(t, { name: 'Small', period_amount: '5', included_credit: '6', billing_interval: 'week', meter_ids: [meterId] });

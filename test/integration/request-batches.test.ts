@@ -169,7 +169,7 @@ describe.each(databasesUnderTest())('batched request charges on %s', (dialect) =
     const s = await setup(['1', '1']);
     const stale = await s.input(0, tokens(1000));
     const current = await s.input(1, tokens(1000));
-    await softDeleteConnection(t.storage, s.m.merchantId, s.customers[0]!.id, (row) => presentCustomer(row));
+    await t.storage.db.transaction().execute((trx) => softDeleteConnection(trx, s.m.merchantId, s.customers[0]!.id, new Date().toISOString(), (row) => presentCustomer(row)));
     await updateMeter(t.storage, s.m.merchantId, s.meter.meter_id, { tiers: serializeTiers([{ start: 0, rate: usd('10') }]) });
 
     const outcomes = await chargeBatch(t.storage, [stale, current]);
