@@ -76,7 +76,7 @@ export function estimateHold(input: {
   };
   const base = input.prices ? baseCost(input.prices, usage) : { input: 0n, output: 0n, total: 0n };
   const priced = priceRequest({
-    meter: input.pricing,
+    meter: atHighestTierRate(input.pricing),
     usage,
     baseCost: base,
     accumulatedUnits: 0n,
@@ -84,6 +84,25 @@ export function estimateHold(input: {
     baseCostCharged: input.baseCostCharged,
   });
   return { wallet: priced.totals.wallet, merchant: priced.totals.merchant, charge: estimatedChargeOf(usage, priced) };
+}
+
+const highestRateMeters = new WeakMap<MeterPricing, MeterPricing>();
+
+/**
+ * The meter as a hold prices it: every unit at its highest tier rate. Where a request falls in its
+ * tiers is known only when it settles (others settle first), and with rates that rise with use a
+ * first-tier price would be less than the request can cost; with falling rates, the usual, the
+ * highest is the first tier's and only a request crossing into a cheaper tier is held for more.
+ */
+function atHighestTierRate(meter: MeterPricing): MeterPricing {
+  if (meter.tiers.length <= 1) return meter;
+  let flat = highestRateMeters.get(meter);
+  if (!flat) {
+    const rate = meter.tiers.reduce((highest, tier) => (tier.rate > highest ? tier.rate : highest), 0n);
+    flat = { ...meter, tiers: [{ start: 0, rate }] };
+    highestRateMeters.set(meter, flat);
+  }
+  return flat;
 }
 
 /** The `model` member of a JSON body, when the caller did not say which model is served. */
