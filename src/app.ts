@@ -16,6 +16,7 @@ import { broadcastCredentialChanges } from './gateway/credential-broadcast.ts';
 import { systemClock } from './domain/clock.ts';
 import { registerDropInRoutes, registerGeminiDropInRoutes } from './gateway/drop-in.ts';
 import { createPaymentProvider } from './payments/index.ts';
+import { CommerceState } from './commerce/state.ts';
 import { createGateway, registerForwardRoutes } from './gateway/forward.ts';
 import { registerAuthCallbackRoute } from './routes/auth-callback.ts';
 import { registerRewriteRoutes } from './gateway/rewrite/route.ts';
@@ -46,7 +47,12 @@ const RATE_WINDOW_MS = 60_000;
 
 /** The only wiring point: every route, hook and plugin is attached here. */
 export async function buildApp(options: AppOptions): Promise<App> {
-  const deps: AppDeps = { ...options, clock: options.clock ?? systemClock, payments: options.payments ?? createPaymentProvider(options.config) };
+  const deps: AppDeps = {
+    ...options,
+    clock: options.clock ?? systemClock,
+    payments: options.payments ?? createPaymentProvider(options.config),
+    commerceState: options.commerceState ?? new CommerceState(),
+  };
   const app = Fastify({
     logger: loggerOptions(deps.config.logLevel, deps.logStream),
     childLoggerFactory: lazyRequestLogger,
@@ -92,7 +98,7 @@ export async function buildApp(options: AppOptions): Promise<App> {
       'openapiObject' in documents ? documentSharedBehaviour(documents.openapiObject) : documents.swaggerObject,
   });
 
-  const commerce = { storage: deps.storage, payments: deps.payments, clock: deps.clock };
+  const commerce = { storage: deps.storage, payments: deps.payments, clock: deps.clock, commerceState: deps.commerceState };
   registerHealthRoutes(app, deps);
   await app.register(async (scope) => registerCheckoutPage(scope, commerce));
   await app.register(async (scope) => registerPaymentWebhookRoutes(scope.withTypeProvider<ZodTypeProvider>(), commerce), { prefix: '/v1' });

@@ -6,7 +6,7 @@ import type { Storage } from '../storage/db.ts';
 import type { Database } from '../storage/schema.ts';
 import { ProviderUnavailableError, UNANSWERED, type ChargeOutcome } from '../payments/types.ts';
 import { findPayment, insertPayment, latestPaymentMethod, transitionPayment, type PaymentRow } from '../storage/subscriptions.ts';
-import { savedMethodOf, type CommerceDeps } from './subscriptions.ts';
+import { savedMethodOf, type PurchaseDeps } from './subscriptions.ts';
 
 /**
  * Auto top-up: when a subscribed customer's wallet cannot cover what a request needs and the
@@ -25,7 +25,7 @@ const WAIT_LIMIT_MS = 10_000;
 
 export type TopUpResult = 'covered' | 'bought' | 'bought_by_another' | 'no_auto_top_up' | 'payment_failed';
 
-export async function topUpIfShort(deps: CommerceDeps, walletId: string, needed: bigint, now: Date): Promise<TopUpResult> {
+export async function topUpIfShort(deps: PurchaseDeps, walletId: string, needed: bigint, now: Date): Promise<TopUpResult> {
   const { storage } = deps;
   const sub = await storage.db
     .selectFrom('subscriptions')
@@ -77,7 +77,7 @@ export async function topUpIfShort(deps: CommerceDeps, walletId: string, needed:
 type Purchase = { merchant_id: string; connection_id: string; name: string; credit_amount: bigint | string };
 
 /** Charges the purchase's payment row (its id is the idempotency key) and credits it once paid. */
-async function buy(deps: CommerceDeps, sub: Purchase, walletId: string, payment: PaymentRow, stamp: string): Promise<TopUpResult> {
+async function buy(deps: PurchaseDeps, sub: Purchase, walletId: string, payment: PaymentRow, stamp: string): Promise<TopUpResult> {
   const { storage } = deps;
   const method = await latestPaymentMethod(storage.db, sub.connection_id);
   let outcome: ChargeOutcome;
@@ -107,7 +107,7 @@ async function buy(deps: CommerceDeps, sub: Purchase, walletId: string, payment:
  * if that compare-and-set happened: the charging call and the provider's event racing credit once.
  */
 async function creditPurchase(
-  deps: CommerceDeps,
+  deps: PurchaseDeps,
   payment: PaymentRow,
   walletId: string,
   credit: { bucket: 'bundle' | 'prepaid'; amount: bigint; description: string },
@@ -127,7 +127,7 @@ async function creditPurchase(
  * once, as the call would have. The bundle is the subscription's auto top-up bundle if it still
  * costs what was paid; otherwise (changed since) the payment is credited as prepaid funds.
  */
-export async function settleTopUpFromProvider(deps: CommerceDeps, payment: PaymentRow, outcome: ChargeOutcome): Promise<'credited' | 'unchanged'> {
+export async function settleTopUpFromProvider(deps: PurchaseDeps, payment: PaymentRow, outcome: ChargeOutcome): Promise<'credited' | 'unchanged'> {
   if (payment.purpose !== 'auto_top_up' || outcome.status !== 'succeeded') return 'unchanged';
   const subscriptionId = payment.reference.split(':')[0]!;
   const row = await deps.storage.db
@@ -151,7 +151,7 @@ export async function settleTopUpFromProvider(deps: CommerceDeps, payment: Payme
  * subscription made, and the one still being paid, if any. A purchase's success and its credit
  * commit together, so a snapshot never sees one without the other.
  */
-async function shortfallSnapshot(deps: CommerceDeps, walletId: string, subscriptionId: string) {
+async function shortfallSnapshot(deps: PurchaseDeps, walletId: string, subscriptionId: string) {
   const purchases = (eb: ExpressionBuilder<Database, 'wallets'>) =>
     eb.selectFrom('payments').where('purpose', '=', 'auto_top_up').where('reference', 'like', `${subscriptionId}:%`);
   const row = await deps.storage.db
@@ -172,7 +172,7 @@ async function shortfallSnapshot(deps: CommerceDeps, walletId: string, subscript
 }
 
 /** Waits for the purchase in progress under `reference` to end, and tells how it ended. */
-async function outcomeOf(deps: CommerceDeps, reference: string): Promise<'succeeded' | 'failed'> {
+async function outcomeOf(deps: PurchaseDeps, reference: string): Promise<'succeeded' | 'failed'> {
   const payment = await inPurchaseTurn(deps, reference, () => findPayment(deps.storage.db, 'auto_top_up', reference));
   // Still pending once its turn is over: its purchaser died during the call (its event settles it).
   return payment !== 'timed_out' && payment?.status === 'succeeded' ? 'succeeded' : 'failed';
@@ -186,16 +186,12 @@ async function outcomeOf(deps: CommerceDeps, reference: string): Promise<'succee
  * ends when the turn before it ends, which its provider call's own timeout bounds, and the
  * database gives up a lock wait after WAIT_LIMIT_MS (`lock_timeout`): then 'timed_out'.
  */
-async function inPurchaseTurn<T>(deps: CommerceDeps, reference: string, work: () => Promise<T>): Promise<T | 'timed_out'> {
+async function inPurchaseTurn<T>(deps: PurchaseDeps, reference: string, work: () => Promise<T>): Promise<T | 'timed_out'> {
   const { storage } = deps;
-  return inProcessTurn(storage, reference, () => (storage.dialect === 'postgres' ? withAdvisoryLock(storage, `auto_top_up:${reference}`, work) : work()));
+  return inProcessTurn(deps.commerceState.purchaseTurns, reference, () => (storage.dialect === 'postgres' ? withAdvisoryLock(storage, `auto_top_up:${reference}`, work) : work()));
 }
 
-const turns = new WeakMap<Storage, Map<string, Promise<void>>>();
-
-async function inProcessTurn<T>(storage: Storage, reference: string, work: () => Promise<T>): Promise<T> {
-  let queued = turns.get(storage);
-  if (!queued) turns.set(storage, (queued = new Map()));
+async function inProcessTurn<T>(queued: Map<string, Promise<void>>, reference: string, work: () => Promise<T>): Promise<T> {
   const before = queued.get(reference) ?? Promise.resolve();
   let done!: () => void;
   const mine = before.then(() => new Promise<void>((resolve) => (done = resolve)));
@@ -253,7 +249,7 @@ export type RefusedRequest = {
  * payment. `needed` is what the wallet must have available for the request.
  */
 export async function admitWithAutoTopUp<T extends { outcome: string }>(
-  deps: CommerceDeps,
+  deps: PurchaseDeps,
   request: RefusedRequest,
   needed: (refused: Extract<T, Refused>) => bigint,
   attempt: () => Promise<T>,

@@ -9,7 +9,7 @@ import { findPlanIncludingDeleted, type CreditBundleRow, type PlanRow } from '..
 import type { Database } from '../storage/schema.ts';
 import { findPayment, insertPayment, insertPaymentMethod, transitionPayment, type PaymentRow } from '../storage/subscriptions.ts';
 import { enqueueEvent } from '../webhooks/outbox.ts';
-import { insertPaidSubscription, type CommerceDeps } from './subscriptions.ts';
+import { insertPaidSubscription, type PurchaseDeps } from './subscriptions.ts';
 
 /** How long a checkout session can be paid after its creation. */
 export const CHECKOUT_SESSION_TTL_MS = 60 * 60_000;
@@ -40,7 +40,7 @@ export type Purchase =
   | { kind: 'bundle'; bundle: CreditBundleRow; price: bigint }
   | { kind: 'funds'; price: null };
 
-export async function purchaseOf(deps: CommerceDeps, session: CheckoutSessionRow): Promise<Purchase> {
+export async function purchaseOf(deps: PurchaseDeps, session: CheckoutSessionRow): Promise<Purchase> {
   if (session.mode === 'subscription') {
     const plan = (await findPlanIncludingDeleted(deps.storage, session.plan_id!))!;
     return { kind: 'plan', plan, price: BigInt(plan.period_amount) };
@@ -82,7 +82,7 @@ export type PayInput = {
  * completes it. One payment of a session is live at a time (its reference is the session id; a
  * declined one gives the reference up), so two tabs cannot pay the same session twice.
  */
-export async function payCheckout(deps: CommerceDeps, input: PayInput): Promise<PayResult> {
+export async function payCheckout(deps: PurchaseDeps, input: PayInput): Promise<PayResult> {
   const { storage, payments } = deps;
   const stamp = input.at.toISOString();
   const payment = await insertPayment(storage.db, {
@@ -122,7 +122,7 @@ export async function payCheckout(deps: CommerceDeps, input: PayInput): Promise<
  * nothing is credited. Should the provider have taken the payment after all, its event settles the
  * row (processProviderEvent), once, as a payment of this session.
  */
-async function recordUnanswered(deps: CommerceDeps, payment: PaymentRow, sessionId: string, stamp: string): Promise<void> {
+async function recordUnanswered(deps: PurchaseDeps, payment: PaymentRow, sessionId: string, stamp: string): Promise<void> {
   await deps.storage.db
     .updateTable('payments')
     .set({ status: 'failed', failure_reason: UNANSWERED, reference: `${sessionId}:${payment.id}`, updated_at: stamp })
@@ -132,7 +132,7 @@ async function recordUnanswered(deps: CommerceDeps, payment: PaymentRow, session
 }
 
 /** The customer completed the provider's extra step for a payment that required it. */
-export async function confirmCheckout(deps: CommerceDeps, input: PayInput, paymentId: string): Promise<PayResult> {
+export async function confirmCheckout(deps: PurchaseDeps, input: PayInput, paymentId: string): Promise<PayResult> {
   const payment = await findPayment(deps.storage.db, 'checkout', input.session.id);
   if (!payment || payment.id !== paymentId || payment.status !== 'requires_action' || !payment.provider_ref) {
     return { status: 'failed', message: 'No payment of this checkout awaits confirmation.' };
@@ -145,7 +145,7 @@ export async function confirmCheckout(deps: CommerceDeps, input: PayInput, payme
     if (e instanceof ProviderUnavailableError) return { status: 'unavailable' };
     throw e;
   }
-  return settle(deps, input, payment, outcome, savedAwaitingConfirmation.get(payment.id) ?? null);
+  return settle(deps, input, payment, outcome, deps.commerceState.savedAwaitingConfirmation.get(payment.id) ?? null);
 }
 
 /**
@@ -155,7 +155,7 @@ export async function confirmCheckout(deps: CommerceDeps, input: PayInput, payme
  * the session when it was paid. Only a payment still `pending` or `requires_action` is settled, once.
  */
 export async function settleCheckoutFromProvider(
-  deps: CommerceDeps,
+  deps: PurchaseDeps,
   payment: PaymentRow,
   outcome: ChargeOutcome,
   saved: SavedMethod | null,
@@ -175,24 +175,18 @@ export async function settleCheckoutFromProvider(
     customerEventData,
     at: dateOf(deps.clock),
   };
-  return settle(deps, input, payment, outcome, saved ?? savedAwaitingConfirmation.get(payment.id) ?? null);
+  return settle(deps, input, payment, outcome, saved ?? deps.commerceState.savedAwaitingConfirmation.get(payment.id) ?? null);
 }
 
-/**
- * The method a payment that needs confirmation will save, kept until the confirmation (in this
- * process; a confirmation served by another instance completes without saving the method).
- */
-const savedAwaitingConfirmation = new Map<string, SavedMethod>();
-
-async function settle(deps: CommerceDeps, input: PayInput, payment: PaymentRow, outcome: ChargeOutcome, saved: SavedMethod | null): Promise<PayResult> {
+async function settle(deps: PurchaseDeps, input: PayInput, payment: PaymentRow, outcome: ChargeOutcome, saved: SavedMethod | null): Promise<PayResult> {
   const { storage } = deps;
   const stamp = input.at.toISOString();
   if (outcome.status === 'requires_action') {
     await transitionPayment(storage.db, payment.id, ['pending'], { status: 'requires_action', provider_ref: outcome.providerRef, updated_at: stamp });
-    if (saved) savedAwaitingConfirmation.set(payment.id, saved);
+    if (saved) deps.commerceState.savedAwaitingConfirmation.set(payment.id, saved);
     return { status: 'requires_action', paymentId: payment.id };
   }
-  savedAwaitingConfirmation.delete(payment.id);
+  deps.commerceState.savedAwaitingConfirmation.delete(payment.id);
   if (outcome.status === 'failed') {
     // The declined payment gives up the session's reference, so the customer can try again.
     await storage.db
@@ -222,7 +216,7 @@ async function settle(deps: CommerceDeps, input: PayInput, payment: PaymentRow, 
 
 /** The session's effects, in the transaction that records its payment as succeeded. */
 async function complete(
-  deps: CommerceDeps,
+  deps: PurchaseDeps,
   trx: Transaction<Database>,
   input: PayInput,
   payment: PaymentRow,

@@ -5,7 +5,7 @@ import { transitionPayment, type PaymentRow } from '../storage/subscriptions.ts'
 import { settleTopUpFromProvider } from './auto-top-up.ts';
 import { settleCheckoutFromProvider } from './checkout.ts';
 import { settleRenewalFromProvider } from './renewals.ts';
-import type { CommerceDeps } from './subscriptions.ts';
+import type { PurchaseDeps } from './subscriptions.ts';
 
 /**
  * A payment provider's webhook events (Stripe's). An event is only a hint that one of our payments
@@ -16,7 +16,7 @@ import type { CommerceDeps } from './subscriptions.ts';
  */
 export type EventResult = 'duplicate' | 'ignored' | 'credited' | 'failed' | 'unchanged';
 
-export async function processProviderEvent(deps: CommerceDeps, event: ProviderEvent, customerEventData: CustomerEventData): Promise<EventResult> {
+export async function processProviderEvent(deps: PurchaseDeps, event: ProviderEvent, customerEventData: CustomerEventData): Promise<EventResult> {
   const provider = deps.payments.id;
   const seen = await deps.storage.db
     .selectFrom('provider_events')
@@ -35,7 +35,7 @@ export async function processProviderEvent(deps: CommerceDeps, event: ProviderEv
   return result;
 }
 
-async function applyEvent(deps: CommerceDeps, event: ProviderEvent, customerEventData: CustomerEventData): Promise<EventResult> {
+async function applyEvent(deps: PurchaseDeps, event: ProviderEvent, customerEventData: CustomerEventData): Promise<EventResult> {
   if (!event.paymentRef || !deps.payments.paymentState) return 'ignored';
   const state = await deps.payments.paymentState(event.paymentRef);
   if (!state.paymentId) return 'ignored';
@@ -74,7 +74,7 @@ async function applyEvent(deps: CommerceDeps, event: ProviderEvent, customerEven
  * did take after all is settled like a pending one: it is made pending again (compare-and-set, so
  * once) and the caller settles it. Any other settled payment stays as it is.
  */
-async function reopenUnanswered(deps: CommerceDeps, payment: PaymentRow, outcome: ChargeOutcome): Promise<boolean> {
+async function reopenUnanswered(deps: PurchaseDeps, payment: PaymentRow, outcome: ChargeOutcome): Promise<boolean> {
   if (payment.status !== 'failed' || payment.failure_reason !== UNANSWERED || outcome.status !== 'succeeded') return false;
   const reopened = await deps.storage.db
     .updateTable('payments')

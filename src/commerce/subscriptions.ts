@@ -21,9 +21,12 @@ import {
 } from '../storage/subscriptions.ts';
 import { enqueueEvent, type EventType } from '../webhooks/outbox.ts';
 import { presentSubscription } from './subscription-view.ts';
+import type { CommerceState } from './state.ts';
 
 /** What the commerce code needs: storage, the payment provider, and the app's clock. */
 export type CommerceDeps = { storage: Storage; payments: PaymentProvider; clock: Clock };
+/** What checkout payments and auto top-ups also need: what they keep in process (the app's). */
+export type PurchaseDeps = CommerceDeps & { commerceState: CommerceState };
 export type Customer = { id: string; wallet_id: string };
 
 export type StartOutcome =

@@ -7,6 +7,7 @@ import type { Clock } from '../domain/clock.ts';
 import type { PaymentProvider } from '../payments/types.ts';
 import type { Storage } from '../storage/db.ts';
 import type { RateLimiter } from './rate-limit.ts';
+import type { CommerceState } from '../commerce/state.ts';
 
 export type App = FastifyInstance<RawServerDefault, IncomingMessage, ServerResponse, FastifyBaseLogger, ZodTypeProvider>;
 
@@ -19,12 +20,14 @@ export type AppDeps = {
   clock: Clock;
   /** Takes payments for checkout, renewals and auto top-up (the built-in test provider unless configured). */
   payments: PaymentProvider;
+  /** What checkout and auto top-up keep in process between requests. */
+  commerceState: CommerceState;
   /** Where logs go instead of stdout (tests read them back). */
   logStream?: DestinationStream;
 };
 
 /** What buildApp is given: the clock defaults to the system's, the payment provider to the one the configuration selects. */
-export type AppOptions = Omit<AppDeps, 'clock' | 'payments'> & { clock?: Clock; payments?: PaymentProvider };
+export type AppOptions = Omit<AppDeps, 'clock' | 'payments' | 'commerceState'> & { clock?: Clock; payments?: PaymentProvider; commerceState?: CommerceState };
 
 declare module 'fastify' {
   interface FastifyContextConfig {

@@ -1,6 +1,6 @@
 import { z } from 'zod';
 import { processProviderEvent } from '../commerce/provider-events.ts';
-import type { CommerceDeps } from '../commerce/subscriptions.ts';
+import type { PurchaseDeps } from '../commerce/subscriptions.ts';
 import { ApiError } from '../http/errors.ts';
 import { errorResponse } from '../http/schemas.ts';
 import type { App } from '../http/types.ts';
@@ -19,7 +19,7 @@ const receivedSchema = z.object({
  * `stripe` package against STRIPE_WEBHOOK_SECRET over the raw body, is the credential. Registered
  * in its own scope because the signature covers the bytes as sent, so the body is not parsed.
  */
-export function registerPaymentWebhookRoutes(app: App, deps: CommerceDeps): void {
+export function registerPaymentWebhookRoutes(app: App, deps: PurchaseDeps): void {
   const { payments } = deps;
   if (payments.id !== 'stripe' || !payments.verifyEvent) return;
   const verify = payments.verifyEvent.bind(payments);

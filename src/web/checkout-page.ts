@@ -9,7 +9,7 @@ import {
   type PayResult,
   type Purchase,
 } from '../commerce/checkout.ts';
-import type { CommerceDeps } from '../commerce/subscriptions.ts';
+import type { PurchaseDeps } from '../commerce/subscriptions.ts';
 import { dateOf } from '../domain/clock.ts';
 import { MAX_AMOUNT_UNITS, MoneyFormatError, parseMoney } from '../domain/money.ts';
 import { paymentProviderUnavailable } from '../http/error-handler.ts';
@@ -34,7 +34,7 @@ const MAX_TOPUP = parseMoney('10000');
 type Form = Record<string, string>;
 type Opened = { session: CheckoutSessionRow; token: string };
 
-export function registerCheckoutPage(app: FastifyInstance, deps: CommerceDeps): void {
+export function registerCheckoutPage(app: FastifyInstance, deps: PurchaseDeps): void {
   app.addContentTypeParser('application/x-www-form-urlencoded', { parseAs: 'string', bodyLimit: 16 * 1024 }, (_request, body, done) => {
     done(null, Object.fromEntries(new URLSearchParams(String(body))));
   });
@@ -72,7 +72,7 @@ export function registerCheckoutPage(app: FastifyInstance, deps: CommerceDeps): 
 }
 
 /** The session a token opens, or an error page already sent (unknown, expired or used token). */
-async function open(deps: CommerceDeps, token: string | undefined, reply: FastifyReply): Promise<Opened | null> {
+async function open(deps: PurchaseDeps, token: string | undefined, reply: FastifyReply): Promise<Opened | null> {
   const secret = secretOf(token);
   const session = secret ? await findCheckoutSessionByTokenHash(deps.storage.db, hashCheckoutSecret(secret)) : undefined;
   if (!session) {
@@ -99,7 +99,7 @@ function secretOf(token: string | undefined): string | null {
   }
 }
 
-async function payInput(deps: CommerceDeps, session: CheckoutSessionRow, form: Form): Promise<PayInput | string> {
+async function payInput(deps: PurchaseDeps, session: CheckoutSessionRow, form: Form): Promise<PayInput | string> {
   const purchase = await purchaseOf(deps, session);
   let amount: bigint;
   if (purchase.price !== null) amount = purchase.price;
@@ -127,7 +127,7 @@ async function payInput(deps: CommerceDeps, session: CheckoutSessionRow, form: F
   };
 }
 
-async function showResult(deps: CommerceDeps, request: FastifyRequest, reply: FastifyReply, opened: Opened, result: PayResult, form: Form): Promise<FastifyReply> {
+async function showResult(deps: PurchaseDeps, request: FastifyRequest, reply: FastifyReply, opened: Opened, result: PayResult, form: Form): Promise<FastifyReply> {
   const { session, token } = opened;
   if (result.status === 'failed') return page(deps, reply.status(402), session, await checkoutForm(deps, opened, result.message));
   if (result.status === 'unavailable') return providerUnavailable(deps, request, reply, opened);
@@ -162,13 +162,13 @@ ${['name', 'email'].map((f) => `<input type="hidden" name="${f}" value="${esc(fo
  * The payment provider did not answer: 503 with Retry-After and nothing charged. A browser (which
  * asks for HTML) gets the form again with the reason; any other client the error envelope.
  */
-async function providerUnavailable(deps: CommerceDeps, request: FastifyRequest, reply: FastifyReply, opened: Opened): Promise<FastifyReply> {
+async function providerUnavailable(deps: PurchaseDeps, request: FastifyRequest, reply: FastifyReply, opened: Opened): Promise<FastifyReply> {
   if (!(request.headers.accept ?? '').includes('text/html')) throw paymentProviderUnavailable();
   const message = 'The payment provider cannot be reached right now. Nothing was charged; try again in a minute.';
   return page(deps, reply.status(503).header('retry-after', String(PROVIDER_RETRY_AFTER_S)), opened.session, await checkoutForm(deps, opened, message));
 }
 
-async function merchantName(deps: CommerceDeps, merchantId: string): Promise<string> {
+async function merchantName(deps: PurchaseDeps, merchantId: string): Promise<string> {
   const row = await deps.storage.db.selectFrom('merchants').select('name').where('id', '=', merchantId).executeTakeFirst();
   return row?.name ?? 'Checkout';
 }
@@ -188,7 +188,7 @@ function summary(purchase: Purchase, mode: CheckoutSessionRow['mode']): string {
   return `<h1>${mode === 'onboarding' ? 'Set up your wallet' : 'Top up your wallet'}</h1>`;
 }
 
-async function checkoutForm(deps: CommerceDeps, opened: Opened, error: string | null): Promise<string> {
+async function checkoutForm(deps: PurchaseDeps, opened: Opened, error: string | null): Promise<string> {
   const { session, token } = opened;
   const purchase = await purchaseOf(deps, session);
   const newCustomer = session.connection_id === null;
@@ -213,7 +213,7 @@ ${fields}
 }
 
 async function page(
-  deps: CommerceDeps,
+  deps: PurchaseDeps,
   reply: FastifyReply,
   session: CheckoutSessionRow,
   content: string,

@@ -9,6 +9,7 @@ import { databasesUnderTest } from '../helpers/databases.ts';
 import { openStorage } from '../../src/storage/db.ts';
 import type { PaymentProvider } from '../../src/payments/types.ts';
 import { TestClock } from '../helpers/clock.ts';
+import { CommerceState } from '../../src/commerce/state.ts';
 
 describe.each(databasesUnderTest())('auto top-up on %s', (dialect) => {
   let t: TestApp;
@@ -27,7 +28,9 @@ describe.each(databasesUnderTest())('auto top-up on %s', (dialect) => {
     expect((await subscribe(t, c.customerId, plan.plan_id)).statusCode).toBe(201);
     return c;
   }
-  const deps = () => ({ storage: t.storage, payments: t.payments, clock: systemClock });
+  /** This instance's in-process state, as its app keeps it. */
+  const commerceState = new CommerceState();
+  const deps = () => ({ storage: t.storage, payments: t.payments, clock: systemClock, commerceState });
 
   it('buys the bundle once for 20 concurrent requests short of money, then covers them from it', async () => {
     const { walletId } = await subscribedWithBundle('succeeds');
@@ -56,15 +59,21 @@ describe.each(databasesUnderTest())('auto top-up on %s', (dialect) => {
         return t.payments.chargeSaved(input);
       },
     });
-    // A second instance: its own storage handle (its own in-process queue) on the same database.
+    // A second instance on PostgreSQL: its own storage handle and in-process queue on the same database.
     const other = dialect === 'postgres' ? openStorage(t.database.url, { poolSize: 4 }) : t.storage;
+    const otherState = new CommerceState();
     // Time does not move: a wait that polled a clock would never see its deadline pass.
     const clock = new TestClock();
     try {
       const before = t.payments.charges.length;
       const ended: string[] = [];
       const callers = Array.from({ length: 6 }, (_, i) =>
-        topUpIfShort({ storage: i % 2 === 0 ? t.storage : other, payments: gated, clock }, walletId, parseMoney('1'), new Date()).then((r) => {
+        topUpIfShort(
+          { storage: i % 2 === 0 ? t.storage : other, payments: gated, clock, commerceState: i % 2 === 0 || other === t.storage ? commerceState : otherState },
+          walletId,
+          parseMoney('1'),
+          new Date(),
+        ).then((r) => {
           ended.push(r);
           return r;
         }),
