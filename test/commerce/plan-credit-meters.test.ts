@@ -1,15 +1,11 @@
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { formatMoney, parseMoney } from '../../src/domain/money.ts';
-import { lookupBasePrices } from '../../src/domain/base-prices.ts';
-import { resolveForwardCredential } from '../../src/gateway/credentials.ts';
-import { estimateHold } from '../../src/gateway/hold-estimate.ts';
-import { pricingFor } from '../../src/ledger/billing.ts';
 import { verifyLedger } from '../../src/ledger/verify.ts';
 import { creditWallet } from '../../src/ledger/wallets.ts';
 import type { TestApp } from '../helpers/app.ts';
 import { createCustomer, createPlan, subscribe, walletBuckets } from '../helpers/commerce.ts';
 import { databasesUnderTest } from '../helpers/databases.ts';
-import { startGatewayOnMock } from '../helpers/gateway.ts';
+import { openaiHoldOf, startGatewayOnMock } from '../helpers/gateway.ts';
 import type { MockUpstream } from '../helpers/mock-upstream.ts';
 
 /**
@@ -122,18 +118,9 @@ describe.each(setups)('plan credit and the meters a plan links on $name', ({ dia
     expect(await bucketsOf(c.walletId)).toEqual({ cycle: 0, bundle: 1, prepaid: 0 });
   });
 
-  /** The hold the gateway places for `chatBody` with this forward token, computed with its own functions. */
+  /** The hold the gateway places for `chatBody` with this forward token (the customer pays all of it). */
   async function holdFor(token: string): Promise<bigint> {
-    const billing = await resolveForwardCredential(t.storage, token, new Date());
-    const requestBody = JSON.parse(chatBody) as { model: string };
-    const estimate = estimateHold({
-      requestBody,
-      pricing: pricingFor(billing).pricing,
-      prices: lookupBasePrices('openai', requestBody.model, { overrides: t.config.priceOverrides }),
-      baseCostCharged: true,
-      serviceChargeRate: billing.serviceChargeRate ?? t.config.serviceChargeRate,
-      defaultOutputCap: t.config.defaultMaxOutputTokens,
-    });
+    const estimate = await openaiHoldOf(t, token, JSON.parse(chatBody) as { model: string });
     expect(estimate.merchant).toBe(0n);
     return estimate.wallet;
   }

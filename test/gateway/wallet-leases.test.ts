@@ -3,17 +3,13 @@ import { sql } from 'kysely';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { dateOf } from '../../src/domain/clock.ts';
 import { parseMoney } from '../../src/domain/money.ts';
-import { lookupBasePrices } from '../../src/domain/base-prices.ts';
-import { resolveForwardCredential } from '../../src/gateway/credentials.ts';
-import { estimateHold } from '../../src/gateway/hold-estimate.ts';
 import { HoldKeeper } from '../../src/ledger/hold-keeper.ts';
 import { sweepExpiredHolds } from '../../src/gateway/settle.ts';
-import { pricingFor } from '../../src/ledger/billing.ts';
 import { WalletLeases, type Lease } from '../../src/ledger/leases.ts';
 import { verifyLedger } from '../../src/ledger/verify.ts';
 import { creditWallet, findWallet } from '../../src/ledger/wallets.ts';
 import { startTestApp, type Merchant, type TestApp } from '../helpers/app.ts';
-import { startGatewayOnMock } from '../helpers/gateway.ts';
+import { openaiHoldOf, startGatewayOnMock } from '../helpers/gateway.ts';
 import type { MockUpstream } from '../helpers/mock-upstream.ts';
 
 /**
@@ -82,18 +78,9 @@ describe.skipIf(!process.env.TEST_DATABASE_URL)('wallet leases on postgres', () 
     });
   }
 
-  /** The hold the gateway places for `payload` paid by the merchant, computed with its own functions. */
+  /** The hold the gateway places for `payload` paid by the merchant. */
   async function holdFor(merchant: Merchant, payload: string): Promise<bigint> {
-    const billing = await resolveForwardCredential(t.storage, merchant.secretKey, new Date());
-    const requestBody = JSON.parse(payload) as { model: string };
-    const estimate = estimateHold({
-      requestBody,
-      pricing: pricingFor(billing).pricing,
-      prices: lookupBasePrices('openai', requestBody.model, { overrides: t.config.priceOverrides }),
-      baseCostCharged: true,
-      serviceChargeRate: t.config.serviceChargeRate,
-      defaultOutputCap: t.config.defaultMaxOutputTokens,
-    });
+    const estimate = await openaiHoldOf(t, merchant.secretKey, JSON.parse(payload) as { model: string });
     return estimate.wallet + estimate.merchant;
   }
 

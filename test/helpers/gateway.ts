@@ -2,6 +2,10 @@ import type { DestinationStream } from 'pino';
 import { startTestApp, type TestApp } from './app.ts';
 import type { TestDatabase } from './databases.ts';
 import { startMockUpstream, type MockUpstream } from './mock-upstream.ts';
+import { lookupBasePrices } from '../../src/domain/base-prices.ts';
+import { resolveForwardCredential } from '../../src/gateway/credentials.ts';
+import { estimateHold, type HoldEstimate } from '../../src/gateway/hold-estimate.ts';
+import { pricingFor } from '../../src/ledger/billing.ts';
 
 export type MockGateway = { upstream: MockUpstream; t: TestApp; base: string };
 
@@ -33,4 +37,17 @@ export async function startGatewayOnMock(
     await upstream.close();
     throw error;
   }
+}
+
+/** The hold the gateway places for an OpenAI request sent with this credential, computed with its own functions. */
+export async function openaiHoldOf(t: TestApp, credential: string, requestBody: { model: string }): Promise<HoldEstimate> {
+  const billing = await resolveForwardCredential(t.storage, credential, new Date(t.clock.now()));
+  return estimateHold({
+    requestBody,
+    pricing: pricingFor(billing).pricing,
+    prices: lookupBasePrices('openai', requestBody.model, { overrides: t.config.priceOverrides }),
+    baseCostCharged: true,
+    serviceChargeRate: billing.serviceChargeRate ?? t.config.serviceChargeRate,
+    defaultOutputCap: t.config.defaultMaxOutputTokens,
+  });
 }
