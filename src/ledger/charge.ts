@@ -322,6 +322,19 @@ export function chargeLegs(merchantId: string, credits: ChargeCredits, walletDeb
   ];
 }
 
+/** A priced request's tier breakdown as the request record stores it (amounts as decimal strings). */
+export function breakdownJson(priced: PricedRequest): string {
+  return JSON.stringify(
+    priced.fee.breakdown.map((b) => ({
+      tier: { start: b.tier.start, rate: formatMoney(b.tier.rate), type: b.tier.type },
+      tokens: b.tokens,
+      characters: b.characters,
+      seconds: Number(b.seconds),
+      cost: formatMoney(b.cost),
+    })),
+  );
+}
+
 function chargeTransaction(input: ChargeInput, requestPk: string, legs: Leg[], at: string): LedgerTransactionInput {
   return {
     kind: 'request_charge',
@@ -410,15 +423,7 @@ function completedRequestRow(identity: RecordIdentity, usage: Usage, priced: Pri
     fee_amount: priced.fee.amount,
     rate_type: priced.fee.rateType,
     token_basis: priced.fee.tokenBasis,
-    breakdown: JSON.stringify(
-      priced.fee.breakdown.map((b) => ({
-        tier: { start: b.tier.start, rate: formatMoney(b.tier.rate), type: b.tier.type },
-        tokens: b.tokens,
-        characters: b.characters,
-        seconds: Number(b.seconds),
-        cost: formatMoney(b.cost),
-      })),
-    ),
+    breakdown: breakdownJson(priced),
     service_charge_amount: priced.serviceCharge.amount,
     service_charge_payer: priced.serviceCharge.payer,
     total_request_cost: priced.totals.request,

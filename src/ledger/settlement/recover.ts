@@ -6,14 +6,13 @@
  * record without an estimate (written before this was kept) is failed as before.
  */
 import type { Transaction } from 'kysely';
-import { formatMoney } from '../../domain/money.ts';
 import type { PricedRequest, Usage } from '../../domain/pricing.ts';
 import { finishReservation } from '../spend-key-limits.ts';
 import type { Storage } from '../../storage/db.ts';
 import { completePendingRecord, failPendingRecord, type RequestRow } from '../../storage/requests.ts';
 import type { Database } from '../../storage/schema.ts';
 import { BalanceChanges } from '../events.ts';
-import { chargeLegs, type ChargeCredits } from '../charge.ts';
+import { breakdownJson, chargeLegs, type ChargeCredits } from '../charge.ts';
 import { enqueueEvent } from '../../webhooks/outbox.ts';
 import { appendTransaction } from '../postings.ts';
 import { releaseHoldInTransaction } from '../holds.ts';
@@ -50,15 +49,7 @@ export function estimatedChargeOf(usage: Usage, priced: PricedRequest): Estimate
     base_cost_total: String(priced.baseCost.total),
     base_cost_charged: priced.baseCost.charged,
     fee_amount: String(priced.fee.amount),
-    breakdown: JSON.stringify(
-      priced.fee.breakdown.map((b) => ({
-        tier: { start: b.tier.start, rate: formatMoney(b.tier.rate), type: b.tier.type },
-        tokens: b.tokens,
-        characters: b.characters,
-        seconds: Number(b.seconds),
-        cost: formatMoney(b.cost),
-      })),
-    ),
+    breakdown: breakdownJson(priced),
     service_charge_amount: String(priced.serviceCharge.amount),
     total_request_cost: String(priced.totals.request),
     total_wallet_cost: String(priced.totals.wallet),
