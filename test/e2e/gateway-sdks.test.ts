@@ -8,7 +8,7 @@ import { verifyLedger } from '../../src/ledger/verify.ts';
 import { creditWallet, findWallet } from '../../src/ledger/wallets.ts';
 import type { TestApp } from '../helpers/app.ts';
 import { databasesUnderTest, priceOverridesFile } from '../helpers/databases.ts';
-import { startGatewayOnMock } from '../helpers/gateway.ts';
+import { startGatewayOnMock, THREE_PROVIDERS } from '../helpers/gateway.ts';
 import type { MockUpstream, RecordedRequest } from '../helpers/mock-upstream.ts';
 
 /**
@@ -133,8 +133,7 @@ describe.each(databasesUnderTest())('official SDKs through the forward gateway o
   beforeAll(async () => {
     const pricesFile = priceOverridesFile(PRICES);
     ({ upstream, t, base } = await startGatewayOnMock(dialect, {
-      providerHosts: ['api.openai.com', 'api.anthropic.com', 'generativelanguage.googleapis.com'],
-      providerKeys: { openai: 'sk-managed-openai', anthropic: 'sk-ant-managed', google: 'goog-managed' },
+      ...THREE_PROVIDERS,
       env: {
         PRICE_OVERRIDES_FILE: pricesFile,
         // Polling records and the Lava client's own calls share the secret key's rate limit.

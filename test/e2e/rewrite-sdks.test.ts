@@ -9,7 +9,7 @@ import { creditWallet, findWallet } from '../../src/ledger/wallets.ts';
 import type { TestApp } from '../helpers/app.ts';
 import { covers, type Call, type Client } from '../helpers/client-matrix.ts';
 import { databasesUnderTest, priceOverridesFile } from '../helpers/databases.ts';
-import { startGatewayOnMock } from '../helpers/gateway.ts';
+import { startGatewayOnMock, THREE_PROVIDERS } from '../helpers/gateway.ts';
 import type { MockUpstream, RecordedRequest } from '../helpers/mock-upstream.ts';
 
 /**
@@ -54,8 +54,7 @@ describe.each(databasesUnderTest())('the rewrite proxy with official clients on 
   beforeAll(async () => {
     const pricesFile = priceOverridesFile(PRICES);
     ({ upstream, t, base } = await startGatewayOnMock(dialect, {
-      providerHosts: ['api.openai.com', 'api.anthropic.com', 'generativelanguage.googleapis.com'],
-      providerKeys: { openai: 'sk-managed-openai', anthropic: 'sk-ant-managed', google: 'goog-managed' },
+      ...THREE_PROVIDERS,
       env: { PRICE_OVERRIDES_FILE: pricesFile, RATE_LIMIT_PER_MINUTE: '100000' },
     }));
     lava = new Lava(t.merchant.secretKey, { baseUrl: `${base}/v1/` });

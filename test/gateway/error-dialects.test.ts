@@ -4,7 +4,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { parseMoney } from '../../src/domain/money.ts';
 import { creditWallet } from '../../src/ledger/wallets.ts';
 import type { TestApp } from '../helpers/app.ts';
-import { startGatewayOnMock } from '../helpers/gateway.ts';
+import { startGatewayOnMock, THREE_PROVIDERS } from '../helpers/gateway.ts';
 import type { MockUpstream } from '../helpers/mock-upstream.ts';
 
 /**
@@ -19,8 +19,7 @@ describe('refusals in each surfaceâ€™s own dialect', () => {
 
   beforeAll(async () => {
     ({ upstream, t, base } = await startGatewayOnMock('sqlite', {
-      providerHosts: ['api.openai.com', 'api.anthropic.com', 'generativelanguage.googleapis.com'],
-      providerKeys: { openai: 'sk-o', anthropic: 'sk-a', google: 'g' },
+      ...THREE_PROVIDERS,
     }));
   });
   afterAll(async () => {
@@ -98,8 +97,7 @@ describe('errors after the relay began, and on the rewrite proxy, in the callerâ
 
   beforeAll(async () => {
     ({ upstream, t, base } = await startGatewayOnMock('sqlite', {
-      providerHosts: ['api.openai.com', 'api.anthropic.com', 'generativelanguage.googleapis.com'],
-      providerKeys: { openai: 'sk-o', anthropic: 'sk-a', google: 'g' },
+      ...THREE_PROVIDERS,
       env: { UPSTREAM_TIMEOUT_MS: '300' },
     }));
     await creditWallet(t.storage, t.merchant.walletId, parseMoney('5'));

@@ -4,7 +4,7 @@ import { verifyLedger } from '../../src/ledger/verify.ts';
 import { creditWallet, findWallet } from '../../src/ledger/wallets.ts';
 import type { TestApp } from '../helpers/app.ts';
 import { databasesUnderTest } from '../helpers/databases.ts';
-import { startGatewayOnMock } from '../helpers/gateway.ts';
+import { startGatewayOnMock, THREE_PROVIDERS } from '../helpers/gateway.ts';
 import type { MockUpstream } from '../helpers/mock-upstream.ts';
 
 /**
@@ -25,8 +25,7 @@ describe.each(databasesUnderTest())('prompt-cache billing on %s', (dialect) => {
 
   beforeAll(async () => {
     ({ upstream, t, base } = await startGatewayOnMock(dialect, {
-      providerHosts: ['api.openai.com', 'api.anthropic.com', 'generativelanguage.googleapis.com'],
-      providerKeys: { openai: 'sk-o', anthropic: 'sk-a', google: 'g-key' },
+      ...THREE_PROVIDERS,
     }));
     await creditWallet(t.storage, t.merchant.walletId, parseMoney('10'));
   });

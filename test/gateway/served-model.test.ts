@@ -5,7 +5,7 @@ import { parseMoney } from '../../src/domain/money.ts';
 import { creditWallet } from '../../src/ledger/wallets.ts';
 import type { TestApp } from '../helpers/app.ts';
 import { databasesUnderTest } from '../helpers/databases.ts';
-import { startGatewayOnMock } from '../helpers/gateway.ts';
+import { startGatewayOnMock, THREE_PROVIDERS } from '../helpers/gateway.ts';
 import type { MockUpstream } from '../helpers/mock-upstream.ts';
 
 /**
@@ -20,8 +20,7 @@ describe.each(databasesUnderTest())('the served model on request records on %s',
 
   beforeAll(async () => {
     ({ upstream, t, base } = await startGatewayOnMock(dialect, {
-      providerHosts: ['api.openai.com', 'api.anthropic.com', 'generativelanguage.googleapis.com'],
-      providerKeys: { openai: 'sk-openai-managed', anthropic: 'sk-ant-managed', google: 'google-managed' },
+      ...THREE_PROVIDERS,
     }));
     await creditWallet(t.storage, t.merchant.walletId, parseMoney('5'));
   });

@@ -10,7 +10,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { parseMoney } from '../../src/domain/money.ts';
 import { creditWallet } from '../../src/ledger/wallets.ts';
 import type { TestApp } from '../helpers/app.ts';
-import { startGatewayOnMock } from '../helpers/gateway.ts';
+import { startGatewayOnMock, THREE_PROVIDERS } from '../helpers/gateway.ts';
 import type { MockUpstream } from '../helpers/mock-upstream.ts';
 
 type Json = Record<string, unknown>;
@@ -29,8 +29,7 @@ describe('refusals no retry can fix, with each client at its default retries', (
 
   beforeAll(async () => {
     ({ upstream, t, base } = await startGatewayOnMock('sqlite', {
-      providerHosts: ['api.openai.com', 'api.anthropic.com', 'generativelanguage.googleapis.com'],
-      providerKeys: { openai: 'sk-openai-managed', anthropic: 'sk-ant-managed', google: 'google-managed' },
+      ...THREE_PROVIDERS,
     }));
     await creditWallet(t.storage, t.merchant.walletId, parseMoney('5'));
   });

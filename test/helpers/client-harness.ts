@@ -7,7 +7,7 @@ import { creditWallet, findWallet } from '../../src/ledger/wallets.ts';
 import type { TestApp } from './app.ts';
 import { waitsFor, type ClientPath, type Coverage } from './client-matrix.ts';
 import { databasesUnderTest, priceOverridesFile } from './databases.ts';
-import { startGatewayOnMock } from './gateway.ts';
+import { startGatewayOnMock, THREE_PROVIDERS } from './gateway.ts';
 import type { MockUpstream, RecordedRequest } from './mock-upstream.ts';
 
 /**
@@ -73,8 +73,7 @@ export function useClientHarness() {
   beforeAll(async () => {
     const pricesFile = priceOverridesFile(PRICES);
     ({ upstream, t, base } = await startGatewayOnMock(dialect, {
-      providerHosts: ['api.openai.com', 'api.anthropic.com', 'generativelanguage.googleapis.com'],
-      providerKeys: { openai: 'sk-managed-openai', anthropic: 'sk-ant-managed', google: 'goog-managed' },
+      ...THREE_PROVIDERS,
       env: { PRICE_OVERRIDES_FILE: pricesFile, RATE_LIMIT_PER_MINUTE: '100000' },
     }));
     lava = new Lava(t.merchant.secretKey, { baseUrl: `${base}/v1/` });

@@ -9,6 +9,12 @@ import { pricingFor } from '../../src/ledger/billing.ts';
 
 export type MockGateway = { upstream: MockUpstream; t: TestApp; base: string };
 
+/** OpenAI, Anthropic and Gemini, each with a managed key: the providers most gateway tests call. */
+export const THREE_PROVIDERS = {
+  providerHosts: ['api.openai.com', 'api.anthropic.com', 'generativelanguage.googleapis.com'],
+  providerKeys: { openai: 'sk-managed-openai', anthropic: 'sk-ant-managed', google: 'goog-managed' },
+};
+
 /**
  * A listening test app whose `providerHosts` all lead to one fresh mock upstream, with
  * `providerKeys` as its managed keys (PROVIDER_KEYS). `env` adds any other setting. The caller
