@@ -247,6 +247,27 @@ describe.each(databasesUnderTest())('forward gateway admission and holds on %s',
     expect((await verifyLedger(t.storage)).problems).toEqual([]);
   });
 
+  /**
+   * An overrun wallet refuses `payload` without calling the provider while `slow` is in flight;
+   * once `slow` is answered and settled, nothing is in flight: it admits again and the overrun is over.
+   */
+  async function expectRefusedUntilSettled(merchant: Merchant, payload: string, slow: Promise<Response>, answerSlow: () => void) {
+    const before = upstream.requests.length;
+    const refused = await post(merchant.secretKey, payload);
+    expect(refused.status).toBe(402);
+    await refused.arrayBuffer();
+    expect(upstream.requests.length).toBe(before);
+
+    answerSlow();
+    const answered = await slow;
+    await t.settledRecord(answered.headers.get('x-tollgate-request-id')!, t.auth(merchant.secretKey));
+    const ok = await post(merchant.secretKey, payload);
+    expect(ok.status).toBe(200);
+    await t.settledRecord(ok.headers.get('x-tollgate-request-id')!, t.auth(merchant.secretKey));
+    expect(Number((await wallet(merchant.walletId)).overrun)).toBe(0);
+    expect((await verifyLedger(t.storage)).problems).toEqual([]);
+  }
+
   it('a wallet whose settled charge exceeded its hold admits nothing more until its requests in flight have settled (decision 0019)', async () => {
     const { merchant } = await freshPayers();
     const small = JSON.stringify({ model: 'gpt-4o', max_tokens: 5, messages: [{ role: 'user', content: 'x' }] });
@@ -266,21 +287,7 @@ describe.each(databasesUnderTest())('forward gateway admission and holds on %s',
       expect(parseMoney(rec.total_merchant_cost)).toBeGreaterThan(hold);
 
       // The slow one may overrun too: nothing more is admitted while it is in flight.
-      const before = upstream.requests.length;
-      const refused = await post(merchant.secretKey, small);
-      expect(refused.status).toBe(402);
-      await refused.arrayBuffer();
-      expect(upstream.requests.length).toBe(before);
-
-      answerSlow();
-      const answered = await slow;
-      await t.settledRecord(answered.headers.get('x-tollgate-request-id')!, t.auth(merchant.secretKey));
-      // Nothing in flight any more: admitted again, and the overrun is over.
-      const ok = await post(merchant.secretKey, small);
-      expect(ok.status).toBe(200);
-      await t.settledRecord(ok.headers.get('x-tollgate-request-id')!, t.auth(merchant.secretKey));
-      expect(Number((await wallet(merchant.walletId)).overrun)).toBe(0);
-      expect((await verifyLedger(t.storage)).problems).toEqual([]);
+      await expectRefusedUntilSettled(merchant, small, slow, answerSlow);
     } finally {
       answerSlow();
       await slow.catch(() => undefined);
@@ -314,20 +321,7 @@ describe.each(databasesUnderTest())('forward gateway admission and holds on %s',
       expect(Number((await wallet(merchant.walletId)).overrun)).toBe(1);
 
       // Nothing more is admitted on the wallet while another request is in flight on it.
-      const before = upstream.requests.length;
-      const refused = await post(merchant.secretKey, small);
-      expect(refused.status).toBe(402);
-      await refused.arrayBuffer();
-      expect(upstream.requests.length).toBe(before);
-
-      answerSlow();
-      const answered = await slow;
-      await t.settledRecord(answered.headers.get('x-tollgate-request-id')!, t.auth(merchant.secretKey));
-      const ok = await post(merchant.secretKey, small);
-      expect(ok.status).toBe(200);
-      await t.settledRecord(ok.headers.get('x-tollgate-request-id')!, t.auth(merchant.secretKey));
-      expect(Number((await wallet(merchant.walletId)).overrun)).toBe(0);
-      expect((await verifyLedger(t.storage)).problems).toEqual([]);
+      await expectRefusedUntilSettled(merchant, small, slow, answerSlow);
     } finally {
       answerSlow();
       await slow.catch(() => undefined);
