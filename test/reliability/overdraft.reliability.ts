@@ -27,20 +27,28 @@ const GRANT = '0.05';
 const OPENAI_CHAT = 'https://api.openai.com/v1/chat/completions';
 const body = { model: 'gpt-4o-mini', max_tokens: 50, messages: [{ role: 'user', content: 'how far below zero can this go' }] };
 
-describe.runIf(postgres)('overdraft bound against a provider over-reporting 40 times, two instances on postgres', () => {
-  let instances: MockGateway[];
-
+/**
+ * Two instances on one fresh PostgreSQL database, each with its own mock upstream reporting FACTOR
+ * times the usage it served; filled before the suite's tests run and closed after them.
+ */
+function overReportingPair(): MockGateway[] {
+  const instances: MockGateway[] = [];
   beforeAll(async () => {
     const database = await freshDatabase('postgres');
-    instances = [await startSuiteGateway('postgres', { database }), await startSuiteGateway('postgres', { database })];
+    instances.push(await startSuiteGateway('postgres', { database }), await startSuiteGateway('postgres', { database }));
     for (const gw of instances) gw.upstream.setNext({ path: '/chat/completions', overReport: FACTOR, times: Infinity });
   });
   afterAll(async () => {
-    for (const gw of instances ?? []) {
+    for (const gw of instances) {
       await gw.t.close();
       await gw.upstream.close();
     }
   });
+  return instances;
+}
+
+describe.runIf(postgres)('overdraft bound against a provider over-reporting 40 times, two instances on postgres', () => {
+  const instances = overReportingPair();
 
   it('keeps every wallet above −(F − 1) × its concurrent holds', async () => {
     const [a] = instances;
@@ -122,19 +130,7 @@ const KEY_LIMIT = '0.01';
 const CHAT = '/v1/chat/completions';
 
 describe.runIf(postgres)('spend-key limit against a provider over-reporting 40 times, two instances on postgres', () => {
-  let instances: MockGateway[];
-
-  beforeAll(async () => {
-    const database = await freshDatabase('postgres');
-    instances = [await startSuiteGateway('postgres', { database }), await startSuiteGateway('postgres', { database })];
-    for (const gw of instances) gw.upstream.setNext({ path: '/chat/completions', overReport: FACTOR, times: Infinity });
-  });
-  afterAll(async () => {
-    for (const gw of instances ?? []) {
-      await gw.t.close();
-      await gw.upstream.close();
-    }
-  });
+  const instances = overReportingPair();
 
   it('keeps the spend within L + (F − 1) × C × the largest reservation', async () => {
     const { t } = instances[0]!;
