@@ -174,8 +174,11 @@ describe.each(databasesUnderTest())('Stripe unreachable on %s', (dialect) => {
     expect((await walletBuckets(storage, customer.walletId)).cycle).toBe(parseMoney('20'));
   });
 
-  it('an auto top-up answers the request 503 and buys nothing while Stripe does not answer; the next shortage buys it', async () => {
-    const customer = await customerWithCard();
+  /**
+   * Subscribes the customer to a free plan linking a meter of 2 a call, whose auto top-up bundle
+   * costs 5 and credits `credit`; returns the meter.
+   */
+  async function subscribeToAutoTopUpPlan(customerId: string, credit: string): Promise<{ meter_id: string; meter_slug: string }> {
     const meter = (await api('POST', '/v1/meters', { name: 'Per call', rate_type: 'fixed', tier_type: 'requests', tiers: [{ start: 0, rate: '2' }] })).json();
     const plan = (
       await api('POST', '/v1/plans', {
@@ -184,11 +187,17 @@ describe.each(databasesUnderTest())('Stripe unreachable on %s', (dialect) => {
         included_credit: '0',
         billing_interval: 'month',
         meter_ids: [meter.meter_id],
-        credit_bundles: [{ name: 'Refill', cost: '5', credit_amount: '5' }],
+        credit_bundles: [{ name: 'Refill', cost: '5', credit_amount: credit }],
         default_auto_top_up_bundle_index: 0,
       })
     ).json();
-    expect((await api('POST', '/v1/subscriptions', { customer_id: customer.id, plan_id: plan.plan_id })).statusCode).toBe(201);
+    expect((await api('POST', '/v1/subscriptions', { customer_id: customerId, plan_id: plan.plan_id })).statusCode).toBe(201);
+    return meter;
+  }
+
+  it('an auto top-up answers the request 503 and buys nothing while Stripe does not answer; the next shortage buys it', async () => {
+    const customer = await customerWithCard();
+    const meter = await subscribeToAutoTopUpPlan(customer.id, '5');
     const record = () => api('POST', '/v1/requests', { request_id: `r-${crypto.randomUUID()}`, customer_id: customer.id, meter_slug: meter.meter_slug });
     const before = await walletBuckets(storage, customer.walletId);
     // The 1 of prepaid from the checkout cannot pay 2: the bundle is due.
@@ -268,19 +277,7 @@ describe.each(databasesUnderTest())('Stripe unreachable on %s', (dialect) => {
 
   it('an auto top-up Stripe took but whose answer was lost is credited once by its event, whatever the order and repetition of deliveries', async () => {
     const customer = await customerWithCard();
-    const meter = (await api('POST', '/v1/meters', { name: 'Per call', rate_type: 'fixed', tier_type: 'requests', tiers: [{ start: 0, rate: '2' }] })).json();
-    const plan = (
-      await api('POST', '/v1/plans', {
-        name: 'Metered',
-        period_amount: '0',
-        included_credit: '0',
-        billing_interval: 'month',
-        meter_ids: [meter.meter_id],
-        credit_bundles: [{ name: 'Refill', cost: '5', credit_amount: '6' }],
-        default_auto_top_up_bundle_index: 0,
-      })
-    ).json();
-    expect((await api('POST', '/v1/subscriptions', { customer_id: customer.id, plan_id: plan.plan_id })).statusCode).toBe(201);
+    const meter = await subscribeToAutoTopUpPlan(customer.id, '6');
     const before = await walletBuckets(storage, customer.walletId);
     stripeApi.dropAnswers(true);
     const refused = await api('POST', '/v1/requests', { request_id: `r-${crypto.randomUUID()}`, customer_id: customer.id, meter_slug: meter.meter_slug });
