@@ -2,7 +2,7 @@ import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { formatMoney, parseMoney } from '../../src/domain/money.ts';
 import { verifyLedger } from '../../src/ledger/verify.ts';
 import { creditWallet } from '../../src/ledger/wallets.ts';
-import type { TestApp } from '../helpers/app.ts';
+import { forwardToken, type TestApp } from '../helpers/app.ts';
 import { createCustomer, createPlan, saveTestCard, subscribe, walletBuckets } from '../helpers/commerce.ts';
 import { databasesUnderTest } from '../helpers/databases.ts';
 import { openaiHoldOf, startGatewayOnMock } from '../helpers/gateway.ts';
@@ -130,7 +130,7 @@ describe.each(databasesUnderTest())('auto top-up on the request path on %s', (di
   const forward = (token: string) =>
     fetch(`${base}/v1/forward?${OPENAI_CHAT}`, { method: 'POST', headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json' }, body: chatBody });
   const tokenOf = (customerId: string, meterSlug: string) =>
-    Buffer.from(JSON.stringify({ secret_key: t.merchant.secretKey, customer_id: customerId, meter_slug: meterSlug })).toString('base64');
+    forwardToken(t.merchant.secretKey, customerId, meterSlug);
 
   it('forward: 20 concurrent requests short of money buy the bundle once and are all forwarded', async () => {
     const m = await meter(PER_TOKEN);

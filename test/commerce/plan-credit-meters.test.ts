@@ -2,7 +2,7 @@ import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { formatMoney, parseMoney } from '../../src/domain/money.ts';
 import { verifyLedger } from '../../src/ledger/verify.ts';
 import { creditWallet } from '../../src/ledger/wallets.ts';
-import type { TestApp } from '../helpers/app.ts';
+import { forwardToken, type TestApp } from '../helpers/app.ts';
 import { createCustomer, createPlan, subscribe, walletBuckets } from '../helpers/commerce.ts';
 import { databasesUnderTest } from '../helpers/databases.ts';
 import { openaiHoldOf, startGatewayOnMock } from '../helpers/gateway.ts';
@@ -128,7 +128,7 @@ describe.each(setups)('plan credit and the meters a plan links on $name', ({ dia
   const forward = (token: string) =>
     fetch(`${base}/v1/forward?${OPENAI_CHAT}`, { method: 'POST', headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json' }, body: chatBody });
   const tokenOf = (customerId: string, meterSlug: string) =>
-    Buffer.from(JSON.stringify({ secret_key: t.merchant.secretKey, customer_id: customerId, meter_slug: meterSlug })).toString('base64');
+    forwardToken(t.merchant.secretKey, customerId, meterSlug);
 
   async function forwardAndSettle(token: string): Promise<{ status: number; cost: bigint }> {
     const res = await forward(token);

@@ -2,7 +2,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { parseMoney } from '../../src/domain/money.ts';
 import { verifyLedger } from '../../src/ledger/verify.ts';
 import { creditWallet, findWallet } from '../../src/ledger/wallets.ts';
-import type { TestApp } from '../helpers/app.ts';
+import { forwardToken, type TestApp } from '../helpers/app.ts';
 import { databasesUnderTest } from '../helpers/databases.ts';
 import { startGatewayOnMock, THREE_PROVIDERS } from '../helpers/gateway.ts';
 import type { MockUpstream } from '../helpers/mock-upstream.ts';
@@ -140,7 +140,7 @@ describe.each(databasesUnderTest())('prompt-cache billing on %s', (dialect) => {
       credit: '5',
       meter: { name: 'Cache meter', rate_type: 'fixed', tier_type: 'tokens_1m', tiers: [{ start: '0', rate: '100' }] },
     });
-    const token = Buffer.from(JSON.stringify({ secret_key: t.merchant.secretKey, customer_id: customerId, meter_slug: meterSlug })).toString('base64');
+    const token = forwardToken(t.merchant.secretKey, customerId, meterSlug);
     upstream.setNext({ path: '/chat/completions', cachedTokens: 400 });
     const res = await fetch(`${base}/v1/forward?u=${encodeURIComponent('https://api.openai.com/v1/chat/completions')}`, {
       method: 'POST',

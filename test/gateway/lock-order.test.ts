@@ -11,7 +11,7 @@ import { verifyLedger } from '../../src/ledger/verify.ts';
 import { creditWallet } from '../../src/ledger/wallets.ts';
 import { openStorage, type Storage } from '../../src/storage/db.ts';
 import type { Database } from '../../src/storage/schema.ts';
-import { startTestApp, type TestApp } from '../helpers/app.ts';
+import { forwardToken, startTestApp, type TestApp } from '../helpers/app.ts';
 import { admissionOf, CHAT_FACTS, settlementOf, tokenUsage } from '../helpers/settle.ts';
 
 /**
@@ -110,7 +110,7 @@ describe.skipIf(!process.env.TEST_DATABASE_URL)('lock order of the gateway write
     // The admission's wallet sorts first, so taking the settlement's wallets first would be out of order.
     const [admitting, settling] = customers.sort((a, b) => (a.walletId < b.walletId ? -1 : 1)) as [(typeof customers)[0], (typeof customers)[0]];
     const billingOf = async (c: (typeof customers)[0]) =>
-      resolveForwardCredential(t.storage, Buffer.from(JSON.stringify({ secret_key: t.merchant.secretKey, customer_id: c.customerId, meter_slug: c.meterSlug })).toString('base64'), new Date());
+      resolveForwardCredential(t.storage, forwardToken(t.merchant.secretKey, c.customerId, c.meterSlug), new Date());
     const [admitBilling, settleBilling] = [await billingOf(admitting), await billingOf(settling)];
     const { writer, warnings } = watchedWriter();
     const toSettle = admitted(await writer.run(ADMIT_JOB, admissionOf(settleBilling, settling.walletId, { hold: '0.01' })));

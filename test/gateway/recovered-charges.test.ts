@@ -7,7 +7,7 @@ import { sweepExpiredHolds } from '../../src/gateway/settle.ts';
 import { admitRequest } from '../../src/ledger/admission/admit.ts';
 import { pricingFor } from '../../src/ledger/billing.ts';
 import { verifyLedger } from '../../src/ledger/verify.ts';
-import type { TestApp } from '../helpers/app.ts';
+import { forwardToken, type TestApp } from '../helpers/app.ts';
 import { databasesUnderTest } from '../helpers/databases.ts';
 import { startGatewayOnMock } from '../helpers/gateway.ts';
 import type { MockUpstream } from '../helpers/mock-upstream.ts';
@@ -40,7 +40,7 @@ describe.each(databasesUnderTest())('recovered requests, on %s', (dialect) => {
   /** A customer of a tiered meter, and a request of theirs admitted, whose instance then died. */
   async function customerWithOrphan() {
     const customer = await t.customerWithMeter({ credit: '5', meter: TIERED });
-    const token = Buffer.from(JSON.stringify({ secret_key: t.merchant.secretKey, customer_id: customer.customerId, meter_slug: customer.meterSlug })).toString('base64');
+    const token = forwardToken(t.merchant.secretKey, customer.customerId, customer.meterSlug);
     const billing = await resolveForwardCredential(t.storage, token, new Date(t.clock.now()));
     const estimate = estimateHold({
       requestBody: body,

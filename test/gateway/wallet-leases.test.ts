@@ -8,7 +8,7 @@ import { sweepExpiredHolds } from '../../src/gateway/settle.ts';
 import { WalletLeases, type Lease } from '../../src/ledger/leases.ts';
 import { verifyLedger } from '../../src/ledger/verify.ts';
 import { creditWallet, findWallet } from '../../src/ledger/wallets.ts';
-import { startTestApp, type Merchant, type TestApp } from '../helpers/app.ts';
+import { forwardToken, type Merchant, startTestApp, type TestApp } from '../helpers/app.ts';
 import { openaiHoldOf, startGatewayOnMock } from '../helpers/gateway.ts';
 import type { MockUpstream } from '../helpers/mock-upstream.ts';
 
@@ -291,7 +291,7 @@ describe.skipIf(!process.env.TEST_DATABASE_URL)('wallet leases on postgres', () 
       secretKey: merchant.secretKey,
       meter: { name: 'Fee', rate_type: 'fixed', tier_type: 'requests', tiers: [{ start: 0, rate: '0.01' }], base_cost_payer: 'merchant', service_charge_payer: 'merchant' },
     });
-    const token = Buffer.from(JSON.stringify({ secret_key: merchant.secretKey, customer_id: customer.customerId, meter_slug: customer.meterSlug })).toString('base64');
+    const token = forwardToken(merchant.secretKey, customer.customerId, customer.meterSlug);
     // Ids grow with time: the merchant's wallet is locked first by any writer locking both.
     expect(merchant.walletId < customer.walletId).toBe(true);
 

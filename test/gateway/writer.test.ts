@@ -11,7 +11,7 @@ import { pricingFor } from '../../src/ledger/billing.ts';
 import { verifyLedger } from '../../src/ledger/verify.ts';
 import { creditWallet, findWallet } from '../../src/ledger/wallets.ts';
 import { openStorage } from '../../src/storage/db.ts';
-import { startTestApp, type TestApp } from '../helpers/app.ts';
+import { forwardToken, startTestApp, type TestApp } from '../helpers/app.ts';
 import { databasesUnderTest } from '../helpers/databases.ts';
 import { admissionOf, CHAT_FACTS, settlementOf, tokenUsage } from '../helpers/settle.ts';
 
@@ -239,7 +239,7 @@ describe.each(databasesUnderTest())('gateway writer on %s', (dialect) => {
       })
     ).json();
     await creditWallet(t.storage, customer.wallet.wallet_id, parseMoney('5'));
-    const token = Buffer.from(JSON.stringify({ secret_key: t.merchant.secretKey, customer_id: customer.customer_id, meter_slug: meter.meter_slug })).toString('base64');
+    const token = forwardToken(t.merchant.secretKey, customer.customer_id, meter.meter_slug);
     const billing = await resolveForwardCredential(t.storage, token, new Date());
     const writer = new GroupCommitWriter(t.storage);
     const record = { provider: 'openai', endpoint: 'POST https://api.openai.com/v1/chat/completions', provider_key_type: 'managed' as const, metadata: { feature: 'x' } };
@@ -395,7 +395,7 @@ describe.each(databasesUnderTest())('gateway writer on %s', (dialect) => {
   /** A credited customer with a per-request meter, its forward billing and what an admission of it sends. */
   async function embeddedCustomer(credit: string, metadata: Record<string, string>, writeDelayMs = ADMISSION_WRITE_DELAY_MS) {
     const customer = await t.customerWithMeter({ credit });
-    const token = Buffer.from(JSON.stringify({ secret_key: t.merchant.secretKey, customer_id: customer.customerId, meter_slug: customer.meterSlug })).toString('base64');
+    const token = forwardToken(t.merchant.secretKey, customer.customerId, customer.meterSlug);
     const billing = await resolveForwardCredential(t.storage, token, new Date());
     const record = { ...CHAT_FACTS, metadata };
     const admission = (hold: string) => admissionOf(billing, customer.walletId, { hold, facts: record });

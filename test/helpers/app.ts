@@ -25,6 +25,11 @@ export type CustomerWithMeter = { customerId: string; walletId: string; meterId:
 
 const PER_REQUEST_METER = { name: 'Per request', rate_type: 'fixed', tier_type: 'requests', tiers: [{ start: 0, rate: '0.25' }] };
 
+/** The base64 JSON forward token the published client makes: the merchant's key, a customer and a meter. */
+export function forwardToken(secretKey: string, customerId: string, meterSlug: string): string {
+  return Buffer.from(JSON.stringify({ secret_key: secretKey, customer_id: customerId, meter_slug: meterSlug })).toString('base64');
+}
+
 export type TestApp = {
   app: App;
   storage: Storage;

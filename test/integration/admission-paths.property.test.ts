@@ -12,7 +12,7 @@ import { admitDeferred, deferredWrites, type DeferredAdmission } from '../../src
 import { GroupCommitWriter } from '../../src/ledger/group-commit.ts';
 import { placeHold } from '../../src/ledger/holds.ts';
 import { creditWallet, findWallet } from '../../src/ledger/wallets.ts';
-import { startTestApp, type TestApp } from '../helpers/app.ts';
+import { forwardToken, startTestApp, type TestApp } from '../helpers/app.ts';
 import { databasesUnderTest } from '../helpers/databases.ts';
 import { CHAT_FACTS } from '../helpers/settle.ts';
 
@@ -103,7 +103,7 @@ describe.each(databasesUnderTest())('every admission path decides as the in-tran
     const walletIds: World['walletIds'] = [merchant.walletId, customers[0].wallet.wallet_id, customers[1].wallet.wallet_id];
     const credentials = [
       merchant.secretKey,
-      ...customers.map((c) => Buffer.from(JSON.stringify({ secret_key: merchant.secretKey, customer_id: c.customer_id, meter_slug: meter.meter_slug })).toString('base64')),
+      ...customers.map((c) => forwardToken(merchant.secretKey, c.customer_id, meter.meter_slug)),
     ];
     const billings = (await Promise.all(credentials.map((credential) => resolveForwardCredential(t.storage, credential, new Date())))) as World['billings'];
     const limits = {

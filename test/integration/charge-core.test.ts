@@ -13,7 +13,7 @@ import { findConnection } from '../../src/storage/connections.ts';
 import { findMerchant } from '../../src/storage/merchants.ts';
 import { findMeter } from '../../src/storage/meters.ts';
 import type { RequestRow } from '../../src/storage/requests.ts';
-import { startTestApp, type TestApp } from '../helpers/app.ts';
+import { forwardToken, startTestApp, type TestApp } from '../helpers/app.ts';
 import { databasesUnderTest } from '../helpers/databases.ts';
 import { admissionOf, settlementOf, tokenUsage } from '../helpers/settle.ts';
 
@@ -97,7 +97,7 @@ describe.each(databasesUnderTest())('the charge core on %s', (dialect) => {
     const usages = [tokenUsage(60, 40), tokenUsage(60, 40), tokenUsage(60, 40)];
 
     // Forwarded: admitted, then settled together in one group-commit batch (settleInTransaction).
-    const token = Buffer.from(JSON.stringify({ secret_key: m.secretKey, customer_id: forwarded.id, meter_slug: meter.meter_slug })).toString('base64');
+    const token = forwardToken(m.secretKey, forwarded.id, meter.meter_slug);
     const billing = await resolveForwardCredential(t.storage, token, new Date());
     const gatewayWriter = new GroupCommitWriter(t.storage);
     const facts = { provider: 'openai', endpoint: 'POST https://api.openai.com/v1/chat/completions', provider_key_type: 'managed' as const, metadata: { team: 'a' } };

@@ -4,6 +4,7 @@ import { verifyLedger } from '../../src/ledger/verify.ts';
 import { freshDatabase } from '../helpers/databases.ts';
 import type { MockGateway } from '../helpers/gateway.ts';
 import { leaksInSuiteLogs, printFigures, startSuiteGateway } from './harness.ts';
+import { forwardToken } from '../helpers/app.ts';
 
 /**
  * Bank test: many clients against two instances sharing one PostgreSQL, granting credit,
@@ -90,7 +91,7 @@ describe.runIf(postgres)('bank test on two instances sharing postgres', () => {
         await res.body?.cancel().catch(() => undefined);
         return;
       }
-      const token = Buffer.from(JSON.stringify({ secret_key: secretKey, customer_id: customer.customerId, meter_slug: customer.meterSlug })).toString('base64');
+      const token = forwardToken(secretKey, customer.customerId, customer.meterSlug);
       const res = await fetch(`${gw.base}/v1/forward?u=${encodeURIComponent(OPENAI_CHAT)}`, {
         method: 'POST',
         headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json' },

@@ -11,6 +11,7 @@ import { migrateToLatest } from '../../src/storage/migrate.ts';
 import { freshDatabase } from '../helpers/databases.ts';
 import { startMockUpstream, type MockUpstream } from '../helpers/mock-upstream.ts';
 import { printFigures } from './harness.ts';
+import { forwardToken } from '../helpers/app.ts';
 
 /**
  * Crash test: a real `tollgate serve` process on PostgreSQL is SIGKILLed while clients record usage
@@ -102,7 +103,7 @@ describe.runIf(postgres).each(MODES)('crash test: SIGKILL mid-load on postgres, 
     const GRANT = parseMoney('1000');
     await creditWallet(storage, customer.wallet.wallet_id, GRANT);
     await creditWallet(storage, merchant.wallet_id, parseMoney('1000'));
-    const token = Buffer.from(JSON.stringify({ secret_key: secretKey, customer_id: customer.customer_id, meter_slug: meter.meter_slug })).toString('base64');
+    const token = forwardToken(secretKey, customer.customer_id, meter.meter_slug);
 
     const answeredRecords = new Set<string>();
     const unanswered: string[] = [];

@@ -9,6 +9,7 @@ import { creditWallet } from '../../src/ledger/wallets.ts';
 import { freshDatabase } from '../helpers/databases.ts';
 import type { MockGateway } from '../helpers/gateway.ts';
 import { printFigures, startSuiteGateway } from './harness.ts';
+import { forwardToken } from '../helpers/app.ts';
 
 /**
  * Overdraft bound (decision 0019) against a provider that reports 40 times the usage it served:
@@ -57,7 +58,7 @@ describe.runIf(postgres)('overdraft bound against a provider over-reporting 40 t
     const customers: { customerId: string; walletId: string; token: string; hold: bigint }[] = [];
     for (let i = 0; i < CUSTOMERS; i++) {
       const c = await t.customerWithMeter({ credit: GRANT, meter: { name: `o${i}`, rate_type: 'fixed', tier_type: 'tokens_1m', tiers: [{ start: 0, rate: '1' }] } });
-      const token = Buffer.from(JSON.stringify({ secret_key: secretKey, customer_id: c.customerId, meter_slug: c.meterSlug })).toString('base64');
+      const token = forwardToken(secretKey, c.customerId, c.meterSlug);
       const billing = await resolveForwardCredential(t.storage, token, new Date());
       const estimate = estimateHold({
         requestBody: body,
