@@ -1,20 +1,17 @@
 import Stripe from 'stripe';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { buildApp } from '../../src/app.ts';
 import { renewDueSubscriptions, PROVIDER_RETRY_MS } from '../../src/commerce/renewals.ts';
-import { loadConfig } from '../../src/config.ts';
+import type { Config } from '../../src/config.ts';
 import { parseMoney } from '../../src/domain/money.ts';
-import { MemoryRateLimiter } from '../../src/http/rate-limit.ts';
 import type { App } from '../../src/http/types.ts';
 import { verifyLedger } from '../../src/ledger/verify.ts';
 import { createPaymentProvider } from '../../src/payments/index.ts';
-import { openStorage, type Storage } from '../../src/storage/db.ts';
-import { createMerchant } from '../../src/storage/merchants.ts';
-import { migrateToLatest } from '../../src/storage/migrate.ts';
+import type { Storage } from '../../src/storage/db.ts';
 import { TestClock } from '../helpers/clock.ts';
 import { eventsOfType, walletBuckets } from '../helpers/commerce.ts';
-import { databasesUnderTest, freshDatabase } from '../helpers/databases.ts';
-import { startStripeStandIn, type StripeStandIn } from '../helpers/stripe-stand-in.ts';
+import { databasesUnderTest } from '../helpers/databases.ts';
+import { closeStripeApp, startAppOnStripeStandIn, type StripeApp } from '../helpers/stripe-app.ts';
+import type { StripeStandIn } from '../helpers/stripe-stand-in.ts';
 
 /**
  * Stripe does not answer (the local stand-in shut down): a checkout is answered 503
@@ -35,19 +32,15 @@ describe.each(databasesUnderTest())('Stripe unreachable on %s', (dialect) => {
   let app: App;
   let storage: Storage;
   let secretKey: string;
-  let config: ReturnType<typeof loadConfig>;
+  let config: Config;
   const clock = new TestClock();
   const auth = () => ({ authorization: `Bearer ${secretKey}` });
 
+  let started: StripeApp | undefined;
+
   beforeAll(async () => {
-    stripeApi = await startStripeStandIn(SECRET_KEY);
-    const database = await freshDatabase(dialect);
-    config = loadConfig({ LOG_LEVEL: 'silent', DATABASE_URL: database.url, STRIPE_SECRET_KEY: SECRET_KEY, STRIPE_WEBHOOK_SECRET: WEBHOOK_SECRET, STRIPE_API_BASE: stripeApi.url });
-    storage = openStorage(database.url, { poolSize: 10 });
-    await migrateToLatest(storage);
-    app = await buildApp({ config, storage, clock, rateLimiter: new MemoryRateLimiter() });
-    await app.ready();
-    secretKey = (await createMerchant(storage, { name: 'Stripe shop' })).secretKey;
+    started = await startAppOnStripeStandIn(dialect, clock, { apiKey: SECRET_KEY, webhookSecret: WEBHOOK_SECRET });
+    ({ stripeApi, config, storage, app, secretKey } = started);
   });
   afterEach(async () => {
     stripeApi.dropAnswers(false);
@@ -55,11 +48,7 @@ describe.each(databasesUnderTest())('Stripe unreachable on %s', (dialect) => {
     expect(stripeApi.problems).toEqual([]);
     expect((await verifyLedger(storage)).problems).toEqual([]);
   });
-  afterAll(async () => {
-    await app?.close();
-    await storage?.close();
-    await stripeApi?.close();
-  });
+  afterAll(() => closeStripeApp(started));
 
   const api = (method: 'POST' | 'GET', url: string, payload?: Record<string, unknown>) => app.inject({ method, url, headers: auth(), ...(payload ? { payload } : {}) });
   async function session(payload: Record<string, unknown>): Promise<{ id: string; token: string }> {

@@ -1,21 +1,18 @@
 import Stripe from 'stripe';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { buildApp } from '../../src/app.ts';
 import { ConfigError, loadConfig } from '../../src/config.ts';
 import { parseMoney } from '../../src/domain/money.ts';
-import { MemoryRateLimiter } from '../../src/http/rate-limit.ts';
 import type { App } from '../../src/http/types.ts';
 import { verifyLedger } from '../../src/ledger/verify.ts';
 import { createPaymentProvider } from '../../src/payments/index.ts';
 import { StripePaymentProvider } from '../../src/payments/stripe.ts';
 import { TestPaymentProvider } from '../../src/payments/test-provider.ts';
-import { openStorage, type Storage } from '../../src/storage/db.ts';
-import { createMerchant } from '../../src/storage/merchants.ts';
-import { migrateToLatest } from '../../src/storage/migrate.ts';
+import type { Storage } from '../../src/storage/db.ts';
 import { TestClock } from '../helpers/clock.ts';
 import { eventsOfType, walletBuckets } from '../helpers/commerce.ts';
-import { databasesUnderTest, freshDatabase } from '../helpers/databases.ts';
-import { startStripeStandIn, type StripeStandIn } from '../helpers/stripe-stand-in.ts';
+import { databasesUnderTest } from '../helpers/databases.ts';
+import { closeStripeApp, startAppOnStripeStandIn, type StripeApp } from '../helpers/stripe-app.ts';
+import type { StripeStandIn } from '../helpers/stripe-stand-in.ts';
 
 /**
  * The Stripe adapter on the real `stripe` package, pointed at a local stand-in for Stripe's API
@@ -46,25 +43,17 @@ describe.each(databasesUnderTest())('Stripe adapter on %s', (dialect) => {
   const clock = new TestClock();
   const auth = () => ({ authorization: `Bearer ${secretKey}` });
 
+  let started: StripeApp | undefined;
+
   beforeAll(async () => {
-    stripeApi = await startStripeStandIn(SECRET_KEY);
-    const database = await freshDatabase(dialect);
-    const config = loadConfig({ LOG_LEVEL: 'silent', DATABASE_URL: database.url, STRIPE_SECRET_KEY: SECRET_KEY, STRIPE_WEBHOOK_SECRET: WEBHOOK_SECRET, STRIPE_API_BASE: stripeApi.url });
-    storage = openStorage(database.url, { poolSize: 10 });
-    await migrateToLatest(storage);
-    app = await buildApp({ config, storage, clock, rateLimiter: new MemoryRateLimiter() });
-    await app.ready();
-    secretKey = (await createMerchant(storage, { name: 'Stripe shop' })).secretKey;
+    started = await startAppOnStripeStandIn(dialect, clock, { apiKey: SECRET_KEY, webhookSecret: WEBHOOK_SECRET });
+    ({ stripeApi, storage, app, secretKey } = started);
   });
   afterEach(async () => {
     expect(stripeApi.problems).toEqual([]);
     expect((await verifyLedger(storage)).problems).toEqual([]);
   });
-  afterAll(async () => {
-    await app?.close();
-    await storage?.close();
-    await stripeApi?.close();
-  });
+  afterAll(() => closeStripeApp(started));
 
   async function session(payload: Record<string, unknown>): Promise<{ id: string; token: string }> {
     const res = await app.inject({ method: 'POST', url: '/v1/checkout_sessions', headers: auth(), payload: { origin_url: ORIGIN, ...payload } });
