@@ -32,6 +32,8 @@ function inputCharactersOf(body: unknown): number {
 
 /** Members holding inline media (base64), billed as image or audio tokens rather than as text bytes. */
 const MEDIA_KEYS = new Set(['data', 'file_data']);
+/** A media key, or a string starting with `data:`, as JSON text shows them. */
+const MAY_HOLD_MEDIA = /"(?:file_)?data"|"data:/;
 
 /**
  * An upper bound on a JSON request's text input tokens: the UTF-8 bytes of the body without its
@@ -41,13 +43,16 @@ const MEDIA_KEYS = new Set(['data', 'file_data']);
  */
 function inputTokenBound(requestJson: unknown): number | undefined {
   if (typeof requestJson !== 'object' || requestJson === null) return undefined;
+  // Most bodies carry no media: written plainly (no replacer called back for every value) they
+  // are the same text, and a media key or a data: URL shows in it.
+  const plain = JSON.stringify(requestJson);
+  if (!MAY_HOLD_MEDIA.test(plain)) return Buffer.byteLength(plain, 'utf8');
   const text = JSON.stringify(requestJson, (key, value: unknown) =>
     MEDIA_KEYS.has(key) || (typeof value === 'string' && value.startsWith('data:')) ? undefined : value,
   );
   return Buffer.byteLength(text, 'utf8');
 }
 
-/** The hold's parts, and what they were priced from (kept on the pending record for crash recovery). */
 /** The hold's parts, and what they were priced from (kept on the pending record for crash recovery). */
 export type HoldEstimate = { wallet: bigint; merchant: bigint; charge: EstimatedCharge };
 

@@ -180,7 +180,7 @@ export const ROLLUP_KEY = ['merchant_id', 'bucket_start', 'connection_id', 'mete
 export const METADATA_ROLLUP_KEY = ['merchant_id', 'key', 'value', 'bucket_start', 'connection_id', 'meter_id'] as const;
 
 /** The upsert adding `additions` to usage_rollups, not yet run (the gateway batches it with other writes). */
-export function rollupUpsert(trx: Transaction<Database>, additions: UsageRollupsTable[]) {
+function rollupUpsert(trx: Transaction<Database>, additions: UsageRollupsTable[]) {
   return trx
     .insertInto('usage_rollups')
     .values(additions)
@@ -192,7 +192,7 @@ export function rollupUpsert(trx: Transaction<Database>, additions: UsageRollups
 }
 
 /** The upsert adding `additions` to usage_rollups_by_metadata, not yet run. */
-export function metadataRollupUpsert(trx: Transaction<Database>, additions: UsageRollupsByMetadataTable[]) {
+function metadataRollupUpsert(trx: Transaction<Database>, additions: UsageRollupsByMetadataTable[]) {
   return trx
     .insertInto('usage_rollups_by_metadata')
     .values(additions)
@@ -205,11 +205,11 @@ export function metadataRollupUpsert(trx: Transaction<Database>, additions: Usag
     );
 }
 
-export async function upsertRollups(trx: Transaction<Database>, additions: UsageRollupsTable[]): Promise<void> {
+async function upsertRollups(trx: Transaction<Database>, additions: UsageRollupsTable[]): Promise<void> {
   if (additions.length > 0) await rollupUpsert(trx, additions).execute();
 }
 
-export async function upsertMetadataRollups(trx: Transaction<Database>, additions: UsageRollupsByMetadataTable[]): Promise<void> {
+async function upsertMetadataRollups(trx: Transaction<Database>, additions: UsageRollupsByMetadataTable[]): Promise<void> {
   if (additions.length > 0) await metadataRollupUpsert(trx, additions).execute();
 }
 

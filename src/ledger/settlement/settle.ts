@@ -6,10 +6,19 @@ import type { Transaction } from 'kysely';
 import type { BasePrices, PricedRequest, Usage } from '../../domain/pricing.ts';
 import { RunAlone, type BatchJob } from '../group-commit.ts';
 import { finishReservation } from '../spend-key-limits.ts';
-import { insertRows, runWrites, type BatchWrite } from '../../storage/batch-write.ts';
+import { runWrites, type BatchWrite } from '../../storage/batch-write.ts';
 import type { Storage } from '../../storage/db.ts';
 import type { Database } from '../../storage/schema.ts';
-import { failPendingRecord, metadataRollupAdditions, metadataRollupUpsert, metadataRows, rollupAdditions, rollupUpsert, type RequestRow } from '../../storage/requests.ts';
+import {
+  failPendingRecord,
+  METADATA_ROLLUP_KEY,
+  metadataRollupAdditions,
+  metadataRows,
+  ROLLUP_KEY,
+  ROLLUP_SUMS,
+  rollupAdditions,
+  type RequestRow,
+} from '../../storage/requests.ts';
 import {
   batchTime,
   chargeRequest,
@@ -173,22 +182,21 @@ async function settleInTransaction(trx: Transaction<Database>, dialect: Storage[
 
   // Complete each record (a record no longer pending makes the batch run alone), roll it up.
   const records = posted.map((p) => p.record);
-  const recordWrites = records.flatMap((record, i) => {
-    if (inputs[i]!.merged) return [];
-    const { id, merchant_id: _m, request_id: _r, created_at: _c, metadata: _md, ...settled } = record;
-    return [{ query: trx.updateTable('requests').set(settled).where('id', '=', id).where('status', '=', 'pending').returning('id'), counted: true }];
-  });
-  const mergedRecords = records.filter((_record, i) => inputs[i]!.merged);
-  const counterWrites = [...changedCounters].map(([id, key]) => ({
-    query: trx
-      .updateTable('meter_usage_counters')
-      .set({ units: positions.get(id)! })
-      .where('meter_id', '=', key.meterId)
-      .where('connection_id', '=', key.connectionId)
-      .where('period_start', '=', key.periodStart),
-  }));
-  const counts = await runWrites(trx, dialect, [...recordWrites, ...counterWrites, ...rollupWrites(trx, records), ...insertWrites(dialect, mergedRecords)]);
-  if (counts.slice(0, recordWrites.length).some((n) => n !== 1)) throw new RunAlone();
+  const pendingRecords = records.filter((_record, i) => !inputs[i]!.merged);
+  const completed: BatchWrite = {
+    update: 'requests',
+    key: ['id'],
+    rows: pendingRecords.map(({ merchant_id: _m, request_id: _r, created_at: _c, metadata: _md, ...settled }) => settled),
+    onlyIf: { column: 'status', is: 'pending' },
+    counted: true,
+  };
+  const counters: BatchWrite = {
+    update: 'meter_usage_counters',
+    key: ['meter_id', 'connection_id', 'period_start'],
+    rows: [...changedCounters].map(([id, key]) => ({ meter_id: key.meterId, connection_id: key.connectionId, period_start: key.periodStart, units: positions.get(id)! })),
+  };
+  const [completedCount] = await runWrites(trx, dialect, [completed, counters, ...rollupWrites(records), ...insertWrites(records.filter((_record, i) => inputs[i]!.merged))]);
+  if (completedCount !== pendingRecords.length) throw new RunAlone();
 
   // Release the holds; then write the balances, the ledger and the balance events.
   const holdIds = inputs.flatMap((input) => (input.merged ? [] : input.holdIds));
@@ -224,34 +232,34 @@ async function settleInTransaction(trx: Transaction<Database>, dialect: Storage[
     changes.noteCharge(charges[i]!, priced, customerWallet, merchantWallet, input.holdIds.length > 0);
   }
 
-  const walletWrites = [...wallets.values()]
+  const balances = [...wallets.values()]
     .filter((wallet) => lockedState.get(wallet.id) !== walletState(wallet))
     .map((wallet) => ({
-      query: trx
-        .updateTable('wallets')
-        .set({ balance: wallet.balance, cycle_credit: wallet.cycle_credit, bundle_credit: wallet.bundle_credit, held: wallet.held, overrun: overrun.has(wallet) ? 1 : Number(wallet.overrun ?? 0) })
-        .where('id', '=', wallet.id),
+      id: wallet.id,
+      balance: wallet.balance,
+      cycle_credit: wallet.cycle_credit,
+      bundle_credit: wallet.bundle_credit,
+      held: wallet.held,
+      overrun: overrun.has(wallet) ? 1 : Number(wallet.overrun ?? 0),
     }));
-  const leaseWrites: BatchWrite[] = [...leaseShrinks].map(([lease, amount]) => ({
-    query: trx
-      .updateTable('holds')
-      .set((eb) => ({ amount: eb('amount', '-', amount) }))
-      .where('id', '=', lease.holdId)
-      .where('status', '=', 'active')
-      .returning('id'),
+  const leases: BatchWrite = {
+    update: 'holds',
+    key: ['id'],
+    rows: [...leaseShrinks].map(([lease, amount]) => ({ id: lease.holdId, amount })),
+    subtract: ['amount'],
+    onlyIf: { column: 'status', is: 'active' },
     counted: true,
-  }));
+  };
   const ledger = ledgerRows(posted.map((p) => p.transaction));
-  const events = changes.events(at);
-  const written = await runWrites(trx, dialect, [
-    ...leaseWrites,
-    ...walletWrites,
-    insertRows(dialect, 'ledger_transactions', ledger.transactions),
-    ...(ledger.postings.length > 0 ? [insertRows(dialect, 'ledger_postings', ledger.postings)] : []),
-    ...(events.length > 0 ? [insertRows(dialect, 'events', eventRows(events))] : []),
+  const [shrunk] = await runWrites(trx, dialect, [
+    leases,
+    { update: 'wallets', key: ['id'], rows: balances },
+    { insert: 'ledger_transactions', rows: ledger.transactions },
+    { insert: 'ledger_postings', rows: ledger.postings },
+    { insert: 'events', rows: eventRows(changes.events(at)) },
   ]);
   // A lease that expired meanwhile: each member alone writes its admission as its own hold first.
-  if (written.slice(0, leaseWrites.length).some((n) => n !== 1)) throw new RunAlone();
+  if (shrunk !== leases.rows.length) throw new RunAlone();
   // Spend keys last, in id order.
   const outcomes: ChargeOutcome[] = posted.map(({ record, priced }) => ({ outcome: 'recorded', row: record, priced }));
   const withKeys = inputs
@@ -300,28 +308,19 @@ function settleLeasedShares(write: AdmissionWrite, price: PricedRequest, custome
 const walletState = (w: WalletRow) => `${w.balance} ${w.cycle_credit} ${w.bundle_credit} ${w.held}`;
 
 /** Settled records whose admissions were never written (merged): the records and their metadata. */
-function insertWrites(dialect: Storage['dialect'], records: RequestRow[]): BatchWrite[] {
-  if (records.length === 0) return [];
-  const metadata = metadataRows(records);
-  return [insertRows(dialect, 'requests', records), ...(metadata.length > 0 ? [insertRows(dialect, 'request_metadata', metadata)] : [])];
+function insertWrites(records: RequestRow[]): BatchWrite[] {
+  return [
+    { insert: 'requests', rows: records },
+    { insert: 'request_metadata', rows: metadataRows(records) },
+  ];
 }
 
-/**
- * A PostgreSQL statement takes at most 65,535 parameters and the batch's writes go as one; a
- * metadata rollup row takes 14. Records carrying so many pairs that their rollup rows would pass
- * this budget (64 settlements of ~45 pairs each) are settled alone instead, where they fit.
- */
-const METADATA_ROLLUP_PARAMETER_BUDGET = 40_000;
-
 /** Adds completed records to both usage rollups, summed per rollup row first, in key order. */
-function rollupWrites(trx: Transaction<Database>, records: RequestRow[]): BatchWrite[] {
-  const rollups = rollupAdditions(records);
-  const metadataRollups = metadataRollupAdditions(records);
-  if (metadataRollups.length * 14 > METADATA_ROLLUP_PARAMETER_BUDGET) throw new RunAlone();
-  const writes: BatchWrite[] = [];
-  if (rollups.length > 0) writes.push({ query: rollupUpsert(trx, rollups) });
-  if (metadataRollups.length > 0) writes.push({ query: metadataRollupUpsert(trx, metadataRollups) });
-  return writes;
+function rollupWrites(records: RequestRow[]): BatchWrite[] {
+  return [
+    { addTo: 'usage_rollups', key: ROLLUP_KEY, sums: ROLLUP_SUMS, rows: rollupAdditions(records) },
+    { addTo: 'usage_rollups_by_metadata', key: METADATA_ROLLUP_KEY, sums: ROLLUP_SUMS, rows: metadataRollupAdditions(records) },
+  ];
 }
 
 /** The upstream failed (or the hold expired): release the holds, record `error`, charge nothing. */
