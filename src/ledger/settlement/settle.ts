@@ -167,6 +167,7 @@ async function settleInTransaction(trx: Transaction<Database>, dialect: Storage[
   const posted: Posted[] = [];
   const changedCounters = new Map<string, CounterKey>();
   for (const [i, charge] of charges.entries()) {
+    if (i > 0 && i % MEMBERS_PER_TURN === 0) await nextTurn();
     const key = counterKeys[i];
     const priced = priceCharge(charge, key ? (positions.get(counterId(key)) ?? 0n) : 0n);
     if (priced === 'amount_too_large') throw new RunAlone();
@@ -250,6 +251,7 @@ async function settleInTransaction(trx: Transaction<Database>, dialect: Storage[
     onlyIf: { column: 'status', is: 'active' },
     counted: true,
   };
+  await nextTurn();
   const ledger = ledgerRows(posted.map((p) => p.transaction));
   const [shrunk] = await runWrites(trx, dialect, [
     leases,
@@ -269,6 +271,18 @@ async function settleInTransaction(trx: Transaction<Database>, dialect: Storage[
   for (const { input, outcome } of withKeys) await finishReservation(trx, dialect, input.recordId, spendOf(outcome), now);
   return outcomes;
 }
+
+/**
+ * A settlement batch's work between two statements is synchronous: pricing and posting each member,
+ * then building the rows of every table. It gives the event loop a turn every MEMBERS_PER_TURN
+ * members it prices, and before it builds its second statement, so a request in flight waits
+ * behind a part of a batch rather than all of it. *(by hand, PostgreSQL, one connection,
+ * alternating pairs)* added p99 2.63–3.06 ms with the turns against 3.04–4.29 ms without, and no
+ * change in CPU per request at 32 connections beyond the runs' spread (decision 0008).
+ */
+const MEMBERS_PER_TURN = 8;
+
+const nextTurn = () => new Promise<void>((resolve) => setImmediate(resolve));
 
 /** A member of a settlement batch, priced and posted on its locked wallets. */
 type Posted = PostedCharge & { priced: PricedRequest; customerWallet: WalletRow; merchantWallet: WalletRow };
