@@ -311,18 +311,7 @@ function columnsOf<T extends object>(rows: T[]): string[] {
   return Object.keys(rows[0]!);
 }
 
-/**
- * Rows as a JSON array; bigints as strings, which PostgreSQL reads into bigint columns exactly.
- * Copies with the bigints converted, then one JSON.stringify without a replacer: a replacer is
- * called back for every value, and this is ~1.5x faster on a settlement batch's records (by hand).
- * The rows are flat (one function per table builds them).
- */
+/** Rows as a JSON array; bigints as strings, which PostgreSQL reads into bigint columns exactly. */
 export function jsonRows(rows: object[]): string {
-  return JSON.stringify(
-    rows.map((row) => {
-      const copy: Record<string, unknown> = { ...row };
-      for (const key in copy) if (typeof copy[key] === 'bigint') copy[key] = String(copy[key]);
-      return copy;
-    }),
-  );
+  return JSON.stringify(rows, (_key, value: unknown) => (typeof value === 'bigint' ? value.toString() : value));
 }
