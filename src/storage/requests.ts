@@ -175,25 +175,28 @@ export const ROLLUP_SUMS = [
 ] as const;
 type RollupSum = (typeof ROLLUP_SUMS)[number];
 
-/** The primary keys the rollup upserts conflict on (both engines, and the PostgreSQL batch statement). */
+/** The primary keys the rollup upserts conflict on (here, and the batches' runWrites). */
 export const ROLLUP_KEY = ['merchant_id', 'bucket_start', 'connection_id', 'meter_id'] as const;
 export const METADATA_ROLLUP_KEY = ['merchant_id', 'key', 'value', 'bucket_start', 'connection_id', 'meter_id'] as const;
 
-/** The upsert adding `additions` to usage_rollups, not yet run (the gateway batches it with other writes). */
-function rollupUpsert(trx: Transaction<Database>, additions: UsageRollupsTable[]) {
-  return trx
+/** Adds `additions` to usage_rollups, inserting the rows not there yet (a single record's write; batches use runWrites). */
+async function upsertRollups(trx: Transaction<Database>, additions: UsageRollupsTable[]): Promise<void> {
+  if (additions.length === 0) return;
+  await trx
     .insertInto('usage_rollups')
     .values(additions)
     .onConflict((oc) =>
       oc
         .columns([...ROLLUP_KEY])
         .doUpdateSet((eb) => Object.fromEntries(ROLLUP_SUMS.map((c) => [c, eb(`usage_rollups.${c}`, '+', eb.ref(`excluded.${c}`))]))),
-    );
+    )
+    .execute();
 }
 
-/** The upsert adding `additions` to usage_rollups_by_metadata, not yet run. */
-function metadataRollupUpsert(trx: Transaction<Database>, additions: UsageRollupsByMetadataTable[]) {
-  return trx
+/** The same for usage_rollups_by_metadata. */
+async function upsertMetadataRollups(trx: Transaction<Database>, additions: UsageRollupsByMetadataTable[]): Promise<void> {
+  if (additions.length === 0) return;
+  await trx
     .insertInto('usage_rollups_by_metadata')
     .values(additions)
     .onConflict((oc) =>
@@ -202,15 +205,8 @@ function metadataRollupUpsert(trx: Transaction<Database>, additions: UsageRollup
         .doUpdateSet((eb) =>
           Object.fromEntries(ROLLUP_SUMS.map((c) => [c, eb(`usage_rollups_by_metadata.${c}`, '+', eb.ref(`excluded.${c}`))])),
         ),
-    );
-}
-
-async function upsertRollups(trx: Transaction<Database>, additions: UsageRollupsTable[]): Promise<void> {
-  if (additions.length > 0) await rollupUpsert(trx, additions).execute();
-}
-
-async function upsertMetadataRollups(trx: Transaction<Database>, additions: UsageRollupsByMetadataTable[]): Promise<void> {
-  if (additions.length > 0) await metadataRollupUpsert(trx, additions).execute();
+    )
+    .execute();
 }
 
 /** A new rollup row: its key columns with every sum at zero (assigned, not spread: V8 spreads slowly). */
