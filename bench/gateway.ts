@@ -100,26 +100,43 @@ async function load(url: string, headers: Record<string, string>, body: string, 
 }
 
 /**
- * One connection, one request at a time, timed with the high-resolution clock: autocannon reports
- * whole milliseconds, too coarse for a sub-millisecond added latency.
+ * POSTs over a pool of connections, each timed with the high-resolution clock from a given start
+ * (autocannon reports whole milliseconds, too coarse for a sub-millisecond added latency).
  */
+class TimedPosts {
+  readonly latencies: number[] = [];
+  non2xx = 0;
+  readonly #pool: Pool;
+  readonly #path: string;
+
+  constructor(url: string, connections: number) {
+    this.#pool = new Pool(new URL(url).origin, { connections, pipelining: 1 });
+    this.#path = new URL(url).pathname + new URL(url).search;
+  }
+
+  /** One request, its latency counted from `since` (performance.now()). */
+  async post(headers: Record<string, string>, body: string, since: number): Promise<void> {
+    const res = await this.#pool.request({ path: this.#path, method: 'POST', headers, body });
+    await res.body.arrayBuffer();
+    this.latencies.push(performance.now() - since);
+    if (res.statusCode < 200 || res.statusCode > 299) this.non2xx++;
+  }
+
+  close(): Promise<void> {
+    return this.#pool.close();
+  }
+}
+
+/** One connection, one request at a time. */
 async function sequential(url: string, headers: Record<string, string>, body: string, seconds: number) {
-  const pool = new Pool(new URL(url).origin, { connections: 1, pipelining: 1 });
-  const { pathname, search } = new URL(url);
-  const latencies: number[] = [];
-  let non2xx = 0;
+  const posts = new TimedPosts(url, 1);
   const until = performance.now() + seconds * 1000;
   try {
-    while (performance.now() < until) {
-      const started = process.hrtime.bigint();
-      const res = await pool.request({ path: pathname + search, method: 'POST', headers, body });
-      await res.body.arrayBuffer();
-      latencies.push(Number(process.hrtime.bigint() - started) / 1e6);
-      if (res.statusCode < 200 || res.statusCode > 299) non2xx++;
-    }
+    while (performance.now() < until) await posts.post(headers, body, performance.now());
   } finally {
-    await pool.close();
+    await posts.close();
   }
+  const { latencies, non2xx } = posts;
   return { ...percentiles(latencies), perSecond: latencies.length / seconds, ok: latencies.length - non2xx, non2xx, latencies };
 }
 
@@ -410,34 +427,21 @@ async function measurePaced(
  * which saturates the server for part of every second.
  */
 async function pacedLoad(url: string, headers: Record<string, string>, body: string, connections: number, rate: number, seconds: number) {
-  const pool = new Pool(new URL(url).origin, { connections, pipelining: 1 });
-  const { pathname, search } = new URL(url);
-  const latencies: number[] = [];
-  let non2xx = 0;
-  const inFlight = new Set<Promise<void>>();
-  const send = (due: number) => {
-    const done = pool
-      .request({ path: pathname + search, method: 'POST', headers, body })
-      .then(async (res) => {
-        await res.body.arrayBuffer();
-        latencies.push(performance.now() - due);
-        if (res.statusCode < 200 || res.statusCode > 299) non2xx++;
-      })
-      .finally(() => inFlight.delete(done));
-    inFlight.add(done);
-  };
+  const posts = new TimedPosts(url, connections);
+  const inFlight: Promise<void>[] = [];
   const start = performance.now();
   const total = Math.round(rate * seconds);
+  const dueAt = (n: number) => start + (n * 1000) / rate;
   try {
     for (let sent = 0; sent < total; ) {
-      const now = performance.now();
-      for (; sent < total && start + (sent * 1000) / rate <= now; sent++) send(start + (sent * 1000) / rate);
+      for (const now = performance.now(); sent < total && dueAt(sent) <= now; sent++) inFlight.push(posts.post(headers, body, dueAt(sent)));
       await new Promise((r) => setTimeout(r, 1));
     }
     await Promise.all(inFlight);
   } finally {
-    await pool.close();
+    await posts.close();
   }
+  const { latencies, non2xx } = posts;
   return { ...percentiles(latencies), ok: latencies.length - non2xx, non2xx };
 }
 

@@ -164,7 +164,8 @@ export type BatchWrite =
  * same few texts whatever its size. On PostgreSQL they go as one statement of data-modifying CTEs
  * (one round trip, made while the batch's rows are locked), each write's rows one JSON parameter,
  * a text prepared once per connection; on SQLite as multi-row statements (no round trips there,
- * but each statement is a message to the writer thread).
+ * but each statement is a message to the writer thread). Two writes of one batch never change the
+ * same row: on PostgreSQL only one of the two would take effect.
  */
 export async function runWrites(trx: Transaction<Database>, dialect: 'sqlite' | 'postgres', writes: BatchWrite[]): Promise<number[]> {
   const present = writes.filter((write) => write.rows.length > 0);
@@ -219,8 +220,8 @@ function sqliteWrite(write: BatchWrite): CompiledQuery[] {
   if ('insert' in write) return valuesInserts(write.insert, write.rows);
   const table = 'addTo' in write ? write.addTo : write.update;
   const columns = columnsOf(write.rows);
+  const shape = 'addTo' in write ? `add ${write.sums.join(',')}` : `update ${write.subtract ?? ''} ${write.onlyIf?.column ?? ''}=${write.onlyIf?.is ?? ''} ${write.counted ?? false}`;
   return chunksOf(write.rows, columns).map(({ count, values }) => {
-    const shape = 'addTo' in write ? `add ${write.sums.join(',')}` : `update ${write.subtract ?? ''} ${write.onlyIf?.column ?? ''}=${write.onlyIf?.is ?? ''} ${write.counted ?? false}`;
     const text = cachedText(`${shape}\n${table}\n${columns.join(',')}\n${count}`, () =>
       'addTo' in write ? sqliteAddTo(write, columns, count) : sqliteUpdate(write, columns, count),
     );
