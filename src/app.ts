@@ -51,7 +51,7 @@ export async function buildApp(options: AppOptions): Promise<App> {
     ...options,
     clock: options.clock ?? systemClock,
     payments: options.payments ?? createPaymentProvider(options.config),
-    commerceState: options.commerceState ?? new CommerceState(),
+    commerceState: new CommerceState(),
   };
   const app = Fastify({
     logger: loggerOptions(deps.config.logLevel, deps.logStream),

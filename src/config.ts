@@ -1,6 +1,7 @@
 import { readFileSync } from 'node:fs';
 import { z } from 'zod';
 import { parseMoney } from './domain/money.ts';
+import { DEFAULT_REFERENCE_HOLD_TOKENS } from './providers/estimate.ts';
 import { parsePriceOverrides, type PriceOverrideTable } from './domain/base-prices.ts';
 
 /**
@@ -92,7 +93,7 @@ const configSchema = z.object({
   /** Output tokens assumed for the hold when a request sets no max_tokens. */
   DEFAULT_MAX_OUTPUT_TOKENS: z.coerce.number().int().min(1).default(4096),
   /** Input tokens held for each audio, video or document named by reference (an upload's id or URI), whose size is not known. */
-  MEDIA_REFERENCE_HOLD_TOKENS: z.coerce.number().int().min(0).max(100_000_000).default(10_000),
+  MEDIA_REFERENCE_HOLD_TOKENS: z.coerce.number().int().min(0).max(100_000_000).default(DEFAULT_REFERENCE_HOLD_TOKENS),
   /** Development only: webhooks may use plain http to loopback (and deliveries may reach loopback). */
   WEBHOOK_ALLOW_HTTP_LOOPBACK: flag.default(false),
   /** How long a webhook delivery waits for the receiver's answer. */

@@ -180,7 +180,7 @@ async function outcomeOf(deps: PurchaseDeps, reference: string): Promise<'succee
 
 /**
  * Runs `work` in the purchase's turn: one caller at a time per purchase (its reference). Callers of
- * one process queue in process (one promise chain per reference, kept per storage, so no
+ * one process queue in process (one promise chain per reference, kept on the app's CommerceState, so no
  * connection is held while waiting); on PostgreSQL the first of each process then takes a
  * session advisory lock on the reference, so instances take turns too. No clock is polled: a wait
  * ends when the turn before it ends, which its provider call's own timeout bounds, and the

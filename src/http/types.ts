@@ -27,7 +27,7 @@ export type AppDeps = {
 };
 
 /** What buildApp is given: the clock defaults to the system's, the payment provider to the one the configuration selects. */
-export type AppOptions = Omit<AppDeps, 'clock' | 'payments' | 'commerceState'> & { clock?: Clock; payments?: PaymentProvider; commerceState?: CommerceState };
+export type AppOptions = Omit<AppDeps, 'clock' | 'payments' | 'commerceState'> & { clock?: Clock; payments?: PaymentProvider };
 
 declare module 'fastify' {
   interface FastifyContextConfig {

@@ -304,11 +304,10 @@ function shortfall(available: bigint, needed: bigint, payer: 'wallet' | 'merchan
   return { payer, needed, available };
 }
 
-/** The ledger legs of a charge: the wallets' debits and where the money goes. */
 /** Where a charge's money goes besides the wallets it debits. */
 export type ChargeCredits = { providerCost: bigint; merchantRevenue: bigint; serviceCharge: bigint };
 
-export function chargeCreditsOf(priced: PricedRequest): ChargeCredits {
+function chargeCreditsOf(priced: PricedRequest): ChargeCredits {
   return { providerCost: priced.baseCost.charged ? priced.baseCost.total : 0n, merchantRevenue: priced.fee.amount, serviceCharge: priced.serviceCharge.amount };
 }
 

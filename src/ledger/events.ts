@@ -18,7 +18,7 @@ export async function recordBalanceEvent(trx: Transaction<Database>, walletId: s
 }
 
 /** The same, for a wallet whose state the caller already holds (no extra read). */
-export async function recordWalletBalanceEvent(
+async function recordWalletBalanceEvent(
   trx: Transaction<Database>,
   wallet: WalletState,
   connectionId: string | null,

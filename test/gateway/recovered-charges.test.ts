@@ -1,15 +1,12 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { formatMoney, parseMoney } from '../../src/domain/money.ts';
-import { lookupBasePrices } from '../../src/domain/base-prices.ts';
 import { resolveForwardCredential } from '../../src/gateway/credentials.ts';
-import { estimateHold } from '../../src/gateway/hold-estimate.ts';
 import { sweepExpiredHolds } from '../../src/gateway/settle.ts';
 import { admitRequest } from '../../src/ledger/admission/admit.ts';
-import { pricingFor } from '../../src/ledger/billing.ts';
 import { verifyLedger } from '../../src/ledger/verify.ts';
 import { forwardToken, type TestApp } from '../helpers/app.ts';
 import { databasesUnderTest } from '../helpers/databases.ts';
-import { startGatewayOnMock } from '../helpers/gateway.ts';
+import { openaiHoldOf, startGatewayOnMock } from '../helpers/gateway.ts';
 import type { MockUpstream } from '../helpers/mock-upstream.ts';
 import { admissionOf } from '../helpers/settle.ts';
 
@@ -42,14 +39,7 @@ describe.each(databasesUnderTest())('recovered requests, on %s', (dialect) => {
     const customer = await t.customerWithMeter({ credit: '5', meter: TIERED });
     const token = forwardToken(t.merchant.secretKey, customer.customerId, customer.meterSlug);
     const billing = await resolveForwardCredential(t.storage, token, new Date(t.clock.now()));
-    const estimate = estimateHold({
-      requestBody: body,
-      pricing: pricingFor(billing).pricing,
-      prices: lookupBasePrices('openai', body.model, { overrides: t.config.priceOverrides }),
-      baseCostCharged: true,
-      serviceChargeRate: t.config.serviceChargeRate,
-      defaultOutputCap: t.config.defaultMaxOutputTokens,
-    });
+    const estimate = await openaiHoldOf(t, token, body);
     const admitOrphan = async () => {
       // Admitted, then its instance died: nothing renews its hold, and the sweep finds it past its TTL.
       const admitted = await admitRequest(t.storage, { ...admissionOf(billing, customer.walletId, { hold: '0', ttlMs: 60_000 }), estimate });

@@ -16,7 +16,7 @@ import { breakdownJson, chargeLegs, type ChargeCredits } from '../charge.ts';
 import { enqueueEvent } from '../../webhooks/outbox.ts';
 import { appendTransaction } from '../postings.ts';
 import { releaseHoldInTransaction } from '../holds.ts';
-import { debitInMemory, lockWallets, type WalletRow } from '../wallets.ts';
+import { debitInMemory, lockWallets, saveBalance, type WalletRow } from '../wallets.ts';
 import { counterAt, counterId, countersInKeyOrder, lockUsageCounters, monthStart, type CounterKey } from '../tier-counters.ts';
 
 /** What a hold was estimated from, kept on the pending record (`hold_estimate`, JSON; amounts as decimal strings of units). */
@@ -158,7 +158,7 @@ function creditsOfEstimate(estimate: KeptEstimate): ChargeCredits {
 async function writeDebitedWallets(trx: Transaction<Database>, debited: Map<WalletRow, string | null>, at: string): Promise<void> {
   const changes = new BalanceChanges();
   for (const [wallet, connectionId] of debited) {
-    await trx.updateTable('wallets').set({ balance: wallet.balance, cycle_credit: wallet.cycle_credit, bundle_credit: wallet.bundle_credit }).where('id', '=', wallet.id).execute();
+    await saveBalance(trx, wallet);
     changes.note(wallet, connectionId);
   }
   for (const event of changes.events(at)) await enqueueEvent(trx, event);
