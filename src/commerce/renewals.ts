@@ -295,11 +295,17 @@ async function cancel(
 
 /**
  * A deleted customer's subscription ends with it, at once: nothing renews or charges a customer
- * that no longer exists (decision 0016). Called inside the deletion's transaction.
+ * that no longer exists (decision 0016). A reservation whose first period is still being charged
+ * never started (no `subscription.created`, no credit), so it is removed without an event, as a
+ * declined first charge removes it. Called inside the deletion's transaction.
  */
 export async function cancelDeletedCustomersSubscription(deps: CommerceDeps, trx: Transaction<Database>, connectionId: string, at: string): Promise<void> {
   const sub = await trx.selectFrom('subscriptions').selectAll().where('connection_id', '=', connectionId).where('status', '<>', 'cancelled').executeTakeFirst();
   if (!sub) return;
+  if (sub.status === 'incomplete') {
+    await trx.deleteFrom('subscriptions').where('id', '=', sub.id).where('status', '=', 'incomplete').execute();
+    return;
+  }
   const ending = await trx.selectFrom('plans').selectAll().where('id', '=', sub.plan_id).executeTakeFirstOrThrow();
   await cancel(deps, trx, sub, ending, at, 'customer_deleted');
 }

@@ -14,7 +14,6 @@ import {
   insertPayment,
   latestPaymentMethod,
   transitionPayment,
-  updateSubscription,
   type PaymentMethodRow,
   type PaymentRow,
   type SubscriptionRow,
@@ -31,7 +30,8 @@ export type Customer = { id: string; wallet_id: string };
 
 export type StartOutcome =
   | { ok: true; subscription: SubscriptionRow }
-  | { ok: false; reason: 'subscription_exists' | 'payment_method_required' | 'payment_failed'; message: string };
+  | { ok: false; reason: 'subscription_exists' | 'payment_method_required' | 'payment_failed'; message: string }
+  | { ok: false; reason: 'customer_deleted'; message: string };
 
 /** The saved method as the provider knows it. */
 export const savedMethodOf = (row: PaymentMethodRow): SavedMethod => ({
@@ -201,13 +201,16 @@ async function chargeReservation(
     return { ok: false, reason: 'payment_failed', message: reason };
   }
   const active = await startPaidReservation(deps, sub, customer, plan, payment, outcome.providerRef, stamp);
+  if (!active) return { ok: false, reason: 'customer_deleted', message: 'The customer was deleted while its first period was being charged; the payment is recorded for a refund.' };
   return { ok: true, subscription: active };
 }
 
 /**
  * A reservation whose first period the provider confirmed starts, in the transaction that marks
  * its payment succeeded, only if that compare-and-set happened (the request, the orphan settler
- * and the provider's event may all learn of it).
+ * and the provider's event may all learn of it). A reservation its customer's deletion removed
+ * meanwhile never starts: the payment is recorded as `cycle_closed`, for a refund, and nothing is
+ * credited (undefined).
  */
 async function startPaidReservation(
   deps: CommerceDeps,
@@ -217,14 +220,23 @@ async function startPaidReservation(
   payment: PaymentRow,
   providerRef: string,
   stamp: string,
-): Promise<SubscriptionRow> {
+): Promise<SubscriptionRow | undefined> {
   const active: SubscriptionRow = { ...sub, status: 'active' };
-  await deps.storage.db.transaction().execute(async (trx) => {
-    if (!(await transitionPayment(trx, payment.id, ['pending'], { status: 'succeeded', provider_ref: providerRef, updated_at: stamp }))) return;
-    await updateSubscription(trx, sub.id, { status: 'active' });
+  const started = await deps.storage.db.transaction().execute(async (trx) => {
+    const succeeded = { status: 'succeeded' as const, provider_ref: providerRef, updated_at: stamp };
+    if (!(await transitionPayment(trx, payment.id, ['pending'], succeeded))) {
+      // Another caller settled it first; it started the subscription unless the reservation was gone.
+      return (await trx.selectFrom('subscriptions').select('id').where('id', '=', sub.id).executeTakeFirst()) !== undefined;
+    }
+    const reserved = await trx.updateTable('subscriptions').set({ status: 'active' }).where('id', '=', sub.id).where('status', '=', 'incomplete').executeTakeFirst();
+    if (Number(reserved.numUpdatedRows) !== 1) {
+      await transitionPayment(trx, payment.id, ['succeeded'], { ...succeeded, failure_reason: 'cycle_closed' });
+      return false;
+    }
     await beginFirstCycle(trx, active, customer, plan);
+    return true;
   });
-  return active;
+  return started ? active : undefined;
 }
 
 /** The first period of a reservation the provider confirmed by its event (not by the charging call). */

@@ -6,19 +6,37 @@ import { verifyLedger } from '../../src/ledger/verify.ts';
 import type { ChargeInput, ChargeOutcome, SavedMethod } from '../../src/payments/types.ts';
 import { TestPaymentProvider } from '../../src/payments/test-provider.ts';
 import { startTestApp, type TestApp } from '../helpers/app.ts';
-import { createCustomer, createPlan, saveTestCard, subscribe, walletBuckets } from '../helpers/commerce.ts';
+import { createCustomer, createPlan, eventsOfType, saveTestCard, subscribe, walletBuckets } from '../helpers/commerce.ts';
 import { databasesUnderTest } from '../helpers/databases.ts';
 
 /**
- * The test provider, except that the next off-session charge never answers: the process that
- * made it "dies" during the call (it throws before anything is recorded, as a crash would leave it).
+ * The test provider, except that the next off-session charge never answers (`loseNext`: the
+ * process that made it "dies" during the call, throwing before anything is recorded, as a crash
+ * would leave it) or answers only when the test lets it (`holdNext`: the charge is in flight).
  */
-class ProviderLosingNextCharge extends TestPaymentProvider {
+class ProviderWithControlledCharges extends TestPaymentProvider {
   loseNext = false;
+  private held?: { reached: () => void; released: Promise<void> };
+
+  /** Holds the next charge until `release`; `reached` resolves once the charge has been asked for. */
+  holdNextCharge(): { reached: Promise<void>; release: () => void } {
+    let reached!: () => void;
+    let release!: () => void;
+    const asked = new Promise<void>((resolve) => (reached = resolve));
+    this.held = { reached, released: new Promise<void>((resolve) => (release = resolve)) };
+    return { reached: asked, release };
+  }
+
   override async chargeSaved(input: ChargeInput & { method: SavedMethod }): Promise<ChargeOutcome> {
     if (this.loseNext) {
       this.loseNext = false;
       throw new Error('the process died during the charge');
+    }
+    const held = this.held;
+    if (held) {
+      this.held = undefined;
+      held.reached();
+      await held.released;
     }
     return super.chargeSaved(input);
   }
@@ -26,7 +44,7 @@ class ProviderLosingNextCharge extends TestPaymentProvider {
 
 describe.each(databasesUnderTest())('crash-orphaned subscription reservations on %s', (dialect) => {
   let t: TestApp;
-  const payments = new ProviderLosingNextCharge();
+  const payments = new ProviderWithControlledCharges();
   beforeAll(async () => {
     t = await startTestApp(dialect, { payments });
   });
@@ -74,6 +92,33 @@ describe.each(databasesUnderTest())('crash-orphaned subscription reservations on
     expect(await settleOrphanedReservations(deps(), dateOf(t.clock))).toEqual({ started: 0, deleted: 0 });
     await saveTestCard(t.storage, t.merchant.merchantId, declined.customerId, 'succeeds');
     expect((await subscribe(t, declined.customerId, declined.plan.plan_id)).statusCode).toBe(201);
+  });
+
+  it("deleting a customer while its first period is being charged removes the reservation without an event; the charge that then succeeds is kept for a refund and credits nothing", async () => {
+    const plan = await createPlan(t, { name: 'Pro in flight', period_amount: '10', included_credit: '12', billing_interval: 'month' });
+    const c = await createCustomer(t);
+    await saveTestCard(t.storage, t.merchant.merchantId, c.customerId, 'succeeds');
+    const held = payments.holdNextCharge();
+    const subscribing = subscribe(t, c.customerId, plan.plan_id);
+    await held.reached;
+    expect(await statusOf(c.customerId)).toEqual(['incomplete']);
+
+    const deleted = await t.app.inject({ method: 'DELETE', url: `/v1/customers/${c.customerId}`, headers: t.auth() });
+    expect(deleted.statusCode).toBe(200);
+    expect(await statusOf(c.customerId)).toEqual([]);
+    held.release();
+
+    const answer = await subscribing;
+    expect(answer.statusCode).toBe(404);
+    expect(answer.json().error.code).toBe('not_found');
+    const payment = await t.storage.db.selectFrom('payments').select(['status', 'failure_reason']).where('connection_id', '=', c.customerId).executeTakeFirstOrThrow();
+    expect(payment).toEqual({ status: 'succeeded', failure_reason: 'cycle_closed' });
+    expect(await statusOf(c.customerId)).toEqual([]);
+    expect(await walletBuckets(t.storage, c.walletId)).toMatchObject({ balance: 0n, cycle: 0n });
+    // The subscription never started, so it neither began nor ended for the merchant's webhooks.
+    const aboutCustomer = async (type: string) => (await eventsOfType(t.storage, type)).filter((e) => e.data.customer_id === c.customerId);
+    expect(await aboutCustomer('subscription.created')).toEqual([]);
+    expect(await aboutCustomer('subscription.cancelled')).toEqual([]);
   });
 
   it('an orphan left before its payment was recorded is deleted without any charge', async () => {
