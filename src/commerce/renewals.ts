@@ -5,7 +5,7 @@ import { expireBucket, fundWallet } from '../ledger/funding.ts';
 import { ProviderUnavailableError, type ChargeOutcome } from '../payments/types.ts';
 import { findPlanIncludingDeleted, type PlanRow } from '../storage/plans.ts';
 import type { Database } from '../storage/schema.ts';
-import { findPayment, insertPayment, latestPaymentMethod, transitionPayment, type PaymentRow, type SubscriptionRow } from '../storage/subscriptions.ts';
+import { deleteReservation, findPayment, insertPayment, latestPaymentMethod, transitionPayment, type PaymentRow, type SubscriptionRow } from '../storage/subscriptions.ts';
 import { emitSubscriptionEvent, savedMethodOf, settleOrphanedReservations, startReservationFromProvider, type CommerceDeps } from './subscriptions.ts';
 
 /**
@@ -303,7 +303,7 @@ export async function cancelDeletedCustomersSubscription(deps: CommerceDeps, trx
   const sub = await trx.selectFrom('subscriptions').selectAll().where('connection_id', '=', connectionId).where('status', '<>', 'cancelled').executeTakeFirst();
   if (!sub) return;
   if (sub.status === 'incomplete') {
-    await trx.deleteFrom('subscriptions').where('id', '=', sub.id).where('status', '=', 'incomplete').execute();
+    await deleteReservation(trx, sub.id);
     return;
   }
   const ending = await trx.selectFrom('plans').selectAll().where('id', '=', sub.plan_id).executeTakeFirstOrThrow();

@@ -9,6 +9,7 @@ import { isUniqueViolation } from '../storage/errors.ts';
 import { findPlanIncludingDeleted, type PlanRow } from '../storage/plans.ts';
 import type { Database } from '../storage/schema.ts';
 import {
+  deleteReservation,
   findPayment,
   findSubscriptionView,
   insertPayment,
@@ -30,8 +31,7 @@ export type Customer = { id: string; wallet_id: string };
 
 export type StartOutcome =
   | { ok: true; subscription: SubscriptionRow }
-  | { ok: false; reason: 'subscription_exists' | 'payment_method_required' | 'payment_failed'; message: string }
-  | { ok: false; reason: 'customer_deleted'; message: string };
+  | { ok: false; reason: 'subscription_exists' | 'payment_method_required' | 'payment_failed' | 'not_found'; message: string };
 
 /** The saved method as the provider knows it. */
 export const savedMethodOf = (row: PaymentMethodRow): SavedMethod => ({
@@ -196,12 +196,12 @@ async function chargeReservation(
     const reason = outcome.status === 'failed' ? outcome.reason : 'The payment needs the customer to confirm it; use a checkout session.';
     await storage.db.transaction().execute(async (trx) => {
       await transitionPayment(trx, payment.id, ['pending'], { status: 'failed', provider_ref: outcome.providerRef, failure_reason: reason, updated_at: stamp });
-      await trx.deleteFrom('subscriptions').where('id', '=', sub.id).where('status', '=', 'incomplete').execute();
+      await deleteReservation(trx, sub.id);
     });
     return { ok: false, reason: 'payment_failed', message: reason };
   }
   const active = await startPaidReservation(deps, sub, customer, plan, payment, outcome.providerRef, stamp);
-  if (!active) return { ok: false, reason: 'customer_deleted', message: 'The customer was deleted while its first period was being charged; the payment is recorded for a refund.' };
+  if (!active) return { ok: false, reason: 'not_found', message: 'The customer was deleted while its first period was being charged; the payment is recorded for a refund.' };
   return { ok: true, subscription: active };
 }
 
@@ -267,8 +267,7 @@ export async function settleOrphanedReservations(deps: CommerceDeps, now: Date):
   for (const sub of orphans) {
     const payment = await findPayment(storage.db, 'renewal', firstPeriodReference(sub));
     if (!payment || payment.status !== 'pending') {
-      const result = await storage.db.deleteFrom('subscriptions').where('id', '=', sub.id).where('status', '=', 'incomplete').executeTakeFirst();
-      deleted += Number(result.numDeletedRows);
+      if (await deleteReservation(storage.db, sub.id)) deleted += 1;
       continue;
     }
     const customer = await storage.db.selectFrom('connections').select(['id', 'wallet_id']).where('id', '=', sub.connection_id).executeTakeFirstOrThrow();

@@ -100,7 +100,6 @@ export function registerSubscriptionRoutes(app: App, deps: CommerceDeps): void {
       const plan = await findPlan(storage, merchantId, request.body.plan_id);
       if (!plan) throw validationError([{ path: ['plan_id'], message: `no plan with id ${request.body.plan_id}` }]);
       const started = await startSubscription(deps, merchantId, customer, plan, dateOf(deps.clock));
-      if (!started.ok && started.reason === 'customer_deleted') throw notFound('customer', customer.id);
       if (!started.ok) throw new ApiError(started.reason, started.message);
       const view = await findSubscriptionView(storage.db, merchantId, started.subscription.id);
       return reply.status(201).send({ subscription: presentSubscription(view!) });

@@ -36,7 +36,8 @@ export type BatchRows = {
 };
 
 /**
- * Writes a batch on SQLite (which has no round trips: one statement per table), unless a
+ * Writes a batch on SQLite (the records, then every other table's rows as one message to the
+ * writer thread: runWrites), unless a
  * request's (merchant, request_id) is taken already: then only the requests rows may have been
  * written, and the ids of the taken records come back for the caller to roll the transaction back.
  * PostgreSQL writes a batch with batchStatement instead.

@@ -102,7 +102,10 @@ export function statementList(queries: CompiledQuery[]): CompiledQuery<{ returne
 
 type ListedStatement = { sql: string; parameters: unknown[] };
 
-/** A statement list on this thread's connection (an in-memory database): a statement-like object for Kysely. */
+/**
+ * A statement list on this thread's connection (an in-memory database): a statement-like object
+ * for Kysely, answering as the writer thread's `runCountingRows` does for a database file.
+ */
 function listRunner(prepare: (text: string) => SqliteDatabase.Statement): SqliteDatabase.Statement {
   const all = (list: ListedStatement[]) =>
     list.map(({ sql, parameters }) => {

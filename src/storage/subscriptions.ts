@@ -183,6 +183,15 @@ export async function updateSubscription(
   await db.updateTable('subscriptions').set(changes).where('id', '=', id).execute();
 }
 
+/**
+ * Removes a subscription reservation (status `incomplete`: its first period not paid), never a
+ * subscription that started; true when it was there to remove.
+ */
+export async function deleteReservation(db: Db, id: string): Promise<boolean> {
+  const result = await db.deleteFrom('subscriptions').where('id', '=', id).where('status', '=', 'incomplete').executeTakeFirst();
+  return Number(result.numDeletedRows) === 1;
+}
+
 export async function insertPaymentMethod(db: Db, row: Omit<PaymentMethodRow, 'id'>): Promise<PaymentMethodRow> {
   const full = { id: newId('paymentMethod'), ...row };
   await db.insertInto('payment_methods').values(full).execute();

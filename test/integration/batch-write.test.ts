@@ -168,3 +168,26 @@ describe('runWrites on SQLite', () => {
     }
   });
 });
+
+describe('runWrites on SQLite, a statement that fails', () => {
+  it('ends the list with its own error, and the transaction writes nothing of the batch', async () => {
+    const storage = openStorage((await freshDatabase('sqlite')).url, { poolSize: 1 });
+    try {
+      await sql`create table batch_items (id text primary key, status text not null, amount bigint not null)`.execute(storage.db);
+      await sql`insert into batch_items (id, status, amount) values ('taken', 'active', 1)`.execute(storage.db);
+      const fresh = [{ id: 'a', status: 'active', amount: 2n }];
+      const batch = storage.db.transaction().execute((trx) =>
+        runWrites(trx, 'sqlite', [
+          { insert: 'batch_items' as never, rows: fresh },
+          { insert: 'batch_items' as never, rows: [{ id: 'taken', status: 'active', amount: 3n }] },
+          { update: 'batch_items' as never, key: ['id'], rows: [{ id: 'taken', status: 'done' }], counted: true },
+        ]),
+      );
+      await expect(batch).rejects.toMatchObject({ code: 'SQLITE_CONSTRAINT_PRIMARYKEY' });
+      const { rows } = await sql<{ id: string; status: string }>`select id, status from batch_items order by id`.execute(storage.db);
+      expect(rows).toEqual([{ id: 'taken', status: 'active' }]);
+    } finally {
+      await storage.close();
+    }
+  });
+});

@@ -168,7 +168,7 @@ async function settleInTransaction(trx: Transaction<Database>, dialect: Storage[
   const changedCounters = new Map<string, CounterKey>();
   let sliceStart = performance.now();
   for (const [i, charge] of charges.entries()) {
-    if (performance.now() - sliceStart >= SLICE_MS) sliceStart = await nextTurn();
+    if (sliceIsOver(sliceStart)) sliceStart = await nextTurn();
     const key = counterKeys[i];
     const priced = priceCharge(charge, key ? (positions.get(counterId(key)) ?? 0n) : 0n);
     if (priced === 'amount_too_large') throw new RunAlone();
@@ -253,7 +253,7 @@ async function settleInTransaction(trx: Transaction<Database>, dialect: Storage[
     onlyIf: { column: 'status', is: 'active' },
     counted: true,
   };
-  if (performance.now() - sliceStart >= SLICE_MS) await nextTurn();
+  if (sliceIsOver(sliceStart)) await nextTurn();
   const ledger = ledgerRows(posted.map((p) => p.transaction));
   const [shrunk] = await runWrites(trx, dialect, [
     leases,
@@ -284,6 +284,9 @@ async function settleInTransaction(trx: Transaction<Database>, dialect: Storage[
  * monotonic clock, not the app's injected one: it measures work, not business time.
  */
 const SLICE_MS = 1;
+
+/** Whether the slice of synchronous work that began at `start` has run SLICE_MS. */
+const sliceIsOver = (start: number) => performance.now() - start >= SLICE_MS;
 
 /** Yields to the event loop for one turn; resolves with the time the next slice starts. */
 const nextTurn = () => new Promise<number>((resolve) => setImmediate(() => resolve(performance.now())));
