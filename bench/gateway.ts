@@ -48,6 +48,27 @@ export function cpuMs(pid: number): number {
   return user + system;
 }
 
+/**
+ * CPU time so far of this host's PostgreSQL, in milliseconds: every live `postgres` process, plus
+ * what its exited backends used (the postmaster's cutime + cstime). Meaningful only while the
+ * server under test runs its database on this host, as the bench does.
+ */
+export function localPostgresCpuMs(): number {
+  let total = 0;
+  for (const pid of readdirSync('/proc').filter((name) => /^\d+$/.test(name))) {
+    try {
+      const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+      if (!stat.includes('(postgres)')) continue;
+      const fields = stat.split(') ')[1]!.split(' ');
+      // utime, stime, and cutime + cstime (children reaped already: only the postmaster has any).
+      total += ((Number(fields[11]) + Number(fields[12]) + Number(fields[13]) + Number(fields[14])) * 1000) / CLOCK_TICKS_PER_SECOND;
+    } catch {
+      // The process ended between the listing and the read.
+    }
+  }
+  return total;
+}
+
 function statusMb(pid: number, field: 'VmHWM' | 'VmRSS'): number {
   const line = readFileSync(`/proc/${pid}/status`, 'utf8').split('\n').find((l) => l.startsWith(`${field}:`))!;
   return Number(line.replace(/\D+/g, '')) / 1024;

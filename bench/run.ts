@@ -28,7 +28,7 @@ import { openStorage, type Storage } from '../src/storage/db.ts';
 import { createMerchant } from '../src/storage/merchants.ts';
 import { migrateToLatest } from '../src/storage/migrate.ts';
 import { benchPostgresUrl, freshPostgresSchema, freshSqlite } from './databases.ts';
-import { benchGateway, startMock } from './gateway.ts';
+import { benchGateway, cpuMs, localPostgresCpuMs, startMock } from './gateway.ts';
 import { benchPages } from './pages.ts';
 import { benchRewrite } from './rewrite.ts';
 import { benchWebhooks } from './webhooks.ts';
@@ -80,7 +80,7 @@ async function main(): Promise<void> {
     try {
       if (runs('records') || runs('usage')) {
         await withServer(engine.url, mock.url, async (server) => {
-          if (runs('records')) await benchRecordThroughput(engine.name, storage, server.url);
+          if (runs('records')) await benchRecordThroughput(engine.name, storage, server.url, server.process.pid!);
           if (runs('usage')) await benchUsageLatency(engine.name, storage, server.url);
         });
       }
@@ -179,7 +179,7 @@ async function setUpMerchant(storage: Storage, url: string, customers: number) {
   return { headers, meter, customers: ids, merchantId: merchant.id, secretKey };
 }
 
-async function benchRecordThroughput(engine: string, storage: Storage, url: string): Promise<void> {
+async function benchRecordThroughput(engine: string, storage: Storage, url: string, serverPid: number): Promise<void> {
   const { headers, meter, customers } = await setUpMerchant(storage, url, SIZES.customers);
   let n = 0;
   const run = (duration: number) =>
@@ -211,14 +211,19 @@ async function benchRecordThroughput(engine: string, storage: Storage, url: stri
     });
   // Steady state is what is measured: a short warm-up (new request_ids too) lets the JIT compile the path.
   await run(SIZES.warmUpSeconds);
+  // CPU per recorded request: steadier than the rate on a host whose speed drifts (issue 18's A/B runs).
+  const cpuBefore = { server: cpuMs(serverPid), postgres: engine === 'postgres' ? localPostgresCpuMs() : 0 };
   const result = await run(SIZES.throughputSeconds);
   const ok = result['2xx'];
+  const serverCpu = (cpuMs(serverPid) - cpuBefore.server) / Math.max(1, ok);
+  const postgresCpu = engine === 'postgres' ? `, PostgreSQL ${((localPostgresCpuMs() - cpuBefore.postgres) / Math.max(1, ok)).toFixed(3)} ms` : '';
+  const cpu = `CPU per record: server ${serverCpu.toFixed(3)} ms${postgresCpu}`;
   const rps = ok / (result.duration || SIZES.throughputSeconds);
-  console.log(`POST /v1/requests: ${rps.toFixed(0)} recorded/s (${ok} ok, ${result.non2xx} non-2xx, p99 ${result.latency.p99} ms)`);
+  console.log(`POST /v1/requests: ${rps.toFixed(0)} recorded/s (${ok} ok, ${result.non2xx} non-2xx, p99 ${result.latency.p99} ms; ${cpu})`);
   report.push({
     scenario: `POST /v1/requests, ${SIZES.connections} connections, ${SIZES.customers} customers`,
     engine,
-    result: `${rps.toFixed(0)} recorded/s; latency p50 ${result.latency.p50} ms, p99 ${result.latency.p99} ms; ${result.non2xx} non-2xx`,
+    result: `${rps.toFixed(0)} recorded/s; latency p50 ${result.latency.p50} ms, p99 ${result.latency.p99} ms; ${cpu}; ${result.non2xx} non-2xx`,
     target: engine === 'postgres' ? '≥ 2,000 recorded/s' : '—',
   });
 }

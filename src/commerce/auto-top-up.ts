@@ -230,13 +230,16 @@ const LOCK_NOT_AVAILABLE = '55P03';
 /** A billed path's refusal for want of money: whose it is, and how much the wallet lacked. */
 export type Refused = { outcome: 'insufficient_balance'; payer: 'wallet' | 'merchant' };
 
-export type RefusedRequest = {
+/** What a wallet refusal asks auto top-up to buy for. */
+export type ShortWallet = {
   /** The customer's wallet that pays the request. */
   walletId: string;
+  /** What the wallet must have available for the request. */
+  needed: bigint;
   /**
-   * The request is on a meter linked to the plan of the customer's live subscription (as the
-   * ledger was told: BillingContext / ChargeInput.drawsPlanCredit); only such a request triggers a
-   * purchase, since plan credit pays only such usage.
+   * The request is on a meter linked to the plan of the customer's live subscription, as the
+   * ledger decided it (BillingContext / the charge batch's own read); only such a request triggers
+   * a purchase, since plan credit pays only such usage.
    */
   drawsPlanCredit: boolean;
 };
@@ -246,17 +249,18 @@ export type RefusedRequest = {
  * buys the subscription's auto top-up bundle (once however many requests are short at the same
  * time) and tries once more. The refusal is returned as it was when there is nothing to buy: no
  * auto top-up bundle, a meter the plan does not link, the merchant's share refused, or a declined
- * payment. `needed` is what the wallet must have available for the request.
+ * payment. `shortWallet` reads the refusal for what to buy.
  */
 export async function admitWithAutoTopUp<T extends { outcome: string }>(
   deps: PurchaseDeps,
-  request: RefusedRequest,
-  needed: (refused: Extract<T, Refused>) => bigint,
+  shortWallet: (refused: Extract<T, Refused>) => ShortWallet,
   attempt: () => Promise<T>,
 ): Promise<T> {
   const first = await attempt();
-  if (!isWalletRefusal(first) || !request.drawsPlanCredit) return first;
-  const result = await topUpIfShort(deps, request.walletId, needed(first), dateOf(deps.clock));
+  if (!isWalletRefusal(first)) return first;
+  const short = shortWallet(first);
+  if (!short.drawsPlanCredit) return first;
+  const result = await topUpIfShort(deps, short.walletId, short.needed, dateOf(deps.clock));
   return result === 'no_auto_top_up' || result === 'payment_failed' ? first : attempt();
 }
 

@@ -110,25 +110,27 @@ export async function payCheckout(deps: PurchaseDeps, input: PayInput): Promise<
     charged = await payments.chargeAtCheckout({ amount: input.amount, idempotencyKey: payment.id, description: `Checkout ${input.session.id}`, details: input.details });
   } catch (e) {
     if (!(e instanceof ProviderUnavailableError)) throw e;
-    await recordUnanswered(deps, payment, input.session.id, stamp);
+    // Should the provider have taken it after all, its event settles the row (processProviderEvent), once.
+    await failCheckoutPayment(deps, payment, input.session.id, ['pending'], { failure_reason: UNANSWERED }, stamp);
     return { status: 'unavailable' };
   }
   return settle(deps, input, payment, charged.outcome, charged.saved);
 }
 
 /**
- * The provider did not answer the session's payment: it is recorded failed (`provider_unavailable`)
- * and gives up the session's reference, as a decline does, so nothing blocks another attempt and
- * nothing is credited. Should the provider have taken the payment after all, its event settles the
- * row (processProviderEvent), once, as a payment of this session.
+ * A session's payment the provider declined or did not answer (`provider_unavailable`) is
+ * recorded failed and gives up the session's reference, so nothing blocks another attempt and
+ * nothing is credited.
  */
-async function recordUnanswered(deps: PurchaseDeps, payment: PaymentRow, sessionId: string, stamp: string): Promise<void> {
-  await deps.storage.db
-    .updateTable('payments')
-    .set({ status: 'failed', failure_reason: UNANSWERED, reference: `${sessionId}:${payment.id}`, updated_at: stamp })
-    .where('id', '=', payment.id)
-    .where('status', '=', 'pending')
-    .execute();
+async function failCheckoutPayment(
+  deps: PurchaseDeps,
+  payment: PaymentRow,
+  sessionId: string,
+  from: PaymentRow['status'][],
+  failure: { provider_ref?: string | null; failure_reason: string },
+  stamp: string,
+): Promise<void> {
+  await transitionPayment(deps.storage.db, payment.id, from, { status: 'failed', ...failure, reference: `${sessionId}:${payment.id}`, updated_at: stamp });
 }
 
 /** The customer completed the provider's extra step for a payment that required it. */
@@ -188,13 +190,8 @@ async function settle(deps: PurchaseDeps, input: PayInput, payment: PaymentRow, 
   }
   deps.commerceState.savedAwaitingConfirmation.delete(payment.id);
   if (outcome.status === 'failed') {
-    // The declined payment gives up the session's reference, so the customer can try again.
-    await storage.db
-      .updateTable('payments')
-      .set({ status: 'failed', provider_ref: outcome.providerRef, failure_reason: outcome.reason, reference: `${input.session.id}:${payment.id}`, updated_at: stamp })
-      .where('id', '=', payment.id)
-      .where('status', 'in', ['pending', 'requires_action'])
-      .execute();
+    const failure = { provider_ref: outcome.providerRef, failure_reason: outcome.reason };
+    await failCheckoutPayment(deps, payment, input.session.id, ['pending', 'requires_action'], failure, stamp);
     return { status: 'failed', message: outcome.reason };
   }
   const succeeded = { status: 'succeeded' as const, provider_ref: outcome.providerRef, updated_at: stamp };

@@ -56,7 +56,8 @@ async function applyEvent(deps: PurchaseDeps, event: ProviderEvent, customerEven
   }
   // Renewals and auto top-ups are settled by their charging call; the event settles those the
   // call did not (the provider did not answer it, or its process died), by the same compare-and-set.
-  if (payment.purpose === 'renewal') return settleRenewalFromProvider(deps, payment, outcome);
+  // A failure is recorded on the payment; the renewal engine (or the orphan settler) draws its
+  // consequences on its next pass, as for a decline of its own.
   if (outcome.status === 'failed') {
     const changed = await transitionPayment(deps.storage.db, payment.id, ['pending', 'requires_action'], {
       status: 'failed',
@@ -66,6 +67,7 @@ async function applyEvent(deps: PurchaseDeps, event: ProviderEvent, customerEven
     });
     return changed ? 'failed' : 'unchanged';
   }
+  if (payment.purpose === 'renewal') return settleRenewalFromProvider(deps, payment, outcome);
   return settleTopUpFromProvider(deps, payment, outcome);
 }
 

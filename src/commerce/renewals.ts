@@ -5,7 +5,7 @@ import { expireBucket, fundWallet } from '../ledger/funding.ts';
 import { ProviderUnavailableError, type ChargeOutcome } from '../payments/types.ts';
 import { findPlanIncludingDeleted, type PlanRow } from '../storage/plans.ts';
 import type { Database } from '../storage/schema.ts';
-import { deleteReservation, findPayment, insertPayment, latestPaymentMethod, transitionPayment, type PaymentRow, type SubscriptionRow } from '../storage/subscriptions.ts';
+import { findPayment, insertPayment, latestPaymentMethod, transitionPayment, type PaymentRow, type SubscriptionRow } from '../storage/subscriptions.ts';
 import { emitSubscriptionEvent, savedMethodOf, settleOrphanedReservations, startReservationFromProvider, type CommerceDeps } from './subscriptions.ts';
 
 /**
@@ -157,20 +157,18 @@ async function retryLater(deps: CommerceDeps, sub: SubscriptionRow, now: Date): 
 
 /**
  * A renewal payment its charging call did not settle (the provider did not answer, or the process
- * died during the call) that the provider reports settled (its webhook event). A success starts
- * the next cycle — in the transaction that marks the payment succeeded, and only if the cycle it
- * paid for is still the current one, so the engine and the event racing renew once; a paid first
- * period starts its reservation. A failure is recorded on the payment; the engine (or the orphan
- * settler) draws its consequences on its next pass, as for a decline of its own.
+ * died during the call) that the provider reports succeeded (its webhook event; a failure is
+ * recorded by processProviderEvent). It starts the next cycle — in the transaction that marks the
+ * payment succeeded, and only if the cycle it paid for is still the current one, so the engine
+ * and the event racing renew once; a paid first period starts its reservation.
  */
-export async function settleRenewalFromProvider(deps: CommerceDeps, payment: PaymentRow, outcome: ChargeOutcome): Promise<'credited' | 'failed' | 'unchanged'> {
+export async function settleRenewalFromProvider(
+  deps: CommerceDeps,
+  payment: PaymentRow,
+  outcome: Extract<ChargeOutcome, { status: 'succeeded' }>,
+): Promise<'credited' | 'unchanged'> {
   const { storage } = deps;
   const stamp = dateOf(deps.clock).toISOString();
-  if (outcome.status === 'failed') {
-    const failed = await transitionPayment(storage.db, payment.id, ['pending', 'requires_action'], { status: 'failed', provider_ref: outcome.providerRef, failure_reason: outcome.reason, updated_at: stamp });
-    return failed ? 'failed' : 'unchanged';
-  }
-  if (outcome.status !== 'succeeded') return 'unchanged';
   // The reference is `<subscription>:<cycle end (or first cycle's start)>:<attempt>`; the stamp has colons.
   const subscriptionId = payment.reference.slice(0, payment.reference.indexOf(':'));
   const cycleAt = payment.reference.slice(subscriptionId.length + 1, payment.reference.lastIndexOf(':'));
@@ -296,16 +294,14 @@ async function cancel(
 /**
  * A deleted customer's subscription ends with it, at once: nothing renews or charges a customer
  * that no longer exists (decision 0016). A reservation whose first period is still being charged
- * never started (no `subscription.created`, no credit), so it is removed without an event, as a
- * declined first charge removes it. Called inside the deletion's transaction.
+ * never started (no `subscription.created`, no credit) and is left to that charge: whoever learns
+ * its outcome (the request, the provider's event, or the orphan settler after a crash) finds the
+ * customer deleted and removes it (startPaidReservation), so a charge that went through is never
+ * lost track of. Called inside the deletion's transaction, after the customer row was marked.
  */
 export async function cancelDeletedCustomersSubscription(deps: CommerceDeps, trx: Transaction<Database>, connectionId: string, at: string): Promise<void> {
   const sub = await trx.selectFrom('subscriptions').selectAll().where('connection_id', '=', connectionId).where('status', '<>', 'cancelled').executeTakeFirst();
-  if (!sub) return;
-  if (sub.status === 'incomplete') {
-    await deleteReservation(trx, sub.id);
-    return;
-  }
+  if (!sub || sub.status === 'incomplete') return;
   const ending = await trx.selectFrom('plans').selectAll().where('id', '=', sub.plan_id).executeTakeFirstOrThrow();
   await cancel(deps, trx, sub, ending, at, 'customer_deleted');
 }

@@ -208,9 +208,11 @@ async function chargeReservation(
 /**
  * A reservation whose first period the provider confirmed starts, in the transaction that marks
  * its payment succeeded, only if that compare-and-set happened (the request, the orphan settler
- * and the provider's event may all learn of it). A reservation its customer's deletion removed
- * meanwhile never starts: the payment is recorded as `cycle_closed`, for a refund, and nothing is
- * credited (undefined).
+ * and the provider's event may all learn of it). A reservation whose customer was deleted
+ * meanwhile never starts: the payment is recorded as `cycle_closed`, for a refund, the
+ * reservation is removed and nothing is credited (undefined). The customer's row is locked
+ * first (on PostgreSQL; SQLite runs one writer), so a deletion either comes before and is seen
+ * here, or waits and then finds the subscription active and cancels it.
  */
 async function startPaidReservation(
   deps: CommerceDeps,
@@ -228,15 +230,34 @@ async function startPaidReservation(
       // Another caller settled it first; it started the subscription unless the reservation was gone.
       return (await trx.selectFrom('subscriptions').select('id').where('id', '=', sub.id).executeTakeFirst()) !== undefined;
     }
-    const reserved = await trx.updateTable('subscriptions').set({ status: 'active' }).where('id', '=', sub.id).where('status', '=', 'incomplete').executeTakeFirst();
-    if (Number(reserved.numUpdatedRows) !== 1) {
+    const activated = (await lockLiveCustomer(trx, deps.storage.dialect, customer.id)) && (await activateReservation(trx, sub.id));
+    if (!activated) {
       await transitionPayment(trx, payment.id, ['succeeded'], { ...succeeded, failure_reason: 'cycle_closed' });
+      await deleteReservation(trx, sub.id);
       return false;
     }
     await beginFirstCycle(trx, active, customer, plan);
     return true;
   });
   return started ? active : undefined;
+}
+
+/** Compare-and-set of a reservation to `active`: false when it is no longer `incomplete` (or gone). */
+async function activateReservation(trx: Transaction<Database>, id: string): Promise<boolean> {
+  const result = await trx.updateTable('subscriptions').set({ status: 'active' }).where('id', '=', id).where('status', '=', 'incomplete').executeTakeFirst();
+  return Number(result.numUpdatedRows) === 1;
+}
+
+/** Whether the customer is still live, holding its row's lock (on PostgreSQL) to the transaction's end. */
+async function lockLiveCustomer(trx: Transaction<Database>, dialect: Storage['dialect'], connectionId: string): Promise<boolean> {
+  const row = await trx
+    .selectFrom('connections')
+    .select('id')
+    .where('id', '=', connectionId)
+    .where('deleted_at', 'is', null)
+    .$call((q) => (dialect === 'postgres' ? q.forUpdate() : q))
+    .executeTakeFirst();
+  return row !== undefined;
 }
 
 /** The first period of a reservation the provider confirmed by its event (not by the charging call). */

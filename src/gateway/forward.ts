@@ -358,8 +358,7 @@ async function planForward(
   };
   const admitted = await admitWithAutoTopUp(
     deps,
-    { walletId, drawsPlanCredit: meterPriced && billing.drawsPlanCredit === true },
-    () => estimate.wallet,
+    () => ({ walletId, needed: estimate.wallet, drawsPlanCredit: meterPriced && billing.drawsPlanCredit === true }),
     () => admit(storage, gateway, admission),
   ).catch((err: unknown) => {
     // The commit may have landed before the connection was lost: the request is not sent, so its

@@ -7,8 +7,9 @@ import { batchStatement, jsonRows, repeatedRequests, REQUEST_ID_TAKEN, takenRequ
 import { prepared, type Storage } from '../storage/db.ts';
 import type { MeterRow } from '../storage/meters.ts';
 import { inPipelinedTransaction } from '../storage/pipelined-transaction.ts';
-import { metadataRollupAdditions, metadataRows, rollupAdditions } from '../storage/requests.ts';
+import { metadataRows } from '../storage/requests.ts';
 import type { Database } from '../storage/schema.ts';
+import { pairsDrawingPlanCredit, planCreditKey } from '../storage/subscriptions.ts';
 import { eventRows } from '../webhooks/outbox.ts';
 import {
   balanceShortfall,
@@ -22,7 +23,7 @@ import {
   type ChargeOutcome,
   type PostedCharge,
 } from './charge.ts';
-import { counterAt, counterId, counterKeyOf, countersInKeyOrder, lockUsageCounters, type CounterKey } from './tier-counters.ts';
+import { counterAt, counterId, counterKeyOf, counterRow, countersInKeyOrder, lockUsageCounters, type CounterKey } from './tier-counters.ts';
 import { BalanceChanges } from './events.ts';
 import { GroupCommitWriter, type BatchJob } from './group-commit.ts';
 import { ledgerRows } from './postings.ts';
@@ -66,8 +67,17 @@ export function chargeWriter(storage: Storage, log?: Pick<FastifyBaseLogger, 'wa
   return new GroupCommitWriter(storage, log, { maxBatch: MAX_BATCH_PARAMETERS, batchesInFlight: storage.pipeline ? 2 : 1 });
 }
 
-/** What a batch answers for each request: a charge outcome, or that its customer or meter is gone. */
-export type BatchOutcome = ChargeOutcome | { outcome: 'customer_deleted' } | { outcome: 'meter_deleted' };
+type Refusal = Extract<ChargeOutcome, { outcome: 'insufficient_balance' }>;
+
+/**
+ * What a batch answers for each request: a charge outcome, or that its customer or meter is gone.
+ * A refusal says whether the request drew plan credit (the batch decided it).
+ */
+export type BatchOutcome =
+  | Exclude<ChargeOutcome, Refusal>
+  | (Refusal & { drawsPlanCredit: boolean })
+  | { outcome: 'customer_deleted' }
+  | { outcome: 'meter_deleted' };
 
 /**
  * Charges several POST /requests at once, in one database transaction: the same decisions
@@ -79,6 +89,10 @@ export type BatchOutcome = ChargeOutcome | { outcome: 'customer_deleted' } | { o
  * Callers may hand in customers and meters they remembered: the batch prices with the meters as
  * they are now (read anew by id) and answers `customer_deleted` / `meter_deleted` for a request
  * whose customer or meter was deleted since.
+ *
+ * Whether a request draws its customer's plan credit is the batch's own decision, read with the
+ * wallets it locks (the customer's live subscription's plan links the meter; decision 0016); a
+ * caller's `drawsPlanCredit` is not used. A wallet refusal says what was decided, for auto top-up.
  *
  * Only charges without holds or pending records belong here (POST /requests).
  */
@@ -113,8 +127,11 @@ class RequestIdsTaken extends Error {
 
 /** The two steps of a batch that touch the database; `write` also commits, or rolls back. */
 type BatchSteps = {
-  /** Locks the tier counters (created when missing), then the wallets, and reads them. */
-  lock(counterKeys: CounterKey[], walletIds: string[]): Promise<Locked>;
+  /**
+   * Locks the tier counters (created when missing), then the wallets, and reads them, with which
+   * of their live customers' usage on these meters draws plan credit.
+   */
+  lock(counterKeys: CounterKey[], walletIds: string[], meterIds: string[]): Promise<Locked>;
   /** Writes the batch's rows; the ids of records whose request_id was taken (then nothing is written). */
   write(rows: BatchRows): Promise<{ taken: string[] }>;
 };
@@ -128,7 +145,8 @@ function inBatchTransaction<T>(storage: Storage, work: (steps: BatchSteps) => Pr
   if (!pool) return storage.db.transaction().execute((trx) => work(sqliteSteps(trx)));
   return inPipelinedTransaction(pool, (trx) =>
     work({
-      lock: async (counterKeys, walletIds) => lockedOf(await trx.begin<LockedRow>(LOCK_COUNTERS_AND_WALLETS, lockValues(counterKeys, walletIds))),
+      lock: async (counterKeys, walletIds, meterIds) =>
+        lockedOf(await trx.begin<LockedRow>(LOCK_COUNTERS_AND_WALLETS, lockValues(counterKeys, walletIds, meterIds))),
       write: async (rows) => {
         if (rows.requests.length === 0) {
           await trx.commit();
@@ -153,10 +171,11 @@ function inBatchTransaction<T>(storage: Storage, work: (steps: BatchSteps) => Pr
 
 function sqliteSteps(trx: Transaction<Database>): BatchSteps {
   return {
-    lock: async (counterKeys, walletIds) => ({
-      positions: await lockUsageCounters(trx, 'sqlite', counterKeys),
-      ...(await lockWalletsWithCustomers(trx, walletIds)),
-    }),
+    lock: async (counterKeys, walletIds, meterIds) => {
+      const positions = await lockUsageCounters(trx, 'sqlite', counterKeys);
+      const { wallets, liveCustomers } = await lockWalletsWithCustomers(trx, walletIds);
+      return { positions, wallets, liveCustomers, drawingPlanCredit: await pairsDrawingPlanCredit(trx, [...liveCustomers], meterIds) };
+    },
     write: (rows) => writeBatch(trx, rows),
   };
 }
@@ -189,7 +208,8 @@ async function chargeBatchInTransaction(steps: BatchSteps, { inputs, duplicates,
     if (key) counterKeys.set(input, key);
   }
   const walletIds = live.flatMap((input) => [payerWalletOf(input), ...(mayChargeMerchantWallet(input) ? [input.merchant.wallet_id] : [])]);
-  const { positions, wallets, liveCustomers } = await steps.lock([...counterKeys.values()], walletIds);
+  const meterIds = [...new Set(live.flatMap((input) => (input.meter ? [input.meter.id] : [])))];
+  const { positions, wallets, liveCustomers, drawingPlanCredit } = await steps.lock([...counterKeys.values()], walletIds, meterIds);
   const liveMeters = await meters;
 
   const outcomes = new Map<ChargeInput, BatchOutcome>();
@@ -207,7 +227,8 @@ async function chargeBatchInTransaction(steps: BatchSteps, { inputs, duplicates,
       continue;
     }
     const key = counterKeys.get(input);
-    const decision = decide(Object.assign({}, input, { meter }), key ? (positions.get(counterId(key)) ?? 0n) : 0n, wallets, at);
+    const drawsPlanCredit = !!input.connection && !!meter && drawingPlanCredit.has(planCreditKey({ connectionId: input.connection.id, meterId: meter.id }));
+    const decision = decide(Object.assign({}, input, { meter, drawsPlanCredit }), key ? (positions.get(counterId(key)) ?? 0n) : 0n, wallets, at);
     if ('outcome' in decision) {
       outcomes.set(input, decision);
       continue;
@@ -229,20 +250,30 @@ async function chargeBatchInTransaction(steps: BatchSteps, { inputs, duplicates,
   return inputs.map((input) => (duplicates.has(input) ? { outcome: 'duplicate' } : outcomes.get(input)!));
 }
 
-type Locked = { positions: Map<string, bigint>; wallets: Map<string, WalletRow>; liveCustomers: Set<string> };
+type Locked = {
+  positions: Map<string, bigint>;
+  wallets: Map<string, WalletRow>;
+  liveCustomers: Set<string>;
+  /** planCreditKey of each (live customer, meter) pair whose usage draws plan credit. */
+  drawingPlanCredit: Set<string>;
+};
 
 /**
  * The lock statement's values: counters in key order, wallet ids in id order (every writer locks
- * in one global order: tier counters by key, then wallets by id).
+ * in one global order: tier counters by key, then wallets by id), and the batch's meters.
  */
-function lockValues(counterKeys: CounterKey[], walletIds: string[]): [string, string[]] {
-  const counters = jsonRows(countersInKeyOrder(counterKeys).map((k) => ({ meter_id: k.meterId, connection_id: k.connectionId, period_start: k.periodStart, units: 0 })));
-  return [counters, [...new Set(walletIds)].sort()];
+function lockValues(counterKeys: CounterKey[], walletIds: string[], meterIds: string[]): [string, string[], string[]] {
+  const counters = jsonRows(countersInKeyOrder(counterKeys).map((k) => counterRow(k, 0n)));
+  return [counters, [...new Set(walletIds)].sort(), meterIds];
 }
 
 function lockedOf(rows: LockedRow[]): Locked {
-  const locked: Locked = { positions: new Map(), wallets: new Map(), liveCustomers: new Set() };
+  const locked: Locked = { positions: new Map(), wallets: new Map(), liveCustomers: new Set(), drawingPlanCredit: new Set() };
   for (const r of rows) {
+    if (r.kind === 'plan') {
+      locked.drawingPlanCredit.add(planCreditKey({ connectionId: r.connection_id!, meterId: r.meter_id! }));
+      continue;
+    }
     if (r.kind === 'counter') {
       locked.positions.set(counterId({ meterId: r.meter_id!, connectionId: r.connection_id!, periodStart: r.period_start! }), BigInt(r.units!));
       continue;
@@ -265,8 +296,10 @@ function lockedOf(rows: LockedRow[]): Locked {
 
 /**
  * Tier counters, then wallets, locked in one statement on PostgreSQL: the wallets' scan waits on a
- * count of the counters upsert, so every counter is locked before the first wallet is. Fixed text,
- * prepared once per connection: the counters travel as JSON rows, the wallet ids as an array.
+ * count of the counters upsert, so every counter is locked before the first wallet is. The same
+ * statement tells which of the wallets' live customers draw plan credit on the batch's meters
+ * (pairsDrawingPlanCredit's rule), so the request path asks nothing of subscriptions. Fixed text,
+ * prepared once per connection: the counters travel as JSON rows, wallet and meter ids as arrays.
  */
 const LOCK_COUNTERS_AND_WALLETS = prepared(`
   with counters as (
@@ -288,9 +321,14 @@ const LOCK_COUNTERS_AND_WALLETS = prepared(`
   union all
   select 'wallet', null, null, null, null, id, merchant_id, owner_type, balance, cycle_credit, bundle_credit, held, created_at,
     live_customer_id
-  from locked`);
+  from locked
+  union all
+  select 'plan', plan_meters.meter_id, subscriptions.connection_id, null, null, null, null, null, null, null, null, null, null, null
+  from locked
+  join subscriptions on subscriptions.connection_id = locked.live_customer_id and subscriptions.status in ('active', 'past_due')
+  join plan_meters on plan_meters.plan_id = subscriptions.plan_id and plan_meters.meter_id = any($3::text[])`);
 
-type LockedRow = { kind: 'counter' | 'wallet'; meter_id: string | null; connection_id: string | null; period_start: string | null; units: bigint | null } & {
+type LockedRow = { kind: 'counter' | 'wallet' | 'plan'; meter_id: string | null; connection_id: string | null; period_start: string | null; units: bigint | null } & {
   [K in keyof WalletRow]: WalletRow[K] | null;
 } & { live_customer_id: string | null };
 
@@ -331,13 +369,13 @@ function decide(
   accumulated: bigint,
   wallets: Map<string, WalletRow>,
   at: string,
-): Charged | Exclude<ChargeOutcome, { outcome: 'recorded' | 'duplicate' }> {
+): Charged | Exclude<BatchOutcome, { outcome: 'recorded' | 'duplicate' | 'customer_deleted' | 'meter_deleted' }> {
   const priced = priceCharge(input, accumulated);
   if (priced === 'amount_too_large') return { outcome: 'amount_too_large' };
   const customerWallet = wallets.get(payerWalletOf(input))!;
   const merchantWallet = wallets.get(input.merchant.wallet_id);
   const refusal = balanceShortfall(priced, customerWallet, merchantWallet, input);
-  if (refusal) return { outcome: 'insufficient_balance', ...refusal };
+  if (refusal) return { outcome: 'insufficient_balance', ...refusal, drawsPlanCredit: input.drawsPlanCredit ?? false };
 
   const { record, transaction } = postCharge(input, priced, newId('request'), customerWallet, merchantWallet, at);
   return { input, priced, record, transaction, customerWallet, merchantWallet };
@@ -360,12 +398,10 @@ function batchRows(charged: Charged[], counters: (CounterKey & { units: bigint }
   return {
     requests: records,
     metadata: metadataRows(records),
-    rollups: rollupAdditions(records),
-    metadataRollups: metadataRollupAdditions(records),
     wallets: [...debited].sort((a, b) => (a.id < b.id ? -1 : 1)),
     counters: [...counters]
       .sort((a, b) => (counterId(a) < counterId(b) ? -1 : 1))
-      .map((c) => ({ meter_id: c.meterId, connection_id: c.connectionId, period_start: c.periodStart, units: c.units })),
+      .map((c) => counterRow(c, c.units)),
     transactions: ledger.transactions,
     postings: ledger.postings,
     events: eventRows(changes.events(at)),

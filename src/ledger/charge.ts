@@ -64,7 +64,8 @@ export type ChargeInput = {
   /**
    * The customer's usage is on a meter linked to the plan of its live subscription: it draws cycle
    * credit, then bundle credit, then the prepaid balance. Absent or false: the prepaid balance
-   * only, and only that is available to it (decision 0016).
+   * only, and only that is available to it (decision 0016). A charge batch (POST /requests)
+   * decides it itself, under its locks.
    */
   drawsPlanCredit?: boolean;
   /** When the request was admitted, for a record written first at admission (default: the charge's time). */
@@ -187,8 +188,8 @@ async function chargeInTransaction(
   if (counter) await saveUsageCounters(trx, [counterAt(counter, priced.accumulatedUnits)]);
 
   const row = input.pendingRecordId
-    ? await completePendingRecord(trx, record)
-    : await insertRequestRecord(trx, record);
+    ? await completePendingRecord(trx, dialect, record)
+    : await insertRequestRecord(trx, dialect, record);
 
   const changes = new BalanceChanges();
   changes.noteCharge(input, priced, customerWallet, merchantWallet, holdIds.length > 0);

@@ -5,7 +5,7 @@
  */
 import type { Transaction } from 'kysely';
 import type { Storage } from '../storage/db.ts';
-import type { Database } from '../storage/schema.ts';
+import type { Database, MeterUsageCountersTable } from '../storage/schema.ts';
 
 /** Tiers accumulate over the UTC calendar month until subscriptions define a cycle. */
 export function monthStart(now: Date): string {
@@ -37,6 +37,14 @@ export function countersInKeyOrder(keys: CounterKey[]): CounterKey[] {
   return [...new Map(keys.map((k) => [counterId(k), k])).entries()].sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0)).map(([, k]) => k);
 }
 
+/** A counter's primary key columns. */
+export const COUNTER_KEY = ['meter_id', 'connection_id', 'period_start'] as const;
+
+/** A counter as its table's row, at `units`. */
+export function counterRow(counter: CounterKey, units: bigint): MeterUsageCountersTable {
+  return { meter_id: counter.meterId, connection_id: counter.connectionId, period_start: counter.periodStart, units };
+}
+
 /**
  * Reads the (meter, connection) positions for the period and locks them until the transaction
  * ends, so two concurrent requests can never price at the same tier position. One statement: the
@@ -52,10 +60,8 @@ export async function lockUsageCounters(
   if (unique.length === 0) return new Map();
   const rows = await trx
     .insertInto('meter_usage_counters')
-    .values(unique.map((k) => ({ meter_id: k.meterId, connection_id: k.connectionId, period_start: k.periodStart, units: 0n })))
-    .onConflict((oc) =>
-      oc.columns(['meter_id', 'connection_id', 'period_start']).doUpdateSet((eb) => ({ units: eb.ref('meter_usage_counters.units') })),
-    )
+    .values(unique.map((k) => counterRow(k, 0n)))
+    .onConflict((oc) => oc.columns([...COUNTER_KEY]).doUpdateSet((eb) => ({ units: eb.ref('meter_usage_counters.units') })))
     .returning(['meter_id', 'connection_id', 'period_start', 'units'])
     .execute();
   return new Map(
@@ -68,7 +74,7 @@ export async function saveUsageCounters(trx: Transaction<Database>, counters: (C
   const ordered = [...counters].sort((a, b) => (counterId(a) < counterId(b) ? -1 : 1));
   await trx
     .insertInto('meter_usage_counters')
-    .values(ordered.map((c) => ({ meter_id: c.meterId, connection_id: c.connectionId, period_start: c.periodStart, units: c.units })))
-    .onConflict((oc) => oc.columns(['meter_id', 'connection_id', 'period_start']).doUpdateSet((eb) => ({ units: eb.ref('excluded.units') })))
+    .values(ordered.map((c) => counterRow(c, c.units)))
+    .onConflict((oc) => oc.columns([...COUNTER_KEY]).doUpdateSet((eb) => ({ units: eb.ref('excluded.units') })))
     .execute();
 }

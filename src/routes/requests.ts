@@ -318,8 +318,7 @@ export function registerRequestRoutes(app: App, deps: AppDeps, unwritten: Unwrit
       const input = chargeInputOf(principal, body, hash, parties);
       const outcome = await admitWithAutoTopUp(
         deps,
-        { walletId: parties.connection.wallet_id, drawsPlanCredit: parties.drawsPlanCredit },
-        (refused) => refused.needed,
+        (refused) => ({ walletId: parties.connection.wallet_id, needed: refused.needed, drawsPlanCredit: refused.drawsPlanCredit }),
         () => writer.run(CHARGE_JOB, input),
       );
       switch (outcome.outcome) {
@@ -349,7 +348,6 @@ export function registerRequestRoutes(app: App, deps: AppDeps, unwritten: Unwrit
       merchant: { id: principal.merchantId, wallet_id: principal.merchantWalletId },
       connection: parties.connection,
       meter: parties.meter,
-      drawsPlanCredit: parties.drawsPlanCredit,
       requestId: body.request_id,
       bodyHash: hash,
       usage: usageOf(body),
@@ -389,16 +387,13 @@ export function registerRequestRoutes(app: App, deps: AppDeps, unwritten: Unwrit
   );
 }
 
-/** Who is charged, on which meter, and whether the customer's plan credit pays it (decision 0016). */
-type Parties = { connection: ChargeParty; meter: MeterRow; drawsPlanCredit: boolean };
+/**
+ * Who is charged and on which meter. Whether the customer's plan credit pays it is the charge
+ * batch's decision, under its locks (decision 0016).
+ */
+type Parties = { connection: ChargeParty; meter: MeterRow };
 
 async function resolveConnectionAndMeter(lookups: RequestLookups, merchantId: string, body: CreateBody): Promise<Parties> {
-  const { connection, meter } = await findConnectionAndMeter(lookups, merchantId, body);
-  const drawsPlanCredit = (await lookups.drawsPlanCredit.load({ connectionId: connection.id, meterId: meter.id })) === true;
-  return { connection, meter, drawsPlanCredit };
-}
-
-async function findConnectionAndMeter(lookups: RequestLookups, merchantId: string, body: CreateBody): Promise<Omit<Parties, 'drawsPlanCredit'>> {
   const within = (value: string) => ({ merchantId, value });
   if (body.connection_secret && body.product_secret) {
     const [connection, meter] = await Promise.all([

@@ -9,7 +9,8 @@
 import { CompiledQuery, sql, type Kysely, type Transaction } from 'kysely';
 import { prepared } from './db.ts';
 import { statementList } from './sqlite.ts';
-import { METADATA_ROLLUP_KEY, ROLLUP_KEY, ROLLUP_SUMS, type RequestRow } from './requests.ts';
+import type { RequestRow } from './requests.ts';
+import { rollupWrites } from './rollups.ts';
 import type {
   Database,
   EventsTable,
@@ -17,8 +18,6 @@ import type {
   LedgerTransactionsTable,
   MeterUsageCountersTable,
   RequestMetadataTable,
-  UsageRollupsByMetadataTable,
-  UsageRollupsTable,
   WalletsTable,
 } from './schema.ts';
 
@@ -26,8 +25,6 @@ import type {
 export type BatchRows = {
   requests: RequestRow[];
   metadata: RequestMetadataTable[];
-  rollups: UsageRollupsTable[];
-  metadataRollups: UsageRollupsByMetadataTable[];
   wallets: Pick<WalletsTable, 'id' | 'balance' | 'cycle_credit' | 'bundle_credit'>[];
   counters: MeterUsageCountersTable[];
   transactions: LedgerTransactionsTable[];
@@ -37,10 +34,9 @@ export type BatchRows = {
 
 /**
  * Writes a batch on SQLite (the records, then every other table's rows as one message to the
- * writer thread: runWrites), unless a
- * request's (merchant, request_id) is taken already: then only the requests rows may have been
- * written, and the ids of the taken records come back for the caller to roll the transaction back.
- * PostgreSQL writes a batch with batchStatement instead.
+ * writer thread: runWrites), unless a request's (merchant, request_id) is taken already: then only
+ * the requests rows may have been written, and the ids of the taken records come back for the
+ * caller to roll the transaction back. PostgreSQL writes a batch with batchStatement instead.
  */
 export async function writeBatch(trx: Transaction<Database>, rows: BatchRows): Promise<{ taken: string[] }> {
   if (rows.requests.length === 0) return { taken: [] };
@@ -86,8 +82,7 @@ export function batchStatement(rows: BatchRows): { text: string; values: string[
 function writesBesideRecords(rows: BatchRows): BatchWrite[] {
   return [
     { insert: 'request_metadata', rows: rows.metadata },
-    { addTo: 'usage_rollups', key: ROLLUP_KEY, sums: ROLLUP_SUMS, rows: rows.rollups },
-    { addTo: 'usage_rollups_by_metadata', key: METADATA_ROLLUP_KEY, sums: ROLLUP_SUMS, rows: rows.metadataRollups },
+    ...rollupWrites(rows.requests),
     { update: 'wallets', key: ['id'], rows: rows.wallets },
     { update: 'meter_usage_counters', key: ['meter_id', 'connection_id', 'period_start'], rows: rows.counters },
     { insert: 'ledger_transactions', rows: rows.transactions },

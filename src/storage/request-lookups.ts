@@ -5,7 +5,6 @@ import type { Storage } from './db.ts';
 import type { MeterRow } from './meters.ts';
 import type { RequestRow } from './requests.ts';
 import type { Database } from './schema.ts';
-import { pairsDrawingPlanCredit, planCreditKey, type MeteredCustomer } from './subscriptions.ts';
 
 /** A lookup within one merchant: a request_id, a customer id or secret, a meter slug or secret. */
 export type MerchantKey = { merchantId: string; value: string };
@@ -27,11 +26,6 @@ export type RequestLookups = {
   customerBySecret: Remembered<ChargeParty>;
   meterBySlug: Remembered<MeterRow>;
   meterBySecret: Remembered<MeterRow>;
-  /**
-   * Whether a customer's usage on a meter draws its plan credit (pairsDrawingPlanCredit): found
-   * (true) or not. Never remembered: a subscription's plan changes with its cycles.
-   */
-  drawsPlanCredit: Coalesced<MeteredCustomer, true>;
 };
 
 const keyOf = (k: MerchantKey) => `${k.merchantId}\n${k.value}`;
@@ -60,7 +54,6 @@ export function createRequestLookups({ db }: Storage): RequestLookups {
         return new Map(rows.map((r) => [keyOf({ merchantId: r.merchant_id, value: r.slug }), r]));
       }),
     ),
-    drawsPlanCredit: coalesced(planCreditKey, async (pairs) => new Map([...(await pairsDrawingPlanCredit(db, pairs))].map((key) => [key, true as const]))),
     meterBySecret: remembered(
       coalesced(keyOf, async (keys) => {
         const rows = await liveMeters(db).where(inMerchants(keys, 'meters', 'secret')).execute();

@@ -11,23 +11,19 @@
 // that does not, { id, error: { message, code } } when it failed (a list stops at the failure).
 import { parentPort, workerData } from 'node:worker_threads';
 import Database from 'better-sqlite3';
+import { configureConnection, runStatementList, STATEMENT_CACHE_SIZE, STATEMENT_LIST } from './sqlite-connection.mjs';
 
 const { path, autocheckpointPages, cacheKib } = workerData;
 const db = new Database(path);
-db.pragma('journal_mode = WAL');
-db.pragma('busy_timeout = 10000');
-db.pragma('synchronous = NORMAL');
+configureConnection(db);
 // SQLite checkpoints after a commit that leaves the WAL longer than this (a PASSIVE checkpoint: it
 // never waits for readers). Only this connection commits, so every checkpoint runs on this thread.
 db.pragma(`wal_autocheckpoint = ${autocheckpointPages}`);
 db.pragma('foreign_keys = ON');
 // Smaller than better-sqlite3's 16 MB default: the writer's hot pages are few (sqlite.ts, WRITER_CACHE_KIB).
 db.pragma(`cache_size = -${cacheKib}`);
-// Money is BIGINT; numbers above 2^53 must never pass through a JS number.
-db.defaultSafeIntegers(true);
 
-/** The app issues a small, fixed set of texts: each is prepared once (as on the reading connection). */
-const STATEMENT_CACHE_SIZE = 500;
+/** Each text is prepared once (as on the reading connection). */
 const statements = new Map();
 
 function prepare(sql) {
@@ -38,17 +34,6 @@ function prepare(sql) {
     statements.set(sql, statement);
   }
   return statement;
-}
-
-/** The text that marks a statement list (the same constant as sqlite.ts's). */
-const STATEMENT_LIST = '-- statement list';
-
-/** Runs one statement of a list; the number of rows it returned (0 without RETURNING). */
-function runCountingRows(sql, parameters) {
-  const statement = prepare(sql);
-  if (statement.reader) return statement.all(parameters).length;
-  statement.run(parameters);
-  return 0;
 }
 
 parentPort.on('message', (message) => {
@@ -64,7 +49,7 @@ parentPort.on('message', (message) => {
   const { id, sql, parameters } = message;
   let reply;
   try {
-    if (sql === STATEMENT_LIST) reply = { id, rows: parameters.map((one) => ({ returned: runCountingRows(one.sql, one.parameters) })) };
+    if (sql === STATEMENT_LIST) reply = { id, rows: runStatementList(prepare, parameters) };
     else {
       const statement = prepare(sql);
       if (statement.reader) reply = { id, rows: statement.all(parameters) };

@@ -23,6 +23,7 @@ import {
   type SqliteDialectConfig,
 } from 'kysely';
 import type { Database } from './schema.ts';
+import { configureConnection, runStatementList, STATEMENT_CACHE_SIZE, STATEMENT_LIST, type ListedStatement } from './sqlite-connection.mjs';
 import { SqliteWriter, type WriterResult } from './sqlite-writer.ts';
 
 export type SqliteHandle = {
@@ -53,7 +54,7 @@ export function openSqlite(path: string, opts: { onWriterDeath?: (error: Error) 
   const writes = { count: 0 };
   if (inMemory) {
     const sqlite = new SqliteDatabase(':memory:');
-    configure(sqlite);
+    configureConnection(sqlite);
     sqlite.pragma('foreign_keys = ON');
     sqlite.pragma(`wal_autocheckpoint = ${AUTOCHECKPOINT_PAGES}`);
     const db = new Kysely<Database>({ dialect: new ImmediateSqliteDialect({ database: withStatementCache(sqlite, writes) }) });
@@ -61,7 +62,7 @@ export function openSqlite(path: string, opts: { onWriterDeath?: (error: Error) 
   }
   mkdirSync(dirname(resolve(path)), { recursive: true });
   const reader = new SqliteDatabase(path);
-  configure(reader);
+  configureConnection(reader);
   // Only the writer thread commits, so only it would checkpoint; this connection must never.
   reader.pragma('wal_autocheckpoint = 0');
   reader.pragma('query_only = ON');
@@ -73,19 +74,6 @@ export function openSqlite(path: string, opts: { onWriterDeath?: (error: Error) 
   const db = new Kysely<Database>({ dialect: new RoutedSqliteDialect(new RoutedSqliteDriver(withStatementCache(reader), writer, writes)) });
   return { db, describe: `sqlite:${path}`, writeCount: () => writes.count, writer };
 }
-
-function configure(sqlite: SqliteDatabase.Database): void {
-  sqlite.pragma('journal_mode = WAL');
-  sqlite.pragma('busy_timeout = 10000');
-  sqlite.pragma('synchronous = NORMAL');
-  // Money is BIGINT; numbers above 2^53 must never pass through a JS number.
-  sqlite.defaultSafeIntegers(true);
-}
-
-const STATEMENT_CACHE_SIZE = 500;
-
-/** The text of a statement list (statementList); sqlite-writer-thread.mjs has the same constant. */
-const STATEMENT_LIST = '-- statement list';
 
 /**
  * Several statements as one query: run in order in the caller's transaction, answered with one row
@@ -100,20 +88,12 @@ export function statementList(queries: CompiledQuery[]): CompiledQuery<{ returne
   ) as CompiledQuery<{ returned: number }>;
 }
 
-type ListedStatement = { sql: string; parameters: unknown[] };
-
 /**
  * A statement list on this thread's connection (an in-memory database): a statement-like object
- * for Kysely, answering as the writer thread's `runCountingRows` does for a database file.
+ * for Kysely, answering as the writer thread does for a database file (runStatementList).
  */
 function listRunner(prepare: (text: string) => SqliteDatabase.Statement): SqliteDatabase.Statement {
-  const all = (list: ListedStatement[]) =>
-    list.map(({ sql, parameters }) => {
-      const statement = prepare(sql);
-      if (statement.reader) return { returned: statement.all(parameters).length };
-      statement.run(parameters);
-      return { returned: 0 };
-    });
+  const all = (list: ListedStatement[]) => runStatementList(prepare, list);
   return { reader: true, readonly: false, all } as unknown as SqliteDatabase.Statement;
 }
 

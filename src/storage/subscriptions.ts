@@ -146,19 +146,19 @@ export async function liveSubscriptionSummaries(db: Db, connectionIds: readonly 
 export type MeteredCustomer = { connectionId: string; meterId: string };
 
 /**
- * Of these (customer, meter) pairs, those whose usage draws the customer's plan credit: the meter
- * is linked to the plan of the customer's live (active or past-due) subscription. Only such usage
- * spends cycle and bundle credit; any other is paid from the prepaid balance (decision 0016).
- * Keyed by `planCreditKey`.
+ * Of these customers' usage on these meters, the (customer, meter) pairs that draw the customer's
+ * plan credit: the meter is linked to the plan of the customer's live (active or past-due)
+ * subscription. Only such usage spends cycle and bundle credit; any other is paid from the
+ * prepaid balance (decision 0016). Keyed by `planCreditKey`.
  */
-export async function pairsDrawingPlanCredit(db: Db, pairs: readonly MeteredCustomer[]): Promise<Set<string>> {
-  if (pairs.length === 0) return new Set();
+export async function pairsDrawingPlanCredit(db: Db, connectionIds: readonly string[], meterIds: readonly string[]): Promise<Set<string>> {
+  if (connectionIds.length === 0 || meterIds.length === 0) return new Set();
   const rows = await db
     .selectFrom('subscriptions')
     .innerJoin('plan_meters', 'plan_meters.plan_id', 'subscriptions.plan_id')
     .select(['subscriptions.connection_id', 'plan_meters.meter_id'])
-    .where('subscriptions.connection_id', 'in', [...new Set(pairs.map((p) => p.connectionId))])
-    .where('plan_meters.meter_id', 'in', [...new Set(pairs.map((p) => p.meterId))])
+    .where('subscriptions.connection_id', 'in', [...new Set(connectionIds)])
+    .where('plan_meters.meter_id', 'in', [...new Set(meterIds)])
     .where('subscriptions.status', 'in', ['active', 'past_due'])
     .execute();
   return new Set(rows.map((r) => planCreditKey({ connectionId: r.connection_id, meterId: r.meter_id })));
@@ -168,7 +168,7 @@ export const planCreditKey = (pair: MeteredCustomer): string => `${pair.connecti
 
 /** Whether this customer's usage on this meter draws its plan credit (see pairsDrawingPlanCredit). */
 export async function drawsPlanCredit(db: Db, pair: MeteredCustomer): Promise<boolean> {
-  return (await pairsDrawingPlanCredit(db, [pair])).has(planCreditKey(pair));
+  return (await pairsDrawingPlanCredit(db, [pair.connectionId], [pair.meterId])).has(planCreditKey(pair));
 }
 
 export async function findSubscription(db: Db, merchantId: string, id: string): Promise<SubscriptionRow | undefined> {
@@ -226,7 +226,7 @@ export async function transitionPayment(
   db: Db,
   id: string,
   from: PaymentRow['status'][],
-  to: { status: PaymentRow['status']; provider_ref?: string | null; failure_reason?: string | null; updated_at: string },
+  to: { status: PaymentRow['status']; provider_ref?: string | null; failure_reason?: string | null; reference?: string; updated_at: string },
 ): Promise<boolean> {
   const result = await db.updateTable('payments').set(to).where('id', '=', id).where('status', 'in', from).executeTakeFirst();
   return Number(result.numUpdatedRows) === 1;

@@ -7,7 +7,7 @@
 import { sql, type Kysely } from 'kysely';
 import type { UsageRange } from '../domain/usage-window.ts';
 import type { Database } from './schema.ts';
-import { ROLLUP_SUMS } from './requests.ts';
+import { ROLLUP_SUMS } from './rollups.ts';
 import { addSums, emptySums, isoOf, RECORD_SUMS, type UsageSums } from './usage.ts';
 
 export type UsageLeader = { key: string; sums: UsageSums };

@@ -8,7 +8,7 @@ import { dayIndexOf, type UsageRange } from '../domain/usage-window.ts';
 import { requestConditions, type MetadataPair, type RequestFilters } from './request-queries.ts';
 import type { Database } from './schema.ts';
 import type { Storage } from './db.ts';
-import { ROLLUP_SUMS } from './requests.ts';
+import { ROLLUP_SUMS } from './rollups.ts';
 
 /** A usage report's sums are the rollups' accumulating columns (ROLLUP_SUMS), by the same names. */
 type UsageField = (typeof ROLLUP_SUMS)[number];

@@ -94,7 +94,7 @@ describe.each(databasesUnderTest())('crash-orphaned subscription reservations on
     expect((await subscribe(t, declined.customerId, declined.plan.plan_id)).statusCode).toBe(201);
   });
 
-  it("deleting a customer while its first period is being charged removes the reservation without an event; the charge that then succeeds is kept for a refund and credits nothing", async () => {
+  it('deleting a customer while its first period is being charged leaves the reservation to that charge, which, succeeding, is kept for a refund, removes it and credits nothing, without an event', async () => {
     const plan = await createPlan(t, { name: 'Pro in flight', period_amount: '10', included_credit: '12', billing_interval: 'month' });
     const c = await createCustomer(t);
     await saveTestCard(t.storage, t.merchant.merchantId, c.customerId, 'succeeds');
@@ -105,7 +105,7 @@ describe.each(databasesUnderTest())('crash-orphaned subscription reservations on
 
     const deleted = await t.app.inject({ method: 'DELETE', url: `/v1/customers/${c.customerId}`, headers: t.auth() });
     expect(deleted.statusCode).toBe(200);
-    expect(await statusOf(c.customerId)).toEqual([]);
+    expect(await statusOf(c.customerId)).toEqual(['incomplete']);
     held.release();
 
     const answer = await subscribing;
@@ -117,6 +117,26 @@ describe.each(databasesUnderTest())('crash-orphaned subscription reservations on
     expect(await walletBuckets(t.storage, c.walletId)).toMatchObject({ balance: 0n, cycle: 0n });
     // The subscription never started, so it neither began nor ended for the merchant's webhooks.
     const aboutCustomer = async (type: string) => (await eventsOfType(t.storage, type)).filter((e) => e.data.customer_id === c.customerId);
+    expect(await aboutCustomer('subscription.created')).toEqual([]);
+    expect(await aboutCustomer('subscription.cancelled')).toEqual([]);
+  });
+
+  it('a customer deleted after its first charge was lost: the orphan settler asks again, keeps the succeeded payment for a refund and credits nothing', async () => {
+    const { customerId, walletId } = await orphaned('succeeds');
+    const deleted = await t.app.inject({ method: 'DELETE', url: `/v1/customers/${customerId}`, headers: t.auth() });
+    expect(deleted.statusCode).toBe(200);
+    // The charge's outcome is still unknown: the reservation stays, so the payment is not lost track of.
+    expect(await statusOf(customerId)).toEqual(['incomplete']);
+
+    t.clock.advance(ORPHANED_RESERVATION_MS + 1000);
+    const before = payments.charges.length;
+    expect(await settleOrphanedReservations(deps(), dateOf(t.clock))).toEqual({ started: 0, deleted: 1 });
+    expect(payments.charges.slice(before).map((c) => c.status)).toEqual(['succeeded']);
+    const payment = await t.storage.db.selectFrom('payments').select(['status', 'failure_reason']).where('connection_id', '=', customerId).executeTakeFirstOrThrow();
+    expect(payment).toEqual({ status: 'succeeded', failure_reason: 'cycle_closed' });
+    expect(await statusOf(customerId)).toEqual([]);
+    expect(await walletBuckets(t.storage, walletId)).toMatchObject({ balance: 0n, cycle: 0n });
+    const aboutCustomer = async (type: string) => (await eventsOfType(t.storage, type)).filter((e) => e.data.customer_id === customerId);
     expect(await aboutCustomer('subscription.created')).toEqual([]);
     expect(await aboutCustomer('subscription.cancelled')).toEqual([]);
   });

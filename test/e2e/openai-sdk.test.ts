@@ -6,7 +6,7 @@ import { covers, type Call, type ClientPath } from '../helpers/client-matrix.ts'
 /**
  * openai 7 through Tollgate's drop-in endpoints (`baseURL: <tollgate>/v1`, a spend key as apiKey)
  * and through the published client's `providers.openai` forward base with a forward token, call by
- * call. (gateway-sdks.test.ts proves the forward path byte for byte and in every billing mode.)
+ * call. (the gateway-sdks-*.test.ts files prove the forward path byte for byte and in every billing mode.)
  * Every call sends "one two three four" (4 input tokens at the mock) capped at 3 output tokens:
  * gpt-4o at 1 in / 2 out per 1M costs 4 + 6 = 10 per 1M = 0.00001, plus through forward the
  * meter's fee of 7 × 100 per 1M = 0.0007.

@@ -1,6 +1,7 @@
 import type { AddressInfo } from 'node:net';
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { DestinationStream } from 'pino';
+import { afterAll, beforeAll } from 'vitest';
 import { buildApp } from '../../src/app.ts';
 import { loadConfig, type Config } from '../../src/config.ts';
 import type { Clock } from '../../src/domain/clock.ts';
@@ -14,6 +15,7 @@ import { createMerchant } from '../../src/storage/merchants.ts';
 import { migrateToLatest } from '../../src/storage/migrate.ts';
 import { TestClock } from './clock.ts';
 import { freshDatabase, type TestDatabase } from './databases.ts';
+import { live } from './live.ts';
 
 export type Merchant = { merchantId: string; secretKey: string; walletId: string };
 
@@ -140,4 +142,20 @@ export async function startTestApp(
       await storage.close();
     },
   };
+}
+
+/**
+ * The test app of a describe block: started before its tests (beforeAll) and closed after them
+ * (afterAll). What it returns reads through to the started app (see `live`), so the block's tests
+ * use it as they would the app itself.
+ */
+export function useTestApp(dialect: TestDatabase['dialect'], opts: Parameters<typeof startTestApp>[1] = {}): TestApp {
+  let started: TestApp | undefined;
+  beforeAll(async () => {
+    started = await startTestApp(dialect, opts);
+  });
+  afterAll(async () => {
+    await started?.close();
+  });
+  return live('the test app', () => started);
 }

@@ -209,7 +209,7 @@ export function useClientHarness() {
 }
 
 /** rate per 1M tokens × tokens, exactly (the prices are chosen so that nothing rounds). */
-function per1M(tokens: number, rate: string): bigint {
+export function per1M(tokens: number, rate: string): bigint {
   const scaled = BigInt(tokens) * parseMoney(rate);
   expect(scaled % 1_000_000n).toBe(0n);
   return scaled / 1_000_000n;

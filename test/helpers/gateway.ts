@@ -9,6 +9,9 @@ import { pricingFor } from '../../src/ledger/billing.ts';
 
 export type MockGateway = { upstream: MockUpstream; t: TestApp; base: string };
 
+/** The /v1/forward query naming OpenAI's chat completions: `u=<the percent-encoded URL>`. */
+export const OPENAI_CHAT = `u=${encodeURIComponent('https://api.openai.com/v1/chat/completions')}`;
+
 /** OpenAI, Anthropic and Gemini, each with a managed key: the providers most gateway tests call. */
 export const THREE_PROVIDERS = {
   providerHosts: ['api.openai.com', 'api.anthropic.com', 'generativelanguage.googleapis.com'],

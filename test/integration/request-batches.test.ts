@@ -11,6 +11,7 @@ import { findMeter, softDeleteMeter, updateMeter } from '../../src/storage/meter
 import { findRequestByRequestId } from '../../src/storage/requests.ts';
 import { serializeTiers } from '../../src/domain/meters.ts';
 import { startTestApp, type TestApp } from '../helpers/app.ts';
+import { createPlan, subscribe, walletBuckets } from '../helpers/commerce.ts';
 import { databasesUnderTest } from '../helpers/databases.ts';
 
 const usd = parseMoney;
@@ -268,5 +269,30 @@ describe.each(databasesUnderTest())('batched request charges on %s', (dialect) =
     expect(statuses.filter((x) => x === 200)).toHaveLength(20);
     expect(await s.balance(0)).toBe(usd('1') - 10n * usd('0.00025'));
     expect(await s.balance(1)).toBe(usd('1') - 10n * usd('0.00025'));
+  });
+
+  it('decides under its locks which requests draw plan credit: a linked meter of the live subscription, whatever the caller claims', async () => {
+    const s = await setup(['0.01']);
+    const other = (
+      await t.app.inject({ method: 'POST', url: '/v1/meters', headers: s.headers, payload: { name: 'Other', rate_type: 'fixed', tier_type: 'tokens_1m', tiers: [{ start: 0, rate: '2.5' }] } })
+    ).json<{ meter_id: string }>();
+    const plan = await createPlan(t, { name: 'Linked', period_amount: '0', included_credit: '0.004', billing_interval: 'month', meter_ids: [s.meter.meter_id] }, s.m.secretKey);
+    expect((await subscribe(t, s.customers[0]!.id, plan.plan_id, s.m.secretKey)).statusCode).toBe(201);
+    const onOther = async (claim: boolean) =>
+      Object.assign(await s.input(0, tokens(1000)), { meter: (await findMeter(t.storage, s.m.merchantId, other.meter_id))!, drawsPlanCredit: claim });
+
+    // 1,000 tokens at 2.5 per 1M on each meter: the linked one from cycle credit (no flag given),
+    // the other from prepaid although the caller says it draws plan credit.
+    const outcomes = await chargeBatch(t.storage, [await s.input(0, tokens(1000)), await onOther(true)]);
+    expect(outcomes.map((o) => o.outcome)).toEqual(['recorded', 'recorded']);
+    expect(await walletBuckets(t.storage, s.customers[0]!.walletId)).toMatchObject({ cycle: usd('0.0015'), prepaid: usd('0.0075') });
+
+    // A refusal says what the batch decided, for auto top-up: 4M tokens on the linked meter
+    // (past its tier start: 10.0025) and on the other (10) are more than either may take.
+    const refused = await chargeBatch(t.storage, [await s.input(0, tokens(4_000_000)), Object.assign(await onOther(true), { usage: tokens(4_000_000) })]);
+    expect(refused).toMatchObject([
+      { outcome: 'insufficient_balance', payer: 'wallet', available: usd('0.009'), drawsPlanCredit: true },
+      { outcome: 'insufficient_balance', payer: 'wallet', available: usd('0.0075'), drawsPlanCredit: false },
+    ]);
   });
 });

@@ -75,7 +75,7 @@ export async function admitRequest(storage: Storage, input: AdmitInput): Promise
       }
     }
     const createdAt = now.toISOString();
-    await insertRequestRecord(trx, pendingRecord(input, recordId, createdAt));
+    await insertRequestRecord(trx, storage.dialect, pendingRecord(input, recordId, createdAt));
     return { outcome: 'admitted', recordId, holdIds, createdAt };
   });
 }

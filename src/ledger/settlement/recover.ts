@@ -17,7 +17,8 @@ import { enqueueEvent } from '../../webhooks/outbox.ts';
 import { appendTransaction } from '../postings.ts';
 import { releaseHoldInTransaction } from '../holds.ts';
 import { debitInMemory, lockWallets, saveBalance, type WalletRow } from '../wallets.ts';
-import { counterAt, counterId, countersInKeyOrder, lockUsageCounters, monthStart, type CounterKey } from '../tier-counters.ts';
+import { COUNTER_KEY, counterAt, counterId, counterRow, countersInKeyOrder, lockUsageCounters, monthStart, type CounterKey } from '../tier-counters.ts';
+import { runWrites } from '../../storage/batch-write.ts';
 
 /** What a hold was estimated from, kept on the pending record (`hold_estimate`, JSON; amounts as decimal strings of units). */
 export type EstimatedCharge = {
@@ -115,14 +116,14 @@ export async function recoverPendingInTransaction(trx: Transaction<Database>, di
   const advances: (CounterKey & { units: bigint })[] = [];
   for (const { row, estimate } of kept) {
     if (!estimate) {
-      await failPendingRecord(trx, row.id, at);
+      await failPendingRecord(trx, dialect, row.id, at);
       await finishReservation(trx, dialect, row.id, 0n, new Date(at));
       continue;
     }
     const payer = wallets.get(estimate.payer_wallet_id);
     const merchantWallet = wallets.get(estimate.merchant_wallet_id);
     if (!payer || !merchantWallet) {
-      await failPendingRecord(trx, row.id, at);
+      await failPendingRecord(trx, dialect, row.id, at);
       continue;
     }
     const walletCost = BigInt(estimate.total_wallet_cost);
@@ -132,7 +133,7 @@ export async function recoverPendingInTransaction(trx: Transaction<Database>, di
     if (legs.length > 0) {
       await appendTransaction(trx, { kind: 'request_charge', merchantId: row.merchant_id, reference: row.id, description: `Request ${row.id}`, legs, at });
     }
-    await completePendingRecord(trx, completedFromEstimate(row, estimate, at));
+    await completePendingRecord(trx, dialect, completedFromEstimate(row, estimate, at));
     const counter = recoveredCounter(row, estimate, at);
     if (counter) advances.push(counter);
     await finishReservation(trx, dialect, row.id, walletCost + merchantCost, new Date(at));
@@ -141,7 +142,7 @@ export async function recoverPendingInTransaction(trx: Transaction<Database>, di
     charged++;
   }
   await writeDebitedWallets(trx, debited, at);
-  await advanceUsageCounters(trx, advances);
+  await advanceUsageCounters(trx, dialect, advances);
   return charged;
 }
 
@@ -164,21 +165,18 @@ async function writeDebitedWallets(trx: Transaction<Database>, debited: Map<Wall
   for (const event of changes.events(at)) await enqueueEvent(trx, event);
 }
 
-/** Adds each recovered request's units to its tier counter (created when missing), in key order. */
-async function advanceUsageCounters(trx: Transaction<Database>, advances: (CounterKey & { units: bigint })[]): Promise<void> {
+/**
+ * Adds each recovered request's units to its tier counter, in key order: one write for all of
+ * them (the counters exist: lockRecoveryCounters created and locked them).
+ */
+async function advanceUsageCounters(trx: Transaction<Database>, dialect: Storage['dialect'], advances: (CounterKey & { units: bigint })[]): Promise<void> {
   const sums = new Map<string, CounterKey & { units: bigint }>();
   for (const advance of advances) {
     const id = counterId(advance);
     sums.set(id, counterAt(advance, (sums.get(id)?.units ?? 0n) + advance.units));
   }
-  for (const counter of countersInKeyOrder([...sums.values()])) {
-    const units = sums.get(counterId(counter))!.units;
-    await trx
-      .insertInto('meter_usage_counters')
-      .values({ meter_id: counter.meterId, connection_id: counter.connectionId, period_start: counter.periodStart, units })
-      .onConflict((oc) => oc.columns(['meter_id', 'connection_id', 'period_start']).doUpdateSet((eb) => ({ units: eb('meter_usage_counters.units', '+', units) })))
-      .execute();
-  }
+  const rows = countersInKeyOrder([...sums.values()]).map((c) => counterRow(c, sums.get(counterId(c))!.units));
+  await runWrites(trx, dialect, [{ addTo: 'meter_usage_counters', key: COUNTER_KEY, sums: ['units'], rows }]);
 }
 
 function completedFromEstimate(row: RequestRow, estimate: KeptEstimate, at: string): RequestRow {
@@ -214,6 +212,6 @@ export async function releaseUnsentAdmission(storage: Storage, recordId: string)
     const wallets = holds.length > 0 ? await lockWallets(trx, storage.dialect, holds.map((hold) => hold.wallet_id)) : new Map();
     for (const hold of holds) await releaseHoldInTransaction(trx, hold.id, 'released', wallets);
     const now = new Date();
-    if (await failPendingRecord(trx, recordId, now.toISOString())) await finishReservation(trx, storage.dialect, recordId, 0n, now);
+    if (await failPendingRecord(trx, storage.dialect, recordId, now.toISOString())) await finishReservation(trx, storage.dialect, recordId, 0n, now);
   });
 }

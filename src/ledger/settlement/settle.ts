@@ -9,16 +9,8 @@ import { finishReservation } from '../spend-key-limits.ts';
 import { runWrites, type BatchWrite } from '../../storage/batch-write.ts';
 import type { Storage } from '../../storage/db.ts';
 import type { Database } from '../../storage/schema.ts';
-import {
-  failPendingRecord,
-  METADATA_ROLLUP_KEY,
-  metadataRollupAdditions,
-  metadataRows,
-  ROLLUP_KEY,
-  ROLLUP_SUMS,
-  rollupAdditions,
-  type RequestRow,
-} from '../../storage/requests.ts';
+import { failPendingRecord, metadataRows, type RequestRow } from '../../storage/requests.ts';
+import { rollupWrites } from '../../storage/rollups.ts';
 import {
   batchTime,
   chargeRequest,
@@ -29,7 +21,7 @@ import {
   type ChargeOutcome,
   type PostedCharge,
 } from '../charge.ts';
-import { counterId, counterKeyOf, lockUsageCounters, type CounterKey } from '../tier-counters.ts';
+import { COUNTER_KEY, counterId, counterKeyOf, counterRow, lockUsageCounters, type CounterKey } from '../tier-counters.ts';
 import { ledgerRows } from '../postings.ts';
 import { releaseHoldInTransaction } from '../holds.ts';
 import { lockWallets, type WalletRow } from '../wallets.ts';
@@ -194,8 +186,8 @@ async function settleInTransaction(trx: Transaction<Database>, dialect: Storage[
   };
   const counters: BatchWrite = {
     update: 'meter_usage_counters',
-    key: ['meter_id', 'connection_id', 'period_start'],
-    rows: [...changedCounters].map(([id, key]) => ({ meter_id: key.meterId, connection_id: key.connectionId, period_start: key.periodStart, units: positions.get(id)! })),
+    key: COUNTER_KEY,
+    rows: [...changedCounters].map(([id, key]) => counterRow(key, positions.get(id)!)),
   };
   const [completedCount] = await runWrites(trx, dialect, [completed, counters, ...rollupWrites(records), ...insertWrites(records.filter((_record, i) => inputs[i]!.merged))]);
   if (completedCount !== pendingRecords.length) throw new RunAlone();
@@ -336,14 +328,6 @@ function insertWrites(records: RequestRow[]): BatchWrite[] {
   ];
 }
 
-/** Adds completed records to both usage rollups, summed per rollup row first, in key order. */
-function rollupWrites(records: RequestRow[]): BatchWrite[] {
-  return [
-    { addTo: 'usage_rollups', key: ROLLUP_KEY, sums: ROLLUP_SUMS, rows: rollupAdditions(records) },
-    { addTo: 'usage_rollups_by_metadata', key: METADATA_ROLLUP_KEY, sums: ROLLUP_SUMS, rows: metadataRollupAdditions(records) },
-  ];
-}
-
 /** The upstream failed (or the hold expired): release the holds, record `error`, charge nothing. */
 export async function failRequest(storage: Storage, input: FailInput): Promise<void> {
   await storage.db.transaction().execute((trx) => failInTransaction(trx, storage.dialect, [input]));
@@ -362,7 +346,7 @@ async function failInTransaction(trx: Transaction<Database>, dialect: Storage['d
     for (const holdId of input.holdIds) {
       if (found.has(holdId)) await releaseHoldInTransaction(trx, holdId, 'released', wallets);
     }
-    await failPendingRecord(trx, input.recordId, at);
+    await failPendingRecord(trx, dialect, input.recordId, at);
     await finishReservation(trx, dialect, input.recordId, 0n, now);
   }
   return inputs.map(() => undefined);
