@@ -77,7 +77,7 @@ export async function buildApp(options: AppOptions): Promise<App> {
   installErrorHandling(app);
   // Background work (the webhook dispatcher) adds its metrics to the same registry.
   app.decorate('metrics', installMetrics(app, { token: deps.config.metricsToken }));
-  closeConnectionsWhenShuttingDown(app);
+  closeConnectionsWhenShuttingDown(app, deps.config.shutdownGraceMs);
 
   await app.register(fastifySwagger, {
     openapi: {
@@ -190,12 +190,22 @@ async function authenticateAndLimit(deps: AppDeps, request: FastifyRequest, repl
  * client would hold the server open until its socket times out. A request that arrives meanwhile
  * (the port accepts until the preClose hooks are done) is refused with 503 in the envelope, so the
  * client retries it elsewhere instead of starting work this process may not finish.
+ *
+ * Requests still in flight after `graceMs` (a stream that goes on, a client that stopped reading)
+ * have their connections closed, so a shutdown ends within a deadline an orchestrator can wait for;
+ * a forwarded request cut that way is settled from what was relayed, as any client that left.
  */
-function closeConnectionsWhenShuttingDown(app: App): void {
+function closeConnectionsWhenShuttingDown(app: App, graceMs: number): void {
   let closing = false;
+  let deadline: NodeJS.Timeout | undefined;
   app.addHook('preClose', async () => {
     closing = true;
+    deadline = setTimeout(() => {
+      app.log.warn({ graceMs }, 'shutdown grace period over: closing the connections of requests still in flight');
+      app.server.closeAllConnections();
+    }, graceMs);
   });
+  app.addHook('onClose', async () => clearTimeout(deadline));
   app.addHook('onRequest', async () => {
     if (closing) throw new ApiError('service_unavailable', 'The server is shutting down; retry the request.');
   });

@@ -63,6 +63,11 @@ const configSchema = z.object({
   UPSTREAM_TIMEOUT_MS: z.coerce.number().int().min(1).default(300_000),
   /** Longest silence allowed between two chunks of a provider's body. */
   UPSTREAM_IDLE_TIMEOUT_MS: z.coerce.number().int().min(1).default(300_000),
+  /**
+   * How long a graceful shutdown waits for requests in flight (a long stream, a client that stopped
+   * reading) before it closes their connections; each is then settled from what was relayed.
+   */
+  SHUTDOWN_GRACE_MS: z.coerce.number().int().min(0).default(25_000),
   /** A hold not settled within this time is released (crash safety). */
   HOLD_TTL_MS: z.coerce.number().int().min(1000).default(15 * 60_000),
   /**
@@ -122,6 +127,7 @@ export type Config = {
   customProviders: { id: string; baseUrl: string }[];
   upstreamTimeoutMs: number;
   upstreamIdleTimeoutMs: number;
+  shutdownGraceMs: number;
   holdTtlMs: number;
   /** Null when wallet leases are off. */
   walletLeaseHotAfter: number | null;
@@ -174,6 +180,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     customProviders: c.CUSTOM_PROVIDERS ?? [],
     upstreamTimeoutMs: c.UPSTREAM_TIMEOUT_MS,
     upstreamIdleTimeoutMs: c.UPSTREAM_IDLE_TIMEOUT_MS,
+    shutdownGraceMs: c.SHUTDOWN_GRACE_MS,
     holdTtlMs: c.HOLD_TTL_MS,
     walletLeaseHotAfter: c.WALLET_LEASE_HOT_AFTER === 'off' ? null : c.WALLET_LEASE_HOT_AFTER,
     walletLeaseIdleMs: c.WALLET_LEASE_IDLE_MS,

@@ -106,7 +106,9 @@ export function createGateway(deps: AppDeps, app: App, unwritten: UnwrittenHolds
     // Every settlement is written: no admission's share is left in a lease.
     await gateway.leases?.close();
     await leaseKeeper?.close();
-    await gateway.agent.close();
+    // Every relay has ended: what the agent still has is idle sockets and connects no request waits
+    // for (a provider that never finishes a TLS handshake), which close() would wait out.
+    await gateway.agent.destroy();
     await gateway.buckets.close();
   });
   return gateway;
@@ -248,7 +250,7 @@ export async function forwardRequest(
 ): Promise<void> {
   const plan = await planForward(deps, gateway, request, call);
   reply.hijack();
-  await forward(deps, gateway, plan, reply.raw);
+  await gateway.settlements.relaying(forward(deps, gateway, plan, reply.raw));
 }
 
 type ForwardPlan = {

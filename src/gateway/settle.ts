@@ -27,7 +27,7 @@ const RETRY_DELAYS_MS = [50, 500, 2000, 5000, 5000, 5000, 5000, 5000];
  * expire, which marks the record `error` rather than losing track of it.
  */
 export class Settlements {
-  readonly #inFlight = new Set<Promise<void>>();
+  readonly #inFlight = new Set<Promise<unknown>>();
   readonly #log: FastifyBaseLogger;
   readonly #writer: GroupCommitWriter;
 
@@ -81,7 +81,18 @@ export class Settlements {
     this.#inFlight.add(work);
   }
 
-  /** Resolves when every settlement started so far has finished. */
+  /**
+   * A forwarded request from its relay to its settlement: a shutdown's drain waits for it too, so a
+   * relay that ends during the shutdown (its connection closed when the grace period was over)
+   * still queues its settlement before the writers are drained.
+   */
+  relaying(forwarded: Promise<void>): Promise<void> {
+    const work = forwarded.finally(() => this.#inFlight.delete(work));
+    this.#inFlight.add(work);
+    return work;
+  }
+
+  /** Resolves when every settlement started so far, and every relay still going, has finished. */
   async drain(): Promise<void> {
     while (this.#inFlight.size > 0) await Promise.allSettled([...this.#inFlight]);
   }
