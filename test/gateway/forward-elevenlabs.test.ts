@@ -2,7 +2,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { parseMoney } from '../../src/domain/money.ts';
 import { verifyLedger } from '../../src/ledger/verify.ts';
 import { creditWallet, findWallet } from '../../src/ledger/wallets.ts';
-import type { TestApp } from '../helpers/app.ts';
+import { forwardToken, type TestApp } from '../helpers/app.ts';
 import { databasesUnderTest } from '../helpers/databases.ts';
 import { startGatewayOnMock } from '../helpers/gateway.ts';
 import { TRANSCRIPT_SECONDS, type MockUpstream } from '../helpers/mock-upstream.ts';
@@ -41,9 +41,7 @@ describe.each(databasesUnderTest())('ElevenLabs billing on %s', (dialect) => {
         payload: { name: `Voice ${tierType}`, rate_type: 'fixed', tier_type: tierType, tiers: [{ start: '0', rate }] },
       })
     ).json() as { meter_slug: string };
-    return Buffer.from(
-      JSON.stringify({ secret_key: t.merchant.secretKey, customer_id: customer.customer_id, meter_slug: meter.meter_slug }),
-    ).toString('base64');
+    return forwardToken(t.merchant.secretKey, customer.customer_id, meter.meter_slug);
   }
 
   const balance = async () => (await findWallet(t.storage, customer.wallet.wallet_id))!.balance;
