@@ -5,7 +5,7 @@
  */
 import type { Transaction } from 'kysely';
 import type { Storage } from '../storage/db.ts';
-import type { Database, MeterUsageCountersTable } from '../storage/schema.ts';
+import { COUNTER_KEY, type Database, type MeterUsageCountersTable } from '../storage/schema.ts';
 
 /** Tiers accumulate over the UTC calendar month until subscriptions define a cycle. */
 export function monthStart(now: Date): string {
@@ -36,9 +36,6 @@ export const counterId = (key: CounterKey): string => `${key.meterId}\n${key.con
 export function countersInKeyOrder(keys: CounterKey[]): CounterKey[] {
   return [...new Map(keys.map((k) => [counterId(k), k])).entries()].sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0)).map(([, k]) => k);
 }
-
-/** A counter's primary key columns. */
-export const COUNTER_KEY = ['meter_id', 'connection_id', 'period_start'] as const;
 
 /** A counter as its table's row, at `units`. */
 export function counterRow(counter: CounterKey, units: bigint): MeterUsageCountersTable {

@@ -11,14 +11,15 @@ import { prepared } from './db.ts';
 import { statementList } from './sqlite.ts';
 import type { RequestRow } from './requests.ts';
 import { rollupWrites } from './rollups.ts';
-import type {
-  Database,
-  EventsTable,
-  LedgerPostingsTable,
-  LedgerTransactionsTable,
-  MeterUsageCountersTable,
-  RequestMetadataTable,
-  WalletsTable,
+import {
+  COUNTER_KEY,
+  type Database,
+  type EventsTable,
+  type LedgerPostingsTable,
+  type LedgerTransactionsTable,
+  type MeterUsageCountersTable,
+  type RequestMetadataTable,
+  type WalletsTable,
 } from './schema.ts';
 
 /** Every row a batch of charged requests writes, built in memory under the batch's locks. */
@@ -84,7 +85,7 @@ function writesBesideRecords(rows: BatchRows): BatchWrite[] {
     { insert: 'request_metadata', rows: rows.metadata },
     ...rollupWrites(rows.requests),
     { update: 'wallets', key: ['id'], rows: rows.wallets },
-    { update: 'meter_usage_counters', key: ['meter_id', 'connection_id', 'period_start'], rows: rows.counters },
+    { update: 'meter_usage_counters', key: COUNTER_KEY, rows: rows.counters },
     { insert: 'ledger_transactions', rows: rows.transactions },
     { insert: 'ledger_postings', rows: rows.postings },
     { insert: 'events', rows: rows.events },

@@ -203,6 +203,9 @@ export interface MeterUsageCountersTable {
   units: bigint;
 }
 
+/** meter_usage_counters' primary key columns: what an upsert of a tier counter conflicts on. */
+export const COUNTER_KEY = ['meter_id', 'connection_id', 'period_start'] as const;
+
 export interface EventsTable {
   id: string;
   merchant_id: string;

@@ -10,14 +10,14 @@ import type { PricedRequest, Usage } from '../../domain/pricing.ts';
 import { finishReservation } from '../spend-key-limits.ts';
 import type { Storage } from '../../storage/db.ts';
 import { completePendingRecord, failPendingRecord, type RequestRow } from '../../storage/requests.ts';
-import type { Database } from '../../storage/schema.ts';
+import { COUNTER_KEY, type Database } from '../../storage/schema.ts';
 import { BalanceChanges } from '../events.ts';
 import { breakdownJson, chargeLegs, type ChargeCredits } from '../charge.ts';
 import { enqueueEvent } from '../../webhooks/outbox.ts';
 import { appendTransaction } from '../postings.ts';
 import { releaseHoldInTransaction } from '../holds.ts';
 import { debitInMemory, lockWallets, saveBalance, type WalletRow } from '../wallets.ts';
-import { COUNTER_KEY, counterAt, counterId, counterRow, countersInKeyOrder, lockUsageCounters, monthStart, type CounterKey } from '../tier-counters.ts';
+import { counterAt, counterId, counterRow, countersInKeyOrder, lockUsageCounters, monthStart, type CounterKey } from '../tier-counters.ts';
 import { runWrites } from '../../storage/batch-write.ts';
 
 /** What a hold was estimated from, kept on the pending record (`hold_estimate`, JSON; amounts as decimal strings of units). */

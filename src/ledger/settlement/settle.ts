@@ -8,7 +8,7 @@ import { RunAlone, type BatchJob } from '../group-commit.ts';
 import { finishReservation } from '../spend-key-limits.ts';
 import { runWrites, type BatchWrite } from '../../storage/batch-write.ts';
 import type { Storage } from '../../storage/db.ts';
-import type { Database } from '../../storage/schema.ts';
+import { COUNTER_KEY, type Database } from '../../storage/schema.ts';
 import { failPendingRecord, metadataRows, type RequestRow } from '../../storage/requests.ts';
 import { rollupWrites } from '../../storage/rollups.ts';
 import {
@@ -21,7 +21,7 @@ import {
   type ChargeOutcome,
   type PostedCharge,
 } from '../charge.ts';
-import { COUNTER_KEY, counterId, counterKeyOf, counterRow, lockUsageCounters, type CounterKey } from '../tier-counters.ts';
+import { counterId, counterKeyOf, counterRow, lockUsageCounters, type CounterKey } from '../tier-counters.ts';
 import { ledgerRows } from '../postings.ts';
 import { releaseHoldInTransaction } from '../holds.ts';
 import { lockWallets, type WalletRow } from '../wallets.ts';
