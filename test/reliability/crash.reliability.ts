@@ -1,5 +1,3 @@
-import { spawn, type ChildProcess } from 'node:child_process';
-import { createServer, type AddressInfo } from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { parseMoney } from '../../src/domain/money.ts';
 import { sweepExpiredHolds } from '../../src/gateway/settle.ts';
@@ -10,7 +8,7 @@ import { createMerchant } from '../../src/storage/merchants.ts';
 import { migrateToLatest } from '../../src/storage/migrate.ts';
 import { freshDatabase } from '../helpers/databases.ts';
 import { startMockUpstream, type MockUpstream } from '../helpers/mock-upstream.ts';
-import { printFigures } from './harness.ts';
+import { freePort, printFigures, startServe, type ServeProcess } from './harness.ts';
 import { forwardToken } from '../helpers/app.ts';
 
 /**
@@ -34,14 +32,6 @@ const UNWRITTEN_WINDOW_MS = 2_000;
 const HOLD_TTL_MS = 60_000;
 const pause = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
-async function freePort(): Promise<number> {
-  const server = createServer();
-  await new Promise<void>((r) => server.listen(0, '127.0.0.1', () => r()));
-  const { port } = server.address() as AddressInfo;
-  await new Promise((r) => server.close(r));
-  return port;
-}
-
 /** Hot wallets admitted from leases (the default), and every admission written before the provider is called. */
 const MODES = [
   { leases: 'on', env: {} },
@@ -51,21 +41,18 @@ const MODES = [
 describe.runIf(postgres).each(MODES)('crash test: SIGKILL mid-load on postgres, leases $leases', ({ leases, env: modeEnv }) => {
   let storage: Storage;
   let upstream: MockUpstream;
-  let child: ChildProcess | undefined;
+  let serve: ServeProcess | undefined;
   let env: Record<string, string>;
   let base: string;
   let output = '';
 
   const start = async () => {
-    child = spawn('node', ['bin/tollgate.js', 'serve'], { env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
-    child.stdout!.on('data', (d: Buffer) => (output += d.toString()));
-    child.stderr!.on('data', (d: Buffer) => (output += d.toString()));
-    for (let i = 0; i < 600; i++) {
-      const ready = await fetch(`${base}/readyz`).then((r) => r.status === 200, () => false);
-      if (ready) return;
-      await pause(50);
-    }
-    throw new Error(`tollgate serve did not become ready:\n${output.slice(-2000)}`);
+    serve = await startServe(env, base);
+  };
+  const stop = async (signal: NodeJS.Signals) => {
+    serve!.child.kill(signal);
+    await serve!.exited;
+    output += serve!.output();
   };
 
   beforeAll(async () => {
@@ -88,7 +75,7 @@ describe.runIf(postgres).each(MODES)('crash test: SIGKILL mid-load on postgres, 
     };
   });
   afterAll(async () => {
-    child?.kill('SIGKILL');
+    serve?.child.kill('SIGKILL');
     await upstream?.close();
     await storage?.close();
   });
@@ -112,9 +99,9 @@ describe.runIf(postgres).each(MODES)('crash test: SIGKILL mid-load on postgres, 
     const answeredAt = new Map<string, number>();
     let sequence = 0;
     let answers = 0;
-    let stop = false;
+    let stopClients = false;
     const client = async () => {
-      while (!stop) {
+      while (!stopClients) {
         const n = sequence++;
         if (n % 2 === 0) {
           const requestId = `crash-${n}`;
@@ -149,9 +136,8 @@ describe.runIf(postgres).each(MODES)('crash test: SIGKILL mid-load on postgres, 
     const clients = Array.from({ length: CLIENTS }, client);
     while (answers < 300) await pause(10);
     const killedAt = Date.now();
-    child!.kill('SIGKILL');
-    await new Promise((r) => child!.once('exit', r));
-    stop = true;
+    await stop('SIGKILL');
+    stopClients = true;
     await Promise.all(clients);
 
     await start();
@@ -164,9 +150,8 @@ describe.runIf(postgres).each(MODES)('crash test: SIGKILL mid-load on postgres, 
       answeredRecords.add(requestId);
       retried++;
     }
-    child!.kill('SIGTERM');
-    await new Promise((r) => child!.once('exit', r));
-    child = undefined;
+    await stop('SIGTERM');
+    serve = undefined;
     // The sweep, as it runs once the killed instance's holds are past their TTL (nobody renews them).
     const recovered = await sweepExpiredHolds(storage, new Date(Date.now() + HOLD_TTL_MS + 1_000));
 

@@ -1,3 +1,5 @@
+import { spawn, type ChildProcess } from 'node:child_process';
+import { createServer, type AddressInfo } from 'node:net';
 import { Writable } from 'node:stream';
 import { BUILTIN_PROVIDERS } from '../../src/providers/builtin.ts';
 import { startGatewayOnMock, type MockGateway } from '../helpers/gateway.ts';
@@ -70,4 +72,33 @@ export function leaksInSuiteLogs(extraSecrets: readonly string[] = []): { lines:
     for (const secret of extraSecrets) if (line.includes(secret)) leaks.push(`a secret of the test: ${line.slice(0, 200)}`);
   }
   return { lines: lines.length, leaks };
+}
+
+/** A loopback port nothing listens on (for a `tollgate serve` process to take). */
+export async function freePort(): Promise<number> {
+  const server = createServer();
+  await new Promise<void>((r) => server.listen(0, '127.0.0.1', () => r()));
+  const { port } = server.address() as AddressInfo;
+  await new Promise((r) => server.close(r));
+  return port;
+}
+
+/** A real `tollgate serve` process, with what it printed so far and its exit. */
+export type ServeProcess = { child: ChildProcess; output: () => string; exited: Promise<number | null> };
+
+/** Starts `tollgate serve` with `env` (PORT and HOST among it) and waits until `base`/readyz answers 200. */
+export async function startServe(env: Record<string, string>, base: string): Promise<ServeProcess> {
+  const child = spawn('node', ['bin/tollgate.js', 'serve'], { env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
+  let output = '';
+  child.stdout!.on('data', (d: Buffer) => (output += d.toString()));
+  child.stderr!.on('data', (d: Buffer) => (output += d.toString()));
+  const exited = new Promise<number | null>((resolve) => child.once('exit', (code) => resolve(code)));
+  for (let i = 0; i < 600; i++) {
+    const ready = await fetch(`${base}/readyz`).then((r) => r.status === 200, () => false);
+    if (ready) return { child, output: () => output, exited };
+    if (child.exitCode !== null) break;
+    await new Promise((r) => setTimeout(r, 50));
+  }
+  child.kill('SIGKILL');
+  throw new Error(`tollgate serve did not become ready:\n${output.slice(-2000)}`);
 }
