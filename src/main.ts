@@ -57,9 +57,10 @@ export async function startServer(
     url,
     stop: async () => {
       for (const timer of sweeper) clearInterval(timer);
-      await webhooks.stop();
-      await renewals.stop();
-      await shutdown(app, storage, limiter, redis);
+      // Background work stops while the requests in flight finish: the shutdown has one deadline
+      // (SHUTDOWN_GRACE_MS, plus a webhook's send timeout at most), not one after another.
+      await Promise.all([webhooks.stop(), renewals.stop(), app.close()]);
+      await releaseConnections(storage, limiter, redis);
     },
   };
 }
@@ -129,9 +130,8 @@ function makeRateLimiter(
   return { limiter: new RedisRateLimiter(redis, { onOutage }), redis };
 }
 
-async function shutdown(app: App, storage: Storage, limiter: RateLimiter, redis: Redis | null): Promise<void> {
-  // Stop accepting, let in-flight requests finish, then release connections.
-  await app.close();
+/** Once nothing runs any more: the database, the rate limiter and Redis. */
+async function releaseConnections(storage: Storage, limiter: RateLimiter, redis: Redis | null): Promise<void> {
   await limiter.close();
   await storage.close();
   // QUIT would wait in the offline queue for a Redis that is not there.
