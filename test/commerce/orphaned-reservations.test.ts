@@ -121,6 +121,44 @@ describe.each(databasesUnderTest())('crash-orphaned subscription reservations on
     expect(await aboutCustomer('subscription.cancelled')).toEqual([]);
   });
 
+  it('a deletion racing the start of a first period never leaves a deleted customer subscribed, and a charge that went through is either refunded or ends with its subscription', async () => {
+    const plan = await createPlan(t, { name: 'Pro raced', period_amount: '10', included_credit: '12', billing_interval: 'month' });
+    const RACES = 40;
+    const outcomes = { refunded: 0, cancelled_with_customer: 0 };
+    for (let race = 0; race < RACES; race++) {
+      const c = await createCustomer(t);
+      await saveTestCard(t.storage, t.merchant.merchantId, c.customerId, 'succeeds');
+      const held = payments.holdNextCharge();
+      const subscribing = subscribe(t, c.customerId, plan.plan_id);
+      await held.reached;
+      // The deletion starts up to 4 ms either side of the provider's answer, so across the races
+      // it lands before, inside and after the transaction that starts the subscription.
+      const offset = (race % 9) - 4;
+      const deleting = new Promise((r) => setTimeout(r, Math.max(0, offset))).then(() =>
+        t.app.inject({ method: 'DELETE', url: `/v1/customers/${c.customerId}`, headers: t.auth() }),
+      );
+      setTimeout(held.release, Math.max(0, -offset));
+      const [answer, deleted] = await Promise.all([subscribing, deleting]);
+      expect(deleted.statusCode).toBe(200);
+      expect([201, 404]).toContain(answer.statusCode);
+
+      const subscriptions = await t.storage.db.selectFrom('subscriptions').select(['status']).where('connection_id', '=', c.customerId).execute();
+      expect(subscriptions.filter((sub) => sub.status !== 'cancelled'), `race ${race}: a deleted customer is still subscribed`).toEqual([]);
+      const payment = await t.storage.db.selectFrom('payments').select(['status', 'failure_reason']).where('connection_id', '=', c.customerId).executeTakeFirstOrThrow();
+      expect(payment.status).toBe('succeeded');
+      if (subscriptions.length === 0) {
+        expect(payment.failure_reason, `race ${race}: a charge with no subscription is kept for a refund`).toBe('cycle_closed');
+        outcomes.refunded++;
+      } else {
+        expect(answer.statusCode).toBe(201);
+        outcomes.cancelled_with_customer++;
+      }
+    }
+    // Both orders happened: the deletion came first in some races and after the start in others.
+    expect(outcomes.refunded, 'deletion first').toBeGreaterThan(0);
+    expect(outcomes.cancelled_with_customer, 'start first').toBeGreaterThan(0);
+  });
+
   it('a customer deleted after its first charge was lost: the orphan settler asks again, keeps the succeeded payment for a refund and credits nothing', async () => {
     const { customerId, walletId } = await orphaned('succeeds');
     const deleted = await t.app.inject({ method: 'DELETE', url: `/v1/customers/${customerId}`, headers: t.auth() });
