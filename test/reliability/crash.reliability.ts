@@ -1,14 +1,10 @@
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { parseMoney } from '../../src/domain/money.ts';
 import { sweepExpiredHolds } from '../../src/gateway/settle.ts';
 import { verifyLedger } from '../../src/ledger/verify.ts';
 import { creditWallet } from '../../src/ledger/wallets.ts';
-import { openStorage, type Storage } from '../../src/storage/db.ts';
 import { createMerchant } from '../../src/storage/merchants.ts';
-import { migrateToLatest } from '../../src/storage/migrate.ts';
-import { freshDatabase } from '../helpers/databases.ts';
-import { startMockUpstream, type MockUpstream } from '../helpers/mock-upstream.ts';
-import { freePort, printFigures, startServe, type ServeProcess } from './harness.ts';
+import { printFigures, referencesChargedTwice, startServe, useServeSuite } from './harness.ts';
 import { forwardToken } from '../helpers/app.ts';
 
 /**
@@ -39,48 +35,21 @@ const MODES = [
 ] as const;
 
 describe.runIf(postgres).each(MODES)('crash test: SIGKILL mid-load on postgres, leases $leases', ({ leases, env: modeEnv }) => {
-  let storage: Storage;
-  let upstream: MockUpstream;
-  let serve: ServeProcess | undefined;
-  let env: Record<string, string>;
-  let base: string;
+  const suite = useServeSuite('postgres', 'sk-managed-crash-suite', { HOLD_TTL_MS: String(HOLD_TTL_MS), ...modeEnv });
   let output = '';
 
   const start = async () => {
-    serve = await startServe(env, base);
+    suite.serve = await startServe(suite.env, suite.base);
   };
   const stop = async (signal: NodeJS.Signals) => {
-    serve!.child.kill(signal);
-    await serve!.exited;
-    output += serve!.output();
+    suite.serve!.child.kill(signal);
+    await suite.serve!.exited;
+    output += suite.serve!.output();
+    suite.serve = undefined;
   };
 
-  beforeAll(async () => {
-    const database = await freshDatabase('postgres');
-    storage = openStorage(database.url, { poolSize: 4 });
-    await migrateToLatest(storage);
-    upstream = await startMockUpstream();
-    const port = await freePort();
-    base = `http://127.0.0.1:${port}`;
-    env = {
-      DATABASE_URL: database.url,
-      PORT: String(port),
-      HOST: '127.0.0.1',
-      LOG_LEVEL: 'warn',
-      RATE_LIMIT_PER_MINUTE: '100000000',
-      UPSTREAM_OVERRIDES: JSON.stringify({ 'api.openai.com': upstream.url }),
-      PROVIDER_KEYS: JSON.stringify({ openai: 'sk-managed-crash-suite' }),
-      HOLD_TTL_MS: String(HOLD_TTL_MS),
-      ...modeEnv,
-    };
-  });
-  afterAll(async () => {
-    serve?.child.kill('SIGKILL');
-    await upstream?.close();
-    await storage?.close();
-  });
-
   it('charges nothing twice across a SIGKILL and a restart', async () => {
+    const { storage, base } = suite;
     const { merchant, secretKey } = await createMerchant(storage, { name: 'Crash' });
     await start();
     const auth = { authorization: `Bearer ${secretKey}`, 'content-type': 'application/json' };
@@ -151,7 +120,6 @@ describe.runIf(postgres).each(MODES)('crash test: SIGKILL mid-load on postgres, 
       retried++;
     }
     await stop('SIGTERM');
-    serve = undefined;
     // The sweep, as it runs once the killed instance's holds are past their TTL (nobody renews them).
     const recovered = await sweepExpiredHolds(storage, new Date(Date.now() + HOLD_TTL_MS + 1_000));
 
@@ -167,14 +135,7 @@ describe.runIf(postgres).each(MODES)('crash test: SIGKILL mid-load on postgres, 
     const unwritten = forwardIds.filter((id) => !byId.has(id));
     const unwrittenBeyondRule = unwritten.filter((id) => killedAt - answeredAt.get(id)! > UNWRITTEN_WINDOW_MS).length;
     const estimated = await storage.db.selectFrom('requests').select('id').where('merchant_id', '=', merchant.id).where('usage_estimated', '=', 1).execute();
-    const chargedTwice = await storage.db
-      .selectFrom('ledger_transactions')
-      .select('reference')
-      .where('merchant_id', '=', merchant.id)
-      .where('kind', '=', 'request_charge')
-      .groupBy('reference')
-      .having((eb) => eb.fn.countAll(), '>', 1)
-      .execute();
+    const chargedTwice = await referencesChargedTwice(storage, merchant.id);
     const pending = records.filter((r) => r.status === 'pending').length;
     const charged = records.filter((r) => r.status === 'completed' && r.connection_id === customer.customer_id).reduce((s, r) => s + BigInt(r.total_wallet_cost), 0n);
     const wallet = await storage.db.selectFrom('wallets').select(['balance', 'held']).where('id', '=', customer.wallet.wallet_id).executeTakeFirstOrThrow();

@@ -1,14 +1,11 @@
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { parseMoney } from '../../src/domain/money.ts';
 import { verifyLedger } from '../../src/ledger/verify.ts';
 import { creditWallet } from '../../src/ledger/wallets.ts';
-import { openStorage, type Storage } from '../../src/storage/db.ts';
 import { createMerchant } from '../../src/storage/merchants.ts';
-import { migrateToLatest } from '../../src/storage/migrate.ts';
 import { forwardToken } from '../helpers/app.ts';
-import { databasesUnderTest, freshDatabase } from '../helpers/databases.ts';
-import { startMockUpstream, type MockUpstream } from '../helpers/mock-upstream.ts';
-import { freePort, printFigures, startServe, type ServeProcess } from './harness.ts';
+import { databasesUnderTest } from '../helpers/databases.ts';
+import { printFigures, referencesChargedTwice, startServe, useServeSuite } from './harness.ts';
 
 /**
  * Graceful stop under load: a real `tollgate serve` process gets SIGTERM while clients record
@@ -34,41 +31,14 @@ const OPENAI = 'https://api.openai.com/v1';
 const GRANT = parseMoney('1000');
 
 describe.each(databasesUnderTest())('graceful stop: SIGTERM mid-load on %s', (dialect) => {
-  let storage: Storage;
-  let upstream: MockUpstream;
-  let serve: ServeProcess | undefined;
-  let env: Record<string, string>;
-  let base: string;
-
-  beforeAll(async () => {
-    const database = await freshDatabase(dialect);
-    storage = openStorage(database.url, { poolSize: 4 });
-    await migrateToLatest(storage);
-    upstream = await startMockUpstream();
-    // Streams are the Responses API's, each word CHUNK_DELAY_MS apart; chat completions answer at once.
-    upstream.setNext({ path: '/responses', chunkDelayMs: CHUNK_DELAY_MS, times: Infinity });
-    const port = await freePort();
-    base = `http://127.0.0.1:${port}`;
-    env = {
-      DATABASE_URL: database.url,
-      PORT: String(port),
-      HOST: '127.0.0.1',
-      LOG_LEVEL: 'warn',
-      RATE_LIMIT_PER_MINUTE: '100000000',
-      UPSTREAM_OVERRIDES: JSON.stringify({ 'api.openai.com': upstream.url }),
-      PROVIDER_KEYS: JSON.stringify({ openai: 'sk-managed-graceful-suite' }),
-      SHUTDOWN_GRACE_MS: String(GRACE_MS),
-    };
-  });
-  afterAll(async () => {
-    serve?.child.kill('SIGKILL');
-    await upstream?.close();
-    await storage?.close();
-  });
+  const suite = useServeSuite(dialect, 'sk-managed-graceful-suite', { SHUTDOWN_GRACE_MS: String(GRACE_MS) });
 
   it('exits within the grace period and leaves every request settled, none for the sweep', async () => {
+    const { storage, upstream, env, base } = suite;
+    // Streams are the Responses API's, each word CHUNK_DELAY_MS apart; chat completions answer at once.
+    upstream.setNext({ path: '/responses', chunkDelayMs: CHUNK_DELAY_MS, times: Infinity });
     const { merchant, secretKey } = await createMerchant(storage, { name: 'Graceful' });
-    serve = await startServe(env, base);
+    const serve = (suite.serve = await startServe(env, base));
     const auth = { authorization: `Bearer ${secretKey}`, 'content-type': 'application/json' };
     const json = async (path: string, body: unknown) => (await fetch(`${base}${path}`, { method: 'POST', headers: auth, body: JSON.stringify(body) })).json();
     const customer = await json('/v1/customers', { name: 'Graceful customer' });
@@ -163,7 +133,7 @@ describe.each(databasesUnderTest())('graceful stop: SIGTERM mid-load on %s', (di
     const exitCode = await serve.exited;
     const stoppedAfterMs = Math.round(performance.now() - signalledAt);
     const output = serve.output();
-    serve = undefined;
+    suite.serve = undefined;
     await Promise.all(clients);
     const longTexts = await Promise.all(longs.map((l) => l.text()));
     await Promise.all(longs.map((l) => l.cancel()));
@@ -180,14 +150,7 @@ describe.each(databasesUnderTest())('graceful stop: SIGTERM mid-load on %s', (di
     const forwardsNotCharged = [...forwarded].filter((id) => byId.get(id)?.status !== 'completed').length;
     const pending = records.filter((r) => r.status === 'pending').length;
     const activeHolds = await storage.db.selectFrom('holds').select('id').where('status', '=', 'active').execute();
-    const chargedTwice = await storage.db
-      .selectFrom('ledger_transactions')
-      .select('reference')
-      .where('merchant_id', '=', merchant.id)
-      .where('kind', '=', 'request_charge')
-      .groupBy('reference')
-      .having((eb) => eb.fn.countAll(), '>', 1)
-      .execute();
+    const chargedTwice = await referencesChargedTwice(storage, merchant.id);
     const charged = records.filter((r) => r.status === 'completed' && r.connection_id === customer.customer_id).reduce((s, r) => s + BigInt(r.total_wallet_cost), 0n);
     const wallet = await storage.db.selectFrom('wallets').select(['balance', 'held']).where('id', '=', customer.wallet.wallet_id).executeTakeFirstOrThrow();
     const balanceMatches = BigInt(wallet.balance) === GRANT - charged;

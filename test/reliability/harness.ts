@@ -1,9 +1,13 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { createServer, type AddressInfo } from 'node:net';
 import { Writable } from 'node:stream';
+import { afterAll, beforeAll } from 'vitest';
 import { BUILTIN_PROVIDERS } from '../../src/providers/builtin.ts';
+import { openStorage, type Storage } from '../../src/storage/db.ts';
+import { migrateToLatest } from '../../src/storage/migrate.ts';
 import { startGatewayOnMock, type MockGateway } from '../helpers/gateway.ts';
-import type { TestDatabase } from '../helpers/databases.ts';
+import { freshDatabase, type TestDatabase } from '../helpers/databases.ts';
+import { startMockUpstream, type MockUpstream } from '../helpers/mock-upstream.ts';
 
 /**
  * Shared parts of the reliability suite (`npm run test:reliability`): apps whose every log line
@@ -101,4 +105,53 @@ export async function startServe(env: Record<string, string>, base: string): Pro
   }
   child.kill('SIGKILL');
   throw new Error(`tollgate serve did not become ready:\n${output.slice(-2000)}`);
+}
+
+/** What a suite of `tollgate serve` processes shares: its database (open here too), its mock OpenAI and its port. */
+export type ServeSuite = { storage: Storage; upstream: MockUpstream; base: string; env: Record<string, string>; serve?: ServeProcess };
+
+/**
+ * A fresh, migrated database of `dialect`, a mock upstream standing in for OpenAI (its managed key
+ * `managedKey`) and a free port, made before the describe block's tests (beforeAll) for the
+ * `tollgate serve` processes they start with `env` (`extraEnv` added to it); a process left in
+ * `serve` is killed after them, and everything closed.
+ */
+export function useServeSuite(dialect: TestDatabase['dialect'], managedKey: string, extraEnv: Record<string, string> = {}): ServeSuite {
+  const suite = {} as ServeSuite;
+  beforeAll(async () => {
+    const database = await freshDatabase(dialect);
+    suite.storage = openStorage(database.url, { poolSize: 4 });
+    await migrateToLatest(suite.storage);
+    suite.upstream = await startMockUpstream();
+    const port = await freePort();
+    suite.base = `http://127.0.0.1:${port}`;
+    suite.env = {
+      DATABASE_URL: database.url,
+      PORT: String(port),
+      HOST: '127.0.0.1',
+      LOG_LEVEL: 'warn',
+      RATE_LIMIT_PER_MINUTE: '100000000',
+      UPSTREAM_OVERRIDES: JSON.stringify({ 'api.openai.com': suite.upstream.url }),
+      PROVIDER_KEYS: JSON.stringify({ openai: managedKey }),
+      ...extraEnv,
+    };
+  });
+  afterAll(async () => {
+    suite.serve?.child.kill('SIGKILL');
+    await suite.upstream?.close();
+    await suite.storage?.close();
+  });
+  return suite;
+}
+
+/** The references a merchant's ledger charged more than once (a request charged twice): none, in every part. */
+export async function referencesChargedTwice(storage: Storage, merchantId: string): Promise<{ reference: string | null }[]> {
+  return storage.db
+    .selectFrom('ledger_transactions')
+    .select('reference')
+    .where('merchant_id', '=', merchantId)
+    .where('kind', '=', 'request_charge')
+    .groupBy('reference')
+    .having((eb) => eb.fn.countAll(), '>', 1)
+    .execute();
 }
