@@ -250,7 +250,7 @@ export async function forwardRequest(
 ): Promise<void> {
   const plan = await planForward(deps, gateway, request, call);
   reply.hijack();
-  await gateway.settlements.relaying(forward(deps, gateway, plan, reply.raw));
+  await forward(deps, gateway, plan, reply.raw);
 }
 
 type ForwardPlan = {
@@ -421,26 +421,31 @@ async function admitFromLeases(storage: AppDeps['storage'], gateway: Gateway, le
 async function forward(deps: AppDeps, gateway: Gateway, plan: ForwardPlan, res: ServerResponse): Promise<void> {
   const closing = () => gateway.closing;
   gateway.holds.add(plan.holdIds);
-  const outcome = await relay({
-    agent: gateway.agent,
-    upstreamUrl: plan.target.upstreamUrl,
-    method: plan.method,
-    headers: plan.headers,
-    body: plan.body,
-    provider: plan.target.provider,
-    meterContext: { url: plan.target.publicUrl, requestBody: plan.requestJson },
-    hideInjectedUsage: plan.hideInjectedUsage,
-    extraHeaders: { [REQUEST_ID_HEADER]: plan.requestId },
-    res,
-    closing,
-    translator: plan.translator,
-  }).finally(() => gateway.holds.delete(plan.holdIds));
-  if (outcome.kind === 'failed') {
-    const code: ErrorCode = outcome.reason === 'timeout' ? 'upstream_timeout' : 'upstream_unreachable';
-    sendError(res, new ApiError(code), plan, closing);
+  gateway.settlements.relayStarted();
+  try {
+    const outcome = await relay({
+      agent: gateway.agent,
+      upstreamUrl: plan.target.upstreamUrl,
+      method: plan.method,
+      headers: plan.headers,
+      body: plan.body,
+      provider: plan.target.provider,
+      meterContext: { url: plan.target.publicUrl, requestBody: plan.requestJson },
+      hideInjectedUsage: plan.hideInjectedUsage,
+      extraHeaders: { [REQUEST_ID_HEADER]: plan.requestId },
+      res,
+      closing,
+      translator: plan.translator,
+    }).finally(() => gateway.holds.delete(plan.holdIds));
+    if (outcome.kind === 'failed') {
+      const code: ErrorCode = outcome.reason === 'timeout' ? 'upstream_timeout' : 'upstream_unreachable';
+      sendError(res, new ApiError(code), plan, closing);
+    }
+    // The client has its answer; the record and the money are settled off its path.
+    gateway.settlements.settle(deps, plan, outcome);
+  } finally {
+    gateway.settlements.relayEnded();
   }
-  // The client has its answer; the record and the money are settled off its path.
-  gateway.settlements.settle(deps, plan, outcome);
 }
 
 /** An error of Tollgate's own after the response was taken over from Fastify, in the caller's dialect. */

@@ -27,7 +27,10 @@ const RETRY_DELAYS_MS = [50, 500, 2000, 5000, 5000, 5000, 5000, 5000];
  * expire, which marks the record `error` rather than losing track of it.
  */
 export class Settlements {
-  readonly #inFlight = new Set<Promise<unknown>>();
+  readonly #inFlight = new Set<Promise<void>>();
+  /** Forwarded requests relaying now (relayStarted, relayEnded), and drains waiting for none. */
+  #relays = 0;
+  readonly #relaysEnded: (() => void)[] = [];
   readonly #log: FastifyBaseLogger;
   readonly #writer: GroupCommitWriter;
 
@@ -82,19 +85,26 @@ export class Settlements {
   }
 
   /**
-   * A forwarded request from its relay to its settlement: a shutdown's drain waits for it too, so a
-   * relay that ends during the shutdown (its connection closed when the grace period was over)
-   * still queues its settlement before the writers are drained.
+   * A forwarded request's relay began; relayEnded once its settlement is queued. A shutdown's drain
+   * waits for it too, so a relay that ends during the shutdown (its connection closed when the
+   * grace period was over) still queues its settlement before the writers are drained. A count,
+   * so the request path adds no promise and no set entry.
    */
-  relaying(forwarded: Promise<void>): Promise<void> {
-    const work = forwarded.finally(() => this.#inFlight.delete(work));
-    this.#inFlight.add(work);
-    return work;
+  relayStarted(): void {
+    this.#relays++;
   }
 
-  /** Resolves when every settlement started so far, and every relay still going, has finished. */
+  relayEnded(): void {
+    if (--this.#relays === 0) for (const resolve of this.#relaysEnded.splice(0)) resolve();
+  }
+
+  /** Resolves when no relay is going and every settlement started so far has finished. */
   async drain(): Promise<void> {
-    while (this.#inFlight.size > 0) await Promise.allSettled([...this.#inFlight]);
+    for (;;) {
+      if (this.#relays > 0) await new Promise<void>((resolve) => this.#relaysEnded.push(resolve));
+      else if (this.#inFlight.size > 0) await Promise.allSettled([...this.#inFlight]);
+      else return;
+    }
   }
 
   async #withRetries(run: () => Promise<void>, requestId: string): Promise<void> {
