@@ -27,7 +27,7 @@ const BATCH = 50;
 
 export type RenewalResult = { subscriptionId: string; outcome: 'renewed' | 'cancelled' | 'past_due' | 'skipped' | 'provider_unavailable' };
 
-export async function renewDueSubscriptions(deps: CommerceDeps, now: Date): Promise<RenewalResult[]> {
+export async function renewDueSubscriptions(deps: CommerceDeps, now: Date, opts: { stopping?: () => boolean } = {}): Promise<RenewalResult[]> {
   const stamp = now.toISOString();
   const due = await deps.storage.db
     .selectFrom('subscriptions')
@@ -41,6 +41,8 @@ export async function renewDueSubscriptions(deps: CommerceDeps, now: Date): Prom
     .execute();
   const results: RenewalResult[] = [];
   for (const sub of due) {
+    // A stopping process ends after the subscription it is renewing; the rest stay due, unclaimed.
+    if (opts.stopping?.()) break;
     if (!(await claim(deps, sub, now))) {
       results.push({ subscriptionId: sub.id, outcome: 'skipped' });
       continue;
@@ -336,17 +338,20 @@ async function recordFailure(
 
 /**
  * Runs the engine every `intervalMs` until stopped, then settles crash-orphaned reservations
- * (settleOrphanedReservations); a tick still running is not started twice.
+ * (settleOrphanedReservations); a tick still running is not started twice. Stopping waits for the
+ * subscription being renewed only (its payment call), not for the rest of the round.
  */
 export function startRenewalScheduler(
   deps: CommerceDeps,
   opts: { intervalMs: number; onError: (err: unknown) => void },
 ): { stop(): Promise<void> } {
   let running: Promise<unknown> | null = null;
+  let stopped = false;
+  const stopping = () => stopped;
   const timer = setInterval(() => {
     if (running) return;
-    running = renewDueSubscriptions(deps, dateOf(deps.clock))
-      .then(() => settleOrphanedReservations(deps, dateOf(deps.clock)))
+    running = renewDueSubscriptions(deps, dateOf(deps.clock), { stopping })
+      .then(() => (stopped ? undefined : settleOrphanedReservations(deps, dateOf(deps.clock))))
       .catch(opts.onError)
       .finally(() => {
         running = null;
@@ -355,6 +360,7 @@ export function startRenewalScheduler(
   timer.unref();
   return {
     stop: async () => {
+      stopped = true;
       clearInterval(timer);
       await running;
     },

@@ -148,4 +148,18 @@ describe.each(databasesUnderTest())('the cycle engine on %s', (dialect) => {
     expect(row).toMatchObject({ status: 'active', cycle_start_at: s.sub.cycle_end_at });
     expect(Number(row.failed_attempts)).toBe(0);
   });
+
+  it('a round asked to stop ends after the subscription it is renewing; the others stay due and the next round renews each once', async () => {
+    const subs = [];
+    for (let i = 0; i < 3; i++) subs.push(await subscribed({ name: `Stopping ${i}`, period_amount: '1', included_credit: '1', billing_interval: 'day' }));
+    const at = new Date(Math.max(...subs.map((s) => s.end.getTime())));
+    let renewing = 0;
+    const stopped = await renewDueSubscriptions(engine(), at, { stopping: () => renewing++ > 0 });
+    expect(stopped).toHaveLength(1);
+    const rest = await runAt(at);
+    const mine = new Set(subs.map((s) => s.sub.subscription_id));
+    const renewed = [...stopped, ...rest].filter((r) => mine.has(r.subscriptionId));
+    expect(renewed.map((r) => r.outcome)).toEqual(['renewed', 'renewed', 'renewed']);
+    expect(new Set(renewed.map((r) => r.subscriptionId)).size).toBe(3);
+  });
 });
