@@ -57,8 +57,8 @@ export async function startServer(
     url,
     stop: async () => {
       for (const timer of sweeper) clearInterval(timer);
-      // Background work stops while the requests in flight finish: the shutdown has one deadline
-      // (SHUTDOWN_GRACE_MS, plus a webhook's send timeout at most), not one after another.
+      // Background work stops while the requests in flight finish, so the shutdown takes the
+      // longest of their deadlines, not their sum (decision 0010).
       await Promise.all([webhooks.stop(), renewals.stop(), app.close()]);
       await releaseConnections(storage, limiter, redis);
     },
