@@ -27,7 +27,7 @@ export function rollupWrites(records: RequestRow[]): BatchWrite[] {
  * What records add to their 15-minute usage rollups: one row per (merchant, bucket, customer,
  * meter), summed in memory, in key order (concurrent writers lock rollup rows in one order).
  */
-export function rollupAdditions(rows: RequestRow[]): UsageRollupsTable[] {
+function rollupAdditions(rows: RequestRow[]): UsageRollupsTable[] {
   const byKey = new Map<string, UsageRollupsTable>();
   const bucketOf = bucketCache();
   for (const row of rows) {
@@ -49,7 +49,7 @@ export function rollupAdditions(rows: RequestRow[]): UsageRollupsTable[] {
  * What records add to their metadata-pair rollups: one row per (merchant, key, value, bucket,
  * customer, meter) for every pair a record carries, summed in memory, in key order.
  */
-export function metadataRollupAdditions(rows: RequestRow[]): UsageRollupsByMetadataTable[] {
+function metadataRollupAdditions(rows: RequestRow[]): UsageRollupsByMetadataTable[] {
   const byKey = new Map<string, UsageRollupsByMetadataTable>();
   const bucketOf = bucketCache();
   for (const row of rows) {
@@ -117,8 +117,8 @@ export const ROLLUP_SUMS = [
 type RollupSum = (typeof ROLLUP_SUMS)[number];
 
 /** The primary keys the rollup upserts conflict on. */
-export const ROLLUP_KEY = ['merchant_id', 'bucket_start', 'connection_id', 'meter_id'] as const;
-export const METADATA_ROLLUP_KEY = ['merchant_id', 'key', 'value', 'bucket_start', 'connection_id', 'meter_id'] as const;
+const ROLLUP_KEY = ['merchant_id', 'bucket_start', 'connection_id', 'meter_id'] as const;
+const METADATA_ROLLUP_KEY = ['merchant_id', 'key', 'value', 'bucket_start', 'connection_id', 'meter_id'] as const;
 
 /** A new rollup row: its key columns with every sum at zero (assigned, not spread: V8 spreads slowly). */
 function withZeroSums<K extends object>(key: K): K & Record<RollupSum, bigint> {

@@ -32,7 +32,7 @@ describe.each(databasesUnderTest())('forward gateway relay on %s', (dialect) => 
     it('a client that leaves before the provider answers is charged for the prompt the provider received, flagged', async () => {
       upstream.setNext({ path: '/chat/completions', delayMs: 1500 });
       const known = await recordIds();
-      const before = await wallet(customer.wallet.wallet_id);
+      const before = await wallet(customer.walletId);
       const seen = upstream.requests.length;
       const controller = new AbortController();
       // 16 prompt characters → 4 estimated input tokens.
@@ -47,7 +47,7 @@ describe.each(databasesUnderTest())('forward gateway relay on %s', (dialect) => 
       // gpt-4o input 2.5 per 1M: 4 × 2.5 / 1e6; the meter's fee: 4 × 100 / 1e6.
       expect(record.model_usage.input_cost).toBe('0.0000100000');
       expect(record.fee.amount).toBe('0.0004000000');
-      const after = await wallet(customer.wallet.wallet_id);
+      const after = await wallet(customer.walletId);
       expect(before.balance - after.balance).toBe(parseMoney(record.total_wallet_cost));
       expect(parseMoney(record.total_wallet_cost)).toBeGreaterThan(0n);
       expect(after.held).toBe(0n);
@@ -56,7 +56,7 @@ describe.each(databasesUnderTest())('forward gateway relay on %s', (dialect) => 
     it('a client that leaves before the request could reach the provider is charged nothing', async () => {
       // api.groq.com is mapped to a TLS port that never answers the handshake: the request is never sent.
       const known = await recordIds();
-      const before = await wallet(customer.wallet.wallet_id);
+      const before = await wallet(customer.walletId);
       const controller = new AbortController();
       const pending = post(
         `u=${encodeURIComponent('https://api.groq.com/openai/v1/chat/completions')}`,
@@ -73,13 +73,13 @@ describe.each(databasesUnderTest())('forward gateway relay on %s', (dialect) => 
       const record = await t.settledRecord(await newRecordId(known));
       expect(record.status).toBe('error');
       expect(parseMoney(record.total_request_cost)).toBe(0n);
-      const after = await wallet(customer.wallet.wallet_id);
+      const after = await wallet(customer.walletId);
       expect(after.balance).toBe(before.balance);
       expect(after.held).toBe(0n);
     });
 
     it('a non-streaming answer cut by the provider is settled from the prompt and the part seen, flagged', async () => {
-      const before = await wallet(customer.wallet.wallet_id);
+      const before = await wallet(customer.walletId);
       const res = await post(MISTRAL_CHAT, JSON.stringify({ model: 'mistral-small-latest', messages: [{ role: 'user', content: 'abcdefgh' }] }), {
         authorization: `Bearer ${h.customerToken}`,
         'x-test-mode': 'cut-json',
@@ -90,7 +90,7 @@ describe.each(databasesUnderTest())('forward gateway relay on %s', (dialect) => 
       // 8 prompt characters → 2 input tokens; 40 characters seen → 10 output tokens.
       expect(record).toMatchObject({ status: 'completed', usage_estimated: true, model_usage: { input_tokens: 2, output_tokens: 10 } });
       expect(record.fee.amount).toBe('0.0012000000');
-      const after = await wallet(customer.wallet.wallet_id);
+      const after = await wallet(customer.walletId);
       expect(before.balance - after.balance).toBe(parseMoney(record.total_wallet_cost));
       expect(after.held).toBe(0n);
     });
@@ -127,7 +127,7 @@ describe.each(databasesUnderTest())('forward gateway relay on %s', (dialect) => 
       [503, undefined],
     ])('relays an upstream %s unchanged, records error, releases the hold and charges nothing', async (status, errorBody) => {
       upstream.setNext({ status, ...(errorBody ? { errorBody } : {}), headers: { 'x-ratelimit-remaining-requests': '0' } });
-      const customerBefore = await wallet(customer.wallet.wallet_id);
+      const customerBefore = await wallet(customer.walletId);
       const merchantBefore = await wallet(t.merchant.walletId);
       const res = await post(OPENAI_CHAT, JSON.stringify({ model: 'gpt-4o', max_tokens: 50, messages: [{ role: 'user', content: 'hi' }] }), {
         authorization: `Bearer ${h.customerToken}`,
@@ -144,7 +144,7 @@ describe.each(databasesUnderTest())('forward gateway relay on %s', (dialect) => 
       const record = await t.settledRecord(requestId!);
       expect(record.status).toBe('error');
       expect(parseMoney(record.total_request_cost)).toBe(0n);
-      const customerAfter = await wallet(customer.wallet.wallet_id);
+      const customerAfter = await wallet(customer.walletId);
       const merchantAfter = await wallet(t.merchant.walletId);
       expect(customerAfter.balance).toBe(customerBefore.balance);
       expect(merchantAfter.balance).toBe(merchantBefore.balance);

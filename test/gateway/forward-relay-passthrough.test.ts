@@ -163,7 +163,7 @@ describe.each(databasesUnderTest())('forward gateway relay on %s', (dialect) => 
     });
 
     it('a client disconnect mid-stream aborts the upstream call; the record is settled from what was seen', async () => {
-      const before = await wallet(customer.wallet.wallet_id);
+      const before = await wallet(customer.walletId);
       const controller = new AbortController();
       const streamsBefore = raw.streams.length;
       const res = await post(
@@ -198,7 +198,7 @@ describe.each(databasesUnderTest())('forward gateway relay on %s', (dialect) => 
       expect(record.model_usage.output_tokens).toBeGreaterThan(0);
       expect(record.model_usage.input_tokens).toBeGreaterThan(0);
       expect(parseMoney(record.total_request_cost)).toBeGreaterThan(0n);
-      const after = await wallet(customer.wallet.wallet_id);
+      const after = await wallet(customer.walletId);
       expect(before.balance - after.balance).toBe(parseMoney(record.total_wallet_cost));
       expect(after.held).toBe(0n);
     });
@@ -223,7 +223,7 @@ describe.each(databasesUnderTest())('forward gateway relay on %s', (dialect) => 
       expect(record.model_usage.output_tokens).toBeGreaterThan(0);
       expect(record.model_usage.output_tokens).toBeLessThan(20);
       expect(parseMoney(record.total_request_cost)).toBeGreaterThan(0n);
-      expect((await wallet(customer.wallet.wallet_id)).held).toBe(0n);
+      expect((await wallet(customer.walletId)).held).toBe(0n);
     });
   });
 });

@@ -54,20 +54,11 @@ export function useAdmissionGateway(dialect: TestDatabase['dialect']) {
   /** A fresh merchant with a customer on a meter with a fee: both payer shapes are available. */
   async function freshPayers() {
     const merchant = await t.newMerchant('Race');
-    const h = t.auth(merchant.secretKey);
-    const customer = (await t.app.inject({ method: 'POST', url: '/v1/customers', headers: h, payload: {} })).json() as {
-      customer_id: string;
-      wallet: { wallet_id: string };
-    };
-    const meter = (
-      await t.app.inject({
-        method: 'POST',
-        url: '/v1/meters',
-        headers: h,
-        payload: { name: 'Chat', rate_type: 'fixed', tier_type: 'tokens_1m', tiers: [{ start: '0', rate: '50' }] },
-      })
-    ).json() as { meter_slug: string };
-    return { merchant, customerWalletId: customer.wallet.wallet_id, token: forwardToken(merchant.secretKey, customer.customer_id, meter.meter_slug) };
+    const customer = await t.customerWithMeter({
+      secretKey: merchant.secretKey,
+      meter: { name: 'Chat', rate_type: 'fixed', tier_type: 'tokens_1m', tiers: [{ start: '0', rate: '50' }] },
+    });
+    return { merchant, customerWalletId: customer.walletId, token: forwardToken(merchant.secretKey, customer.customerId, customer.meterSlug) };
   }
 
   return {

@@ -56,9 +56,10 @@ export type TestApp = {
   settledRecord(requestId: string | null, headers?: { authorization: string }): Promise<any>;
   /**
    * For charging a customer as a merchant (this app's unless `secretKey` says otherwise): a new
-   * customer whose wallet holds `credit`, and a new meter — by default a fixed 0.25 per request.
+   * customer whose wallet holds `credit` (nothing without it), and a new meter — by default a fixed
+   * 0.25 per request.
    */
-  customerWithMeter(opts: { credit: string; meter?: Record<string, unknown>; secretKey?: string }): Promise<CustomerWithMeter>;
+  customerWithMeter(opts: { credit?: string; meter?: Record<string, unknown>; secretKey?: string }): Promise<CustomerWithMeter>;
   close(): Promise<void>;
 };
 
@@ -112,10 +113,10 @@ export async function startTestApp(
     }
   };
 
-  const customerWithMeter = async (opts: { credit: string; meter?: Record<string, unknown>; secretKey?: string }) => {
+  const customerWithMeter = async (opts: { credit?: string; meter?: Record<string, unknown>; secretKey?: string }) => {
     const headers = auth(opts.secretKey);
     const customer = (await app.inject({ method: 'POST', url: '/v1/customers', headers, payload: {} })).json();
-    await creditWallet(storage, customer.wallet.wallet_id, parseMoney(opts.credit));
+    if (opts.credit !== undefined) await creditWallet(storage, customer.wallet.wallet_id, parseMoney(opts.credit));
     const meter = (await app.inject({ method: 'POST', url: '/v1/meters', headers, payload: opts.meter ?? PER_REQUEST_METER })).json();
     return { customerId: customer.customer_id, walletId: customer.wallet.wallet_id, meterId: meter.meter_id, meterSlug: meter.meter_slug } as CustomerWithMeter;
   };

@@ -1,7 +1,7 @@
 import { afterAll, beforeAll } from 'vitest';
 import { parseMoney } from '../../src/domain/money.ts';
 import { creditWallet, findWallet } from '../../src/ledger/wallets.ts';
-import { forwardToken, startTestApp, type TestApp } from './app.ts';
+import { forwardToken, startTestApp, type CustomerWithMeter, type TestApp } from './app.ts';
 import type { TestDatabase } from './databases.ts';
 import { live } from './live.ts';
 import { startMockUpstream, type MockUpstream } from './mock-upstream.ts';
@@ -33,8 +33,7 @@ export function useRelayGateway(dialect: TestDatabase['dialect'], opts: { shortT
   let silent: SilentServer;
   let t: TestApp;
   let base: string;
-  let customer: { customer_id: string; wallet: { wallet_id: string } };
-  let meter: { meter_slug: string };
+  let customer: CustomerWithMeter;
   let customerToken: string;
   // A second gateway with short upstream timeouts.
   let tt: TestApp | undefined;
@@ -53,18 +52,8 @@ export function useRelayGateway(dialect: TestDatabase['dialect'], opts: { shortT
     const keys = { openai: 'sk-managed-openai', anthropic: 'sk-managed-anthropic', mistral: 'managed-mistral', xai: 'managed-xai', groq: 'managed-groq' };
     t = await startTestApp(dialect, { env: { UPSTREAM_OVERRIDES: JSON.stringify(overrides), PROVIDER_KEYS: JSON.stringify(keys) } });
     base = await t.listen();
-    const h = t.auth();
-    customer = (await t.app.inject({ method: 'POST', url: '/v1/customers', headers: h, payload: {} })).json();
-    meter = (
-      await t.app.inject({
-        method: 'POST',
-        url: '/v1/meters',
-        headers: h,
-        payload: { name: 'Chat', rate_type: 'fixed', tier_type: 'tokens_1m', tiers: [{ start: '0', rate: '100' }] },
-      })
-    ).json();
-    customerToken = forwardToken(t.merchant.secretKey, customer.customer_id, meter.meter_slug);
-    await creditWallet(t.storage, customer.wallet.wallet_id, parseMoney('10'));
+    customer = await t.customerWithMeter({ credit: '10', meter: { name: 'Chat', rate_type: 'fixed', tier_type: 'tokens_1m', tiers: [{ start: '0', rate: '100' }] } });
+    customerToken = forwardToken(t.merchant.secretKey, customer.customerId, customer.meterSlug);
     await creditWallet(t.storage, t.merchant.walletId, parseMoney('10'));
     if (!opts.shortTimeouts) return;
 
