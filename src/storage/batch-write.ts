@@ -309,7 +309,56 @@ function columnsOf<T extends object>(rows: T[]): string[] {
   return Object.keys(rows[0]!);
 }
 
-/** Rows as a JSON array; bigints as strings, which PostgreSQL reads into bigint columns exactly. */
+/**
+ * Rows as a JSON array of objects with the first row's columns; bigints as strings, which
+ * PostgreSQL reads into bigint columns exactly, and a missing value as null. Written by hand
+ * rather than by JSON.stringify with a replacer for bigints: the replacer is called for every
+ * value and takes the serializer off its fast path, and this was the server's largest function
+ * of its own on POST /requests (~4.5 % of its CPU, a request row has 40 columns); by hand, a
+ * quarter less. Anything but a scalar (never written today) still goes through JSON.stringify.
+ */
 export function jsonRows(rows: object[]): string {
-  return JSON.stringify(rows, (_key, value: unknown) => (typeof value === 'bigint' ? value.toString() : value));
+  if (rows.length === 0) return '[]';
+  const columns = columnsOf(rows);
+  const names = memberNames(columns);
+  let json = '[';
+  for (let r = 0; r < rows.length; r++) {
+    const row = rows[r] as Record<string, unknown>;
+    if (r > 0) json += ',';
+    for (let c = 0; c < columns.length; c++) json += names[c]! + jsonValue(row[columns[c]!]);
+    json += '}';
+  }
+  return `${json}]`;
 }
+
+function jsonValue(value: unknown): string {
+  switch (typeof value) {
+    case 'string':
+      return JSON.stringify(value);
+    case 'bigint':
+      return `"${value}"`;
+    case 'number':
+    case 'boolean':
+      return JSON.stringify(value);
+    case 'undefined':
+      return 'null';
+    default:
+      return value === null ? 'null' : JSON.stringify(value, (_key, inner: unknown) => (typeof inner === 'bigint' ? inner.toString() : inner));
+  }
+}
+
+/** `{"a":`, `,"b":`, … for a list of columns, made once per list: every table's rows have one. */
+function memberNames(columns: string[]): string[] {
+  const key = columns.join(',');
+  let names = memberNameLists.get(key);
+  if (names === undefined) {
+    names = columns.map((column, i) => `${i === 0 ? '{' : ','}${JSON.stringify(column)}:`);
+    if (memberNameLists.size >= MAX_COLUMN_LISTS) memberNameLists.clear();
+    memberNameLists.set(key, names);
+  }
+  return names;
+}
+
+/** A bound all the same: a list of columns comes from a table's row builder, a few dozen in all. */
+const MAX_COLUMN_LISTS = 100;
+const memberNameLists = new Map<string, string[]>();
