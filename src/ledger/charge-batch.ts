@@ -102,11 +102,7 @@ export async function chargeBatch(storage: Storage, inputs: ChargeInput[], now =
   }
   const duplicates = new Set<ChargeInput>();
   for (;;) {
-    // Meters need no lock (a tier change racing a charge may apply from the next batch on), so
-    // they are read beside the transaction's first statements rather than before them.
-    const meters = readLiveMeters(storage, inputs);
-    meters.catch(() => {});
-    const attempt = await inBatchTransaction(storage, (steps) => chargeBatchInTransaction(steps, { inputs, duplicates, meters, now })).catch(
+    const attempt = await inBatchTransaction(storage, (steps) => chargeBatchInTransaction(steps, { inputs, duplicates, now })).catch(
       (e: unknown) => {
         if (e instanceof RequestIdsTaken) return e;
         throw e;
@@ -129,7 +125,8 @@ class RequestIdsTaken extends Error {
 type BatchSteps = {
   /**
    * Locks the tier counters (created when missing), then the wallets, and reads them, with which
-   * of their live customers' usage on these meters draws plan credit.
+   * of their live customers' usage on these meters draws plan credit, and the live meters. Meters
+   * are read, not locked: a tier change racing a charge may apply from the next batch on.
    */
   lock(counterKeys: CounterKey[], walletIds: string[], meterIds: string[]): Promise<Locked>;
   /** Writes the batch's rows; the ids of records whose request_id was taken (then nothing is written). */
@@ -174,16 +171,16 @@ function sqliteSteps(trx: Transaction<Database>): BatchSteps {
     lock: async (counterKeys, walletIds, meterIds) => {
       const positions = await lockUsageCounters(trx, 'sqlite', counterKeys);
       const { wallets, liveCustomers } = await lockWalletsWithCustomers(trx, walletIds);
-      return { positions, wallets, liveCustomers, drawingPlanCredit: await pairsDrawingPlanCredit(trx, [...liveCustomers], meterIds) };
+      const drawingPlanCredit = await pairsDrawingPlanCredit(trx, [...liveCustomers], meterIds);
+      return { positions, wallets, liveCustomers, drawingPlanCredit, meters: await readLiveMeters(trx, meterIds) };
     },
     write: (rows) => writeBatch(trx, rows),
   };
 }
 
-async function readLiveMeters(storage: Storage, inputs: ChargeInput[]): Promise<Map<string, MeterRow>> {
-  const ids = [...new Set(inputs.flatMap((input) => (input.meter ? [input.meter.id] : [])))];
+async function readLiveMeters(trx: Transaction<Database>, ids: string[]): Promise<Map<string, MeterRow>> {
   if (ids.length === 0) return new Map();
-  const rows = await storage.db.selectFrom('meters').selectAll().where('id', 'in', ids).where('deleted_at', 'is', null).execute();
+  const rows = await trx.selectFrom('meters').selectAll().where('id', 'in', ids).where('deleted_at', 'is', null).execute();
   return new Map(rows.map((row) => [row.id, row]));
 }
 
@@ -195,9 +192,9 @@ type Charged = PostedCharge & {
   merchantWallet: WalletRow | undefined;
 };
 
-type Attempt = { inputs: ChargeInput[]; duplicates: Set<ChargeInput>; meters: Promise<Map<string, MeterRow>>; now: Date };
+type Attempt = { inputs: ChargeInput[]; duplicates: Set<ChargeInput>; now: Date };
 
-async function chargeBatchInTransaction(steps: BatchSteps, { inputs, duplicates, meters, now }: Attempt): Promise<BatchOutcome[]> {
+async function chargeBatchInTransaction(steps: BatchSteps, { inputs, duplicates, now }: Attempt): Promise<BatchOutcome[]> {
   const at = now.toISOString();
   const live = inputs.filter((input) => !duplicates.has(input));
 
@@ -209,8 +206,7 @@ async function chargeBatchInTransaction(steps: BatchSteps, { inputs, duplicates,
   }
   const walletIds = live.flatMap((input) => [payerWalletOf(input), ...(mayChargeMerchantWallet(input) ? [input.merchant.wallet_id] : [])]);
   const meterIds = [...new Set(live.flatMap((input) => (input.meter ? [input.meter.id] : [])))];
-  const { positions, wallets, liveCustomers, drawingPlanCredit } = await steps.lock([...counterKeys.values()], walletIds, meterIds);
-  const liveMeters = await meters;
+  const { positions, wallets, liveCustomers, drawingPlanCredit, meters: liveMeters } = await steps.lock([...counterKeys.values()], walletIds, meterIds);
 
   const outcomes = new Map<ChargeInput, BatchOutcome>();
   const charged: Charged[] = [];
@@ -256,6 +252,8 @@ type Locked = {
   liveCustomers: Set<string>;
   /** planCreditKey of each (live customer, meter) pair whose usage draws plan credit. */
   drawingPlanCredit: Set<string>;
+  /** The batch's meters that are not deleted, by id. */
+  meters: Map<string, MeterRow>;
 };
 
 /**
@@ -268,8 +266,13 @@ function lockValues(counterKeys: CounterKey[], walletIds: string[], meterIds: st
 }
 
 function lockedOf(rows: LockedRow[]): Locked {
-  const locked: Locked = { positions: new Map(), wallets: new Map(), liveCustomers: new Set(), drawingPlanCredit: new Set() };
+  const locked: Locked = { positions: new Map(), wallets: new Map(), liveCustomers: new Set(), drawingPlanCredit: new Set(), meters: new Map() };
   for (const r of rows) {
+    if (r.kind === 'meter') {
+      const meter = JSON.parse(r.meter_row!) as MeterRow;
+      locked.meters.set(meter.id, meter);
+      continue;
+    }
     if (r.kind === 'plan') {
       locked.drawingPlanCredit.add(planCreditKey({ connectionId: r.connection_id!, meterId: r.meter_id! }));
       continue;
@@ -298,8 +301,11 @@ function lockedOf(rows: LockedRow[]): Locked {
  * Tier counters, then wallets, locked in one statement on PostgreSQL: the wallets' scan waits on a
  * count of the counters upsert, so every counter is locked before the first wallet is. The same
  * statement tells which of the wallets' live customers draw plan credit on the batch's meters
- * (pairsDrawingPlanCredit's rule), so the request path asks nothing of subscriptions. Fixed text,
- * prepared once per connection: the counters travel as JSON rows, wallet and meter ids as arrays.
+ * (pairsDrawingPlanCredit's rule), so the request path asks nothing of subscriptions, and reads
+ * the batch's live meters, each as its row in JSON (every meter column is text, so JSON keeps it
+ * exactly): a read of their own, on another connection, cost every batch a second backend's
+ * wake-up and a query of its own. Fixed text, prepared once per connection: the counters travel
+ * as JSON rows, wallet and meter ids as arrays.
  */
 const LOCK_COUNTERS_AND_WALLETS = prepared(`
   with counters as (
@@ -316,21 +322,24 @@ const LOCK_COUNTERS_AND_WALLETS = prepared(`
   select 'counter' as kind, meter_id, connection_id, period_start, units,
     null::text as id, null::text as merchant_id, null::text as owner_type, null::bigint as balance,
     null::bigint as cycle_credit, null::bigint as bundle_credit, null::bigint as held, null::text as created_at,
-    null::text as live_customer_id
+    null::text as live_customer_id, null::text as meter_row
   from counters
   union all
   select 'wallet', null, null, null, null, id, merchant_id, owner_type, balance, cycle_credit, bundle_credit, held, created_at,
-    live_customer_id
+    live_customer_id, null
   from locked
   union all
-  select 'plan', plan_meters.meter_id, subscriptions.connection_id, null, null, null, null, null, null, null, null, null, null, null
+  select 'plan', plan_meters.meter_id, subscriptions.connection_id, null, null, null, null, null, null, null, null, null, null, null, null
   from locked
   join subscriptions on subscriptions.connection_id = locked.live_customer_id and subscriptions.status in ('active', 'past_due')
-  join plan_meters on plan_meters.plan_id = subscriptions.plan_id and plan_meters.meter_id = any($3::text[])`);
+  join plan_meters on plan_meters.plan_id = subscriptions.plan_id and plan_meters.meter_id = any($3::text[])
+  union all
+  select 'meter', null, null, null, null, null, null, null, null, null, null, null, null, null, row_to_json(meters)::text
+  from meters where meters.id = any($3::text[]) and meters.deleted_at is null`);
 
-type LockedRow = { kind: 'counter' | 'wallet' | 'plan'; meter_id: string | null; connection_id: string | null; period_start: string | null; units: bigint | null } & {
+type LockedRow = { kind: 'counter' | 'wallet' | 'plan' | 'meter'; meter_id: string | null; connection_id: string | null; period_start: string | null; units: bigint | null } & {
   [K in keyof WalletRow]: WalletRow[K] | null;
-} & { live_customer_id: string | null };
+} & { live_customer_id: string | null; meter_row: string | null };
 
 /**
  * Reads wallets (on SQLite, whose write lock the transaction holds from its start) and tells, in

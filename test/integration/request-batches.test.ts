@@ -1,3 +1,4 @@
+import { sql } from 'kysely';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { parseMoney } from '../../src/domain/money.ts';
 import { CHARGE_JOB, chargeBatch, chargeWriter } from '../../src/ledger/charge-batch.ts';
@@ -181,6 +182,14 @@ describe.each(databasesUnderTest())('batched request charges on %s', (dialect) =
 
     await softDeleteMeter(t.storage, s.m.merchantId, s.meter.meter_id, new Date().toISOString());
     expect((await chargeBatch(t.storage, [await s.input(1, tokens(1000))]))[0]).toEqual({ outcome: 'meter_deleted' });
+  });
+
+  it.runIf(dialect === 'postgres')('reads meters in its lock statement as JSON rows, which keep every column exactly only while each is text', async () => {
+    const { rows } = await sql<{ column_name: string; data_type: string }>`
+      select column_name, data_type from information_schema.columns where table_schema = current_schema() and table_name = 'meters'`.execute(t.storage.db);
+    expect(rows.length).toBeGreaterThan(0);
+    // A numeric column would come back as a JSON number, rounded past 2^53: read it as text there first.
+    expect(rows.filter((r) => r.data_type !== 'text')).toEqual([]);
   });
 
   it('charges each request alone when its batch fails as a whole, so one bad request fails only itself', async () => {
