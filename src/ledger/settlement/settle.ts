@@ -387,10 +387,6 @@ export const FAIL_JOB: BatchJob<FailInput, void> = {
   alone: failRequest,
 };
 
-/** The spend keys requests name (admissions and settlements know theirs). */
-
-
-
 /** The spend keys that hold a reservation for these records (a failure knows only its record). */
 async function reservedSpendKeyIds(trx: Transaction<Database>, recordIds: string[]): Promise<string[]> {
   if (recordIds.length === 0) return [];
