@@ -321,7 +321,8 @@ function columnsOf<T extends object>(rows: T[]): string[] {
 export function jsonRows(rows: object[]): string {
   if (rows.length === 0) return '[]';
   const columns = columnsOf(rows);
-  const names = memberNames(columns);
+  // `{"a":`, `,"b":`, …: made once per call, a handful of strings against a batch's rows.
+  const names = columns.map((column, i) => `${i === 0 ? '{' : ','}${JSON.stringify(column)}:`);
   let json = '[';
   for (let r = 0; r < rows.length; r++) {
     const row = rows[r] as Record<string, unknown>;
@@ -334,32 +335,14 @@ export function jsonRows(rows: object[]): string {
 
 function jsonValue(value: unknown): string {
   switch (typeof value) {
-    case 'string':
-      return JSON.stringify(value);
     case 'bigint':
       return `"${value}"`;
-    case 'number':
-    case 'boolean':
-      return JSON.stringify(value);
     case 'undefined':
       return 'null';
-    default:
+    case 'object':
       return value === null ? 'null' : JSON.stringify(value, (_key, inner: unknown) => (typeof inner === 'bigint' ? inner.toString() : inner));
+    default:
+      // A string, number or boolean; a function or symbol (no JSON) as null.
+      return JSON.stringify(value) ?? 'null';
   }
 }
-
-/** `{"a":`, `,"b":`, … for a list of columns, made once per list: every table's rows have one. */
-function memberNames(columns: string[]): string[] {
-  const key = columns.join(',');
-  let names = memberNameLists.get(key);
-  if (names === undefined) {
-    names = columns.map((column, i) => `${i === 0 ? '{' : ','}${JSON.stringify(column)}:`);
-    if (memberNameLists.size >= MAX_COLUMN_LISTS) memberNameLists.clear();
-    memberNameLists.set(key, names);
-  }
-  return names;
-}
-
-/** A bound all the same: a list of columns comes from a table's row builder, a few dozen in all. */
-const MAX_COLUMN_LISTS = 100;
-const memberNameLists = new Map<string, string[]>();

@@ -6,28 +6,32 @@ import { jsonRows } from '../../src/storage/batch-write.ts';
 const withFirstRowsColumns = (rows: Record<string, unknown>[]) =>
   rows.map((row) => Object.fromEntries(Object.keys(rows[0]!).map((column) => [column, row[column] ?? null])));
 
-const asJsonText = (value: unknown): unknown => (typeof value === 'bigint' ? value.toString() : value);
+/** The rows as JSON.stringify writes them with bigints as text: what jsonRows must equal. */
+const withBigintsAsText = (rows: object[]) => JSON.stringify(rows, (_key, value: unknown) => (typeof value === 'bigint' ? value.toString() : value));
 
 describe('jsonRows (the rows of a PostgreSQL batch write as one JSON parameter)', () => {
-  const scalar = fc.oneof(
+  const bigint = fc.bigInt({ min: -(2n ** 80n), max: 2n ** 80n });
+  const value = fc.oneof(
     fc.string({ unit: 'binary' }),
-    fc.bigInt({ min: -(2n ** 80n), max: 2n ** 80n }),
+    bigint,
     fc.double(),
     fc.integer(),
     fc.boolean(),
     fc.constant(null),
     fc.constant(undefined),
+    // Not written today, but taken: an object or array, bigints inside it as text too.
+    fc.dictionary(fc.string(), fc.oneof(bigint, fc.string()), { maxKeys: 3 }),
+    fc.array(bigint, { maxLength: 3 }),
   );
   const columns = fc.uniqueArray(fc.string({ unit: 'binary', minLength: 1, maxLength: 12 }), { minLength: 1, maxLength: 8 });
 
-  it('is valid JSON holding every row in the first row’s columns, bigints as exact decimal strings, a missing value as null', () => {
+  it('is valid JSON holding every row in the first row’s columns, bigints (also inside objects) as exact decimal strings, a missing value as null', () => {
     fc.assert(
       fc.property(
-        columns.chain((names) => fc.array(fc.array(scalar, { minLength: names.length, maxLength: names.length }), { minLength: 1, maxLength: 6 }).map((values) => ({ names, values }))),
+        columns.chain((names) => fc.array(fc.array(value, { minLength: names.length, maxLength: names.length }), { minLength: 1, maxLength: 6 }).map((values) => ({ names, values }))),
         ({ names, values }) => {
           const rows = values.map((row) => Object.fromEntries(names.map((name, i) => [name, row[i]])));
-          const expected = withFirstRowsColumns(rows).map((row) => Object.fromEntries(Object.entries(row).map(([k, v]) => [k, asJsonText(v)])));
-          expect(JSON.parse(jsonRows(rows))).toEqual(JSON.parse(JSON.stringify(expected)));
+          expect(JSON.parse(jsonRows(rows))).toEqual(JSON.parse(withBigintsAsText(withFirstRowsColumns(rows))));
         },
       ),
     );
