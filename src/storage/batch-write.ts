@@ -321,7 +321,8 @@ function columnsOf<T extends object>(rows: T[]): string[] {
 export function jsonRows(rows: object[]): string {
   if (rows.length === 0) return '[]';
   const columns = columnsOf(rows);
-  // `{"a":`, `,"b":`, …: made once per call, a handful of strings against a batch's rows.
+  // `{"a":`, `,"b":`, …, made per call: ~3 µs for a request row's 40 columns (by hand), against
+  // ~13 µs per row for the rows themselves; a memo saved half of that and was state to keep.
   const names = columns.map((column, i) => `${i === 0 ? '{' : ','}${JSON.stringify(column)}:`);
   let json = '[';
   for (let r = 0; r < rows.length; r++) {
