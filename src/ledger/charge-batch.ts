@@ -5,7 +5,7 @@ import { newId } from '../domain/ids.ts';
 import type { PricedRequest } from '../domain/pricing.ts';
 import { batchStatement, jsonRows, repeatedRequests, REQUEST_ID_TAKEN, takenRequests, writeBatch, type BatchRows } from '../storage/batch-write.ts';
 import { prepared, type Storage } from '../storage/db.ts';
-import type { MeterRow } from '../storage/meters.ts';
+import { readLiveMeters, type MeterRow } from '../storage/meters.ts';
 import { inPipelinedTransaction } from '../storage/pipelined-transaction.ts';
 import { metadataRows } from '../storage/requests.ts';
 import type { Database } from '../storage/schema.ts';
@@ -176,12 +176,6 @@ function sqliteSteps(trx: Transaction<Database>): BatchSteps {
     },
     write: (rows) => writeBatch(trx, rows),
   };
-}
-
-async function readLiveMeters(trx: Transaction<Database>, ids: string[]): Promise<Map<string, MeterRow>> {
-  if (ids.length === 0) return new Map();
-  const rows = await trx.selectFrom('meters').selectAll().where('id', 'in', ids).where('deleted_at', 'is', null).execute();
-  return new Map(rows.map((row) => [row.id, row]));
 }
 
 type Charged = PostedCharge & {

@@ -1,6 +1,7 @@
+import type { Transaction } from 'kysely';
 import type { Storage } from './db.ts';
 import { isUniqueViolation } from './errors.ts';
-import type { MetersTable } from './schema.ts';
+import type { Database, MetersTable } from './schema.ts';
 import { newestFirstPage } from './pages.ts';
 
 export type MeterRow = MetersTable;
@@ -83,4 +84,11 @@ export async function findMeterBySecret(storage: Storage, merchantId: string, se
     .where('secret', '=', secret)
     .where('deleted_at', 'is', null)
     .executeTakeFirst();
+}
+
+/** The meters by id that are not deleted, read inside the caller's transaction (a charge batch's). */
+export async function readLiveMeters(trx: Transaction<Database>, ids: string[]): Promise<Map<string, MeterRow>> {
+  if (ids.length === 0) return new Map();
+  const rows = await trx.selectFrom('meters').selectAll().where('id', 'in', ids).where('deleted_at', 'is', null).execute();
+  return new Map(rows.map((row) => [row.id, row]));
 }

@@ -5,6 +5,7 @@ import { creditWallet } from '../../src/ledger/wallets.ts';
 import { createMerchant } from '../../src/storage/merchants.ts';
 import { forwardToken } from '../helpers/app.ts';
 import { databasesUnderTest } from '../helpers/databases.ts';
+import { startReceiver } from '../helpers/webhook-receiver.ts';
 import { printFigures, referencesChargedTwice, startServe, useServeSuite } from './harness.ts';
 
 /**
@@ -15,7 +16,9 @@ import { printFigures, referencesChargedTwice, startServe, useServeSuite } from 
  * charged once (the two long streams cut at the deadline and charged for what was relayed), every
  * short stream in flight at the signal relayed whole, every 201 recorded once, the wallet equal to
  * its grant minus its charges, the ledger verified. Run on both engines (SQLite's admissions are
- * written after the answer; PostgreSQL's hot wallet is admitted from leases).
+ * written after the answer; PostgreSQL's hot wallet is admitted from leases). A second test stops a
+ * server with a webhook send and a stream in flight, each held to a deadline of the same length:
+ * background work and requests stop together, so the stop takes one deadline, not two.
  */
 
 const GRACE_MS = 3_000;
@@ -29,6 +32,12 @@ const LONG_STREAM_WORDS = 5_000;
 const CHUNK_DELAY_MS = 10;
 const OPENAI = 'https://api.openai.com/v1';
 const GRANT = parseMoney('1000');
+/**
+ * The second test's two deadlines: a stream's grace and a webhook send's timeout, each longer than
+ * the margin it allows for the drain, so a stop that waited for one after the other could not pass.
+ */
+const OVERLAP_DEADLINE_MS = 5_000;
+const OVERLAP_MARGIN_MS = 3_500;
 
 describe.each(databasesUnderTest())('graceful stop: SIGTERM mid-load on %s', (dialect) => {
   const suite = useServeSuite(dialect, 'sk-managed-graceful-suite', { SHUTDOWN_GRACE_MS: String(GRACE_MS) });
@@ -191,5 +200,59 @@ describe.each(databasesUnderTest())('graceful stop: SIGTERM mid-load on %s', (di
     expect(balanceMatches).toBe(true);
     expect(ledger.problems).toEqual([]);
     expect(output).not.toMatch(/sk_live_[A-Za-z0-9_-]{8,}|sk-managed-graceful-suite/);
+  });
+
+  it('waits for a webhook send and a stream in flight together: the longer deadline, not their sum', async () => {
+    const { storage, upstream, env, base } = suite;
+    upstream.setNext({ path: '/responses', chunkDelayMs: CHUNK_DELAY_MS, times: Infinity });
+    // A receiver that takes the delivery and never answers: the send ends at the webhook timeout.
+    const hanging: { destroy(): void }[] = [];
+    const receiver = await startReceiver((_req, res) => {
+      hanging.push(res);
+      return 'handled';
+    });
+    const serve = (suite.serve = await startServe(
+      { ...env, SHUTDOWN_GRACE_MS: String(OVERLAP_DEADLINE_MS), WEBHOOK_TIMEOUT_MS: String(OVERLAP_DEADLINE_MS), WEBHOOK_ALLOW_HTTP_LOOPBACK: 'true' },
+      base,
+    ));
+    try {
+      const { secretKey } = await createMerchant(storage, { name: 'Overlapping deadlines' });
+      const auth = { authorization: `Bearer ${secretKey}`, 'content-type': 'application/json' };
+      const post = async (path: string, body: unknown) => (await fetch(`${base}${path}`, { method: 'POST', headers: auth, body: JSON.stringify(body) })).json();
+      await post('/v1/webhooks', { name: 'hangs', url: receiver.url, events: ['customer.created'] });
+      const customer = await post('/v1/customers', { name: 'Overlap customer' });
+      const meter = await post('/v1/meters', { name: 'm', rate_type: 'fixed', tier_type: 'tokens_1m', tiers: [{ start: 0, rate: '100' }] });
+      await creditWallet(storage, customer.wallet.wallet_id, GRANT);
+      await receiver.waitFor(1, 10_000);
+      const token = forwardToken(secretKey, customer.customer_id, meter.meter_slug);
+      const stream = await fetch(`${base}/v1/forward?u=${encodeURIComponent(`${OPENAI}/responses`)}`, {
+        method: 'POST',
+        headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json' },
+        body: JSON.stringify({ model: 'gpt-4o-mini', input: 'tell a story', stream: true, max_output_tokens: LONG_STREAM_WORDS }),
+      });
+      expect(stream.status).toBe(200);
+      const streamed = stream.text().catch(() => 'cut');
+
+      const signalledAt = performance.now();
+      serve.child.kill('SIGTERM');
+      const exitCode = await serve.exited;
+      const stoppedAfterMs = Math.round(performance.now() - signalledAt);
+      suite.serve = undefined;
+      await streamed;
+      printFigures(`overlapping deadlines (${dialect})`, {
+        grace_ms: OVERLAP_DEADLINE_MS,
+        webhook_timeout_ms: OVERLAP_DEADLINE_MS,
+        stopped_after_ms: stoppedAfterMs,
+        exit_code: exitCode ?? 'signal',
+        deliveries_received: receiver.received.length,
+      });
+      expect(exitCode, serve.output().slice(-2000)).toBe(0);
+      // The stream held the stop for its whole grace; one deadline after the other would take twice that.
+      expect(stoppedAfterMs).toBeGreaterThanOrEqual(OVERLAP_DEADLINE_MS);
+      expect(stoppedAfterMs).toBeLessThan(OVERLAP_DEADLINE_MS + OVERLAP_MARGIN_MS);
+    } finally {
+      for (const res of hanging) res.destroy();
+      await receiver.close();
+    }
   });
 });
