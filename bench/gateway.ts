@@ -5,17 +5,15 @@
  * process's own CPU time per request and its peak RSS.
  */
 import { spawn, type ChildProcess } from 'node:child_process';
-import { readdirSync, readFileSync } from 'node:fs';
 import autocannon from 'autocannon';
 import { Pool } from 'undici';
 import { parseMoney } from '../src/domain/money.ts';
 import { creditWallet } from '../src/ledger/wallets.ts';
 import type { Storage } from '../src/storage/db.ts';
 import { createMerchant } from '../src/storage/merchants.ts';
+import { cpuMs, cpuTimes, ioCounts, machineTicks, peakRssMb, rssMb, scheduleSince, stealPercent, threadSchedule, type Schedule } from './process-stats.ts';
 
 export type GatewayRow = { scenario: string; engine: string; result: string; target: string };
-
-const CLOCK_TICKS_PER_SECOND = 100;
 
 /** The mock provider's process; `loopDelay` reads (and resets) its event-loop delay since the last read. */
 export type Mock = { url: string; process: ChildProcess; loopDelay(): Promise<LoopDelay> };
@@ -36,85 +34,6 @@ export async function startMock(): Promise<Mock> {
   return { url, process: child, loopDelay };
 }
 
-/** A process's CPU time so far in milliseconds: in user mode, in the kernel (system calls), and both. */
-function cpuTimes(pid: number): { user: number; system: number } {
-  const fields = readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1]!.split(' ');
-  return { user: (Number(fields[11]) * 1000) / CLOCK_TICKS_PER_SECOND, system: (Number(fields[12]) * 1000) / CLOCK_TICKS_PER_SECOND };
-}
-
-/** utime + stime of a process, in milliseconds. */
-export function cpuMs(pid: number): number {
-  const { user, system } = cpuTimes(pid);
-  return user + system;
-}
-
-/**
- * CPU time so far of this host's PostgreSQL, in milliseconds: every live `postgres` process, plus
- * what its exited backends used (the postmaster's cutime + cstime). Meaningful only while the
- * server under test runs its database on this host, as the bench does.
- */
-export function localPostgresCpuMs(): number {
-  let total = 0;
-  for (const pid of readdirSync('/proc').filter((name) => /^\d+$/.test(name))) {
-    try {
-      const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
-      if (!stat.includes('(postgres)')) continue;
-      const fields = stat.split(') ')[1]!.split(' ');
-      // utime, stime, and cutime + cstime (children reaped already: only the postmaster has any).
-      total += ((Number(fields[11]) + Number(fields[12]) + Number(fields[13]) + Number(fields[14])) * 1000) / CLOCK_TICKS_PER_SECOND;
-    } catch {
-      // The process ended between the listing and the read.
-    }
-  }
-  return total;
-}
-
-function statusMb(pid: number, field: 'VmHWM' | 'VmRSS'): number {
-  const line = readFileSync(`/proc/${pid}/status`, 'utf8').split('\n').find((l) => l.startsWith(`${field}:`))!;
-  return Number(line.replace(/\D+/g, '')) / 1024;
-}
-
-/** The machine's CPU ticks so far, in all and stolen by the host (this is a VM). */
-export function machineTicks(): { total: number; steal: number } {
-  const fields = readFileSync('/proc/stat', 'utf8').split('\n')[0]!.trim().split(/\s+/).slice(1, 9).map(Number);
-  return { total: fields.reduce((a, b) => a + b, 0), steal: fields[7] ?? 0 };
-}
-
-/** Percent of the machine's CPU time the host took back since `before`. */
-export function stealPercent(before: { total: number; steal: number }): number {
-  const now = machineTicks();
-  return (100 * (now.steal - before.steal)) / Math.max(1, now.total - before.total);
-}
-
-const peakRssMb = (pid: number) => statusMb(pid, 'VmHWM');
-const rssMb = (pid: number) => statusMb(pid, 'VmRSS');
-
-/**
- * How a process's threads spent their time so far, in ms (`/proc/<pid>/task/<tid>/schedstat`, ns):
- * the main thread (the event loop) on a CPU and runnable but waiting for one, and every other
- * thread's time on a CPU (the SQLite writer, V8's garbage-collection helpers, libuv's pool). A
- * loop that is late while its thread waits for a CPU is late because the host is short of CPUs,
- * not because of work of its own.
- */
-export function threadSchedule(pid: number): { mainRunMs: number; mainWaitMs: number; otherRunMs: number } {
-  const schedstat = (tid: string) => {
-    try {
-      const [run, wait] = readFileSync(`/proc/${pid}/task/${tid}/schedstat`, 'utf8').split(' ').map(Number);
-      return { run: run! / 1e6, wait: wait! / 1e6 };
-    } catch {
-      return { run: 0, wait: 0 }; // the thread ended meanwhile
-    }
-  };
-  const main = schedstat(String(pid));
-  const others = readdirSync(`/proc/${pid}/task`).filter((tid) => tid !== String(pid));
-  return { mainRunMs: main.run, mainWaitMs: main.wait, otherRunMs: others.reduce((total, tid) => total + schedstat(tid).run, 0) };
-}
-
-type Schedule = ReturnType<typeof threadSchedule>;
-const scheduleSince = (pid: number, before: Schedule): Schedule => {
-  const now = threadSchedule(pid);
-  return { mainRunMs: now.mainRunMs - before.mainRunMs, mainWaitMs: now.mainWaitMs - before.mainWaitMs, otherRunMs: now.otherRunMs - before.otherRunMs };
-};
 
 async function load(url: string, headers: Record<string, string>, body: string, connections: number, seconds: number) {
   return autocannon({ url, method: 'POST', headers, body, connections, duration: seconds });
@@ -361,16 +280,6 @@ async function warmUp(storage: Storage, forwardUrl: string, forwardHeaders: Reco
 const chatBody = (stream: boolean) =>
   JSON.stringify({ model: 'gpt-4o', stream, max_tokens: 8, messages: [{ role: 'user', content: 'Say something short please' }] });
 
-/** Read and write system calls and bytes written by a process so far (`/proc/<pid>/io`). */
-function ioCounts(pid: number): { syscr: number; syscw: number; wchar: number } {
-  const fields = Object.fromEntries(
-    readFileSync(`/proc/${pid}/io`, 'utf8')
-      .trim()
-      .split('\n')
-      .map((line) => line.split(': ') as [string, string]),
-  );
-  return { syscr: Number(fields.syscr), syscw: Number(fields.syscw), wchar: Number(fields.wchar) };
-}
 
 /**
  * autocannon with `amount`, and when its last answer arrived: autocannon itself finishes only at its

@@ -6,7 +6,8 @@
  * is the rewrite within 25 % of plain forward.
  */
 import type { Storage } from '../src/storage/db.ts';
-import { cpuMs, forwardClient, machineTicks, measure, stealPercent, waitForSettlements, type GatewayRow } from './gateway.ts';
+import { forwardClient, measure, waitForSettlements, type GatewayRow } from './gateway.ts';
+import { cpuMs, machineTicks, stealPercent } from './process-stats.ts';
 
 const SLICE_SECONDS = 2;
 const CONNECTIONS = 32;
