@@ -232,6 +232,23 @@ describe('stream translation', () => {
   });
 });
 
+describe('stream decoding', () => {
+  /** Event data no provider sends as an event: not JSON, or JSON that is not an object. */
+  const notAnEvent = fc.constantFrom('not json', '{"unterminated": ', '[1, 2]', '42', 'null', '"text"', '');
+
+  it.each(REWRITE_FORMATS)('%s: data that is not a JSON object is skipped, and the events around it decode as without it', (format) => {
+    fc.assert(
+      fc.property(responseArb(), fc.array(fc.tuple(fc.nat(), notAnEvent), { minLength: 1, maxLength: 5 }), (response, strays) => {
+        const sse = eventsOf(response).map(CODECS[format].streamEncoder({ ...CTX, includeUsage: true })).join('');
+        const blocks = sse.split('\n\n');
+        for (const [at, data] of strays) blocks.splice(at % blocks.length, 0, `data: ${data}`);
+        expect(decodeAll(format, blocks.join('\n\n'))).toEqual(decodeAll(format, sse));
+      }),
+      { numRuns: 50 },
+    );
+  });
+});
+
 describe('what cannot be translated is refused by name', () => {
   const refusal = (client: RewriteFormat, provider: RewriteFormat, body: JsonObject) => {
     try {

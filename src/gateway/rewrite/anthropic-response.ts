@@ -8,6 +8,7 @@
 import {
   isObject,
   sseEvent,
+  streamEventObject,
   type ChatResponse,
   type ErrorKind,
   type JsonObject,
@@ -113,13 +114,8 @@ export function createAnthropicStreamDecoder(): StreamDecoder {
   let rawUsage: JsonObject = {};
   const toolIndexOfBlock = new Map<number, number>();
   const push = (data: string): StreamEvent[] => {
-    let event: unknown;
-    try {
-      event = JSON.parse(data);
-    } catch {
-      return [];
-    }
-    if (!isObject(event)) return [];
+    const event = streamEventObject(data);
+    if (!event) return [];
     switch (event.type) {
       case 'message_start': {
         const message = isObject(event.message) ? event.message : {};

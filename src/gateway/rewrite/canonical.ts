@@ -102,6 +102,16 @@ export function isObject(value: unknown): value is JsonObject {
   return typeof value === 'object' && value !== null && !Array.isArray(value);
 }
 
+/** A stream event's data as a JSON object; null for anything else, which a decoder skips. */
+export function streamEventObject(data: string): JsonObject | null {
+  try {
+    const parsed: unknown = JSON.parse(data);
+    return isObject(parsed) ? parsed : null;
+  } catch {
+    return null;
+  }
+}
+
 /** JSON text to an object; tool arguments that are not a JSON object are refused by name. */
 export function parseArguments(text: string, path: (string | number)[], problems: Untranslatable): JsonObject {
   if (text.trim() === '') return {};

@@ -8,6 +8,7 @@
 import {
   isObject,
   sseEvent,
+  streamEventObject,
   type ChatResponse,
   type ErrorKind,
   type JsonObject,
@@ -119,13 +120,8 @@ export function createGoogleStreamDecoder(): StreamDecoder {
   let usage: Usage | undefined;
   let finished = false;
   const push = (data: string): StreamEvent[] => {
-    let chunk: unknown;
-    try {
-      chunk = JSON.parse(data);
-    } catch {
-      return [];
-    }
-    if (!isObject(chunk)) return [];
+    const chunk = streamEventObject(data);
+    if (!chunk) return [];
     const events: StreamEvent[] = [];
     const id = String(chunk.responseId ?? '');
     if (!started) {

@@ -5,6 +5,7 @@
  */
 import {
   isObject,
+  streamEventObject,
   type ChatResponse,
   type ErrorKind,
   type JsonObject,
@@ -120,13 +121,8 @@ export function createOpenAIStreamDecoder(): StreamDecoder {
   let started = false;
   const push = (data: string): StreamEvent[] => {
     if (data.trim() === '[DONE]') return [{ type: 'done' }];
-    let chunk: unknown;
-    try {
-      chunk = JSON.parse(data);
-    } catch {
-      return [];
-    }
-    if (!isObject(chunk)) return [];
+    const chunk = streamEventObject(data);
+    if (!chunk) return [];
     const events: StreamEvent[] = [];
     if (!started) {
       started = true;
