@@ -18,7 +18,8 @@ import { printFigures, referencesChargedTwice, startServe, useServeSuite } from 
  * its grant minus its charges, the ledger verified. Run on both engines (SQLite's admissions are
  * written after the answer; PostgreSQL's hot wallet is admitted from leases). A second test stops a
  * server with a webhook send and a stream in flight, each held to a deadline of the same length:
- * background work and requests stop together, so the stop takes one deadline, not two.
+ * background work and requests stop together, so the stop takes one deadline, not two, and the
+ * send's timed-out attempt is on record (waited for, not abandoned).
  */
 
 const GRACE_MS = 3_000;
@@ -216,7 +217,7 @@ describe.each(databasesUnderTest())('graceful stop: SIGTERM mid-load on %s', (di
       base,
     ));
     try {
-      const { secretKey } = await createMerchant(storage, { name: 'Overlapping deadlines' });
+      const { merchant, secretKey } = await createMerchant(storage, { name: 'Overlapping deadlines' });
       const auth = { authorization: `Bearer ${secretKey}`, 'content-type': 'application/json' };
       const post = async (path: string, body: unknown) => (await fetch(`${base}${path}`, { method: 'POST', headers: auth, body: JSON.stringify(body) })).json();
       await post('/v1/webhooks', { name: 'hangs', url: receiver.url, events: ['customer.created'] });
@@ -239,17 +240,28 @@ describe.each(databasesUnderTest())('graceful stop: SIGTERM mid-load on %s', (di
       const stoppedAfterMs = Math.round(performance.now() - signalledAt);
       suite.serve = undefined;
       await streamed;
+      // The send was waited for, not abandoned: its timed-out attempt is on record.
+      const deliveries = await storage.db
+        .selectFrom('webhook_deliveries')
+        .innerJoin('webhooks', 'webhooks.id', 'webhook_deliveries.webhook_id')
+        .select(['webhook_deliveries.attempts', 'webhook_deliveries.last_error', 'webhook_deliveries.state'])
+        .where('webhooks.merchant_id', '=', merchant.id)
+        .execute();
       printFigures(`overlapping deadlines (${dialect})`, {
         grace_ms: OVERLAP_DEADLINE_MS,
         webhook_timeout_ms: OVERLAP_DEADLINE_MS,
         stopped_after_ms: stoppedAfterMs,
         exit_code: exitCode ?? 'signal',
         deliveries_received: receiver.received.length,
+        delivery_attempts_recorded: deliveries.reduce((sum, d) => sum + Number(d.attempts), 0),
       });
       expect(exitCode, serve.output().slice(-2000)).toBe(0);
       // The stream held the stop for its whole grace; one deadline after the other would take twice that.
       expect(stoppedAfterMs).toBeGreaterThanOrEqual(OVERLAP_DEADLINE_MS);
       expect(stoppedAfterMs).toBeLessThan(OVERLAP_DEADLINE_MS + OVERLAP_MARGIN_MS);
+      expect(deliveries.map((d) => ({ attempts: Number(d.attempts), lastError: d.last_error, state: d.state }))).toEqual([
+        { attempts: 1, lastError: 'timeout', state: 'pending' },
+      ]);
     } finally {
       for (const res of hanging) res.destroy();
       await receiver.close();
