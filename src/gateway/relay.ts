@@ -1,6 +1,6 @@
 import type { IncomingHttpHeaders, ServerResponse } from 'node:http';
 import { Agent, errors as undiciErrors, type Dispatcher } from 'undici';
-import type { MeterContext, ProviderModule, StreamMeter, StreamUsage, UsageReport } from '../providers/types.ts';
+import type { MeterContext, ProviderModule, SseEvent, StreamMeter, StreamUsage, UsageReport } from '../providers/types.ts';
 import { createSseEventFilter } from './sse-filter.ts';
 
 /** One pooled, keep-alive client for every upstream; redirects are never followed (SSRF wall). */
@@ -34,13 +34,17 @@ export type RelayRequest = {
 
 /**
  * Turns a provider's answer into the client's format (see rewrite/). The meter still reads the
- * provider's own bytes, so billing does not depend on the translation.
+ * provider's own events (a stream split into events once, for both), so billing does not depend
+ * on the translation.
  */
 export type ResponseTranslator = {
   /** A whole body (JSON parsed, or null when it is not JSON) of this status, as the client's bytes. */
   body(status: number, json: unknown): Buffer;
-  /** One event stream: each chunk's translated text, then what the end of the stream adds. */
-  stream(): { push(chunk: Buffer): string; end(): string };
+  /**
+   * One event stream: each chunk's translated text, then what the end of the stream adds. `seen`
+   * gets the provider's events as read, so its meter need not read the stream a second time.
+   */
+  stream(seen?: (event: SseEvent) => void): { push(chunk: Buffer): string; end(): string };
 };
 
 export type RelayOutcome =
@@ -125,8 +129,21 @@ type FilteredStream = { decoder: TextDecoder; events: ReturnType<typeof createSs
 
 /** What is known of the upstream body while it is relayed. */
 type Relaying =
-  | { kind: 'stream'; meter: StreamMeter; filter: FilteredStream | null; translated: ReturnType<ResponseTranslator['stream']> | null }
+  | {
+      kind: 'stream';
+      meter: StreamMeter;
+      filter: FilteredStream | null;
+      translated: ReturnType<ResponseTranslator['stream']> | null;
+      /** A translated stream's events read since its meter was last given them (null: the meter reads the bytes). */
+      seen: SseEvent[] | null;
+    }
   | { kind: 'body'; isJson: boolean; ok: boolean; length: number | null; kept: Buffer[]; received: number; last: Buffer | undefined; translated: TranslatedBody | null };
+
+/** Gives the meter the events a translated stream read since the last time, in order. */
+function meterSeen(meter: StreamMeter, seen: SseEvent[]): void {
+  for (const event of seen) meter.pushEvent!(event);
+  seen.length = 0;
+}
 
 /** A body to translate: kept whole, its headers sent with the translation at the end. */
 type TranslatedBody = { headers: Record<string, string | string[]>; parsed: unknown };
@@ -176,12 +193,7 @@ class UpstreamExchange implements Dispatcher.DispatchHandler {
     const translatedBody = r.translator && !isStream ? { headers: relayed, parsed: null } : null;
     if (!translatedBody) r.res.writeHead(statusCode, relayed);
     this.#relaying = isStream
-      ? {
-          kind: 'stream',
-          meter: r.provider.createStreamMeter(r.meterContext),
-          filter: r.hideInjectedUsage && !r.translator ? this.#usageFilter() : null,
-          translated: r.translator?.stream() ?? null,
-        }
+      ? this.#streamRelaying()
       : { kind: 'body', isJson: contentType.includes('json'), ok, length, kept: [], received: 0, last: undefined, translated: translatedBody };
   }
 
@@ -193,7 +205,8 @@ class UpstreamExchange implements Dispatcher.DispatchHandler {
       const { filter } = relaying;
       if (relaying.translated) {
         this.#write(relaying.translated.push(chunk));
-        relaying.meter.push(chunk);
+        if (relaying.seen) meterSeen(relaying.meter, relaying.seen);
+        else relaying.meter.push(chunk);
         return;
       }
       if (!filter) {
@@ -217,7 +230,7 @@ class UpstreamExchange implements Dispatcher.DispatchHandler {
   onResponseEnd(): void {
     if (this.#done) return;
     const relaying = this.#relaying!;
-    if (relaying.kind === 'stream') this.#write(relaying.translated ? relaying.translated.end() : this.#endFilteredStream(relaying));
+    if (relaying.kind === 'stream') this.#write(this.#endStream(relaying));
     if (relaying.kind === 'body' && relaying.translated) return this.#endTranslatedBody(relaying, relaying.translated);
     endResponse(this.#r.res, false, relaying.kind === 'body' ? relaying.last : undefined);
     this.#finish(this.#answered(false));
@@ -232,7 +245,7 @@ class UpstreamExchange implements Dispatcher.DispatchHandler {
     }
     // The client left (abort) or the provider cut the body: settle from what was seen, a cut
     // stream's unfinished last event included (the client's response ends before it).
-    if (this.#relaying.kind === 'stream') this.#endFilteredStream(this.#relaying);
+    if (this.#relaying.kind === 'stream') this.#endStream(this.#relaying);
     const cut = !this.#clientGone;
     endResponse(this.#r.res, cut, this.#relaying.kind === 'body' ? this.#relaying.last : undefined);
     this.#finish(this.#answered(cut));
@@ -265,6 +278,35 @@ class UpstreamExchange implements Dispatcher.DispatchHandler {
       res.end(out);
     }
     this.#finish(this.#answered(false));
+  }
+
+  /**
+   * A stream relayed as it comes: a translated one reads its events once, for the client and, when
+   * its meter takes whole events, for the meter too; a filtered one hides the injected usage.
+   */
+  #streamRelaying(): Extract<Relaying, { kind: 'stream' }> {
+    const r = this.#r;
+    const meter = r.provider.createStreamMeter(r.meterContext);
+    const seen: SseEvent[] | null = r.translator && meter.pushEvent ? [] : null;
+    return {
+      kind: 'stream',
+      meter,
+      filter: r.hideInjectedUsage && !r.translator ? this.#usageFilter() : null,
+      translated: r.translator?.stream(seen ? (event) => seen.push(event) : undefined) ?? null,
+      seen,
+    };
+  }
+
+  /**
+   * The end of a stream, relayed whole or cut: what the client is still owed (a translated stream's
+   * last text, or a filtered stream's rest), with the meter given what it has not seen yet (an
+   * event that lacked its blank line included).
+   */
+  #endStream(relaying: Extract<Relaying, { kind: 'stream' }>): string {
+    if (!relaying.translated) return this.#endFilteredStream(relaying);
+    const rest = relaying.translated.end();
+    if (relaying.seen) meterSeen(relaying.meter, relaying.seen);
+    return rest;
   }
 
   #usageFilter(): FilteredStream {

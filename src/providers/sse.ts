@@ -58,6 +58,9 @@ export function createSseMeter(
     push(chunk) {
       if (!finished) reader.push(chunk);
     },
+    pushEvent(event) {
+      if (!finished) onEvent(event, tally);
+    },
     finish() {
       if (!finished) {
         reader.end();

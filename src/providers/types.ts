@@ -58,6 +58,11 @@ export type MeterContext = {
 export type StreamMeter = {
   /** Accepts the stream in any split: an event across chunks, or several events in one chunk. */
   push(chunk: string | Uint8Array): void;
+  /**
+   * An SSE meter also takes the stream as whole events another reader already split (the rewrite
+   * proxy's), so a stream is read once for the client and the meter; a stream is fed one way only.
+   */
+  pushEvent?(event: SseEvent): void;
   /** Call once, when the upstream body has ended or failed. */
   finish(): StreamUsage;
 };

@@ -3,7 +3,7 @@ import { describe, expect, it } from 'vitest';
 import { createSseEventFilter, parseSseEvent, parseSseEventLines } from '../../src/gateway/sse-filter.ts';
 import { findProvider, type MeterContext, type StreamUsage } from '../../src/providers/index.ts';
 import { meterEventData, stripNullUsage } from '../../src/providers/openai-compatible.ts';
-import { createSseMeter } from '../../src/providers/sse.ts';
+import { createSseMeter, createSseReader } from '../../src/providers/sse.ts';
 
 /**
  * The OpenAI stream meter puts chunks without usage aside unparsed and drops them when a usage
@@ -85,6 +85,28 @@ describe('OpenAI stream meter', () => {
     const usage = meterWith(openai.createStreamMeter(ctx), [stream], false);
     expect(usage).toEqual(meterWith(eventByEvent(), [stream], false));
     expect(usage).toMatchObject({ inputTokens: 3, outputTokens: 0, estimated: false });
+  });
+});
+
+describe('OpenAI stream meter fed whole events (the rewrite proxy shares its reader)', () => {
+  /** The rewrite proxy's way: one reader splits the stream, the meter is given its events. */
+  const meterByEvents = (meter: ReturnType<typeof openai.createStreamMeter>, pieces: string[], asBytes: boolean): StreamUsage => {
+    const reader = createSseReader((event) => meter.pushEvent!(event));
+    for (const piece of pieces) reader.push(asBytes ? Buffer.from(piece) : piece);
+    reader.end();
+    return meter.finish();
+  };
+
+  it('meters a stream, split anywhere and cut short or not, exactly as when it reads the bytes', () => {
+    fc.assert(
+      fc.property(fc.array(eventData, { maxLength: 30 }), fc.array(fc.double({ min: 0, max: 1, noNaN: true }), { maxLength: 6 }), fc.boolean(), fc.boolean(), (events, cuts, cutShort, asBytes) => {
+        let whole = events.map((data) => `data: ${data}\n\n`).join('');
+        if (cutShort && whole.length > 3) whole = whole.slice(0, whole.length - 3);
+        const pieces = splitAt(whole, cuts);
+        expect(meterByEvents(openai.createStreamMeter(ctx), pieces, asBytes)).toEqual(meterWith(openai.createStreamMeter(ctx), pieces, asBytes));
+      }),
+      { numRuns: 200 },
+    );
   });
 });
 

@@ -72,7 +72,7 @@ export function registerRewriteRoutes(app: App, deps: AppDeps, gateway: Gateway)
     const created = Math.floor(deps.clock.now() / 1000);
     const translator: ResponseTranslator = {
       body: (status, json) => Buffer.from(JSON.stringify(translateResponseBody(provider, client, status, json, { created }))),
-      stream: () => createStreamTranslator(provider, client, { created, includeUsage: translated.request.streamUsage === true }),
+      stream: (seen) => createStreamTranslator(provider, client, { created, includeUsage: translated.request.streamUsage === true }, seen),
     };
     const rewrite = { body: translated.body, headers: providerHeaders(request, provider), translator };
     await forwardRequest(deps, gateway, request, reply, { target, billing, metadata, rewrite, dialect: client });

@@ -3,6 +3,7 @@
  * canonical shape, and the provider's answer (JSON, error or event stream) back into the client's.
  */
 import { createSseReader } from '../../providers/sse.ts';
+import type { SseEvent } from '../../providers/types.ts';
 import { ApiError } from '../../http/errors.ts';
 import { readAnthropicRequest, writeAnthropicRequest } from './anthropic-request.ts';
 import {
@@ -120,13 +121,17 @@ export function translateResponseBody(provider: RewriteFormat, client: RewriteFo
   return CODECS[client].writeResponse(CODECS[provider].readResponse(body), ctx);
 }
 
-/** A provider's event stream as the client's: each pushed piece of text yields the client's text. */
-export function createStreamTranslator(provider: RewriteFormat, client: RewriteFormat, ctx: ClientStreamContext) {
+/**
+ * A provider's event stream as the client's: each pushed piece of text yields the client's text.
+ * `seen`, when given, gets each of the provider's events as read, untranslated (its meter's share).
+ */
+export function createStreamTranslator(provider: RewriteFormat, client: RewriteFormat, ctx: ClientStreamContext, seen?: (event: SseEvent) => void) {
   const decoder = CODECS[provider].streamDecoder();
   const encoder = CODECS[client].streamEncoder(ctx);
   let out = '';
   const reader = createSseReader((event) => {
     for (const translated of decoder.push(event.data, event.event)) out += encoder(translated);
+    seen?.(event);
   });
   const take = (): string => {
     const text = out;
