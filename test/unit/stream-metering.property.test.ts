@@ -61,16 +61,20 @@ function meterWith(meter: { push(chunk: string | Uint8Array): void; finish(): St
   return meter.finish();
 }
 
+/** A stream of those events as the network delivers it: split anywhere, and sometimes cut inside its last event. */
+const splitStream = fc
+  .tuple(fc.array(eventData, { maxLength: 30 }), fc.array(fc.double({ min: 0, max: 1, noNaN: true }), { maxLength: 6 }), fc.boolean())
+  .map(([events, cuts, cutShort]) => {
+    const whole = events.map((data) => `data: ${data}\n\n`).join('');
+    return splitAt(cutShort && whole.length > 3 ? whole.slice(0, whole.length - 3) : whole, cuts);
+  });
+
 const eventByEvent = () => createSseMeter(ctx, (event, tally) => meterEventData(event.data, tally), 'gpt-4o');
 
 describe('OpenAI stream meter', () => {
   it('meters any stream, split anywhere, exactly as metering every event on arrival does', () => {
     fc.assert(
-      fc.property(fc.array(eventData, { maxLength: 30 }), fc.array(fc.double({ min: 0, max: 1, noNaN: true }), { maxLength: 6 }), fc.boolean(), fc.boolean(), (events, cuts, cutShort, asBytes) => {
-        let whole = events.map((data) => `data: ${data}\n\n`).join('');
-        // A stream the provider cut: it ends inside an event.
-        if (cutShort && whole.length > 3) whole = whole.slice(0, whole.length - 3);
-        const pieces = splitAt(whole, cuts);
+      fc.property(splitStream, fc.boolean(), (pieces, asBytes) => {
         expect(meterWith(openai.createStreamMeter(ctx), pieces, asBytes)).toEqual(meterWith(eventByEvent(), pieces, asBytes));
       }),
       { numRuns: 400 },
@@ -99,10 +103,7 @@ describe('OpenAI stream meter fed whole events (the rewrite proxy shares its rea
 
   it('meters a stream, split anywhere and cut short or not, exactly as when it reads the bytes', () => {
     fc.assert(
-      fc.property(fc.array(eventData, { maxLength: 30 }), fc.array(fc.double({ min: 0, max: 1, noNaN: true }), { maxLength: 6 }), fc.boolean(), fc.boolean(), (events, cuts, cutShort, asBytes) => {
-        let whole = events.map((data) => `data: ${data}\n\n`).join('');
-        if (cutShort && whole.length > 3) whole = whole.slice(0, whole.length - 3);
-        const pieces = splitAt(whole, cuts);
+      fc.property(splitStream, fc.boolean(), (pieces, asBytes) => {
         expect(meterByEvents(openai.createStreamMeter(ctx), pieces, asBytes)).toEqual(meterWith(openai.createStreamMeter(ctx), pieces, asBytes));
       }),
       { numRuns: 200 },
