@@ -334,6 +334,9 @@ export function jsonRows(rows: object[]): string {
   return `${json}]`;
 }
 
+/** A JSON.stringify replacer: bigints as their exact decimal text. */
+const bigintsAsText = (_key: string, value: unknown): unknown => (typeof value === 'bigint' ? value.toString() : value);
+
 function jsonValue(value: unknown): string {
   switch (typeof value) {
     case 'bigint':
@@ -341,7 +344,7 @@ function jsonValue(value: unknown): string {
     case 'undefined':
       return 'null';
     case 'object':
-      return value === null ? 'null' : JSON.stringify(value, (_key, inner: unknown) => (typeof inner === 'bigint' ? inner.toString() : inner));
+      return value === null ? 'null' : JSON.stringify(value, bigintsAsText);
     default:
       // A string, number or boolean; a function or symbol (no JSON) as null.
       return JSON.stringify(value) ?? 'null';
