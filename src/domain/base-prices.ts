@@ -31,6 +31,12 @@ export interface PriceLookupOptions {
   inputTokens?: number;
   /** When the request happened, for prices that changed over time. Default: now. */
   at?: Date;
+  /**
+   * The provider whose account this one is another API of (Gemini's OpenAI-compatible path is
+   * Google's): the operator's overrides for that provider's models apply here too, after any
+   * override named for this provider itself.
+   */
+  account?: string;
 }
 
 const PRICE_TEXT = /^\d+(?:\.\d{1,10})?$/;
@@ -62,7 +68,12 @@ export function parsePriceOverrides(raw: PriceOverrides): PriceOverrideTable {
  * catalog), else the catalog's, else null (unknown: base cost is then 0, DESIGN §6).
  */
 export function lookupBasePrices(provider: string, model: string, options: PriceLookupOptions = {}): BasePrices | null {
-  return options.overrides?.get(priceKey(provider, model)) ?? catalogPrices(provider, model, options);
+  const { overrides, account } = options;
+  return (
+    overrides?.get(priceKey(provider, model)) ??
+    (account === undefined ? undefined : overrides?.get(priceKey(account, model))) ??
+    catalogPrices(provider, model, options)
+  );
 }
 
 /** Catalog prices only, or null when the catalog does not price this model's tokens. */

@@ -191,11 +191,11 @@ const PRICE_TTL_MS = 60_000;
 const PRICE_CACHE_MAX = 1_000;
 
 /** The base prices of a provider's model, from the catalog (or an override), looked up once a minute. */
-function pricesOf(gateway: Gateway, providerId: string, model: string, config: AppDeps['config'], now: number): BasePrices | null {
-  const key = `${providerId}\n${model}`;
+function pricesOf(gateway: Gateway, provider: ProviderModule, model: string, config: AppDeps['config'], now: number): BasePrices | null {
+  const key = `${provider.id}\n${model}`;
   const hit = gateway.prices.get(key);
   if (hit && hit.until > now) return hit.prices;
-  const prices = lookupBasePrices(providerId, model, { overrides: config.priceOverrides });
+  const prices = lookupBasePrices(provider.id, model, { overrides: config.priceOverrides, account: provider.sharesAccountWith });
   if (gateway.prices.size >= PRICE_CACHE_MAX) gateway.prices.clear();
   gateway.prices.set(key, { prices, until: now + PRICE_TTL_MS });
   return prices;
@@ -324,7 +324,7 @@ async function planForward(
     checkSpendKeyRequest(billing.spendKey, spendKeyRequest);
     await gateway.buckets.take(billing.spendKey);
   }
-  const prices = model ? pricesOf(gateway, target.provider.id, model, config, deps.clock.now()) : null;
+  const prices = model ? pricesOf(gateway, target.provider, model, config, deps.clock.now()) : null;
   const { pricing, walletId, meterPriced } = pricingFor(billing);
   const serviceChargeRate = billing.serviceChargeRate ?? config.serviceChargeRate;
   const estimate = estimateHold({

@@ -14,6 +14,7 @@ import { dateOf } from '../domain/clock.ts';
 import type { ChargeInput, BalanceShortfall } from '../ledger/charge.ts';
 import { CHARGE_JOB, chargeWriter } from '../ledger/charge-batch.ts';
 import type { UnwrittenHolds } from '../ledger/wallets.ts';
+import { BUILTIN_PROVIDERS } from '../providers/builtin.ts';
 import type { MeterRow } from '../storage/meters.ts';
 import { findRequestPk, listRequests, type RequestFilters } from '../storage/request-queries.ts';
 import { createRequestLookups, type ChargeParty, type RequestLookups } from '../storage/request-lookups.ts';
@@ -342,7 +343,11 @@ export function registerRequestRoutes(app: App, deps: AppDeps, unwritten: Unwrit
   function chargeInputOf(principal: Principal, body: CreateBody, hash: string, parties: Parties): ChargeInput {
     const basePrices =
       body.provider && body.model
-        ? lookupBasePrices(body.provider, body.model, { overrides: config.priceOverrides, inputTokens: body.input_tokens })
+        ? lookupBasePrices(body.provider, body.model, {
+            overrides: config.priceOverrides,
+            inputTokens: body.input_tokens,
+            account: accountOfProvider(body.provider),
+          })
         : null;
     return {
       merchant: { id: principal.merchantId, wallet_id: principal.merchantWalletId },
@@ -434,4 +439,9 @@ function insufficientBalance(refusal: BalanceShortfall): ApiError {
 /** Why the body's customer or meter could not be found (a 404), kept until a stored record is ruled out. */
 class Unresolved {
   constructor(readonly error: unknown) {}
+}
+
+/** The built-in provider whose account a provider is another API of (google-openai → google), if any. */
+function accountOfProvider(providerId: string): string | undefined {
+  return BUILTIN_PROVIDERS.find((provider) => provider.id === providerId)?.sharesAccountWith;
 }
