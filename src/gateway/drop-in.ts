@@ -36,7 +36,7 @@ export function registerDropInRoutes(app: App, deps: AppDeps, gateway: Gateway):
   // Refusals answer in the shape of the endpoint's provider: Anthropic's on /messages and for an
   // Anthropic client's model list, else OpenAI's.
   installDialectErrorHandler(app, (request) => (request.method === 'GET' ? modelListShape(request) : isAnthropicShaped(request) ? 'anthropic' : 'openai'));
-  const callerOf = authenticateBeforeBody(app, deps, gateway, (request) => (request.method === 'GET' ? queryKeyOf(request) : null));
+  const callerOf = authenticateBeforeBody(app, deps, gateway, (request) => (request.method === 'GET' ? queryKeyOf(request) : null), { publicReads: true });
 
   for (const path of OPENAI_PATHS) {
     app.post(path, { schema: { hide: true } }, async (request, reply) =>
@@ -50,13 +50,13 @@ export function registerDropInRoutes(app: App, deps: AppDeps, gateway: Gateway):
   }
   app.get('/models', { exposeHeadRoute: false, schema: { hide: true } }, async (request) => {
     const shape = modelListShape(request);
-    const models = await modelsVisibleTo(deps, gateway, await callerOf(request), shape);
+    const models = await modelsVisibleTo(deps, gateway, await modelReaderOf(request, callerOf), shape);
     if (shape === 'anthropic') return anthropicModelList(models);
     return shape === 'google' ? geminiModelList(models) : { object: 'list', data: models.map(openaiModel) };
   });
   app.get('/models/*', { exposeHeadRoute: false, schema: { hide: true } }, async (request) => {
     const shape = modelListShape(request);
-    const model = findModel(await modelsVisibleTo(deps, gateway, await callerOf(request), shape), shape, wildcardOf(request));
+    const model = findModel(await modelsVisibleTo(deps, gateway, await modelReaderOf(request, callerOf), shape), shape, wildcardOf(request));
     if (shape === 'anthropic') return anthropicModel(model);
     return shape === 'google' ? geminiModel(model) : openaiModel(model);
   });
@@ -108,6 +108,7 @@ function authenticateBeforeBody(
   deps: AppDeps,
   gateway: Gateway,
   queryKeyOf: (request: FastifyRequest) => string | null,
+  { publicReads }: { publicReads: boolean } = { publicReads: false },
 ): (request: FastifyRequest) => Promise<Caller> {
   const callers = new WeakMap<FastifyRequest, Caller>();
   const authenticate = async (request: FastifyRequest): Promise<Caller> => {
@@ -116,9 +117,20 @@ function authenticateBeforeBody(
     return { billing: await resolveCredential(deps.storage, gateway.credentials, credential.token, dateOf(deps.clock)), token: credential.token };
   };
   app.addHook('onRequest', async (request) => {
+    // The OpenAI-shaped model reads are public, as the published client's are: one without a key
+    // is answered for everybody (modelReaderOf). Gemini's native API always wants its key.
+    if (publicReads && request.method === 'GET' && !extractCredential(request.headers, queryKeyOf(request))) return;
     callers.set(request, await authenticate(request));
   });
   return async (request) => callers.get(request) ?? (await authenticate(request));
+}
+
+/**
+ * Who reads the model list: anybody may, without a key (the whole list); a key that is sent must
+ * be valid, and a spend key sees only what it may use.
+ */
+async function modelReaderOf(request: FastifyRequest, callerOf: (request: FastifyRequest) => Promise<Caller>): Promise<Caller | null> {
+  return extractCredential(request.headers, queryKeyOf(request)) ? callerOf(request) : null;
 }
 
 const queryKeyOf = (request: FastifyRequest): string | null => new URL(request.url, 'http://x').searchParams.get('key');
@@ -264,12 +276,12 @@ function listModels(deps: AppDeps, gateway: Gateway, shape: ModelListShape): Lis
 }
 
 /**
- * The models the caller may use: all listed for a secret key, those a spend key's request shape
+ * The models the caller may use: all listed for a secret key or no key, those a spend key's request shape
  * and allow-lists admit for a spend key. The cached key may be up to 2 s old: one read of its row
  * refuses a key just revoked, rotated, paused or expired on another instance.
  */
-async function modelsVisibleTo(deps: AppDeps, gateway: Gateway, { billing, token }: Caller, shape: ModelListShape): Promise<ListedModel[]> {
-  const spendKey = billing.spendKey ? await authenticateSpendKey(deps.storage, token, dateOf(deps.clock)) : null;
+async function modelsVisibleTo(deps: AppDeps, gateway: Gateway, caller: Caller | null, shape: ModelListShape): Promise<ListedModel[]> {
+  const spendKey = caller?.billing.spendKey ? await authenticateSpendKey(deps.storage, caller.token, dateOf(deps.clock)) : null;
   const models = listModels(deps, gateway, shape);
   return spendKey ? models.filter((m) => visibleTo(spendKey, m.provider, m.model)) : models;
 }

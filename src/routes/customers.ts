@@ -73,7 +73,7 @@ const customerSchema = z.object({
   contact: contactSchema,
   wallet: contactSchema.extend({ wallet_id: z.string(), balance: z.string() }),
   subscription: z
-    .object({ subscription_id: z.string(), plan_id: z.string(), name: z.string().describe("The plan's name"), status: z.enum(['active', 'past_due']) })
+    .object({ subscription_id: z.string(), plan_id: z.string(), name: z.string().describe("The plan's name"), status: z.enum(['active', 'past_due']).describe("`past_due` is Tollgate's extension: a renewal payment failed and is being retried") })
     .nullable()
     .describe('The subscription that is not cancelled (as GET /customers/{id}/subscription shows it in full), or null'),
   metadata: z.record(z.string(), z.string()).nullable(),

@@ -51,8 +51,10 @@ const createBody = z.object({
   tiers: tiersInput,
 });
 
+// Strict: a field an update cannot change (rate_type, meter_slug, …) is refused, never silently
+// dropped, as on spend keys.
 const updateBody = optionalBody(
-  z.object({ name: z.string().trim().min(1).max(255).optional(), tiers: tiersInput.optional() }),
+  z.strictObject({ name: z.string().trim().min(1).max(255).optional(), tiers: tiersInput.optional() }),
 );
 
 const tierSchema = z.object({ start: z.number(), rate: z.string(), type: z.enum(TIER_TYPES) });

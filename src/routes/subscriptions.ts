@@ -22,7 +22,11 @@ import { merchantHasRow } from '../storage/pages.ts';
 const subscriptionBaseSchema = z.object({
   subscription_id: z.string(),
   plan_id: z.string(),
-  status: z.enum(['active', 'past_due', 'cancelled']).describe('`past_due`: a renewal payment failed and is being retried'),
+  status: z
+    .enum(['active', 'past_due', 'cancelled'])
+    .describe(
+      "`past_due` is Tollgate's extension (the published client's type knows `active` and `cancelled`): a renewal payment failed and is being retried; the subscription still works and is listed with status=active",
+    ),
   auto_top_up_bundle_id: z.string().nullable(),
   started_at: z.string(),
   cancelled_at: z.string().nullable(),
@@ -32,7 +36,11 @@ const subscriptionBaseSchema = z.object({
   credits: z.object({ total_remaining: z.string(), cycle_remaining: z.string(), bundle_remaining: z.string() }),
   pending_change: z
     .object({
-      type: z.enum(['cancellation', 'downgrade', 'upgrade']),
+      type: z
+        .enum(['cancellation', 'downgrade', 'upgrade'])
+        .describe(
+          "`upgrade` is Tollgate's extension (the published client's type knows `cancellation` and `downgrade`): a scheduled change to a plan with a higher period amount, taking effect at effective_at like a downgrade",
+        ),
       effective_at: z.string().nullable(),
       plan_id: z.string().optional(),
       name: z.string().optional(),
