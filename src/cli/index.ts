@@ -2,7 +2,7 @@ import { Command, InvalidArgumentError, Option } from 'commander';
 import { ConfigError, loadConfig, type Config } from '../config.ts';
 import { formatMoney, MAX_AMOUNT_UNITS, MoneyFormatError, parseMoney } from '../domain/money.ts';
 import { BUCKET_ORDER, type Bucket } from '../ledger/accounts.ts';
-import { creditWallet } from '../ledger/wallets.ts';
+import { creditWallet, WalletBalanceLimitError } from '../ledger/wallets.ts';
 import { startServer, stopOnSignals } from '../main.ts';
 import { openStorage, type Storage } from '../storage/db.ts';
 import { isUniqueViolation } from '../storage/errors.ts';
@@ -79,7 +79,10 @@ admin
   .action(async (opts: { wallet: string; amount: bigint; bucket: Bucket }) => {
     await withStorage(async (storage) => {
       await migrateToLatest(storage);
-      const balance = await creditWallet(storage, opts.wallet, opts.amount, opts.bucket);
+      const balance = await creditWallet(storage, opts.wallet, opts.amount, opts.bucket).catch((e: unknown) => {
+        if (e instanceof WalletBalanceLimitError) fail(`The credit would take the wallet above its maximum balance, ${formatMoney(e.ceiling)}.`);
+        throw e;
+      });
       if (balance === null) fail(`No wallet with id ${opts.wallet}.`);
       console.log(`Wallet ${opts.wallet} balance: ${formatMoney(balance)} (credited ${formatMoney(opts.amount)} to ${opts.bucket})`);
     });

@@ -1,6 +1,6 @@
 import type { Transaction } from 'kysely';
 import { dateOf } from '../domain/clock.ts';
-import { formatMoney } from '../domain/money.ts';
+import { formatMoney, MAX_WALLET_BALANCE_UNITS } from '../domain/money.ts';
 import { fundWallet } from '../ledger/funding.ts';
 import { ProviderUnavailableError, UNANSWERED, type ChargeOutcome, type CheckoutDetails, type SavedMethod } from '../payments/types.ts';
 import { completeCheckoutSession, keepCheckoutContact, keptContactOf, type CheckoutSessionRow } from '../storage/checkout-sessions.ts';
@@ -85,6 +85,9 @@ export type PayInput = {
 export async function payCheckout(deps: PurchaseDeps, input: PayInput): Promise<PayResult> {
   const { storage, payments } = deps;
   const stamp = input.at.toISOString();
+  if (await passesMaximumBalance(deps, input)) {
+    return { status: 'failed', message: `This purchase would take the balance above the most a wallet may hold (${displayAmount(MAX_WALLET_BALANCE_UNITS)}); nothing was charged.` };
+  }
   const payment = await insertPayment(storage.db, {
     merchant_id: input.session.merchant_id,
     connection_id: input.session.connection_id,
@@ -115,6 +118,23 @@ export async function payCheckout(deps: PurchaseDeps, input: PayInput): Promise<
     return { status: 'unavailable' };
   }
   return settle(deps, input, payment, charged.outcome, charged.saved);
+}
+
+/**
+ * Whether crediting the purchase would take the customer's wallet above the maximum balance. Asked
+ * before the customer pays: a payment the provider confirmed is credited in full (fundWallet).
+ * A plan adds nothing to the prepaid balance at checkout; its cycle credit is capped instead.
+ */
+async function passesMaximumBalance(deps: PurchaseDeps, input: PayInput): Promise<boolean> {
+  if (!input.session.connection_id || input.purchase.kind === 'plan') return false;
+  const credit = input.purchase.kind === 'bundle' ? BigInt(input.purchase.bundle.credit_amount) : input.amount;
+  const wallet = await deps.storage.db
+    .selectFrom('connections')
+    .innerJoin('wallets', 'wallets.id', 'connections.wallet_id')
+    .select('wallets.balance')
+    .where('connections.id', '=', input.session.connection_id)
+    .executeTakeFirst();
+  return wallet !== undefined && BigInt(wallet.balance) + credit > MAX_WALLET_BALANCE_UNITS;
 }
 
 /**

@@ -6,10 +6,19 @@ export const SCALE = 10;
 export const UNIT = 10n ** BigInt(SCALE);
 
 /**
- * The largest amount Tollgate stores in one place: 100,000,000.0000000000. BIGINT columns hold
- * up to ~9.2e18 units; this leaves room for sums of many such amounts without overflow.
+ * The largest single amount Tollgate accepts (a grant, a price, a charge): 100,000,000.0000000000.
+ * BIGINT columns hold up to ~9.2e18 units, about 9.2 times this.
  */
 export const MAX_AMOUNT_UNITS = 10n ** 18n;
+
+/**
+ * The largest balance a wallet may reach by a credit, a grant or a plan's credit: also
+ * 100,000,000.0000000000. Without it, repeated grants would run a balance past what a BIGINT holds.
+ */
+export const MAX_WALLET_BALANCE_UNITS = 10n ** 18n;
+
+/** What a signed 64-bit column holds: the hard ceiling for money a customer already paid. */
+export const STORAGE_MAX_UNITS = 2n ** 63n - 1n;
 
 const DECIMAL = /^(-)?(\d+)(?:\.(\d+))?$/;
 

@@ -52,6 +52,7 @@ export const ERRORS = {
     status: 422,
     message: 'This Idempotency-Key was used with a different request body.',
   },
+  wallet_balance_limit: { status: 422, message: 'The credit would take the wallet above its maximum balance of 100000000.' },
   rate_limited: { status: 429, message: 'Too many requests; slow down.' },
   spend_key_rate_limited: { status: 429, message: "The spend key's rate limit is exhausted; retry after Retry-After seconds." },
   request_limit_reached: { status: 429, message: "The spend key's request limit for this cycle is reached." },

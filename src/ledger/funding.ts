@@ -3,7 +3,8 @@ import type { Database } from '../storage/schema.ts';
 import { customerPaymentsAccount, expiredCreditAccount, planCreditAccount, walletAccount, type Bucket } from './accounts.ts';
 import { recordBalanceEvent } from './events.ts';
 import { appendTransaction } from './postings.ts';
-import { applyCredit, lockWallets } from './wallets.ts';
+import { applyCredit, creditRoom, lockWallets } from './wallets.ts';
+import { STORAGE_MAX_UNITS } from '../domain/money.ts';
 import type { Storage } from '../storage/db.ts';
 
 /**
@@ -11,6 +12,11 @@ import type { Storage } from '../storage/db.ts';
  * or the credit a plan grants each cycle; and credit that expires. Each is one balanced ledger
  * transaction in the caller's database transaction, with a balance event. `reference` is unique
  * per kind, so the same payment or cycle can never be credited twice.
+ *
+ * The maximum wallet balance is checked before a customer pays (checkout refuses a purchase that
+ * would pass it), so a payment the provider confirmed is always credited in full, up to what the
+ * column holds. A plan's credit is the merchant's gift: it fills the wallet up to the maximum and
+ * no further. Returns the amount credited.
  */
 export type Funding = {
   merchantId: string;
@@ -24,9 +30,10 @@ export type Funding = {
   at: string;
 };
 
-export async function fundWallet(trx: Transaction<Database>, f: Funding): Promise<void> {
-  if (f.amount <= 0n) return;
-  const balance = await applyCredit(trx, f.walletId, f.amount, f.bucket);
+export async function fundWallet(trx: Transaction<Database>, f: Funding): Promise<bigint> {
+  const amount = f.source === 'payment' ? f.amount : await cappedPlanCredit(trx, f);
+  if (amount <= 0n) return 0n;
+  const balance = await applyCredit(trx, f.walletId, amount, f.bucket, f.source === 'payment' ? STORAGE_MAX_UNITS : undefined);
   if (balance === null) throw new RangeError(`no wallet ${f.walletId}`);
   await appendTransaction(trx, {
     kind: f.source === 'payment' ? 'customer_payment' : 'plan_credit',
@@ -34,12 +41,20 @@ export async function fundWallet(trx: Transaction<Database>, f: Funding): Promis
     reference: f.reference,
     description: f.description,
     legs: [
-      { account: walletAccount(f.walletId, f.bucket), amount: f.amount },
-      { account: f.source === 'payment' ? customerPaymentsAccount(f.merchantId) : planCreditAccount(f.merchantId), amount: -f.amount },
+      { account: walletAccount(f.walletId, f.bucket), amount },
+      { account: f.source === 'payment' ? customerPaymentsAccount(f.merchantId) : planCreditAccount(f.merchantId), amount: -amount },
     ],
     at: f.at,
   });
   await recordBalanceEvent(trx, f.walletId, f.at);
+  return amount;
+}
+
+async function cappedPlanCredit(trx: Transaction<Database>, f: Funding): Promise<bigint> {
+  if (f.amount <= 0n) return 0n;
+  const room = await creditRoom(trx, f.walletId);
+  if (room === null) throw new RangeError(`no wallet ${f.walletId}`);
+  return f.amount < room ? f.amount : room;
 }
 
 /**

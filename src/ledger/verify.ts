@@ -1,4 +1,5 @@
 import type { Storage } from '../storage/db.ts';
+import { exactSumColumns, exactSumOf } from '../storage/exact-sum.ts';
 import { BUCKET_ORDER, parseWalletAccount, type Bucket } from './accounts.ts';
 
 export type LedgerProblem = { kind: 'unbalanced_transaction' | 'wallet_mismatch' | 'held_mismatch'; id: string; detail: string };
@@ -13,16 +14,17 @@ export async function verifyLedger(storage: Storage): Promise<{ problems: Ledger
 
   const sums = await db
     .selectFrom('ledger_postings')
-    .select(['transaction_id', (eb) => eb.fn.sum<bigint>('amount').as('total')])
+    .select(['transaction_id', ...exactSumColumns('amount', 'total')])
     .groupBy('transaction_id')
     .execute();
   for (const s of sums) {
-    if (BigInt(s.total) !== 0n) problems.push({ kind: 'unbalanced_transaction', id: s.transaction_id, detail: `legs sum to ${s.total}` });
+    const total = exactSumOf(s, 'total');
+    if (total !== 0n) problems.push({ kind: 'unbalanced_transaction', id: s.transaction_id, detail: `legs sum to ${total}` });
   }
 
   const byAccount = await db
     .selectFrom('ledger_postings')
-    .select(['account', (eb) => eb.fn.sum<bigint>('amount').as('total')])
+    .select(['account', ...exactSumColumns('amount', 'total')])
     .where('account', 'like', 'wallet:%')
     .groupBy('account')
     .execute();
@@ -31,18 +33,18 @@ export async function verifyLedger(storage: Storage): Promise<{ problems: Ledger
     const parsed = parseWalletAccount(row.account);
     if (!parsed) continue;
     const buckets = rebuilt.get(parsed.walletId) ?? { cycle: 0n, bundle: 0n, prepaid: 0n };
-    buckets[parsed.bucket] += BigInt(row.total);
+    buckets[parsed.bucket] += exactSumOf(row, 'total');
     rebuilt.set(parsed.walletId, buckets);
   }
 
   const heldByWallet = new Map<string, bigint>();
   const holds = await db
     .selectFrom('holds')
-    .select(['wallet_id', (eb) => eb.fn.sum<bigint>('amount').as('total')])
+    .select(['wallet_id', ...exactSumColumns('amount', 'total')])
     .where('status', '=', 'active')
     .groupBy('wallet_id')
     .execute();
-  for (const h of holds) heldByWallet.set(h.wallet_id, BigInt(h.total));
+  for (const h of holds) heldByWallet.set(h.wallet_id, exactSumOf(h, 'total'));
 
   const wallets = await db.selectFrom('wallets').select(['id', 'balance', 'cycle_credit', 'bundle_credit', 'held']).execute();
   for (const w of wallets) {

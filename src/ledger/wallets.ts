@@ -1,4 +1,5 @@
 import type { Transaction } from 'kysely';
+import { formatMoney, MAX_WALLET_BALANCE_UNITS } from '../domain/money.ts';
 import type { Storage } from '../storage/db.ts';
 import type { Database, WalletsTable } from '../storage/schema.ts';
 import { nowIso } from '../storage/time.ts';
@@ -126,15 +127,26 @@ export function debitInMemory(wallet: WalletRow, amount: bigint, drawsPlanCredit
   return BUCKET_ORDER.map((b) => ({ account: walletAccount(wallet.id, b), amount: -split[b] }));
 }
 
+/** A credit would take a wallet's balance above the most it may hold. */
+export class WalletBalanceLimitError extends Error {
+  constructor(readonly ceiling: bigint) {
+    super(`the credit would take the wallet balance above ${formatMoney(ceiling)}`);
+  }
+}
+
 /**
  * Adds to one bucket of a wallet (prepaid unless told) inside a transaction; returns the new
- * balance. The balance is the sum of the buckets, so it grows with any of them.
+ * balance, or null if there is no such wallet. The balance is the sum of the buckets, so it grows
+ * with any of them. A credit that would take the balance above `ceiling` changes nothing and
+ * throws WalletBalanceLimitError: the check is in the update itself, so concurrent credits cannot
+ * pass it together.
  */
 export async function applyCredit(
   trx: Transaction<Database>,
   walletId: string,
   amount: bigint,
   bucket: Bucket = 'prepaid',
+  ceiling: bigint = MAX_WALLET_BALANCE_UNITS,
 ): Promise<bigint | null> {
   const row = await trx
     .updateTable('wallets')
@@ -144,9 +156,30 @@ export async function applyCredit(
       ...(bucket === 'bundle' ? { bundle_credit: eb('bundle_credit', '+', amount) } : {}),
     }))
     .where('id', '=', walletId)
+    .where('balance', '<=', ceiling - amount)
     .returning(['balance'])
     .executeTakeFirst();
-  return row ? BigInt(row.balance) : null;
+  if (row) return BigInt(row.balance);
+  const exists = await trx.selectFrom('wallets').select('id').where('id', '=', walletId).executeTakeFirst();
+  if (exists) throw new WalletBalanceLimitError(ceiling);
+  return null;
+}
+
+/**
+ * How much a wallet can still take before it reaches the maximum balance. It reads the balance
+ * with an update that changes nothing, so PostgreSQL keeps the row locked until the caller's
+ * credit is written (SQLite transactions hold the write lock already).
+ */
+export async function creditRoom(trx: Transaction<Database>, walletId: string): Promise<bigint | null> {
+  const row = await trx
+    .updateTable('wallets')
+    .set((eb) => ({ balance: eb('balance', '+', 0n) }))
+    .where('id', '=', walletId)
+    .returning(['balance'])
+    .executeTakeFirst();
+  if (!row) return null;
+  const room = MAX_WALLET_BALANCE_UNITS - BigInt(row.balance);
+  return room > 0n ? room : 0n;
 }
 
 /**

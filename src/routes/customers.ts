@@ -1,7 +1,7 @@
 import { z } from 'zod';
 import { dateOf } from '../domain/clock.ts';
 import { formatMoney, parseMoney } from '../domain/money.ts';
-import { grantCredit } from '../ledger/wallets.ts';
+import { grantCredit, WalletBalanceLimitError } from '../ledger/wallets.ts';
 import { principalOf } from '../http/auth.ts';
 import { ApiError, notFound } from '../http/errors.ts';
 import { metadataSchema } from '../http/metadata.ts';
@@ -44,7 +44,9 @@ const createBody = optionalBody(z.object(customerFields));
 const updateBody = optionalBody(z.object(customerFields));
 
 const creditBody = z.object({
-  amount: positiveDecimal,
+  amount: positiveDecimal.describe(
+    'At most 100000000 per grant; a grant that would take the wallet balance above 100000000 (its maximum) is refused with wallet_balance_limit (422)',
+  ),
   description: z.string().trim().min(1).max(255).optional(),
 });
 const creditSchema = z.object({
@@ -158,7 +160,10 @@ export function registerCustomerRoutes(app: App, deps: AppDeps): void {
       if (!customer) throw notFound('customer', request.params.id);
       const amount = parseMoney(request.body.amount);
       const description = request.body.description ?? null;
-      const grant = await grantCredit(storage, { merchantId, walletId: customer.wallet_id, amount, description });
+      const grant = await grantCredit(storage, { merchantId, walletId: customer.wallet_id, amount, description }).catch((e: unknown) => {
+        if (e instanceof WalletBalanceLimitError) throw new ApiError('wallet_balance_limit');
+        throw e;
+      });
       return reply.status(201).send({
         credit_id: grant.transactionId,
         customer_id: customer.id,

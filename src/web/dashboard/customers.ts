@@ -1,10 +1,10 @@
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { presentSubscription } from '../../commerce/subscription-view.ts';
-import { formatMoney, parseMoney } from '../../domain/money.ts';
+import { formatMoney, MAX_WALLET_BALANCE_UNITS, parseMoney } from '../../domain/money.ts';
 import { positiveDecimal } from '../../http/schemas.ts';
 import type { AppDeps } from '../../http/types.ts';
 import { walletBuckets, walletCredits, type WalletBuckets, type WalletCredit } from '../../ledger/wallet-history.ts';
-import { grantCredit } from '../../ledger/wallets.ts';
+import { grantCredit, WalletBalanceLimitError } from '../../ledger/wallets.ts';
 import { findConnection, listConnections, type ConnectionWithBalance } from '../../storage/connections.ts';
 import { findCustomerSubscriptionView } from '../../storage/subscriptions.ts';
 import { html } from '../html.ts';
@@ -67,7 +67,16 @@ ${next ? html`<p><a class="button secondary" href="/dashboard/customers?cursor=$
       return customerPage(deps, request, reply, { grant: { ...form, error: `Keep the description under ${MAX_DESCRIPTION} characters.` }, status: 400 });
     }
     // The same ledger operation as POST /v1/customers/{id}/credits.
-    const grant = await grantCredit(deps.storage, { merchantId, walletId: customer.wallet_id, amount, description: form.description || null });
+    const grant = await grantCredit(deps.storage, { merchantId, walletId: customer.wallet_id, amount, description: form.description || null }).catch(
+      (e: unknown) => {
+        if (e instanceof WalletBalanceLimitError) return null;
+        throw e;
+      },
+    );
+    if (!grant) {
+      const error = `This grant would take the balance above the most a wallet may hold, ${formatMoney(MAX_WALLET_BALANCE_UNITS)}.`;
+      return customerPage(deps, request, reply, { grant: { ...form, error }, status: 422 });
+    }
     return reply.redirect(`/dashboard/customers/${encodeURIComponent(customer.id)}?granted=${encodeURIComponent(grant.transactionId)}`, 303);
   });
 }
