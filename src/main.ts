@@ -6,6 +6,7 @@ import { dateOf, systemClock, type Clock } from './domain/clock.ts';
 import { sweepExpiredHolds } from './gateway/settle.ts';
 import type { Config } from './config.ts';
 import { MemoryRateLimiter, RedisRateLimiter, type RateLimiter } from './http/rate-limit.ts';
+import { REDIS_CLIENT_OPTIONS } from './http/redis-breaker.ts';
 import type { App } from './http/types.ts';
 import { openStorage, type Storage } from './storage/db.ts';
 import { purgeExpiredIdempotencyKeys } from './storage/idempotency.ts';
@@ -32,7 +33,12 @@ export async function startServer(
   const storage = openStorage(config.databaseUrl, { onWriterDeath: (err) => reportWriterDeath(err) });
   await migrateToLatest(storage);
   let reportOutage = (_err: unknown) => {};
-  const { limiter, redis } = makeRateLimiter(config, (err) => reportOutage(err));
+  let reportRecovery = () => {};
+  const { limiter, redis } = makeRateLimiter(
+    config,
+    (err) => reportOutage(err),
+    () => reportRecovery(),
+  );
   const payments = createPaymentProvider(config);
   // What a crash left behind is recovered before serving (decision 0019). An embedded database has
   // one serving process, so every hold still active is an orphan of the previous one; instances
@@ -41,6 +47,7 @@ export async function startServer(
   const app = await buildApp({ config, storage, rateLimiter: limiter, payments, clock });
   reportWriterDeath = (err) => app.log.error({ err }, 'the SQLite writer thread died; a new one takes over with the next write');
   reportOutage = (err) => app.log.warn({ err }, 'Redis is unreachable: rate limits are counted per instance until it is back');
+  reportRecovery = () => app.log.info('Redis answers again: rate limits are counted in Redis');
   const url = await app.listen({ port: config.port, host: config.host });
   const sweeper = startSweeper(storage, app, clock, opts.sweepIntervalMs ?? SWEEP_INTERVAL_MS, config.walletLeaseTtlMs);
   const webhooks = startWebhookDispatcher(config, storage, app, clock);
@@ -121,13 +128,14 @@ function startWebhookDispatcher(config: Config, storage: Storage, app: App, cloc
 function makeRateLimiter(
   config: Config,
   onOutage: (err: unknown) => void,
+  onRecovery: () => void,
 ): { limiter: RateLimiter; redis: Redis | null } {
   if (!config.redisUrl) return { limiter: new MemoryRateLimiter(), redis: null };
   // A command to a Redis that stopped answering fails fast, so the limiter can count locally.
-  const redis = new Redis(config.redisUrl, { maxRetriesPerRequest: 2, enableOfflineQueue: true, commandTimeout: 1_000 });
+  const redis = new Redis(config.redisUrl, REDIS_CLIENT_OPTIONS);
   // Connection errors are reported through onOutage; without a listener ioredis logs each retry.
   redis.on('error', () => {});
-  return { limiter: new RedisRateLimiter(redis, { onOutage }), redis };
+  return { limiter: new RedisRateLimiter(redis, { onOutage, onRecovery }), redis };
 }
 
 /** Once nothing runs any more: the database, the rate limiter and Redis. */

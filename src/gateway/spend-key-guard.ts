@@ -18,6 +18,7 @@ import { SECRET_PREFIX } from '../domain/ids.ts';
 import { hashesEqual, hashSecret } from '../domain/secrets.ts';
 import { bucketCapacity, retryAfterFor, UNITS_PER_TOKEN, type BucketSpec } from '../domain/spend-limits.ts';
 import { ApiError } from '../http/errors.ts';
+import { REDIS_CLIENT_OPTIONS, RedisBreaker } from '../http/redis-breaker.ts';
 import type { Clock } from '../domain/clock.ts';
 import type { Storage } from '../storage/db.ts';
 import { bucketSpecOf, findSpendKeyByHash, takeTokenInDatabase, type SpendKeyRow } from '../storage/spend-keys.ts';
@@ -129,9 +130,7 @@ export class SpendKeyBuckets {
   readonly #clock: Clock;
   readonly #redisUrl: string | undefined;
   /** Connected on the first rate-limited key, so an app whose keys have no rate limit opens none. */
-  #redis: Redis | null = null;
-  /** Set while a Redis outage lasts: buckets are then taken in the database at once. */
-  #redisOut = false;
+  #redis: { client: Redis; breaker: RedisBreaker } | null = null;
 
   constructor(storage: Storage, redisUrl: string | undefined, clock: Clock) {
     this.#storage = storage;
@@ -143,8 +142,8 @@ export class SpendKeyBuckets {
   async take(key: SpendKeyRow): Promise<void> {
     const spec = bucketSpecOf(key);
     if (!spec) return;
-    const redis = this.#redisClient();
-    let level = redis ? await this.#takeInRedis(redis, key.id, spec) : undefined;
+    const breaker = this.#redisBreaker();
+    let level = breaker ? await this.#takeInRedis(breaker, key.id, spec) : undefined;
     if (level === undefined) {
       const outcome = await takeTokenInDatabase(this.#storage.db, key.id, spec, this.#clock.now());
       level = outcome.taken ? null : outcome.level;
@@ -153,40 +152,35 @@ export class SpendKeyBuckets {
   }
 
   async close(): Promise<void> {
-    const redis = this.#redis;
-    if (redis) await redis.quit().catch(() => redis.disconnect());
+    if (!this.#redis) return;
+    const { client, breaker } = this.#redis;
+    breaker.close();
+    if (client.status === 'ready') await client.quit().catch(() => client.disconnect());
+    else client.disconnect();
   }
 
-  #redisClient(): Redis | null {
-    if (this.#redis || !this.#redisUrl) return this.#redis;
-    this.#redis = new Redis(this.#redisUrl, { maxRetriesPerRequest: 2, lazyConnect: false, commandTimeout: 1_000 });
+  #redisBreaker(): RedisBreaker | null {
+    if (this.#redis || !this.#redisUrl) return this.#redis?.breaker ?? null;
+    const client = new Redis(this.#redisUrl, REDIS_CLIENT_OPTIONS);
     // A lost connection is an outage the buckets ride out in the database (#takeInRedis); without a
     // listener ioredis reports every reconnection attempt as an unhandled error event.
-    this.#redis.on('error', () => {
-      this.#redisOut = true;
-    });
-    defineTakeToken(this.#redis);
-    return this.#redis;
+    client.on('error', () => {});
+    defineTakeToken(client);
+    this.#redis = { client, breaker: new RedisBreaker(client) };
+    return this.#redis.breaker;
   }
 
   /**
    * The token bucket in Redis: `null` when a token was taken, else the bucket's level. `undefined`
-   * when Redis cannot answer: the caller then uses the database bucket, which every instance
-   * shares too, so a key's rate limit keeps holding exactly (over a separate bucket, which may
-   * allow one extra burst when Redis goes away or comes back) instead of every request failing.
+   * when Redis cannot answer in time (or its breaker is open, decision 0025): the caller then uses
+   * the database bucket, which every instance shares too, so a key's rate limit keeps holding
+   * exactly (over a separate bucket, which may allow one extra burst when Redis goes away or comes
+   * back) instead of every request failing or waiting.
    */
-  async #takeInRedis(redis: Redis, keyId: string, spec: BucketSpec): Promise<number | null | undefined> {
-    if (this.#redisOut && redis.status !== 'ready') return undefined;
+  async #takeInRedis(breaker: RedisBreaker, keyId: string, spec: BucketSpec): Promise<number | null | undefined> {
     // The settings are part of the name: changing the rate limit starts a fresh, full bucket.
     const name = `tollgate:spk:${keyId}:${spec.rpm}:${spec.burst}`;
-    try {
-      const level = await takeTokenInRedis(redis, name, spec);
-      this.#redisOut = false;
-      return level;
-    } catch {
-      this.#redisOut = true;
-      return undefined;
-    }
+    return breaker.run((redis) => takeTokenInRedis(redis, name, spec)).catch(() => undefined);
   }
 }
 

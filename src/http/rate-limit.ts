@@ -1,4 +1,5 @@
 import type { Redis } from 'ioredis';
+import { RedisBreaker } from './redis-breaker.ts';
 
 export type RateDecision = {
   allowed: boolean;
@@ -53,70 +54,51 @@ export class MemoryRateLimiter implements RateLimiter {
   async close(): Promise<void> {}
 }
 
-const PING_TIMEOUT_MS = 1_000;
-
 /**
- * Counts in Redis. While Redis is unreachable or failing, each instance counts on its own (a key
- * may then get the limit once per instance) rather than refusing every request: Redis holds only
- * these windows, and usage recording and billing must not stop for them. `onOutage` is told once
- * per outage.
+ * Counts in Redis. While Redis is unreachable, failing or not answering, each instance counts on
+ * its own (a key may then get the limit once per instance) rather than refusing or delaying
+ * requests: Redis holds only these windows, and usage recording and billing must not stop for
+ * them. A command waits at most REDIS_COMMAND_TIMEOUT_MS, and after a failure none is sent until
+ * a probe finds Redis answering again (RedisBreaker). `onOutage` is told once per outage.
  */
 export class RedisRateLimiter implements RateLimiter {
-  readonly #redis: Redis;
+  readonly #breaker: RedisBreaker;
   readonly #prefix: string;
-  readonly #onOutage: (err: unknown) => void;
   readonly #local = new MemoryRateLimiter();
-  #inOutage = false;
 
-  constructor(redis: Redis, opts: { prefix?: string; onOutage?: (err: unknown) => void } = {}) {
-    this.#redis = redis;
+  constructor(redis: Redis, opts: { prefix?: string; onOutage?: (err: unknown) => void; onRecovery?: () => void; probeIntervalMs?: number } = {}) {
+    this.#breaker = new RedisBreaker(redis, { onOpen: opts.onOutage, onClose: opts.onRecovery }, opts.probeIntervalMs);
     this.#prefix = opts.prefix ?? 'tollgate:rl:';
-    this.#onOutage = opts.onOutage ?? (() => {});
   }
 
   async hit(key: string, limit: number, windowMs: number, now: number): Promise<RateDecision> {
-    // Known to be down and not back yet: answer at once from the local count instead of queueing
-    // behind reconnects. (Before the first connection, commands wait in ioredis' offline queue.)
-    if (this.#inOutage && this.#redis.status !== 'ready') {
-      return this.#countLocally(key, limit, windowMs, now, new Error(`Redis connection is ${this.#redis.status}`));
-    }
     const { start, resetAt } = windowOf(now, windowMs);
+    const redisKey = `${this.#prefix}${key}:${start}`;
     try {
-      const count = await this.#increment(`${this.#prefix}${key}:${start}`, windowMs);
-      this.#inOutage = false;
+      const count = await this.#breaker.run((redis) => increment(redis, redisKey, windowMs));
       return decide(count, limit, resetAt);
-    } catch (err) {
-      return this.#countLocally(key, limit, windowMs, now, err);
-    }
-  }
-
-  async #increment(redisKey: string, windowMs: number): Promise<number> {
-    const results = await this.#redis.multi().incr(redisKey).pexpire(redisKey, windowMs * 2).exec();
-    const [err, count] = results?.[0] ?? [new Error('Redis returned no result for INCR'), null];
-    if (err) throw err;
-    return Number(count);
-  }
-
-  #countLocally(key: string, limit: number, windowMs: number, now: number, err: unknown): Promise<RateDecision> {
-    if (!this.#inOutage) {
-      this.#inOutage = true;
-      this.#onOutage(err);
-    }
-    return this.#local.hit(key, limit, windowMs, now);
-  }
-
-  async reachable(): Promise<boolean> {
-    if (this.#inOutage && this.#redis.status !== 'ready') return false;
-    let timer: NodeJS.Timeout | undefined;
-    const timeout = new Promise<false>((resolve) => (timer = setTimeout(() => resolve(false), PING_TIMEOUT_MS)));
-    try {
-      return await Promise.race([this.#redis.ping().then(() => true), timeout]);
     } catch {
-      return false;
-    } finally {
-      clearTimeout(timer);
+      return this.#local.hit(key, limit, windowMs, now);
     }
   }
 
-  async close(): Promise<void> {}
+  /** False at once while the breaker is open; else whether a PING is answered in time. */
+  async reachable(): Promise<boolean> {
+    if (this.#breaker.isOpen) return false;
+    return this.#breaker.run((redis) => redis.ping()).then(
+      () => true,
+      () => false,
+    );
+  }
+
+  async close(): Promise<void> {
+    this.#breaker.close();
+  }
+}
+
+async function increment(redis: Redis, redisKey: string, windowMs: number): Promise<number> {
+  const results = await redis.multi().incr(redisKey).pexpire(redisKey, windowMs * 2).exec();
+  const [err, count] = results?.[0] ?? [new Error('Redis returned no result for INCR'), null];
+  if (err) throw err;
+  return Number(count);
 }

@@ -1,6 +1,6 @@
 import { Redis } from 'ioredis';
 import { ulid } from 'ulid';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { loadConfig } from '../../src/config.ts';
 import { MemoryRateLimiter, RedisRateLimiter, type RateLimiter } from '../../src/http/rate-limit.ts';
 import { startServer, type RunningServer } from '../../src/main.ts';
@@ -228,7 +228,7 @@ describe.skipIf(!REDIS_URL)('Redis limiter when Redis fails a command', () => {
   it('counts locally and reports the outage once, then counts in Redis again when it answers', async () => {
     await awayFromWindowEdge();
     const outages: unknown[] = [];
-    const limiter = new RedisRateLimiter(redis, { prefix, onOutage: (err) => outages.push(err) });
+    const limiter = new RedisRateLimiter(redis, { prefix, onOutage: (err) => outages.push(err), probeIntervalMs: 10 });
     const windowStart = Math.floor(clock.now() / 60_000) * 60_000;
     const redisKey = `${prefix}key-a:${windowStart}`;
     // A key of the wrong type makes INCR fail while the connection is fine.
@@ -240,9 +240,10 @@ describe.skipIf(!REDIS_URL)('Redis limiter when Redis fails a command', () => {
     expect(String(outages[0])).toMatch(/WRONGTYPE/);
 
     await redis.del(redisKey);
+    // The breaker sends nothing more until its probe is answered.
+    await vi.waitFor(async () => expect(await limiter.reachable()).toBe(true), { timeout: 2_000, interval: 10 });
     expect((await limiter.hit('key-a', LIMIT, 60_000, clock.now())).remaining).toBe(LIMIT - 1);
     expect(await redis.get(redisKey)).toBe('1');
-    expect(await limiter.reachable()).toBe(true);
 
     // A new outage is reported again.
     await redis.del(redisKey);
