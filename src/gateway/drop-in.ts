@@ -82,13 +82,13 @@ export function registerGeminiDropInRoutes(app: App, deps: AppDeps, gateway: Gat
     );
   }
   app.post('/models/*', { schema: { hide: true } }, async (request, reply) => {
-    const { billing } = await callerOf(request);
+    const { billing, token } = await callerOf(request);
     const call = geminiCallOf(request.url);
     const google = gateway.registry.getProvider('google')!;
     if (billing.spendKey) checkRequestShape(billing.spendKey, google.family);
     const url = `${new URL(google.baseUrl).origin}/${call.version}/models/${call.model}:${call.method}${call.providerQuery}`;
     const target = resolveTarget(url, gateway.registry, deps.config.upstreamOverrides);
-    await forwardRequest(deps, gateway, request, reply, { target, billing, metadata: metadataOf(request, call.metadata) });
+    await forwardRequest(deps, gateway, request, reply, { target, billing, metadata: metadataOf(request, call.metadata), credential: token });
   });
 }
 
@@ -169,7 +169,7 @@ async function dropIn(
   gateway: Gateway,
   request: FastifyRequest,
   reply: Parameters<typeof forwardRequest>[3],
-  { shape, path, caller: { billing } }: { shape: Shape; path: string; caller: Caller },
+  { shape, path, caller: { billing, token } }: { shape: Shape; path: string; caller: Caller },
 ): Promise<void> {
   if (billing.spendKey) checkRequestShape(billing.spendKey, shape === 'anthropic' ? 'anthropic' : 'openai-compatible');
   const body = parseBody(request);
@@ -182,7 +182,7 @@ async function dropIn(
   const url = `${provider.baseUrl.replace(/\/$/, '')}${path}`;
   const target = resolveTarget(url, gateway.registry, deps.config.upstreamOverrides);
   const fromQuery = new URL(request.url, 'http://x').searchParams.get('metadata');
-  await forwardRequest(deps, gateway, request, reply, { target, billing, metadata: metadataOf(request, fromQuery) });
+  await forwardRequest(deps, gateway, request, reply, { target, billing, metadata: metadataOf(request, fromQuery), credential: token });
 }
 
 type GeminiCall = { version: string; model: string; method: string; providerQuery: string; metadata: string | null };

@@ -23,7 +23,8 @@ import type { BillingContext } from '../ledger/billing.ts';
 import { checkSpendKeyRequest, SpendKeyBuckets, spendKeyError } from './spend-key-guard.ts';
 import { estimateHold } from './hold-estimate.ts';
 import { HoldKeeper } from '../ledger/hold-keeper.ts';
-import { closeAfterResponse, createUpstreamAgent, relay, shutdownHeaders, upstreamRequestHeaders, type ResponseTranslator } from './relay.ts';
+import { closeAfterResponse, createUpstreamAgent, relay, shutdownHeaders, upstreamRequestHeaders, type RelayOutcome, type ResponseTranslator } from './relay.ts';
+import { claimForwardKey, finishForwardKey, releaseForwardKey, tapResponse } from './forward-idempotency.ts';
 import { Settlements } from './settle.ts';
 import { GroupCommitWriter } from '../ledger/group-commit.ts';
 import { isDatabaseUnavailable } from '../storage/errors.ts';
@@ -183,7 +184,7 @@ async function authorisedForwardCall(deps: AppDeps, gateway: Gateway, request: F
     throw new ApiError('unauthorized', 'Missing credential: send Authorization: Bearer <secret key or forward token>.');
   }
   const billing = await resolveCredential(deps.storage, gateway.credentials, credential.token, dateOf(deps.clock));
-  return { target, billing, metadata: metadataOf(request, params.get('metadata')) };
+  return { target, billing, metadata: metadataOf(request, params.get('metadata')), credential: credential.token };
 }
 
 /** How long a model's catalog price is reused (the catalog has dated prices; they change rarely). */
@@ -232,6 +233,8 @@ export type ForwardCall = {
   rewrite?: Rewrite;
   /** The dialect of Tollgate's own errors to this caller; default: that of the target provider's clients. */
   dialect?: ErrorDialect;
+  /** The caller's raw credential (scopes and seals its Idempotency-Keys); default: the one its headers carry. */
+  credential?: string;
 };
 
 /** The rewrite proxy's changes to a forwarded call: its body and headers, and its answer's translation. */
@@ -248,9 +251,25 @@ export async function forwardRequest(
   reply: FastifyReply,
   call: ForwardCall,
 ): Promise<void> {
-  const plan = await planForward(deps, gateway, request, call);
+  const credential = call.credential ?? extractCredential(request.headers, null)?.token ?? '';
+  const key = await claimForwardKey(deps.storage, deps.clock, request, reply, { credential, leaseMs: deps.config.holdTtlMs });
+  if (key === 'replayed') return;
+  let plan: ForwardPlan;
+  try {
+    plan = await planForward(deps, gateway, request, call);
+  } catch (err) {
+    // Refused before the provider was called: nothing was charged, the key is free for a retry.
+    if (key) await releaseForwardKey(deps.storage, key);
+    throw err;
+  }
   reply.hijack();
-  await forward(deps, gateway, plan, reply.raw);
+  const tap = key ? tapResponse(reply.raw) : null;
+  const outcome = await forward(deps, gateway, plan, reply.raw);
+  if (key && tap) {
+    await finishForwardKey(deps.storage, key, outcome, tap, request.log).catch((err: unknown) => {
+      request.log.error({ err, idempotencyKey: key.claim.key }, 'the answer of an idempotent forward could not be stored');
+    });
+  }
 }
 
 type ForwardPlan = {
@@ -418,7 +437,7 @@ async function admitFromLeases(storage: AppDeps['storage'], gateway: Gateway, le
   return leased.outcome === 'insufficient_balance' ? gateway.writer.run(ADMIT_JOB, admission) : leased;
 }
 
-async function forward(deps: AppDeps, gateway: Gateway, plan: ForwardPlan, res: ServerResponse): Promise<void> {
+async function forward(deps: AppDeps, gateway: Gateway, plan: ForwardPlan, res: ServerResponse): Promise<RelayOutcome> {
   const closing = () => gateway.closing;
   gateway.holds.add(plan.holdIds);
   gateway.settlements.relayStarted();
@@ -443,6 +462,7 @@ async function forward(deps: AppDeps, gateway: Gateway, plan: ForwardPlan, res: 
     }
     // The client has its answer; the record and the money are settled off its path.
     gateway.settlements.settle(deps, plan, outcome);
+    return outcome;
   } finally {
     gateway.settlements.relayEnded();
   }

@@ -46,6 +46,10 @@ export const ERRORS = {
   plan_in_use: { status: 409, message: 'Live subscriptions use this plan; cancel them before deleting it.' },
   request_id_conflict: { status: 409, message: 'This request_id was already recorded with a different body.' },
   idempotency_key_in_use: { status: 409, message: 'A request with this Idempotency-Key is still in progress.' },
+  idempotent_answer_not_kept: {
+    status: 409,
+    message: 'The request with this Idempotency-Key was answered and charged, but its answer was not kept for replays; send a new key for a new request.',
+  },
   payload_too_large: { status: 413, message: 'The request body is too large.' },
   unsupported_media_type: { status: 415, message: 'The request body must be JSON.' },
   idempotency_key_reused: {

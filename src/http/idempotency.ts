@@ -73,7 +73,7 @@ export async function beginIdempotentRequest(
 }
 
 /** 409 with the seconds until the running claim's lease ends, when a retry may take the key over. */
-function inUse(retryAfterSeconds: number, message?: string): ApiError {
+export function inUse(retryAfterSeconds: number, message?: string): ApiError {
   return new ApiError('idempotency_key_in_use', message, {
     // Claims of another instance may be a clock skew younger than ours: never beyond one lease.
     headers: { 'retry-after': String(Math.min(IDEMPOTENCY_LEASE_MS / 1000, Math.max(1, retryAfterSeconds))) },
@@ -105,7 +105,8 @@ function sealContext(request: FastifyRequest, claim: IdempotencyClaim): SealCont
   return { credential: bearerToken(request) ?? '', scope: claim.scope, key: claim.key };
 }
 
-function readKey(request: FastifyRequest): string | null {
+/** The request's Idempotency-Key, null when it has none; 400 when it is empty or over 255 characters. */
+export function readKey(request: FastifyRequest): string | null {
   const raw = request.headers[HEADER];
   if (raw === undefined) return null;
   const value = Array.isArray(raw) ? raw[0] : raw;
