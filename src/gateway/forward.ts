@@ -8,7 +8,7 @@ import { lookupBasePrices } from '../domain/base-prices.ts';
 import type { BasePrices } from '../domain/pricing.ts';
 import { ApiError, validationError, type ErrorCode } from '../http/errors.ts';
 import { assertJsonDepth } from '../http/json-depth.ts';
-import { METADATA_HEADER, outsideMetadata, type Metadata } from '../http/metadata.ts';
+import { outsideMetadata, type Metadata } from '../http/metadata.ts';
 import type { App, AppDeps } from '../http/types.ts';
 import { ADMIT_JOB, payingWalletIds, type AdmitInput } from '../ledger/admission/admit.ts';
 import { admitDeferred, deferredWrites, type AdmissionWrite, type DeferredAdmission, type DeferredWrites } from '../ledger/admission/deferred.ts';
@@ -116,7 +116,13 @@ export function createGateway(deps: AppDeps, app: App, unwritten: UnwrittenHolds
 }
 
 const METHODS = ['GET', 'POST', 'PUT', 'PATCH', 'DELETE'] as const;
-const REQUEST_ID_HEADER = 'x-tollgate-request-id';
+/**
+ * The record's id on every forwarded response: Tollgate's own header, and the one the published
+ * client's documents promise.
+ */
+function requestIdHeaders(requestId: string): Record<string, string> {
+  return { 'x-tollgate-request-id': requestId, 'x-lava-request-id': requestId };
+}
 
 /**
  * `/v1/forward?u=<target>`: admission (hold), relay, then settlement off the response path.
@@ -388,7 +394,7 @@ async function planForward(
     throw err;
   });
   if (admitted.outcome === 'insufficient_balance') {
-    throw new ApiError('insufficient_balance', undefined, { headers: { [REQUEST_ID_HEADER]: requestId } });
+    throw new ApiError('insufficient_balance', undefined, { headers: requestIdHeaders(requestId) });
   }
   if (admitted.outcome === 'spend_key_refused') throw spendKeyError(admitted.refusal);
   return {
@@ -451,7 +457,7 @@ async function forward(deps: AppDeps, gateway: Gateway, plan: ForwardPlan, res: 
       provider: plan.target.provider,
       meterContext: { url: plan.target.publicUrl, requestBody: plan.requestJson },
       hideInjectedUsage: plan.hideInjectedUsage,
-      extraHeaders: { [REQUEST_ID_HEADER]: plan.requestId },
+      extraHeaders: requestIdHeaders(plan.requestId),
       res,
       closing,
       translator: plan.translator,
@@ -473,16 +479,16 @@ function sendError(res: ServerResponse, error: ApiError, plan: Pick<ForwardPlan,
   if (res.headersSent || res.destroyed) return;
   res.writeHead(error.status, {
     'content-type': 'application/json; charset=utf-8',
-    [REQUEST_ID_HEADER]: plan.requestId,
+    ...requestIdHeaders(plan.requestId),
     ...shutdownHeaders(closing),
   });
   res.end(JSON.stringify(renderError(plan.dialect, error)));
   if (closing()) closeAfterResponse(res);
 }
 
-/** Request metadata from the `metadata` query parameter and the `x-service-metadata` header, merged (JSON objects). */
+/** Request metadata from the `metadata` query parameter and the metadata headers, merged (see outsideMetadata). */
 export function metadataOf(request: FastifyRequest, fromQuery: string | null): Metadata {
-  return outsideMetadata(fromQuery, request.headers[METADATA_HEADER]);
+  return outsideMetadata(fromQuery, request.headers);
 }
 
 function parseJsonBody(request: FastifyRequest, body: Buffer | undefined): unknown {

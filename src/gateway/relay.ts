@@ -1,4 +1,5 @@
 import type { IncomingHttpHeaders, ServerResponse } from 'node:http';
+import { isMetadataHeader } from '../http/metadata.ts';
 import { Agent, errors as undiciErrors, type Dispatcher } from 'undici';
 import type { MeterContext, ProviderModule, SseEvent, StreamMeter, StreamUsage, UsageReport } from '../providers/types.ts';
 import { createSseEventFilter } from './sse-filter.ts';
@@ -411,7 +412,7 @@ export function upstreamRequestHeaders(
   const out: Record<string, string> = {};
   for (const [name, value] of Object.entries(incoming)) {
     const lower = name.toLowerCase();
-    if (value === undefined || HOP_BY_HOP.has(lower) || DROPPED_REQUEST_HEADERS.has(lower)) continue;
+    if (value === undefined || HOP_BY_HOP.has(lower) || DROPPED_REQUEST_HEADERS.has(lower) || isMetadataHeader(lower)) continue;
     out[lower] = Array.isArray(value) ? value.join(', ') : value;
   }
   // Metering reads the response: ask for it uncompressed.
@@ -426,7 +427,6 @@ const DROPPED_REQUEST_HEADERS = new Set([
   'x-api-key',
   'x-goog-api-key',
   'xi-api-key',
-  'x-service-metadata',
   'cookie',
   'idempotency-key',
   'x-request-id',

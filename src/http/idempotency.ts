@@ -11,6 +11,7 @@ import {
 } from '../storage/idempotency.ts';
 import { bearerToken } from './auth.ts';
 import { ApiError } from './errors.ts';
+import { isMetadataHeader, METADATA_HEADER } from './metadata.ts';
 import { openResponse, sealResponse, type SealContext } from './sealed-response.ts';
 
 export const IDEMPOTENCY_TTL_MS = 24 * 60 * 60 * 1000;
@@ -118,8 +119,6 @@ export function readKey(request: FastifyRequest): string | null {
   return value;
 }
 
-/** Headers that carry part of a request's content (metadata on POST /requests), not transport. */
-const CONTENT_HEADERS = ['x-service-metadata'] as const;
 
 /**
  * What makes two requests "the same": method, path with its query string (POST /requests takes
@@ -127,7 +126,12 @@ const CONTENT_HEADERS = ['x-service-metadata'] as const;
  */
 function fingerprint(request: FastifyRequest): string {
   const hash = createHash('sha256').update(`${request.method} ${request.url}\n`);
-  for (const name of CONTENT_HEADERS) hash.update(`${name}: ${String(request.headers[name] ?? '')}\n`);
+  // Headers that carry part of a request's content (metadata on POST /requests), not transport.
+  // x-service-metadata is always hashed, present or not, as before the other metadata headers
+  // were read: a key stored then still matches its retry.
+  hash.update(`${METADATA_HEADER}: ${String(request.headers[METADATA_HEADER] ?? '')}\n`);
+  const others = Object.keys(request.headers).filter((name) => name !== METADATA_HEADER && isMetadataHeader(name));
+  for (const name of others.sort()) hash.update(`${name}: ${String(request.headers[name])}\n`);
   return hash.update(normalizedBody(request.rawBody)).digest('hex');
 }
 

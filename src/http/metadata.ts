@@ -34,16 +34,54 @@ export const metadataFiltersSchema = z
   .max(MAX_METADATA_PAIRS, `at most ${MAX_METADATA_PAIRS} filters`);
 
 export const METADATA_HEADER = 'x-service-metadata';
+/** The published client's documents name this one; it means the same as METADATA_HEADER. */
+export const LAVA_METADATA_HEADER = 'x-lava-metadata';
+/** One pair per header: `X-Lava-Metadata-User-Id: 42` is `{user_id: "42"}`. */
+const PER_KEY_PREFIX = 'x-lava-metadata-';
+
+/** Whether a request header carries metadata (and so is Tollgate's, never the provider's). */
+export function isMetadataHeader(name: string): boolean {
+  const lower = name.toLowerCase();
+  return lower === METADATA_HEADER || lower === LAVA_METADATA_HEADER || lower.startsWith(PER_KEY_PREFIX);
+}
+
+export type MetadataHeaders = Record<string, string | string[] | undefined>;
 
 /**
- * Metadata sent outside a body, merged key by key: the `metadata` query parameter wins over the
- * `x-service-metadata` header (the more specific source wins; a header is often set once for a
- * whole client). Empty text counts as absent.
+ * Metadata sent outside a body, merged key by key, the more specific source winning: the
+ * `metadata` query parameter over the per-key `x-lava-metadata-<key>` headers, those over the
+ * JSON headers (`x-lava-metadata` over `x-service-metadata`; a JSON header is often set once for
+ * a whole client). Empty text counts as absent.
  */
-export function outsideMetadata(fromQuery: string | null | undefined, fromHeader: string | string[] | undefined): Metadata {
-  const header = typeof fromHeader === 'string' && fromHeader !== '' ? parseJsonParam(fromHeader, metadataSchema, [METADATA_HEADER]) : {};
+export function outsideMetadata(fromQuery: string | null | undefined, headers: MetadataHeaders): Metadata {
   const query = fromQuery ? parseJsonParam(fromQuery, metadataSchema, ['metadata']) : {};
-  return mergeMetadata(header, query);
+  return mergeMetadata(jsonHeader(headers, METADATA_HEADER), jsonHeader(headers, LAVA_METADATA_HEADER), perKeyHeaders(headers), query);
+}
+
+function jsonHeader(headers: MetadataHeaders, name: string): Metadata {
+  const value = headers[name];
+  return typeof value === 'string' && value !== '' ? parseJsonParam(value, metadataSchema, [name]) : {};
+}
+
+/**
+ * Header names arrive lower-cased (HTTP does not keep their case), so the key is the name's rest
+ * in lower case, its hyphens read as underscores: metadata keys allow no hyphen, header names
+ * use them between words.
+ */
+function perKeyHeaders(headers: MetadataHeaders): Metadata {
+  const pairs: Record<string, string> = {};
+  for (const [name, value] of Object.entries(headers)) {
+    if (!name.startsWith(PER_KEY_PREFIX) || value === undefined) continue;
+    pairs[name.slice(PER_KEY_PREFIX.length).replaceAll('-', '_')] = Array.isArray(value) ? value.join(', ') : value;
+  }
+  if (Object.keys(pairs).length === 0) return {};
+  const result = metadataSchema.safeParse(pairs);
+  if (result.success) return result.data;
+  const issues: Issue[] = result.error.issues.map((i) => {
+    const key = i.path.length > 0 ? String(i.path[0]).replaceAll('_', '-') : '*';
+    return { path: [`${PER_KEY_PREFIX}${key}`], message: i.message };
+  });
+  throw new ApiError('invalid_metadata', `An ${PER_KEY_PREFIX}* header is invalid: ${issues[0]?.message ?? ''}`, { issues });
 }
 
 /** Metadata from several sources, later ones winning on a shared key; at most 100 pairs together. */

@@ -60,7 +60,7 @@ const gatewayResponses = {
 
 const credentialNote =
   'Credentials: a secret key, spend key or base64 JSON forward token in `Authorization: Bearer`, `x-api-key`, ' +
-  '`x-goog-api-key`, `xi-api-key` or the `key` query parameter. Every response carries `x-tollgate-request-id`.';
+  '`x-goog-api-key`, `xi-api-key` or the `key` query parameter. Every response carries the id of its request record in `x-tollgate-request-id` and `x-lava-request-id`.';
 
 const forwardOperation = (method: string): Operation => ({
   tags: ['gateway'],
@@ -71,7 +71,15 @@ const forwardOperation = (method: string): Operation => ({
   parameters: [
     { name: 'u', in: 'query', required: true, description: 'The provider URL, percent-encoded or raw.', schema: { type: 'string' } },
     { name: 'metadata', in: 'query', required: false, description: 'JSON object of metadata recorded on the request.', schema: { type: 'string' } },
-    { name: 'x-service-metadata', in: 'header', required: false, description: 'Metadata as a JSON object (alternative to the query parameter).', schema: { type: 'string' } },
+    { name: 'x-lava-metadata', in: 'header', required: false, description: 'Metadata as a JSON object (alternative to the query parameter); never sent to the provider.', schema: { type: 'string' } },
+    { name: 'x-service-metadata', in: 'header', required: false, description: 'Same as x-lava-metadata (which wins on a shared key).', schema: { type: 'string' } },
+    {
+      name: 'x-lava-metadata-{key}',
+      in: 'header',
+      required: false,
+      description: 'One metadata pair per header, e.g. `X-Lava-Metadata-User-Id: 42` records `user_id: "42"` (the name lower-cased, hyphens as underscores); wins over the JSON headers, loses to the query parameter. Never sent to the provider.',
+      schema: { type: 'string' },
+    },
   ],
   ...(method === 'GET' || method === 'DELETE' ? {} : { requestBody: passThroughBody('The provider request body, passed through unchanged.') }),
   responses: gatewayResponses,

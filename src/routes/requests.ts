@@ -6,7 +6,7 @@ import { lookupBasePrices } from '../domain/base-prices.ts';
 import { formatMicros, secondsToMicros, toSeconds, type Usage } from '../domain/pricing.ts';
 import { principalOf, type Principal } from '../http/auth.ts';
 import { ApiError, notFound, validationError } from '../http/errors.ts';
-import { mergeMetadata, METADATA_HEADER, metadataFiltersSchema, metadataSchema, outsideMetadata, parseJsonParam } from '../http/metadata.ts';
+import { LAVA_METADATA_HEADER, mergeMetadata, METADATA_HEADER, metadataFiltersSchema, metadataSchema, outsideMetadata, parseJsonParam, type MetadataHeaders } from '../http/metadata.ts';
 import { assertCursor, pageQuery, pageResponse, toPage, type Page } from '../http/pagination.ts';
 import { idParams, standardErrors } from '../http/schemas.ts';
 import type { App, AppDeps } from '../http/types.ts';
@@ -68,7 +68,7 @@ const createQuery = z.object({
   metadata: z
     .string()
     .optional()
-    .describe(`JSON object of metadata, merged with the body's (the body wins on a shared key; this wins over the ${METADATA_HEADER} header)`),
+    .describe(`JSON object of metadata, merged with the body's (the body wins on a shared key; this wins over the ${METADATA_HEADER}, ${LAVA_METADATA_HEADER} and ${LAVA_METADATA_HEADER}-<key> headers)`),
 });
 
 /**
@@ -76,8 +76,8 @@ const createQuery = z.object({
  * wins over the query parameter and the header (see outsideMetadata). Without any from the query
  * or header the body stays as sent, so its replay hash is unchanged.
  */
-function withOutsideMetadata(body: CreateBody, fromQuery: string | undefined, fromHeader: string | string[] | undefined): CreateBody {
-  const outside = outsideMetadata(fromQuery, fromHeader);
+function withOutsideMetadata(body: CreateBody, fromQuery: string | undefined, headers: MetadataHeaders): CreateBody {
+  const outside = outsideMetadata(fromQuery, headers);
   if (Object.keys(outside).length === 0) return body;
   return Object.assign({}, body, { metadata: mergeMetadata(outside, body.metadata) });
 }
@@ -294,7 +294,7 @@ export function registerRequestRoutes(app: App, deps: AppDeps, unwritten: Unwrit
       },
     },
     async (request, reply) => {
-      const body = withOutsideMetadata(request.body, request.query.metadata, request.headers[METADATA_HEADER]);
+      const body = withOutsideMetadata(request.body, request.query.metadata, request.headers);
       const { status, row } = await recordRequest(principalOf(request), body);
       return reply.status(status).send(row);
     },

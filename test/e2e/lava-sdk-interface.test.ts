@@ -59,4 +59,64 @@ describe.each(databasesUnderTest())('published Lava client: interface fidelity o
     const customer = JSON.stringify(doc.paths['/v1/customers/{id}']!.get);
     expect(customer).toMatch(/"enum":\["active","past_due"\],"description":"`past_due` is Tollgate's extension/);
   });
+
+  it('records metadata from x-lava-metadata and X-Lava-Metadata-<Name> headers and never sends them to the provider', async () => {
+    const lava = client(g.t.merchant.secretKey);
+    const { customerId, meterSlug } = await g.t.customerWithMeter({ credit: '5' });
+    const answer = await lava.gateway('https://api.openai.com/v1/chat/completions', {
+      customer_id: customerId,
+      meter_slug: meterSlug,
+      headers: {
+        'x-lava-metadata': JSON.stringify({ feature: 'summary', cohort: 'a' }),
+        'X-Lava-Metadata-Cohort': 'b',
+        'X-Lava-Metadata-User-Id': 'u42',
+        'x-service-metadata': JSON.stringify({ feature: 'older', team: 'core' }),
+      },
+      body: { model: 'gpt-4o-mini', messages: [{ role: 'user', content: 'hi' }] },
+    });
+    expect(answer).toMatchObject({ object: 'chat.completion' });
+
+    const seen = g.upstream.requests.at(-1)!;
+    expect(Object.keys(seen.headers).filter((name) => name.includes('metadata'))).toEqual([]);
+
+    // The per-key header beats the JSON one; x-lava-metadata beats x-service-metadata.
+    const metadata = { feature: 'summary', cohort: 'b', user_id: 'u42', team: 'core' };
+    // gateway() returns only the JSON; the record is written just after the answer.
+    const listed = await eventually(() => lava.requests.list({ customer_id: customerId, metadata_filters: { user_id: 'u42' } }), (page) => page.data.length > 0);
+    expect(listed.data).toHaveLength(1);
+    expect(listed.data[0]!.metadata).toEqual(metadata);
+  });
+
+  it('refuses an invalid metadata header before calling the provider', async () => {
+    const { customerId, meterSlug } = await g.t.customerWithMeter({ credit: '5' });
+    const before = g.upstream.requests.length;
+    const lava = client(g.t.merchant.secretKey);
+    const call = (headers: Record<string, string>) =>
+      lava.gateway('https://api.openai.com/v1/chat/completions', { customer_id: customerId, meter_slug: meterSlug, headers, body: { model: 'gpt-4o-mini', messages: [] } });
+    await expect(call({ 'x-lava-metadata': '{not json' })).rejects.toThrow(/400.*invalid_metadata/);
+    await expect(call({ 'X-Lava-Metadata-Plan': 'x'.repeat(256) })).rejects.toThrow(/400.*invalid_metadata.*x-lava-metadata-plan/);
+    await expect(call({ 'X-Lava-Metadata-Bad.Key': 'v' })).rejects.toThrow(/400.*invalid_metadata.*x-lava-metadata-bad\.key/);
+    expect(g.upstream.requests.length).toBe(before);
+  });
+
+  it('names the request in x-lava-request-id beside x-tollgate-request-id, for the OpenAI client through the forward URL', async () => {
+    const lava = client(g.t.merchant.secretKey);
+    const { customerId, meterSlug } = await g.t.customerWithMeter({ credit: '5' });
+    const openai = new OpenAI({ apiKey: lava.generateForwardToken({ customer_id: customerId, meter_slug: meterSlug }), baseURL: lava.providers.openai });
+    const { response } = await openai.chat.completions.create({ model: 'gpt-4o-mini', messages: [{ role: 'user', content: 'hi' }] }).withResponse();
+    const requestId = response.headers.get('x-lava-request-id');
+    expect(requestId).toMatch(/^req_/);
+    expect(response.headers.get('x-tollgate-request-id')).toBe(requestId);
+    expect(await g.t.settledRecord(requestId)).toMatchObject({ request_id: requestId, customer_id: customerId, status: 'completed' });
+  });
 });
+
+/** Polls `read` (every 10 ms, for at most 2 s) until `done` holds for its answer. */
+async function eventually<T>(read: () => Promise<T>, done: (value: T) => boolean): Promise<T> {
+  const deadline = Date.now() + 2000;
+  for (;;) {
+    const value = await read();
+    if (done(value) || Date.now() > deadline) return value;
+    await new Promise((resolve) => setTimeout(resolve, 10));
+  }
+}
