@@ -39,6 +39,12 @@ export function spendKeyError(refusal: SpendKeyRefusal): ApiError {
   if (refusal.retryAfterSeconds !== undefined) headers['retry-after'] = String(refusal.retryAfterSeconds);
   // The official OpenAI and Anthropic clients retry a 429 unless told not to.
   if (refusal.final) headers['x-should-retry'] = 'false';
+  if (refusal.resetsAt) {
+    headers['x-ratelimit-reset'] = String(Math.ceil(refusal.resetsAt.getTime() / 1000));
+    // The Vercel AI SDK retries every 429 whatever it is told, backing off seconds unless a
+    // retry-after-ms under a minute says otherwise: told 0, it gives up at once.
+    headers['retry-after-ms'] = '0';
+  }
   return new ApiError(refusal.code, refusal.message, { headers });
 }
 

@@ -10,7 +10,7 @@
  */
 import type { Transaction } from 'kysely';
 import { formatMoney } from '../domain/money.ts';
-import { cycleStart, secondsUntilCycleEnd, type Cycle } from '../domain/spend-limits.ts';
+import { cycleStart, cycleWindow, secondsUntilCycleEnd, type Cycle } from '../domain/spend-limits.ts';
 import type { Storage } from '../storage/db.ts';
 import type { Database } from '../storage/schema.ts';
 import { bucketSpecOf, type SpendKeyRow } from '../storage/spend-keys.ts';
@@ -35,8 +35,13 @@ export type SpendKeyRefusal = {
   message?: string;
   /** Seconds until a retry can succeed (Retry-After). */
   retryAfterSeconds?: number;
-  /** No retry can succeed (a `total` request limit): told as `x-should-retry: false` besides its code. */
+  /**
+   * No retry can succeed (a `total` request limit), or none before a reset too far away to wait
+   * for: told as `x-should-retry: false` besides its code.
+   */
   final?: true;
+  /** When a reached cycle limit resets, if that is too far away for a Retry-After. */
+  resetsAt?: Date;
 };
 
 /** What a spend key is checked against: the provider the request goes to and the model it names. */
@@ -189,9 +194,12 @@ export async function lockSpendKeyForAdmission(
 export const isSpendKeyRefusal = (locked: SpendKeyRow | SpendKeyRefusal): locked is SpendKeyRefusal => 'code' in locked;
 
 /**
- * A reached request limit. A cycle's limit is 429 with the seconds until the cycle ends. A `total`
- * limit never resets, so no retry helps: 403 `request_limit_exhausted`, which none of the
- * mainstream clients retries (the Vercel AI SDK retries every 429 whatever its headers say), and
+ * A reached request limit. A cycle's limit is 429 with the seconds until the cycle ends when that
+ * is at most a minute away. Further away, waiting in a client is no answer (@anthropic-ai/sdk and
+ * openai sleep for any Retry-After, a whole day for a daily limit): no Retry-After, `final`
+ * (`x-should-retry: false`), the reset time in the message and in `resetsAt`. A `total` limit
+ * never resets, so no retry helps: 403 `request_limit_exhausted`, which none of the mainstream
+ * clients retries (the Vercel AI SDK retries every 429 whatever its headers say), and
  * `x-should-retry: false` besides (decision 0021).
  */
 function requestLimitReached(key: SpendKeyRow, now: Date): SpendKeyRefusal {
@@ -204,12 +212,19 @@ function requestLimitReached(key: SpendKeyRow, now: Date): SpendKeyRefusal {
       final: true,
     };
   }
+  const reached = `This spend key's request limit of ${key.request_limit_count} per ${cycle} cycle is reached`;
+  if (retry <= LONGEST_RETRY_AFTER_SECONDS) return { code: 'request_limit_reached', message: `${reached}.`, retryAfterSeconds: retry };
+  const resetsAt = cycleWindow(cycle, now).end!;
   return {
     code: 'request_limit_reached',
-    message: `This spend key's request limit of ${key.request_limit_count} per ${cycle} cycle is reached.`,
-    retryAfterSeconds: retry,
+    message: `${reached}; it will reset at ${resetsAt.toISOString()}. Do not retry before then, or raise the limit.`,
+    final: true,
+    resetsAt,
   };
 }
+
+/** The longest wait a refusal asks a client to sleep through (Retry-After); a later reset is told as a time instead. */
+export const LONGEST_RETRY_AFTER_SECONDS = 60;
 
 /**
  * A spend-limited key whose settled charge exceeded its reservation, with requests still in flight

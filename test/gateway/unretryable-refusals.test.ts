@@ -116,6 +116,59 @@ describe('refusals no retry can fix, with each client at its default retries', (
     });
   }
 
+  /** A key whose daily request limit of 1 is used up, of the shape the client speaks. */
+  async function usedUpDailyKey(shape: Shape): Promise<string> {
+    const key = await createKey(shape, { request_limit: { count: 1, cycle: 'daily' } });
+    const used = await fetch(`${base}/v1/${shape === 'anthropic' ? 'messages' : 'chat/completions'}`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${key.key}`, 'content-type': 'application/json' },
+      body: JSON.stringify({ model: shape === 'anthropic' ? 'claude-haiku-4-5' : 'gpt-4o-mini', max_tokens: 1, messages: [{ role: 'user', content: 'hi' }] }),
+    });
+    expect(used.status).toBe(200);
+    await used.arrayBuffer();
+    return key.key;
+  }
+  const DAY_MS = 86_400_000;
+
+  it('a daily request limit that resets hours away reaches every client as a prompt 429, never a wait until midnight', async () => {
+    // Two minutes past midnight UTC: the limit resets almost a day away.
+    t.clock.advance(DAY_MS - (t.clock.now() % DAY_MS) + 120_000);
+    for (const [name, shape, call] of CLIENTS) {
+      const key = await usedUpDailyKey(shape);
+      upstream.reset();
+      const counter = countingFetch();
+      const started = performance.now();
+      const error = await call(key, counter.fetch).then(
+        () => null,
+        (e: unknown) => e as { status?: number; statusCode?: number; lastError?: { statusCode?: number } },
+      );
+      const elapsedMs = performance.now() - started;
+      expect(error, name).not.toBeNull();
+      expect(error!.status ?? error!.statusCode ?? error!.lastError?.statusCode, name).toBe(429);
+      // The Vercel AI SDK retries every 429; told retry-after-ms: 0, it does so at once and gives up.
+      expect(counter.attempts(), name).toBeLessThanOrEqual(name.startsWith('ai + ') ? 3 : 1);
+      expect(elapsedMs, name).toBeLessThan(1_500);
+      expect(upstream.requests, name).toHaveLength(0);
+    }
+  });
+
+  it('a daily request limit that resets within a minute keeps a short Retry-After and leaves retrying to the client', async () => {
+    // 30 seconds before midnight UTC.
+    t.clock.advance(DAY_MS - (t.clock.now() % DAY_MS) - 30_000);
+    const key = await usedUpDailyKey('openai');
+    const res = await fetch(`${base}/v1/chat/completions`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json' },
+      body: JSON.stringify({ model: 'gpt-4o-mini', max_tokens: 1, messages: [{ role: 'user', content: 'hi' }] }),
+    });
+    expect(res.status).toBe(429);
+    const retryAfter = Number(res.headers.get('retry-after'));
+    expect(retryAfter).toBeGreaterThan(0);
+    expect(retryAfter).toBeLessThanOrEqual(30);
+    expect(res.headers.get('x-should-retry')).toBeNull();
+    expect(((await res.json()) as { error: Json }).error).toMatchObject({ code: 'request_limit_reached', type: 'rate_limit_error' });
+  });
+
   it('answers a used-up total request limit with 403 request_limit_exhausted and x-should-retry: false', async () => {
     const key = await refusedKey('request_limit_exhausted', 'openai');
     const res = await fetch(`${base}/v1/chat/completions`, {

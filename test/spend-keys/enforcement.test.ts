@@ -139,7 +139,10 @@ describe.each(databasesUnderTest())('spend key enforcement on %s', (dialect) => 
     expect(await codeOf(expired)).toBe('spend_key_expired');
   });
 
-  it('enforces the request limit with 429 and Retry-After, and emits spend_key.limit_reached once per cycle', async () => {
+  it('enforces the request limit with 429 (a reset hours away told as a time, not a Retry-After), and emits spend_key.limit_reached once per cycle', async () => {
+    // Two minutes past midnight UTC, so the daily cycle resets almost a day away.
+    const day = 86_400_000;
+    t.clock.advance(day - (t.clock.now() % day) + 120_000);
     const key = await createKey({ request_limit: { count: 2, cycle: 'daily' } });
     expect((await chat(key.key)).status).toBe(200);
     expect((await chat(key.key)).status).toBe(200);
@@ -147,7 +150,10 @@ describe.each(databasesUnderTest())('spend key enforcement on %s', (dialect) => 
       const refused = await chat(key.key);
       expect(refused.status).toBe(429);
       expect(await codeOf(refused)).toBe('request_limit_reached');
-      expect(Number(refused.headers.get('retry-after'))).toBeGreaterThan(0);
+      expect(refused.headers.get('retry-after')).toBeNull();
+      expect(refused.headers.get('x-should-retry')).toBe('false');
+      const nextMidnight = Math.ceil(t.clock.now() / day) * day;
+      expect(Number(refused.headers.get('x-ratelimit-reset'))).toBe(nextMidnight / 1000);
     }
     const events = await t.storage.db.selectFrom('events').selectAll().where('type', '=', 'spend_key.limit_reached').execute();
     const mine = events.filter((e) => (JSON.parse(e.payload) as Json).spend_key_id === key.spend_key_id);
@@ -282,7 +288,7 @@ describe.each(databasesUnderTest())('spend key enforcement on %s', (dialect) => 
     expect(await limitEvents(key.spend_key_id)).toHaveLength(1);
 
     // As if the counters were last written yesterday (UTC).
-    const yesterday = new Date(Date.now() - 86_400_000);
+    const yesterday = new Date(t.clock.now() - 86_400_000);
     const start = new Date(Date.UTC(yesterday.getUTCFullYear(), yesterday.getUTCMonth(), yesterday.getUTCDate())).toISOString();
     await t.storage.db
       .updateTable('spend_keys')
@@ -300,7 +306,8 @@ describe.each(databasesUnderTest())('spend key enforcement on %s', (dialect) => 
     // The new day's limit is reached anew: a second event, for the new cycle.
     const events = await limitEvents(key.spend_key_id);
     expect(events).toHaveLength(2);
-    expect(events.map((e) => e.cycle_start)).toContain(new Date(Date.UTC(new Date().getUTCFullYear(), new Date().getUTCMonth(), new Date().getUTCDate())).toISOString());
+    const today = new Date(t.clock.now());
+    expect(events.map((e) => e.cycle_start)).toContain(new Date(Date.UTC(today.getUTCFullYear(), today.getUTCMonth(), today.getUTCDate())).toISOString());
   });
 
   it("a spend-limited key's reservation covers a prompt with more tokens than the 4-characters-per-token estimate", async () => {
