@@ -13,6 +13,7 @@ import type { OutgoingHttpHeaders, ServerResponse } from 'node:http';
 import type { FastifyReply, FastifyRequest } from 'fastify';
 import { dateOf, type Clock } from '../domain/clock.ts';
 import { ApiError } from '../http/errors.ts';
+import { isMetadataHeader } from '../http/metadata.ts';
 import { IDEMPOTENCY_TTL_MS, inUse, readKey } from '../http/idempotency.ts';
 import { openResponse, sealResponse, type SealContext } from '../http/sealed-response.ts';
 import type { Storage } from '../storage/db.ts';
@@ -29,7 +30,7 @@ import type { RelayOutcome } from './relay.ts';
 export const REPLAY_LIMIT_BYTES = 8 * 1024 * 1024;
 
 /** Response headers a replay repeats; every other header described one delivery. */
-const REPLAYED_HEADERS = ['content-type', 'x-tollgate-request-id'] as const;
+const REPLAYED_HEADERS = ['content-type', 'x-tollgate-request-id', 'x-lava-request-id'] as const;
 
 /** A claimed key: where its answer is stored, and what it seals the answer with. */
 export type ForwardKey = { claim: IdempotencyClaim; seal: SealContext };
@@ -159,10 +160,10 @@ export async function finishForwardKey(storage: Storage, key: ForwardKey, outcom
   if (!stored) log.warn({ idempotencyKey: key.claim.key }, 'forward idempotency claim outlived its lease; answer not stored');
 }
 
-/** Same method, same URL (the target and Tollgate's parameters), same metadata header and the same body bytes: the same call. */
+/** Same method, same URL (the target and Tollgate's parameters), same metadata headers and the same body bytes: the same call. */
 function fingerprint(request: FastifyRequest): string {
   const hash = createHash('sha256').update(`${request.method} ${request.url}\n`);
-  hash.update(`x-service-metadata: ${String(request.headers['x-service-metadata'] ?? '')}\n`);
+  for (const name of Object.keys(request.headers).filter(isMetadataHeader).sort()) hash.update(`${name}: ${String(request.headers[name])}\n`);
   if (Buffer.isBuffer(request.body)) hash.update(request.body);
   return hash.digest('hex');
 }

@@ -67,6 +67,7 @@ describe.each(databasesUnderTest())('Idempotency-Key on forwarded calls on %s', 
       expect(second.data).toEqual(first.data);
       expect(second.response.headers.get('idempotent-replayed')).toBe('true');
       expect(second.response.headers.get('x-tollgate-request-id')).toBe(firstId);
+      expect(second.response.headers.get('x-lava-request-id')).toBe(firstId);
       expect(first.response.headers.get('idempotent-replayed')).toBeNull();
       expect(upstreamCalls() - calls).toBe(1);
       expect(before - (await balance())).toBe(ONE_CALL);
