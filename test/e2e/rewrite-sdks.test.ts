@@ -1,126 +1,35 @@
+import { createAnthropic } from '@ai-sdk/anthropic';
 import Anthropic from '@anthropic-ai/sdk';
 import { GoogleGenAI } from '@google/genai';
-import { Lava } from '@lavapayments/nodejs';
+import { generateText, streamText } from 'ai';
 import OpenAI from 'openai';
-import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
-import { formatMoney, parseMoney } from '../../src/domain/money.ts';
-import { verifyLedger } from '../../src/ledger/verify.ts';
-import { creditWallet, findWallet } from '../../src/ledger/wallets.ts';
-import type { TestApp } from '../helpers/app.ts';
+import { describe, expect, it } from 'vitest';
+import { parseMoney } from '../../src/domain/money.ts';
+import { findWallet } from '../../src/ledger/wallets.ts';
 import { covers, type Call, type Client } from '../helpers/client-matrix.ts';
-import { databasesUnderTest, priceOverridesFile } from '../helpers/databases.ts';
-import { startGatewayOnMock, THREE_PROVIDERS } from '../helpers/gateway.ts';
-import type { MockUpstream, RecordedRequest } from '../helpers/mock-upstream.ts';
+import { databasesUnderTest } from '../helpers/databases.ts';
+import { useRewriteHarness, WEATHER_TOOL } from '../helpers/rewrite-harness.ts';
 
 /**
  * The rewrite proxy driven by official clients over real HTTP: each client speaks its own format
  * to a (mock) provider that speaks another. Each test checks what the client saw (content, tool
  * calls, stop reason, usage), what the provider was sent, and the exact bill: one record per call,
  * from the provider's own usage (the mock's is deterministic: input = words of the prompt, output
- * = the request's cap), at the prices below plus a fee of 100 per 1M tokens.
+ * = the request's cap), at the harness's prices plus a fee of 100 per 1M tokens.
  *
  * Clients take `/v1/rewrite/<their format>/<provider base>` as their base URL and append their own
- * path (`/v1/messages`, `/chat/completions`, `/v1beta/models/…`), which the gateway takes off.
+ * path (`/v1/messages`, `/chat/completions`, `/v1/models/…`), which the gateway takes off.
  */
-
-const FEE_RATE = '100';
-const PRICES = {
-  'openai/gpt-4o': { input: '1', output: '2' },
-  'anthropic/claude-haiku-4-5': { input: '1', output: '5' },
-  'google/gemini-2.0-flash': { input: '1', output: '4' },
-} as const;
-type PricedModel = keyof typeof PRICES;
-
-const WEATHER_TOOL = { name: 'get_weather', arguments: { city: 'Paris', unit: 'celsius' } };
 
 /** What a test proves for docs/clients.md: calls of a client on the rewrite path. */
 const rewrite = (client: Client, ...calls: Call[]) => covers(...calls.map((call) => ({ client, call, path: 'rewrite' as const })));
 
-/** Exact cost in 1e-10 units: tokens × price per 1M (prices chosen so nothing rounds). */
-function per1M(tokens: number, rate: string): bigint {
-  const scaled = BigInt(tokens) * parseMoney(rate);
-  expect(scaled % 1_000_000n).toBe(0n);
-  return scaled / 1_000_000n;
-}
-
 describe.each(databasesUnderTest())('the rewrite proxy with official clients on %s', (dialect) => {
-  let upstream: MockUpstream;
-  let t: TestApp;
-  let base: string;
-  let lava: Lava;
-  let meter: { meter_slug: string };
-  let customer: { customer_id: string; walletId: string };
-
-  beforeAll(async () => {
-    const pricesFile = priceOverridesFile(PRICES);
-    ({ upstream, t, base } = await startGatewayOnMock(dialect, {
-      ...THREE_PROVIDERS,
-      env: { PRICE_OVERRIDES_FILE: pricesFile, RATE_LIMIT_PER_MINUTE: '100000' },
-    }));
-    lava = new Lava(t.merchant.secretKey, { baseUrl: `${base}/v1/` });
-    meter = await lava.meters.create({ name: 'Tokens', rate_type: 'fixed', tier_type: 'tokens_1m', tiers: [{ start: '0', rate: FEE_RATE }] });
-  });
-  afterAll(async () => {
-    await t?.close();
-    await upstream?.close();
-  });
-
-  beforeEach(async () => {
-    upstream.reset();
-    const created = (await lava.customers.create({ name: 'Rewrite user' })) as unknown as { customer_id: string; wallet: { wallet_id: string } };
-    customer = { customer_id: created.customer_id, walletId: created.wallet.wallet_id };
-    await creditWallet(t.storage, customer.walletId, parseMoney('10'));
-  });
-
-  const token = () => lava.generateForwardToken({ customer_id: customer.customer_id, meter_slug: meter.meter_slug });
-  const rewriteBase = (format: string, providerBase: string) => `${base}/v1/rewrite/${format}/${providerBase}`;
+  const h = useRewriteHarness(dialect);
+  const { token, rewriteBase, lastUpstream, customerRecords, recordsOnceThere, expectBilled } = h;
   const anthropicOn = (providerBase: string) =>
     new Anthropic({ apiKey: token(), baseURL: rewriteBase('anthropic', providerBase), maxRetries: 0 });
   const openaiOn = (providerBase: string) => new OpenAI({ apiKey: token(), baseURL: rewriteBase('openai', providerBase), maxRetries: 0 });
-
-  function lastUpstream(): RecordedRequest {
-    const seen = upstream.requests.at(-1);
-    if (!seen) throw new Error('the mock provider saw no request');
-    return seen;
-  }
-
-  async function customerRecords(): Promise<{ request_id: string }[]> {
-    const res = await t.app.inject({ method: 'GET', url: `/v1/requests?limit=100&customer_id=${customer.customer_id}`, headers: t.auth() });
-    return (res.json() as { data: { request_id: string }[] }).data;
-  }
-
-  /** The customer's records once there are `count`: the embedded gateway writes one just after its answer (decision 0011). */
-  async function recordsOnceThere(count: number): Promise<{ request_id: string }[]> {
-    for (let i = 0; i < 100; i++) {
-      const records = await customerRecords();
-      if (records.length >= count) return records;
-      await new Promise((resolve) => setTimeout(resolve, 10));
-    }
-    throw new Error(`fewer than ${count} records within 1 s`);
-  }
-
-  /** The call's one record, settled: exact tokens and cost, charged to the customer's wallet. */
-  async function expectBilled(requestId: string | null, e: { provider: string; model: PricedModel; input: number; output: number; total: string; estimated?: boolean }) {
-    const record = await t.settledRecord(requestId);
-    const prices = PRICES[e.model];
-    const baseCost = per1M(e.input, prices.input) + per1M(e.output, prices.output);
-    const total = baseCost + per1M(e.input + e.output, FEE_RATE);
-    expect(formatMoney(total)).toBe(e.total);
-    expect(record).toMatchObject({
-      status: 'completed',
-      provider: e.provider,
-      model: e.model.slice(e.model.indexOf('/') + 1),
-      usage_estimated: e.estimated ?? false,
-      customer_id: customer.customer_id,
-      model_usage: { input_tokens: e.input, output_tokens: e.output, total_cost: formatMoney(baseCost) },
-      total_request_cost: e.total,
-    });
-    expect((await customerRecords()).map((r) => r.request_id)).toEqual([requestId]);
-    const wallet = await findWallet(t.storage, customer.walletId);
-    expect(parseMoney('10') - wallet!.balance).toBe(total);
-    expect(wallet!.held).toBe(0n);
-    expect((await verifyLedger(t.storage)).problems).toEqual([]);
-  }
 
   describe('@anthropic-ai/sdk to an OpenAI-shaped provider', () => {
     it('messages.create: text and stop reason come back in Anthropic shape; the provider got an OpenAI request', rewrite('@anthropic-ai/sdk', 'text'), async () => {
@@ -170,7 +79,7 @@ describe.each(databasesUnderTest())('the rewrite proxy with official clients on 
     it('a tool call comes back as a tool_use block, JSON and streamed', rewrite('@anthropic-ai/sdk', 'tool call', 'tool call stream'), async () => {
       const tools = [{ name: 'get_weather', description: 'Weather', input_schema: { type: 'object' as const, properties: { city: { type: 'string' } } } }];
       const request = { model: 'gpt-4o', max_tokens: 4, tools, messages: [{ role: 'user' as const, content: 'weather in Paris' }] };
-      upstream.setNext({ toolCall: WEATHER_TOOL, times: 2 });
+      h.upstream.setNext({ toolCall: WEATHER_TOOL, times: 2 });
 
       const client = anthropicOn('https://api.openai.com/v1');
       const message = await client.messages.create(request);
@@ -209,24 +118,24 @@ describe.each(databasesUnderTest())('the rewrite proxy with official clients on 
       expect(body.code).toBe('untranslatable_request');
       expect(body.message).toContain('top_k');
       expect(body.issues).toEqual([{ path: ['top_k'], message: 'OpenAI has no top_k' }]);
-      expect(upstream.requests).toHaveLength(0);
+      expect(h.upstream.requests).toHaveLength(0);
       expect(await customerRecords()).toEqual([]);
     });
 
     it("the provider's error arrives in Anthropic's shape and the call is recorded as an error, unbilled", async () => {
-      upstream.setNext({ status: 429 });
+      h.upstream.setNext({ status: 429 });
       const error = await anthropicOn('https://api.openai.com/v1')
         .messages.create({ model: 'gpt-4o', max_tokens: 2, messages: [{ role: 'user', content: 'hi' }] })
         .catch((e: unknown) => e);
       expect(error).toBeInstanceOf(Anthropic.RateLimitError);
       expect((error as { error: unknown }).error).toEqual({ type: 'error', error: { type: 'rate_limit_error', message: 'Mock upstream error 429.' } });
       const [record] = await recordsOnceThere(1);
-      expect(await t.settledRecord(record!.request_id)).toMatchObject({ status: 'error', total_request_cost: '0.0000000000' });
-      expect((await findWallet(t.storage, customer.walletId))!.balance).toBe(parseMoney('10'));
+      expect(await h.t.settledRecord(record!.request_id)).toMatchObject({ status: 'error', total_request_cost: '0.0000000000' });
+      expect((await findWallet(h.t.storage, h.customer.walletId))!.balance).toBe(parseMoney('10'));
     });
     it('a stream the provider cuts is cut for the client too, and billed once as estimated', rewrite('@anthropic-ai/sdk', 'cut stream billed from what arrived'), async () => {
       // The role chunk, "tok", " tok" — then the cut.
-      upstream.setNext({ cutAfterChunks: 3 });
+      h.upstream.setNext({ cutAfterChunks: 3 });
       const stream = anthropicOn('https://api.openai.com/v1').messages.stream({ model: 'gpt-4o', max_tokens: 3, messages: [{ role: 'user', content: 'one two three four' }] });
       const texts: string[] = [];
       stream.on('text', (text) => texts.push(text));
@@ -239,13 +148,40 @@ describe.each(databasesUnderTest())('the rewrite proxy with official clients on 
     });
 
     it("Tollgate's own refusal (an empty wallet) reaches the client as its typed error with Tollgate's message", rewrite('@anthropic-ai/sdk', "refusal in the client's dialect"), async () => {
-      const broke = (await lava.customers.create({ name: 'Broke' })) as unknown as { customer_id: string };
-      const brokeToken = lava.generateForwardToken({ customer_id: broke.customer_id, meter_slug: meter.meter_slug });
+      const broke = (await h.lava.customers.create({ name: 'Broke' })) as unknown as { customer_id: string };
+      const brokeToken = h.lava.generateForwardToken({ customer_id: broke.customer_id, meter_slug: h.meter.meter_slug });
       const client = new Anthropic({ apiKey: brokeToken, baseURL: rewriteBase('anthropic', 'https://api.openai.com/v1'), maxRetries: 0 });
       const error = await client.messages.create({ model: 'gpt-4o', max_tokens: 2, messages: [{ role: 'user', content: 'hi' }] }).catch((e: unknown) => e);
       expect(error).toBeInstanceOf(Anthropic.PaymentRequiredError);
       expect(error).toMatchObject({ type: 'billing_error', apiMessage: 'The wallet balance cannot cover this request.' });
-      expect(upstream.requests).toHaveLength(0);
+      expect(h.upstream.requests).toHaveLength(0);
+    });
+  });
+
+  describe('@ai-sdk/anthropic (base URL ending in /v1, it appends /messages) to an OpenAI-shaped provider', () => {
+    const claudeClientOn = (providerBase: string) => createAnthropic({ apiKey: token(), baseURL: rewriteBase('anthropic', providerBase) });
+
+    it('generateText and streamText reach /v1/chat/completions and are billed from its usage', rewrite('@ai-sdk/anthropic', 'text', 'text stream'), async () => {
+      const model = claudeClientOn('https://api.openai.com/v1')('gpt-4o');
+      const result = await generateText({ model, prompt: 'one two three', maxOutputTokens: 4, maxRetries: 0 });
+      expect(lastUpstream().path).toBe('/v1/chat/completions');
+      expect(lastUpstream().json).toMatchObject({ model: 'gpt-4o', max_completion_tokens: 4 });
+      expect(result.text).toBe('tok tok tok tok');
+      expect(result.usage).toMatchObject({ inputTokens: 3, outputTokens: 4 });
+      const [record] = await recordsOnceThere(1);
+      // base 3/1M + 8/1M = 0.000011; fee 7 × 100/1M = 0.0007
+      await expectBilled(record!.request_id, { provider: 'openai', model: 'openai/gpt-4o', input: 3, output: 4, total: '0.0007110000' });
+
+      const streamed = streamText({ model, prompt: 'one two', maxOutputTokens: 2, maxRetries: 0 });
+      expect(await streamed.text).toBe('tok tok');
+      expect(await streamed.usage).toMatchObject({ inputTokens: 2, outputTokens: 2 });
+      expect(lastUpstream().path).toBe('/v1/chat/completions');
+    });
+
+    it.each(['https://api.openai.com', 'https://api.openai.com/', 'https://api.openai.com/v1/'])('the provider base %s works too', async (providerBase) => {
+      const result = await generateText({ model: claudeClientOn(providerBase)('gpt-4o'), prompt: 'hi', maxOutputTokens: 1, maxRetries: 0 });
+      expect(lastUpstream().path).toBe('/v1/chat/completions');
+      expect(result.text).toBe('tok');
     });
   });
 
@@ -280,7 +216,7 @@ describe.each(databasesUnderTest())('the rewrite proxy with official clients on 
     });
 
     it('a function call comes back as tool_use, JSON and streamed', async () => {
-      upstream.setNext({ toolCall: WEATHER_TOOL, times: 2 });
+      h.upstream.setNext({ toolCall: WEATHER_TOOL, times: 2 });
       const request = {
         model: 'gemini-2.0-flash',
         max_tokens: 3,
@@ -344,7 +280,7 @@ describe.each(databasesUnderTest())('the rewrite proxy with official clients on 
     });
 
     it('tool calls come back in OpenAI shape, JSON and streamed', rewrite('openai', 'tool call', 'tool call stream'), async () => {
-      upstream.setNext({ toolCall: WEATHER_TOOL, times: 2 });
+      h.upstream.setNext({ toolCall: WEATHER_TOOL, times: 2 });
       const request = {
         model: 'claude-haiku-4-5',
         max_tokens: 3,
@@ -379,9 +315,10 @@ describe.each(databasesUnderTest())('the rewrite proxy with official clients on 
   });
 
   describe('@google/genai to an OpenAI-shaped provider', () => {
-    it('generateContent and generateContentStream: the model from the client path, the answer in Gemini shape', rewrite('@google/genai', 'text', 'text stream'), async () => {
+    it('generateContent and generateContentStream with the default API version: OpenAI gets /v1/chat/completions, the answer is in Gemini shape', rewrite('@google/genai', 'text', 'text stream'), async () => {
       const ai = new GoogleGenAI({ apiKey: token(), httpOptions: { baseUrl: rewriteBase('google', 'https://api.openai.com/v1') } });
       const result = await ai.models.generateContent({ model: 'gpt-4o', contents: 'one two', config: { maxOutputTokens: 2 } });
+      expect(lastUpstream().path).toBe('/v1/chat/completions');
       expect(lastUpstream().json).toEqual({ model: 'gpt-4o', messages: [{ role: 'user', content: 'one two' }], max_completion_tokens: 2 });
       expect(result.text).toBe('tok tok');
       expect(result.candidates?.[0]?.finishReason).toBe('STOP');
@@ -393,8 +330,21 @@ describe.each(databasesUnderTest())('the rewrite proxy with official clients on 
       for await (const chunk of await ai.models.generateContentStream({ model: 'gpt-4o', contents: 'one two', config: { maxOutputTokens: 2 } })) {
         texts.push(chunk.text ?? '');
       }
+      expect(lastUpstream().path).toBe('/v1/chat/completions');
       expect(lastUpstream().json).toMatchObject({ stream: true });
       expect(texts.join('')).toBe('tok tok');
+    });
+
+    it.each([
+      ['v1beta', 'https://api.openai.com/v1'],
+      ['v1', 'https://api.openai.com'],
+      ['v1beta', 'https://api.openai.com/'],
+      ['v1', 'https://api.openai.com/v1/'],
+    ])('apiVersion %s on the provider base %s reaches /v1/chat/completions', async (apiVersion, providerBase) => {
+      const ai = new GoogleGenAI({ apiKey: token(), httpOptions: { baseUrl: rewriteBase('google', providerBase), apiVersion } });
+      const result = await ai.models.generateContent({ model: 'gpt-4o', contents: 'one two', config: { maxOutputTokens: 2 } });
+      expect(lastUpstream().path).toBe('/v1/chat/completions');
+      expect(result.text).toBe('tok tok');
     });
   });
 
@@ -409,20 +359,20 @@ describe.each(databasesUnderTest())('the rewrite proxy with official clients on 
     ] as const;
 
     it.each(pairs)('$format client to $url', async ({ format, url, body, text }) => {
-      const result = await lava.gateway(url, { format, body, customer_id: customer.customer_id, meter_slug: meter.meter_slug });
+      const result = await h.lava.gateway(url, { format, body, customer_id: h.customer.customer_id, meter_slug: h.meter.meter_slug });
       expect(text.reduce<unknown>((value, key) => (value as Record<string | number, unknown>)[key], result)).toBe('tok');
       expect(await recordsOnceThere(1)).toHaveLength(1);
     });
 
     it('the endpoint is in the OpenAPI document', async () => {
-      const document = (await (await fetch(`${base}/v1/openapi.json`)).json()) as { paths: Record<string, { post?: { parameters?: { name: string }[] } }> };
+      const document = (await (await fetch(`${h.base}/v1/openapi.json`)).json()) as { paths: Record<string, { post?: { parameters?: { name: string }[] } }> };
       expect(document.paths['/v1/rewrite/{format}/{providerUrl}']?.post?.parameters?.map((p) => p.name)).toEqual(['format', 'providerUrl', 'metadata']);
     });
 
     it('bedrock is refused with unsupported_format', async () => {
-      const error = await lava.gateway('https://bedrock-runtime.us-east-1.amazonaws.com/model/x/converse', { format: 'bedrock', body: {} }).catch((e: unknown) => e);
+      const error = await h.lava.gateway('https://bedrock-runtime.us-east-1.amazonaws.com/model/x/converse', { format: 'bedrock', body: {} }).catch((e: unknown) => e);
       expect(String(error)).toContain('bedrock');
-      const res = await fetch(`${base}/v1/rewrite/bedrock/https://api.openai.com/v1/chat/completions`, { method: 'POST', headers: { authorization: `Bearer ${t.merchant.secretKey}` }, body: '{}' });
+      const res = await fetch(`${h.base}/v1/rewrite/bedrock/https://api.openai.com/v1/chat/completions`, { method: 'POST', headers: { authorization: `Bearer ${h.t.merchant.secretKey}` }, body: '{}' });
       expect(res.status).toBe(400);
       expect(((await res.json()) as { error: { code: string } }).error.code).toBe('unsupported_format');
     });

@@ -18,13 +18,17 @@ import {
   type MockToolCall,
   type Usage,
 } from './mock-provider-answers.ts';
+import { isProviderPath } from './mock-paths.ts';
 
 export { TRANSCRIPT_SECONDS } from './mock-provider-answers.ts';
 
 /**
  * A fake provider for gateway tests: one plain node:http server on 127.0.0.1 that answers like
- * OpenAI, Anthropic and Gemini, chosen by the END of the path (so it serves any base path an
- * UPSTREAM_OVERRIDES mapping sends it, e.g. Groq's /openai/v1/chat/completions):
+ * OpenAI, Anthropic and Gemini. It serves only the exact paths the real providers serve
+ * (mock-paths.ts: OpenAI's /v1/chat/completions, Groq's /openai/v1/chat/completions, Anthropic's
+ * /v1/messages, Gemini's /v1beta/models/{m}:generateContent, …) and answers any other path with
+ * the provider's 404, so a wrong upstream URL fails a test. Which answer a served path gets is
+ * chosen by the end of the path:
  *
  *   POST …/chat/completions   OpenAI chat, JSON or SSE (`stream: true`)
  *   POST …/responses          OpenAI Responses, JSON or SSE
@@ -225,8 +229,8 @@ function familyOf(path: string): Family {
 function route(req: RecordedRequest, behaviour: Behaviour, seq: number): Answer {
   const { method, path } = req;
   if (path.endsWith('/echo')) return json(200, echo(req));
-  if (method === 'GET' && path.endsWith('/models')) return json(200, modelList(req.headers));
-  if (method !== 'POST') return errorAnswer(familyOf(path), 404, undefined);
+  if (!isProviderPath(method, path)) return errorAnswer(familyOf(path), 404, undefined, `No provider serves ${method} ${path}.`);
+  if (method === 'GET') return json(200, modelList(req.headers));
   // A multipart audio upload: never JSON.
   if (path.endsWith('/speech-to-text')) return transcriptAnswer(seq);
   if (req.json === undefined && !path.endsWith('/audio/speech')) {

@@ -115,9 +115,21 @@ describe('OpenAI', () => {
     expect(Buffer.from(await speech.arrayBuffer())).toEqual(Buffer.from([0, 1, 2, 3, 4]));
   });
 
-  it('serves OpenAI-compatible paths under any base path', async () => {
+  it("serves OpenAI-compatible providers' own base paths (Groq's /openai/v1)", async () => {
     const body = (await (await post('/openai/v1/chat/completions', chat)).json()) as { usage: { prompt_tokens: number } };
     expect(body.usage.prompt_tokens).toBe(4);
+  });
+
+  it.each([
+    ['a doubled version', '/v1/v1/chat/completions'],
+    ['an unknown base', '/v2/chat/completions'],
+    ['a base with a trailing slash kept', '/v1//chat/completions'],
+    ['a Gemini method under an OpenAI path', '/v1/v1/models/gpt-4o:generateContent'],
+    ['an Anthropic path without its version', '/messages'],
+  ])('answers 404 to a path no provider serves: %s', async (_label, path) => {
+    const res = await post(path, chat);
+    expect(res.status).toBe(404);
+    expect(await res.json()).toMatchObject({ error: { message: `No provider serves POST ${path}.` } });
   });
 });
 
@@ -171,6 +183,14 @@ describe('Gemini', () => {
       outputTokens: 4,
       model: 'gemini-2.5-flash',
     });
+  });
+
+  it('answers 404 in Gemini shape to a method or version Gemini does not have', async () => {
+    for (const path of ['/v2/models/gemini-2.5-flash:generateContent', '/v1beta/models/gemini-2.5-flash:chat', '/v1beta/models/a/b:generateContent']) {
+      const res = await post(path, request);
+      expect(res.status).toBe(404);
+    }
+    expect(await (await post('/v1beta/models/gemini-2.5-flash:chat', request)).json()).toMatchObject({ error: { code: 404, status: 'NOT_FOUND' } });
   });
 
   it('streams streamGenerateContent?alt=sse', async () => {

@@ -9,6 +9,9 @@ import type { Issue } from '../../http/errors.ts';
 export const REWRITE_FORMATS = ['openai', 'anthropic', 'google'] as const;
 export type RewriteFormat = (typeof REWRITE_FORMATS)[number];
 
+/** The API a client speaks: a format's own (`openai` is Chat Completions). */
+export type ClientApi = RewriteFormat;
+
 export type JsonObject = Record<string, unknown>;
 
 export type ImageSource = { kind: 'base64'; mediaType: string; data: string } | { kind: 'url'; url: string };

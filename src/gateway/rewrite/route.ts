@@ -10,34 +10,21 @@ import { ApiError } from '../../http/errors.ts';
 import { assertJsonDepth } from '../../http/json-depth.ts';
 import type { Metadata } from '../../http/metadata.ts';
 import type { App, AppDeps } from '../../http/types.ts';
-import type { ProviderFamily } from '../../providers/types.ts';
+import type { ProviderFamily, ProviderModule } from '../../providers/types.ts';
 import { extractCredential, resolveCredential } from '../credentials.ts';
 import type { BillingContext } from '../../ledger/billing.ts';
 import { installDialectErrorHandler } from '../error-dialects.ts';
 import { forwardRequest, metadataOf, type Gateway } from '../forward.ts';
 import type { ResponseTranslator } from '../relay.ts';
-import { resolveTarget, type ResolvedTarget } from '../target.ts';
+import { resolveTarget } from '../target.ts';
 import { REWRITE_FORMATS, type RewriteFormat } from './canonical.ts';
+import { clientCallOf, providerEndpoint, providerOfBase, type ClientCall } from './endpoint.ts';
 import { createStreamTranslator, translateRequest, translateResponseBody } from './translate.ts';
 
 const FORMAT_OF_FAMILY: Partial<Record<ProviderFamily, RewriteFormat>> = {
   'openai-compatible': 'openai',
   anthropic: 'anthropic',
   google: 'google',
-};
-
-/** The path a client SDK appends to its base URL, per format; stripped to find the provider's base. */
-const CLIENT_SUFFIX: Record<RewriteFormat, RegExp> = {
-  openai: /\/chat\/completions$/,
-  anthropic: /(?:\/v1)?\/messages$/,
-  google: /(?:\/v1(?:beta|alpha))?\/models\/([^/:]+):(generateContent|streamGenerateContent)$/,
-};
-
-/** The provider's own chat endpoint, when the URL already names it. */
-const PROVIDER_ENDPOINT: Record<RewriteFormat, RegExp> = {
-  openai: /\/chat\/completions$/,
-  anthropic: /\/messages$/,
-  google: /\/models\/([^/:]+):(?:generateContent|streamGenerateContent)$/,
 };
 
 /** Headers that speak one provider's dialect: not sent to another provider. */
@@ -58,21 +45,21 @@ export function registerRewriteRoutes(app: App, deps: AppDeps, gateway: Gateway)
     calls.set(request, await authorisedRewriteCall(deps, gateway, request));
   });
   app.post('/rewrite/*', { schema: { hide: true } }, async (request, reply) => {
-    const { client, provider, url, probe, billing, metadata, query } = calls.get(request) ?? (await authorisedRewriteCall(deps, gateway, request));
+    const { client, provider, module, call, url, billing, metadata, query } = calls.get(request) ?? (await authorisedRewriteCall(deps, gateway, request));
     if (client === provider) {
-      // Nothing to translate: the call is /v1/forward's.
-      await forwardRequest(deps, gateway, request, reply, { target: probe, billing, metadata, dialect: client });
+      // Nothing to translate: the call is /v1/forward's, to the provider URL as given.
+      const target = resolveTarget(url.toString(), gateway.registry, deps.config.upstreamOverrides);
+      await forwardRequest(deps, gateway, request, reply, { target, billing, metadata, dialect: client });
       return;
     }
-    const clientCall = clientCallOf(client, url);
     refuseProviderParameters(query);
-    const translated = translateRequest(client, provider, bodyJson(request), clientCall);
-    const endpoint = providerEndpoint(provider, clientCall.base, translated.request.model, translated.request.stream);
+    const translated = translateRequest(call.api, provider, bodyJson(request), call);
+    const endpoint = providerEndpoint(provider, module, call, translated.request.model, translated.request.stream);
     const target = resolveTarget(endpoint, gateway.registry, deps.config.upstreamOverrides);
     const created = Math.floor(deps.clock.now() / 1000);
     const translator: ResponseTranslator = {
-      body: (status, json) => Buffer.from(JSON.stringify(translateResponseBody(provider, client, status, json, { created }))),
-      stream: (seen) => createStreamTranslator(provider, client, { created, includeUsage: translated.request.streamUsage === true }, seen),
+      body: (status, json) => Buffer.from(JSON.stringify(translateResponseBody(provider, call.api, status, json, { created }))),
+      stream: (seen) => createStreamTranslator(provider, call.api, { created, includeUsage: translated.request.streamUsage === true }, seen),
     };
     const rewrite = { body: translated.body, headers: providerHeaders(request, provider), translator };
     await forwardRequest(deps, gateway, request, reply, { target, billing, metadata, rewrite, dialect: client });
@@ -82,9 +69,11 @@ export function registerRewriteRoutes(app: App, deps: AppDeps, gateway: Gateway)
 type RewriteCall = {
   client: RewriteFormat;
   provider: RewriteFormat;
+  /** The provider the URL names, and what the client's own path said. */
+  module: ProviderModule;
+  call: ClientCall;
+  /** The provider URL as given. */
   url: URL;
-  /** The provider URL as given, resolved: the target when nothing is translated. */
-  probe: ResolvedTarget;
   billing: BillingContext;
   metadata: Metadata;
   query: URLSearchParams;
@@ -94,13 +83,14 @@ type RewriteCall = {
 async function authorisedRewriteCall(deps: AppDeps, gateway: Gateway, request: FastifyRequest): Promise<RewriteCall> {
   const { client, providerUrl, query } = splitRewritePath(request.url);
   const url = providerUrlOf(providerUrl);
-  const probe = resolveTarget(url.toString(), gateway.registry, deps.config.upstreamOverrides);
-  const provider = FORMAT_OF_FAMILY[probe.provider.family];
-  if (!provider) throw new ApiError('unsupported_format', `${probe.provider.displayName} is not a chat provider the rewrite proxy can translate to.`);
-  const credential = extractCredential(request.headers, probe.strippedKey ?? query.get('key'));
+  const call = clientCallOf(client, url);
+  const module = providerOfBase(gateway.registry, call.base) ?? resolveTarget(url.toString(), gateway.registry, deps.config.upstreamOverrides).provider;
+  const provider = FORMAT_OF_FAMILY[module.family];
+  if (!provider) throw new ApiError('unsupported_format', `${module.displayName} is not a chat provider the rewrite proxy can translate to.`);
+  const credential = extractCredential(request.headers, query.get('key'));
   if (!credential) throw new ApiError('unauthorized', 'Missing credential: send Authorization: Bearer <secret key or forward token>.');
   const billing = await resolveCredential(deps.storage, gateway.credentials, credential.token, dateOf(deps.clock));
-  return { client, provider, url, probe, billing, metadata: metadataOf(request, query.get('metadata')), query };
+  return { client, provider, module, call, url, billing, metadata: metadataOf(request, query.get('metadata')), query };
 }
 
 /** The client's format named by a rewrite URL, or null when it names none this proxy speaks. */
@@ -145,40 +135,6 @@ function providerUrlOf(text: string): URL {
   } catch {
     throw new ApiError('unsupported_provider', 'The provider URL is not a URL of a supported provider.');
   }
-}
-
-type ClientCall = { base: URL; model: string; stream: boolean };
-
-/**
- * Where the provider's base ends: an SDK given `/v1/rewrite/<format>/<provider base>` as its base
- * URL appends its own path (`/v1/messages`, `/chat/completions`, `/v1beta/models/…`), which is
- * taken off; a Gemini client's path also names the model and whether it streams.
- */
-function clientCallOf(client: RewriteFormat, url: URL): ClientCall {
-  const base = new URL(url);
-  base.search = '';
-  const match = CLIENT_SUFFIX[client].exec(base.pathname);
-  if (!match) return { base, model: '', stream: false };
-  base.pathname = base.pathname.slice(0, match.index);
-  if (client !== 'google') return { base, model: '', stream: false };
-  return { base, model: decodeURIComponent(match[1]!), stream: match[2] === 'streamGenerateContent' };
-}
-
-/** The provider's chat endpoint under its base, unless the URL named it already (Lava's form). */
-function providerEndpoint(provider: RewriteFormat, base: URL, model: string, stream: boolean): string {
-  const url = new URL(base);
-  const named = PROVIDER_ENDPOINT[provider].exec(url.pathname);
-  const trimmed = url.pathname.replace(/\/+$/, '');
-  if (provider === 'openai') url.pathname = named ? url.pathname : `${trimmed}/chat/completions`;
-  if (provider === 'anthropic') url.pathname = named ? url.pathname : `${trimmed}/messages`;
-  if (provider === 'google') {
-    const prefix = named ? url.pathname.slice(0, named.index) : /\/v1(beta|alpha)?$/.test(trimmed) ? trimmed : `${trimmed}/v1beta`;
-    const chosen = named ? decodeURIComponent(named[1]!) : model;
-    if (!chosen) throw new ApiError('validation_error', 'model is required.', { issues: [{ path: ['model'], message: 'is required' }] });
-    url.pathname = `${prefix}/models/${encodeURIComponent(chosen)}:${stream ? 'streamGenerateContent' : 'generateContent'}`;
-    url.search = stream ? '?alt=sse' : '';
-  }
-  return url.toString();
 }
 
 /** A query parameter meant for the provider cannot follow a translated request: refused by name. */

@@ -19,6 +19,7 @@ import {
   Untranslatable,
   type ChatRequest,
   type ChatResponse,
+  type ClientApi,
   type JsonObject,
   type ProviderError,
   type ResponseContext,
@@ -35,6 +36,7 @@ import {
   writeGoogleResponse,
 } from './google-response.ts';
 import { readOpenAIRequest, writeOpenAIRequest } from './openai-request.ts';
+
 import {
   createOpenAIStreamDecoder,
   createOpenAIStreamEncoder,
@@ -90,16 +92,22 @@ export const CODECS: Record<RewriteFormat, Codec> = {
   },
 };
 
+/** What a client's side of a translation needs: its request read, its answers written. */
+export type ClientCodec = Pick<Codec, 'readRequest' | 'writeResponse' | 'writeError' | 'streamEncoder'>;
+
+/** Every API a client may speak. */
+const CLIENT_CODECS: Record<ClientApi, ClientCodec> = CODECS;
+
 export type TranslatedRequest = { request: ChatRequest; body: JsonObject };
 
 /**
  * A client's request body in the provider's format. Anything either side cannot express is
  * refused with `untranslatable_request`, every such field named in `issues`.
  */
-export function translateRequest(client: RewriteFormat, provider: RewriteFormat, body: unknown, call: GoogleCall): TranslatedRequest {
+export function translateRequest(client: ClientApi, provider: RewriteFormat, body: unknown, call: GoogleCall): TranslatedRequest {
   if (!isObject(body)) throw new ApiError('invalid_json', 'The request body must be a JSON object.');
   const problems = new Untranslatable();
-  const request = CODECS[client].readRequest(body, call, problems);
+  const request = CLIENT_CODECS[client].readRequest(body, call, problems);
   const written = CODECS[provider].writeRequest(request, problems);
   if (problems.issues.length > 0) {
     const names = problems.issues.map((issue) => issue.path.join('.') || '(body)');
@@ -113,21 +121,21 @@ export function translateRequest(client: RewriteFormat, provider: RewriteFormat,
 }
 
 /** A provider's whole answer (success or error) in the client's format. */
-export function translateResponseBody(provider: RewriteFormat, client: RewriteFormat, status: number, body: unknown, ctx: ResponseContext): JsonObject {
+export function translateResponseBody(provider: RewriteFormat, client: ClientApi, status: number, body: unknown, ctx: ResponseContext): JsonObject {
   if (status >= 400 || !isObject(body)) {
     const error = CODECS[provider].readError(status, body);
-    return CODECS[client].writeError(error, status);
+    return CLIENT_CODECS[client].writeError(error, status);
   }
-  return CODECS[client].writeResponse(CODECS[provider].readResponse(body), ctx);
+  return CLIENT_CODECS[client].writeResponse(CODECS[provider].readResponse(body), ctx);
 }
 
 /**
  * A provider's event stream as the client's: each pushed piece of text yields the client's text.
  * `seen`, when given, gets each of the provider's events as read, untranslated (its meter's share).
  */
-export function createStreamTranslator(provider: RewriteFormat, client: RewriteFormat, ctx: ClientStreamContext, seen?: (event: SseEvent) => void) {
+export function createStreamTranslator(provider: RewriteFormat, client: ClientApi, ctx: ClientStreamContext, seen?: (event: SseEvent) => void) {
   const decoder = CODECS[provider].streamDecoder();
-  const encoder = CODECS[client].streamEncoder(ctx);
+  const encoder = CLIENT_CODECS[client].streamEncoder(ctx);
   let out = '';
   const reader = createSseReader((event) => {
     for (const translated of decoder.push(event.data, event.event)) out += encoder(translated);
