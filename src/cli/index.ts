@@ -10,6 +10,7 @@ import { createMerchant, normalizedEmail, setServiceChargeRate } from '../storag
 import { verifyLedger } from '../ledger/verify.ts';
 import { migrateToLatest } from '../storage/migrate.ts';
 import { ApiCallError } from './api-client.ts';
+import { billingCommands } from './billing.ts';
 import { commerceCommands } from './commerce.ts';
 import { webhookCommands } from './webhooks.ts';
 import { sessionCommands } from './login.ts';
@@ -47,7 +48,8 @@ admin
   .option('--email <email>', 'login email for the dashboard')
   .option('--password <password>', 'login password for the dashboard')
   .option('--json', 'print {merchant_id, secret_key, wallet_id} as JSON')
-  .action(async (opts: { name: string; email?: string; password?: string; json?: boolean }) => {
+  .addOption(new Option('--print <field>', 'print only this field, e.g. for VAR=$(…) in a script').choices(['merchant_id', 'secret_key', 'wallet_id']))
+  .action(async (opts: { name: string; email?: string; password?: string; json?: boolean; print?: string }) => {
     if ((opts.email === undefined) !== (opts.password === undefined)) fail('Give --email and --password together, or neither.');
     await withStorage(async (storage) => {
       await migrateToLatest(storage);
@@ -57,7 +59,8 @@ admin
         throw e;
       });
       const out = { merchant_id: merchant.id, secret_key: secretKey, wallet_id: merchant.wallet_id };
-      if (opts.json) console.log(JSON.stringify(out));
+      if (opts.print) console.log(out[opts.print as keyof typeof out]);
+      else if (opts.json) console.log(JSON.stringify(out));
       else {
         console.log(`Merchant ${out.merchant_id} created.`);
         console.log(`Wallet:     ${out.wallet_id}`);
@@ -119,6 +122,7 @@ admin
 
 program.addCommand(webhookCommands(printApiAnswer));
 for (const command of sessionCommands(printApiAnswer)) program.addCommand(command);
+for (const command of billingCommands(printApiAnswer)) program.addCommand(command);
 for (const command of commerceCommands(printApiAnswer)) program.addCommand(command);
 
 /** Prints what an API command answered as JSON, or its error message with exit code 1. */

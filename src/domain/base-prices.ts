@@ -37,6 +37,8 @@ export interface PriceLookupOptions {
    * override named for this provider itself.
    */
   account?: string;
+  /** The provider's own prices for models the catalog does not know (the demo's), after the overrides. */
+  ownPrices?: ((model: string) => BasePrices | null) | undefined;
 }
 
 const PRICE_TEXT = /^\d+(?:\.\d{1,10})?$/;
@@ -65,13 +67,14 @@ export function parsePriceOverrides(raw: PriceOverrides): PriceOverrideTable {
 
 /**
  * Prices for (provider, model): the override when there is one (whole, never mixed with the
- * catalog), else the catalog's, else null (unknown: base cost is then 0, DESIGN §6).
+ * catalog), else the provider's own, else the catalog's, else null (unknown: base cost is then 0, DESIGN §6).
  */
 export function lookupBasePrices(provider: string, model: string, options: PriceLookupOptions = {}): BasePrices | null {
   const { overrides, account } = options;
   return (
     overrides?.get(priceKey(provider, model)) ??
     (account === undefined ? undefined : overrides?.get(priceKey(account, model))) ??
+    options.ownPrices?.(model) ??
     catalogPrices(provider, model, options)
   );
 }

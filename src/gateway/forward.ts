@@ -25,6 +25,7 @@ import { estimateHold } from './hold-estimate.ts';
 import { HoldKeeper } from '../ledger/hold-keeper.ts';
 import { closeAfterResponse, createUpstreamAgent, relay, shutdownHeaders, upstreamRequestHeaders, type RelayOutcome, type ResponseTranslator } from './relay.ts';
 import { claimForwardKey, finishForwardKey, releaseForwardKey, tapResponse } from './forward-idempotency.ts';
+import { upstreamFor } from './local-upstream.ts';
 import { Settlements } from './settle.ts';
 import { GroupCommitWriter } from '../ledger/group-commit.ts';
 import { isDatabaseUnavailable } from '../storage/errors.ts';
@@ -116,6 +117,8 @@ export function createGateway(deps: AppDeps, app: App, unwritten: UnwrittenHolds
 }
 
 const METHODS = ['GET', 'POST', 'PUT', 'PATCH', 'DELETE'] as const;
+/** What a provider answering in process (the demo) is given as its managed key: it needs none. */
+const LOCAL_PROVIDER_KEY = 'local';
 /**
  * The record's id on every forwarded response: Tollgate's own header, and the one the published
  * client's documents promise.
@@ -202,7 +205,7 @@ function pricesOf(gateway: Gateway, provider: ProviderModule, model: string, con
   const key = `${provider.id}\n${model}`;
   const hit = gateway.prices.get(key);
   if (hit && hit.until > now) return hit.prices;
-  const prices = lookupBasePrices(provider.id, model, { overrides: config.priceOverrides, account: provider.sharesAccountWith });
+  const prices = lookupBasePrices(provider.id, model, { overrides: config.priceOverrides, account: provider.sharesAccountWith, ownPrices: provider.ownPrices });
   if (gateway.prices.size >= PRICE_CACHE_MAX) gateway.prices.clear();
   gateway.prices.set(key, { prices, until: now + PRICE_TTL_MS });
   return prices;
@@ -329,7 +332,7 @@ async function planForward(
     hideInjectedUsage = prepared.injectedUsage;
   }
 
-  const providerKey = billing.providerKey ?? managedKeyFor(config, target.provider);
+  const providerKey = billing.providerKey ?? managedKeyFor(config, target.provider) ?? (target.provider.answerLocally ? LOCAL_PROVIDER_KEY : undefined);
   if (!providerKey) {
     throw new ApiError(
       'provider_key_missing',
@@ -448,9 +451,11 @@ async function forward(deps: AppDeps, gateway: Gateway, plan: ForwardPlan, res: 
   gateway.holds.add(plan.holdIds);
   gateway.settlements.relayStarted();
   try {
+    const { provider } = plan.target;
     const outcome = await relay({
-      agent: gateway.agent,
-      upstreamUrl: plan.target.upstreamUrl,
+      agent: upstreamFor(provider, gateway.agent, deps.clock),
+      // A provider answering in process is asked at its own address, whatever an override says.
+      upstreamUrl: provider.answerLocally ? plan.target.publicUrl : plan.target.upstreamUrl,
       method: plan.method,
       headers: plan.headers,
       body: plan.body,

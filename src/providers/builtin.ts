@@ -1,4 +1,5 @@
 import { anthropic } from './anthropic.ts';
+import { demo } from './demo.ts';
 import { elevenlabs } from './elevenlabs.ts';
 import { google } from './google.ts';
 import { createOpenAICompatibleProvider, type OpenAICompatibleOptions } from './openai-compatible.ts';
@@ -52,10 +53,14 @@ const OPENAI_COMPATIBLE: readonly OpenAICompatibleOptions[] = [
   { id: 'moonshot', displayName: 'Moonshot AI', baseUrl: 'https://api.moonshot.ai/v1', modelNames: /^(kimi-|moonshot-)/ },
 ];
 
-/** All built-in providers: 25 OpenAI-compatible plus the three with their own wire formats. */
+/**
+ * All built-in providers: 25 OpenAI-compatible plus the three with their own wire formats, and the
+ * offline demo (OpenAI-shaped, answered in process).
+ */
 export const BUILTIN_PROVIDERS: readonly ProviderModule[] = [
   ...OPENAI_COMPATIBLE.map(createOpenAICompatibleProvider),
   anthropic,
   google,
   elevenlabs,
+  demo,
 ];

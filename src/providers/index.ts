@@ -18,6 +18,7 @@ export { createSseReader } from './sse.ts';
 export { anthropic } from './anthropic.ts';
 export { google } from './google.ts';
 export { elevenlabs } from './elevenlabs.ts';
+export { demo, DEMO_MODEL } from './demo.ts';
 export { BUILTIN_PROVIDERS } from './builtin.ts';
 
 /** An operator-declared OpenAI-compatible service (a self-hosted vLLM, an internal proxy, …). */

@@ -155,7 +155,30 @@ export type ProviderModule = {
    * OpenAI shapes and counts (DEFAULT_HOLD_RULES in providers/estimate.ts).
    */
   holdRules?: HoldRules;
+  /**
+   * A provider that answers in process, with no network and no key (the built-in demo): the
+   * gateway hands it the request instead of sending it anywhere. Absent = a real upstream.
+   */
+  answerLocally?(request: LocalRequest): LocalAnswer;
+  /**
+   * Base prices per 1M tokens of the models the price catalog does not know (the demo's own);
+   * the operator's price overrides still come first. Absent = the catalog's prices only.
+   */
+  ownPrices?(model: string): { input: bigint; output: bigint } | null;
 };
+
+/** A request as a provider that answers locally sees it. */
+export type LocalRequest = {
+  method: string;
+  url: URL;
+  /** The JSON body, parsed; undefined when there is none or it is not JSON. */
+  body: unknown;
+  /** The gateway's clock (Unix milliseconds): providers read no clock of their own. */
+  now: number;
+};
+
+/** A locally made answer: its body in the pieces it is sent in (an event stream's events). */
+export type LocalAnswer = { status: number; headers: Record<string, string>; chunks: string[] };
 
 /** What bounds a request's tokens by a provider's rules (see ProviderModule.holdRules). */
 export type HoldRules = {

@@ -1,6 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { parseMoney } from '../../src/domain/money.ts';
 import { catalogPrices, lookupBasePrices, parsePriceOverrides } from '../../src/domain/base-prices.ts';
+import { demo } from '../../src/providers/demo.ts';
 
 // Catalog numbers come from the bundled @pydantic/genai-prices data; `at` pins dated prices.
 const at = new Date('2025-06-01T00:00:00Z');
@@ -23,6 +24,13 @@ describe('lookupBasePrices', () => {
       cachedInput: parseMoney('0.3'),
       cacheWriteInput: parseMoney('3.75'),
     });
+  });
+
+  it("prices the demo provider's model at its own price, after the operator's override", () => {
+    expect(lookupBasePrices('demo', 'demo-chat', { ownPrices: demo.ownPrices })).toEqual({ input: parseMoney('1'), output: parseMoney('2') });
+    const overrides = parsePriceOverrides({ 'demo/demo-chat': { input: '0.1', output: '0.2' } });
+    expect(lookupBasePrices('demo', 'demo-chat', { overrides, ownPrices: demo.ownPrices })).toEqual({ input: parseMoney('0.1'), output: parseMoney('0.2') });
+    expect(lookupBasePrices('demo', 'demo-unknown', { ownPrices: demo.ownPrices })).toBeNull();
   });
 
   it('matches provider and model case-insensitively, as the catalog does', () => {

@@ -40,11 +40,11 @@ const SDK_BASES: readonly [base: string, id: string][] = [
 ];
 
 describe('provider registry: host matching', () => {
-  it('lists exactly the 28 SDK providers, with unique ids', () => {
+  it('lists exactly the 28 SDK providers and the offline demo, with unique ids', () => {
     const ids = listProviders().map((provider) => provider.id);
-    expect(ids).toHaveLength(28);
-    expect(new Set(ids).size).toBe(28);
-    expect([...ids].sort()).toEqual(SDK_BASES.map(([, id]) => id).sort());
+    expect(ids).toHaveLength(29);
+    expect(new Set(ids).size).toBe(29);
+    expect([...ids].sort()).toEqual([...SDK_BASES.map(([, id]) => id), 'demo'].sort());
   });
 
   it.each(SDK_BASES)('matches %s (as the SDK builds it: base + path) to %s', (base, id) => {
@@ -126,7 +126,7 @@ describe('provider registry: custom providers', () => {
   });
 
   it('keeps the built-ins and lists the custom ones after them', () => {
-    expect(registry.listProviders()).toHaveLength(30);
+    expect(registry.listProviders()).toHaveLength(31);
     expect(registry.findProvider(new URL('https://api.openai.com/v1/chat/completions'))?.id).toBe('openai');
     expect(registry.getProvider('vllm')?.baseUrl).toBe('http://10.0.0.5:8000/v1');
     expect(registry.getProvider('nope')).toBeNull();
