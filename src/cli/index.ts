@@ -3,7 +3,6 @@ import { ConfigError, loadConfig, type Config } from '../config.ts';
 import { formatMoney, MAX_AMOUNT_UNITS, MoneyFormatError, parseMoney } from '../domain/money.ts';
 import { BUCKET_ORDER, type Bucket } from '../ledger/accounts.ts';
 import { creditWallet, WalletBalanceLimitError } from '../ledger/wallets.ts';
-import { startServer, stopOnSignals } from '../main.ts';
 import { openStorage, type Storage } from '../storage/db.ts';
 import { isUniqueViolation } from '../storage/errors.ts';
 import { createMerchant, normalizedEmail, setServiceChargeRate } from '../storage/merchants.ts';
@@ -25,6 +24,8 @@ program
   .command('serve')
   .description('start the HTTP server (runs pending migrations first)')
   .action(async () => {
+    // Loaded only to serve: the other commands start without the whole server's code.
+    const { startServer, stopOnSignals } = await import('../main.ts');
     const server = await startServer(config());
     stopOnSignals(server);
   });

@@ -7,7 +7,8 @@ import { tollgate } from '../helpers/cli.ts';
  * `tollgate meters|customers|forward-tokens|wallet-keys|requests`: from a new merchant to a billed
  * call and its record without writing a request body, against a server listening on loopback.
  */
-describe('tollgate meters, customers, credits, forward tokens, wallet keys and requests (CLI over the API)', () => {
+// Each command is a new node process (a second or more on a busy machine): the tests get the time for several.
+describe('tollgate meters, customers, credits, forward tokens, wallet keys and requests (CLI over the API)', { timeout: 120_000 }, () => {
   let t: TestApp;
   let env: Record<string, string>;
   let base: string;
