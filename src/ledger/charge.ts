@@ -181,9 +181,10 @@ async function chargeInTransaction(
   for (const wallet of walletsDebitedBy(priced, customerWallet, merchantWallet)) await saveBalance(trx, wallet);
   await appendTransaction(trx, transaction);
   if (holdIds.length > 0 && merchantWallet) {
-    // Charged beyond what it held: nothing more is admitted until what is in flight settles (decision 0019).
-    const overrun = overrunWallets(priced, customerWallet, merchantWallet, (wallet) => heldBefore.get(wallet)! - BigInt(wallet.held));
-    if (overrun.length > 0) await trx.updateTable('wallets').set({ overrun: 1 }).where('id', 'in', overrun.map((wallet) => wallet.id)).execute();
+    // Charged beyond what it held: admissions count what its requests in flight may overrun (decision 0025).
+    for (const [wallet, overrun] of overrunWallets(priced, customerWallet, merchantWallet, (wallet) => heldBefore.get(wallet)! - BigInt(wallet.held))) {
+      await trx.updateTable('wallets').set({ overrun }).where('id', '=', wallet.id).execute();
+    }
   }
   if (counter) await saveUsageCounters(trx, [counterAt(counter, priced.accumulatedUnits)]);
 

@@ -240,14 +240,19 @@ export class WalletLeases {
         // A wallet with plan credit is not leased (decision 0016): see #withPlanCredit.
         if (BigInt(wallet.cycle_credit) + BigInt(wallet.bundle_credit) > 0n) return PLAN_CREDIT;
         // PostgreSQL only: nothing is held in process there but the leases, which are rows.
-        const available = admittableOf(wallet, null, true);
+        const available = admittableOf(wallet, null, true, need);
         if (available < need || available <= 0n) return 0n;
+        // An overrun wallet with requests in flight is leased what this request needs and no more:
+        // each admission is then checked against what those may overrun (admittableOf), as in the
+        // database, where a slice taken ahead would not be.
+        const overrunInFlight = Number(wallet.overrun ?? 0) !== 0 && wallet.held > 0n;
+        if (overrunInFlight && need <= 0n) return 0n;
         // The lease as a whole, not each top-up, stays within a quarter of what the wallet has free,
         // so refills cannot park the rest of the wallet in it a quarter at a time.
         const free = current?.free ?? 0n;
         const room = (available + free) / MAX_SHARE_OF_AVAILABLE - free;
         const capped = room > 0n ? room : 0n;
-        const amount = want < capped ? want : capped > need ? capped : need;
+        const amount = overrunInFlight ? need : want < capped ? want : capped > need ? capped : need;
         const expiresAt = new Date(now.getTime() + this.#options.ttlMs).toISOString();
         if (current) {
           const grown = await trx
@@ -266,8 +271,8 @@ export class WalletLeases {
         }
         await trx
           .updateTable('wallets')
-          // Nothing was in flight on an overrun wallet admitted here: its overrun ends (decision 0019).
-          .set({ held: wallet.held + amount, overrun: 0 })
+          // An overrun wallet admitted here with nothing in flight: its overrun ends (decision 0019).
+          .set({ held: wallet.held + amount, overrun: overrunInFlight ? Number(wallet.overrun) : 0 })
           .where('id', '=', walletId)
           .execute();
         return amount;

@@ -15,6 +15,7 @@ import type { Storage } from '../storage/db.ts';
 import type { Database } from '../storage/schema.ts';
 import { bucketSpecOf, type SpendKeyRow } from '../storage/spend-keys.ts';
 import { enqueueEvent } from '../webhooks/outbox.ts';
+import { overrunAllowance, overrunOf } from './admission/decision.ts';
 
 export type SpendKeyRefusalCode =
   | 'unauthorized'
@@ -227,12 +228,13 @@ function requestLimitReached(key: SpendKeyRow, now: Date): SpendKeyRefusal {
 export const LONGEST_RETRY_AFTER_SECONDS = 60;
 
 /**
- * A spend-limited key whose settled charge exceeded its reservation, with requests still in flight
- * on it (anything reserved): those may overrun too, so nothing more is admitted until they have
- * settled, as a wallet's overrun (decision 0019, ledger/admission/decision.ts admittableOf).
+ * What a spend-limited key's requests in flight and this one (`amount`) may cost beyond what they
+ * reserve, when its last settled charge exceeded its reservation and requests are still in flight:
+ * counted against the limit as a wallet's overrun is against its balance (decision 0025,
+ * ledger/admission/decision.ts admittableOf).
  */
-function overrunInFlight(key: SpendKeyRow): boolean {
-  return Number(key.overrun ?? 0) !== 0 && BigInt(key.reserved_spend) > 0n;
+function overrunInFlight(key: SpendKeyRow, amount: bigint): bigint {
+  return overrunAllowance(key.overrun, BigInt(key.reserved_spend), amount);
 }
 
 /**
@@ -260,10 +262,11 @@ export async function reserveForRequest(
   } else if (key.spend_limit_amount !== null) {
     const limit = BigInt(key.spend_limit_amount);
     const committed = c.current_spend + BigInt(key.reserved_spend);
-    if (overrunInFlight(key)) {
+    const overrun = overrunInFlight(key, input.amount);
+    if (overrun > 0n && committed < limit && committed + input.amount <= limit && committed + overrun + input.amount > limit) {
       refusal = {
         code: 'spend_limit_reached',
-        message: "This spend key's requests cost more than they reserved; it admits nothing more until its requests in flight have settled.",
+        message: `This spend key's requests cost more than they reserved; its spend limit of ${formatMoney(limit)} per ${key.spend_limit_cycle} cycle cannot cover this request and what its requests in flight may cost until they have settled.`,
       };
     } else if (committed >= limit || committed + input.amount > limit) {
       refusal = {
@@ -285,7 +288,7 @@ export async function reserveForRequest(
     changes.reserved_spend = BigInt(key.reserved_spend) + input.amount;
     changes.last_used_at = at;
     // Admitted with nothing reserved: whatever overran has settled, and the overrun ends.
-    if (Number(key.overrun ?? 0) !== 0) changes.overrun = 0;
+    if (Number(key.overrun ?? 0) !== 0 && BigInt(key.reserved_spend) <= 0n) changes.overrun = 0;
     if (
       key.request_limit_count !== null &&
       changes.current_requests >= BigInt(key.request_limit_count) &&
@@ -327,8 +330,9 @@ export async function finishReservation(trx: Trx, dialect: Storage['dialect'], r
     total_spend: BigInt(key.total_spend) + spend,
     reserved_spend: reserved > 0n ? reserved : 0n,
   };
-  // Charged more than it reserved: the key admits nothing more while anything else is in flight.
-  if (BigInt(reservation.amount) > 0n && spend > BigInt(reservation.amount)) changes.overrun = 1;
+  // Charged more than it reserved: admissions count what its requests in flight may overrun.
+  const overrun = overrunOf(spend, BigInt(reservation.amount));
+  if (overrun > 0) changes.overrun = Math.max(overrun, Number(key.overrun ?? 0));
   if (
     key.spend_limit_amount !== null &&
     changes.current_spend! >= BigInt(key.spend_limit_amount) &&

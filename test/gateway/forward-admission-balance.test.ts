@@ -191,15 +191,15 @@ describe.each(databasesUnderTest())('forward gateway admission and holds on %s',
   });
 
   /**
-   * An overrun wallet refuses `payload` without calling the provider while `slow` is in flight;
-   * once `slow` is answered and settled, nothing is in flight: it admits again and the overrun is over.
+   * An overrun wallet that can pay for what its requests in flight may overrun admits `payload`
+   * while `slow` is in flight (decision 0025); once `slow` is answered and settled, nothing is in
+   * flight and the admission that follows ends the overrun.
    */
-  async function expectRefusedUntilSettled(merchant: Merchant, payload: string, slow: Promise<Response>, answerSlow: () => void) {
-    const before = upstream.requests.length;
-    const refused = await post(merchant.secretKey, payload);
-    expect(refused.status).toBe(402);
-    await refused.arrayBuffer();
-    expect(upstream.requests.length).toBe(before);
+  async function expectAdmittedWhileFunded(merchant: Merchant, payload: string, slow: Promise<Response>, answerSlow: () => void) {
+    expect(Number((await wallet(merchant.walletId)).overrun)).toBeGreaterThan(0);
+    const during = await post(merchant.secretKey, payload);
+    expect(during.status).toBe(200);
+    await t.settledRecord(during.headers.get('x-tollgate-request-id')!, t.auth(merchant.secretKey));
 
     answerSlow();
     const answered = await slow;
@@ -211,33 +211,67 @@ describe.each(databasesUnderTest())('forward gateway admission and holds on %s',
     expect((await verifyLedger(t.storage)).problems).toEqual([]);
   }
 
-  it('a wallet whose settled charge exceeded its hold admits nothing more until its requests in flight have settled (decision 0019)', async () => {
-    const { merchant } = await freshPayers();
-    const small = JSON.stringify({ model: 'gpt-4o', max_tokens: 5, messages: [{ role: 'user', content: 'x' }] });
-    const hold = await holdFor(merchant.secretKey, small);
-    // Plenty of money: only the overrun rule can refuse.
-    await creditWallet(t.storage, merchant.walletId, hold * 1000n);
-
+  /** Starts `slow` (held until answered), then a request the provider bills 40 times over, settled. */
+  async function overrunWithOneInFlight(merchant: Merchant, small: string, hold: bigint) {
     let answerSlow!: () => void;
     upstream.setNext({ path: '/chat/completions', releasedBy: new Promise<void>((resolve) => (answerSlow = resolve)) });
     upstream.setNext({ path: '/chat/completions', overReport: 40 });
     const slow = post(merchant.secretKey, small);
-    try {
-      // A request in flight (its hold written), then one the provider bills 40 times over.
-      await until(async () => (await wallet(merchant.walletId)).held > 0n);
-      const overrun = await post(merchant.secretKey, small);
-      const rec = await t.settledRecord(overrun.headers.get('x-tollgate-request-id')!, t.auth(merchant.secretKey));
-      expect(parseMoney(rec.total_merchant_cost)).toBeGreaterThan(hold);
+    await until(async () => (await wallet(merchant.walletId)).held > 0n);
+    const overrun = await post(merchant.secretKey, small);
+    const rec = await t.settledRecord(overrun.headers.get('x-tollgate-request-id')!, t.auth(merchant.secretKey));
+    expect(parseMoney(rec.total_merchant_cost)).toBeGreaterThan(hold);
+    return { slow, answerSlow };
+  }
 
-      // The slow one may overrun too: nothing more is admitted while it is in flight.
-      await expectRefusedUntilSettled(merchant, small, slow, answerSlow);
+  it('a wallet whose settled charge exceeded its hold still admits while it can pay what its requests in flight may overrun: no 402 for a funded wallet (decision 0025)', async () => {
+    const { merchant } = await freshPayers();
+    const small = JSON.stringify({ model: 'gpt-4o', max_tokens: 5, messages: [{ role: 'user', content: 'x' }] });
+    const hold = await holdFor(merchant.secretKey, small);
+    await creditWallet(t.storage, merchant.walletId, hold * 1000n);
+    const { slow, answerSlow } = await overrunWithOneInFlight(merchant, small, hold);
+    try {
+      await expectAdmittedWhileFunded(merchant, small, slow, answerSlow);
     } finally {
       answerSlow();
       await slow.catch(() => undefined);
     }
   });
 
-  it('a document named by reference is held at MEDIA_REFERENCE_HOLD_TOKENS, an allowance: one that counts for more is charged in full and overruns its wallet (decision 0019)', async () => {
+  it('an overrun wallet is refused, without calling the provider, exactly when its available balance less what its requests in flight and the new one may overrun cannot cover the new hold (decision 0025)', async () => {
+    const { merchant } = await freshPayers();
+    const small = JSON.stringify({ model: 'gpt-4o', max_tokens: 5, messages: [{ role: 'user', content: 'x' }] });
+    const hold = await holdFor(merchant.secretKey, small);
+    // Enough for the two holds; the overrun then takes the wallet below what the rule lets admit.
+    await creditWallet(t.storage, merchant.walletId, hold * 2n);
+    const { slow, answerSlow } = await overrunWithOneInFlight(merchant, small, hold);
+    try {
+      const after = await wallet(merchant.walletId);
+      const perThousand = BigInt(after.overrun!);
+      expect(perThousand).toBeGreaterThan(1_000n);
+      // What the one in flight and the new one may cost beyond their holds at the last overrun's rate.
+      const allowance = ((after.held + hold) * perThousand + 999n) / 1_000n;
+      const available = after.balance - after.held;
+      // Short by one unit of what an admission needs: refused.
+      await creditWallet(t.storage, merchant.walletId, allowance + hold - 1n - available);
+      const before = upstream.requests.length;
+      const refused = await post(merchant.secretKey, small);
+      expect(refused.status).toBe(402);
+      expect(((await refused.json()) as { error: { code: string } }).error.code).toBe('insufficient_balance');
+      expect(upstream.requests.length).toBe(before);
+      // One unit more: admitted.
+      await creditWallet(t.storage, merchant.walletId, 1n);
+      const admitted = await post(merchant.secretKey, small);
+      expect(admitted.status).toBe(200);
+      await t.settledRecord(admitted.headers.get('x-tollgate-request-id')!, t.auth(merchant.secretKey));
+    } finally {
+      answerSlow();
+      await slow.catch(() => undefined);
+    }
+    expect((await verifyLedger(t.storage)).problems).toEqual([]);
+  });
+
+  it('a document named by reference is held at MEDIA_REFERENCE_HOLD_TOKENS, an allowance: one that counts for more is charged in full and overruns its wallet (decisions 0019, 0025)', async () => {
     const { merchant } = await freshPayers();
     const text = { type: 'text', text: 'summarise the contract' };
     const byReference = JSON.stringify({ model: 'gpt-4o', max_tokens: 5, messages: [{ role: 'user', content: [text, { type: 'file', file: { file_id: 'file-contract' } }] }] });
@@ -261,10 +295,10 @@ describe.each(databasesUnderTest())('forward gateway admission and holds on %s',
       // Charged what the provider counted, not the allowance.
       expect(rec.model_usage.input_tokens).toBe(50_000);
       expect(parseMoney(rec.total_merchant_cost)).toBeGreaterThan(hold);
-      expect(Number((await wallet(merchant.walletId)).overrun)).toBe(1);
+      expect(Number((await wallet(merchant.walletId)).overrun)).toBeGreaterThan(1_000);
 
-      // Nothing more is admitted on the wallet while another request is in flight on it.
-      await expectRefusedUntilSettled(merchant, small, slow, answerSlow);
+      // The wallet can pay what the one in flight may overrun: it still admits.
+      await expectAdmittedWhileFunded(merchant, small, slow, answerSlow);
     } finally {
       answerSlow();
       await slow.catch(() => undefined);

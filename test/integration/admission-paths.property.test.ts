@@ -32,14 +32,17 @@ import { CHAT_FACTS } from '../helpers/settle.ts';
  *   its writes land and the leases are given back the same `held`;
  * - concurrent requests (deferred, or from leases): never more admitted on a wallet than it had
  *   available, and every refusal one the wallet could not have covered after what was admitted.
- * Some wallets are overrun (decision 0019): every path refuses them while anything is held on them,
- * and ends the overrun with the admission that finds nothing held.
+ * Some wallets are overrun (decisions 0019, 0025): every path counts what their holds in flight and
+ * the new one may overrun at the wallet's recorded rate, and ends the overrun with the admission
+ * that finds nothing held.
  */
 
 /** Payers: 0 the merchant's own wallet, 1 and 2 two customers' wallets (customers' fees also hold on the merchant's). */
 type Payer = 0 | 1 | 2;
-/** `overrun`: its settled charges exceeded their holds (decision 0019): nothing is admitted while anything is held. */
+/** `overrun`: its settled charges exceeded their holds by OVERRUN_RATE per thousand (decision 0025). */
 type WalletSpec = { balance: bigint; held: bigint; overrun: boolean };
+/** High enough that the overrun bound refuses many requests a wallet's balance would cover. */
+const OVERRUN_RATE = 1_500;
 /** `spendKey`: the merchant's own request made with its spend key (payer 0 only). */
 type RequestSpec = { payer: Payer; wallet: bigint; merchant: bigint; spendKey: boolean };
 /** The merchant's spend key: its spend limit (units of 0.001) and request limit, null for none. */
@@ -114,7 +117,7 @@ describe.each(databasesUnderTest())('every admission path decides as the in-tran
     const keyBilling = await resolveForwardCredential(t.storage, spendKey.key, new Date());
     for (const [i, spec] of wallets.entries()) {
       if (spec.balance > 0n) await creditWallet(t.storage, walletIds[i]!, spec.balance);
-      if (spec.overrun) await t.storage.db.updateTable('wallets').set({ overrun: 1 }).where('id', '=', walletIds[i]!).execute();
+      if (spec.overrun) await t.storage.db.updateTable('wallets').set({ overrun: OVERRUN_RATE }).where('id', '=', walletIds[i]!).execute();
       if (spec.held === 0n) continue;
       const placed = await placeHold(t.storage, { walletId: walletIds[i]!, amount: spec.held, reference: newId('request'), ttlMs: 3_600_000 });
       if (!('holdId' in placed)) throw new Error('could not place the scenario hold');

@@ -117,14 +117,14 @@ describe.each(databasesUnderTest())('spend key reservations on %s', (dialect) =>
     expect(BigInt((await keyRow(key.spend_key_id)).current_spend)).toBe(cost);
   });
 
-  it("a key whose settled charge exceeded its reservation admits nothing more while anything is reserved on it, and the first admission with nothing reserved ends that (decision 0019)", async () => {
-    // The key's own rule, apart from its wallet's (which refuses first over HTTP, its holds being on the wallet).
+  it('a key whose settled charge exceeded its reservation counts what its requests in flight may overrun against its limit: admitted while the limit covers that, refused past it; the first admission with nothing reserved ends the overrun (decision 0025)', async () => {
+    // The key's own rule, apart from its wallet's. The limit is 5.
     const key = await createKey();
     const amount = parseMoney('0.001');
     const now = dateOf(t.clock);
-    const reserve = async () => {
+    const reserve = async (reserved = amount) => {
       const recordId = newId('request');
-      const refusal = await t.storage.db.transaction().execute(async (trx) => reserveForRequest(trx, await keyRow(key.spend_key_id), { recordId, amount, now }));
+      const refusal = await t.storage.db.transaction().execute(async (trx) => reserveForRequest(trx, await keyRow(key.spend_key_id), { recordId, amount: reserved, now }));
       return { recordId, refusal };
     };
     const finish = (recordId: string, spend: bigint) => t.storage.db.transaction().execute((trx) => finishReservation(trx, t.storage.dialect, recordId, spend, now));
@@ -138,22 +138,27 @@ describe.each(databasesUnderTest())('spend key reservations on %s', (dialect) =>
     const third = await reserve();
     expect(third.refusal).toBeNull();
 
-    // Charged 40 times what it reserved, with another request still reserved: refused, far below the limit of 5.
+    // Charged 40 times what it reserved (39,000 per thousand beyond), with another request still reserved.
     await finish(second.recordId, amount * 40n);
-    expect(Number((await keyRow(key.spend_key_id)).overrun)).toBe(1);
-    const refused = await reserve();
+    expect(Number((await keyRow(key.spend_key_id)).overrun)).toBe(39_000);
+    // Spent 0.041, reserved 0.001: a request reserving 0.1 may cost 39 × (0.001 + 0.1) more: 4.081 in all fits in 5.
+    const fits = await reserve(parseMoney('0.1'));
+    expect(fits.refusal).toBeNull();
+    await finish(fits.recordId, 0n);
+    // One reserving 0.2 would fit the limit by its reservation (0.242), not with what may overrun (+7.839).
+    const refused = await reserve(parseMoney('0.2'));
     expect(refused.refusal).toMatchObject({ code: 'spend_limit_reached', message: expect.stringContaining('in flight') });
     expect((await reservations(key.spend_key_id)).map((r) => r.request_pk)).toEqual([third.recordId]);
     expect(BigInt((await keyRow(key.spend_key_id)).reserved_spend)).toBe(amount);
 
     // Nothing in flight any more: admitted, and the overrun is over.
     await finish(third.recordId, amount);
-    const admitted = await reserve();
+    const admitted = await reserve(parseMoney('0.2'));
     expect(admitted.refusal).toBeNull();
     const after = await keyRow(key.spend_key_id);
     expect({ overrun: Number(after.overrun), reserved: BigInt(after.reserved_spend), spend: BigInt(after.current_spend) }).toEqual({
       overrun: 0,
-      reserved: amount,
+      reserved: parseMoney('0.2'),
       spend: amount * 42n,
     });
     await finish(admitted.recordId, 0n);

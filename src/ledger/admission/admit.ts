@@ -59,7 +59,7 @@ export async function admitRequest(storage: Storage, input: AdmitInput): Promise
     const key = await lockedSpendKey(trx, storage.dialect, input, now);
     if (key && isSpendKeyRefusal(key)) return { outcome: 'spend_key_refused', refusal: key };
     const parts = holdParts(input.walletId, input.billing.merchantWalletId, input.estimate);
-    const refused = refusedPart(parts, (walletId) => admittableOf(wallets.get(walletId)!, input.unwritten, input.billing.drawsPlanCredit ?? false));
+    const refused = refusedPart(parts, (walletId, amount) => admittableOf(wallets.get(walletId)!, input.unwritten, input.billing.drawsPlanCredit ?? false, amount));
     if (refused) return { outcome: 'insufficient_balance', payer: refused.payer };
     const recordId = input.requestId;
     if (key) {
@@ -67,7 +67,7 @@ export async function admitRequest(storage: Storage, input: AdmitInput): Promise
       const refusal = await reserveForRequest(trx, key, { recordId, amount, now });
       if (refusal) return { outcome: 'spend_key_refused', refusal };
     }
-    await endOverruns(trx, overrunsEnded(parts, (walletId) => wallets.get(walletId)), wallets);
+    await endOverruns(trx, overrunsEnded(parts, (walletId) => wallets.get(walletId), input.unwritten), wallets);
     const holdIds: string[] = [];
     for (const part of parts) {
       if (part.amount > 0n) {
@@ -121,7 +121,7 @@ export async function admitInTransaction(
       outcomes.push({ outcome: 'spend_key_refused', refusal: key });
       continue;
     }
-    const refused = refusedPart(parts, (walletId) => admittableOf(wallets.get(walletId)!, input.unwritten, input.billing.drawsPlanCredit ?? false));
+    const refused = refusedPart(parts, (walletId, amount) => admittableOf(wallets.get(walletId)!, input.unwritten, input.billing.drawsPlanCredit ?? false, amount));
     if (refused) {
       outcomes.push({ outcome: 'insufficient_balance', payer: refused.payer });
       continue;
@@ -134,7 +134,7 @@ export async function admitInTransaction(
         continue;
       }
     }
-    await endOverruns(trx, overrunsEnded(parts, (walletId) => wallets.get(walletId)), wallets);
+    await endOverruns(trx, overrunsEnded(parts, (walletId) => wallets.get(walletId), input.unwritten), wallets);
     const createdAt = now.toISOString();
     const rows = holdRowsOf(parts, recordId, now, input.ttlMs);
     for (const hold of rows) wallets.get(hold.wallet_id)!.held += hold.amount;

@@ -163,7 +163,7 @@ async function reserveInProcess(storage: Storage, writes: DeferredWrites, parts:
   const { unwritten, walletReads } = writes;
   const walletIds = [...new Set(parts.map((part) => part.walletId))];
   const remembered = walletReads.remembered(storage, walletIds);
-  const refusedIn = (wallets: Map<string, WalletBalance>) => refusedPart(parts, (walletId) => admittableOf(wallets.get(walletId)!, unwritten, drawsPlanCredit));
+  const refusedIn = (wallets: Map<string, WalletBalance>) => refusedPart(parts, (walletId, amount) => admittableOf(wallets.get(walletId)!, unwritten, drawsPlanCredit, amount));
   const reserve = () => {
     for (const part of parts) unwritten.reserve(part.walletId, part.amount);
   };
@@ -177,9 +177,10 @@ async function reserveInProcess(storage: Storage, writes: DeferredWrites, parts:
     const wallets = new Map(rows.map((row) => [row.id, row]));
     walletReads.remember(storage, wallets);
     const refusal = refusedIn(wallets);
+    // Read before this request's own parts are reserved: only an overrun with nothing in flight ends.
+    const ended = refusal ? [] : overrunsEnded(parts, (walletId) => wallets.get(walletId), unwritten);
     // Reserved before the connection is let go: no other decision sees these wallets without them.
     if (!refusal) reserve();
-    const ended = refusal ? [] : overrunsEnded(parts, (walletId) => wallets.get(walletId));
     if (ended.length > 0) await db.executeQuery(CompiledQuery.raw(`update wallets set overrun = 0 where id in (${ended.map(() => '?').join(', ')})`, ended));
     return refusal;
   });

@@ -209,7 +209,7 @@ async function settleInTransaction(trx: Transaction<Database>, dialect: Storage[
 
   const leaseShrinks = new Map<Lease, bigint>();
   /** Wallets a member cost more than it held on them (decision 0019). */
-  const overrun = new Set<WalletRow>();
+  const overrun = new Map<WalletRow, number>();
   const changes = new BalanceChanges();
   for (const [i, input] of inputs.entries()) {
     const { priced, customerWallet, merchantWallet } = posted[i]!;
@@ -223,7 +223,7 @@ async function settleInTransaction(trx: Transaction<Database>, dialect: Storage[
       input.merged
         ? input.merged.holds.filter((hold) => hold.wallet_id === wallet.id).reduce((sum, hold) => sum + hold.amount, 0n)
         : input.holdIds.reduce((sum, holdId) => (releasedById.get(holdId)!.wallet_id === wallet.id ? sum + BigInt(releasedById.get(holdId)!.amount) : sum), 0n);
-    for (const wallet of overrunWallets(priced, customerWallet, merchantWallet, heldOn)) overrun.add(wallet);
+    for (const [wallet, excess] of overrunWallets(priced, customerWallet, merchantWallet, heldOn)) overrun.set(wallet, Math.max(excess, overrun.get(wallet) ?? 0));
     changes.noteCharge(charges[i]!, priced, customerWallet, merchantWallet, input.holdIds.length > 0);
   }
 
@@ -235,7 +235,7 @@ async function settleInTransaction(trx: Transaction<Database>, dialect: Storage[
       cycle_credit: wallet.cycle_credit,
       bundle_credit: wallet.bundle_credit,
       held: wallet.held,
-      overrun: overrun.has(wallet) ? 1 : Number(wallet.overrun ?? 0),
+      overrun: overrun.get(wallet) ?? Number(wallet.overrun ?? 0),
     }));
   const leases: BatchWrite = {
     update: 'holds',
@@ -309,8 +309,9 @@ function settleLeasedShares(write: AdmissionWrite, price: PricedRequest, custome
     const cost = (wallet === customerWallet ? price.totals.wallet : 0n) + (wallet === merchantWallet ? price.totals.merchant : 0n);
     const beyond = cost - hold.amount;
     const extra = beyond <= 0n ? 0n : beyond < lease.free ? beyond : lease.free;
-    // An overrun wallet admits nothing more until what is in flight has settled (decision 0019):
-    // nothing more is taken from this lease, and the next admission is decided in the database.
+    // An overrun wallet's admissions count what its requests in flight may overrun (decision 0025),
+    // which a lease's slice cannot: nothing more is taken from this lease, and the next admission
+    // is decided in the database.
     if (beyond > 0n) markLeaseLost(lease);
     lease.free -= extra;
     wallet.held -= hold.amount + extra;
