@@ -1,6 +1,7 @@
 import { Command, InvalidArgumentError, Option } from 'commander';
 import { ConfigError, loadConfig, type Config } from '../config.ts';
 import { formatMoney, MAX_AMOUNT_UNITS, MoneyFormatError, parseMoney } from '../domain/money.ts';
+import { isValidEmail } from '../domain/email.ts';
 import { BUCKET_ORDER, type Bucket } from '../ledger/accounts.ts';
 import { creditWallet, WalletBalanceLimitError } from '../ledger/wallets.ts';
 import { openStorage, type Storage } from '../storage/db.ts';
@@ -52,6 +53,7 @@ admin
   .addOption(new Option('--print <field>', 'print only this field, e.g. for VAR=$(…) in a script').choices(['merchant_id', 'secret_key', 'wallet_id']))
   .action(async (opts: { name: string; email?: string; password?: string; json?: boolean; print?: string }) => {
     if ((opts.email === undefined) !== (opts.password === undefined)) fail('Give --email and --password together, or neither.');
+    if (opts.email !== undefined && !isValidEmail(opts.email.trim())) fail(`${opts.email} is not a valid email address.`);
     await withStorage(async (storage) => {
       await migrateToLatest(storage);
       const { merchant, secretKey } = await createMerchant(storage, opts).catch((e: unknown) => {

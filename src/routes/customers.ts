@@ -1,5 +1,6 @@
 import { z } from 'zod';
 import { dateOf } from '../domain/clock.ts';
+import { isValidEmail } from '../domain/email.ts';
 import { formatMoney, parseMoney } from '../domain/money.ts';
 import { grantCredit, WalletBalanceLimitError } from '../ledger/wallets.ts';
 import { principalOf } from '../http/auth.ts';
@@ -34,7 +35,7 @@ const customerFields = {
   name: text(255).nullable().optional(),
   first_name: text(255).nullable().optional(),
   last_name: text(255).nullable().optional(),
-  email: z.email().max(320).nullable().optional(),
+  email: z.string().trim().refine(isValidEmail, 'must be a valid email address').nullable().optional(),
   phone: text(32).nullable().optional(),
   metadata: metadataSchema.nullable().optional(),
 };

@@ -11,6 +11,7 @@ import {
 } from '../commerce/checkout.ts';
 import type { PurchaseDeps } from '../commerce/subscriptions.ts';
 import { dateOf } from '../domain/clock.ts';
+import { isValidEmail } from '../domain/email.ts';
 import { MAX_AMOUNT_UNITS, MoneyFormatError, parseMoney } from '../domain/money.ts';
 import { paymentProviderUnavailable } from '../http/error-handler.ts';
 import { PROVIDER_RETRY_AFTER_S } from '../payments/types.ts';
@@ -114,7 +115,7 @@ async function payInput(deps: PurchaseDeps, session: CheckoutSessionRow, form: F
   }
   const [first, ...rest] = (form.name ?? '').trim().split(/\s+/).filter(Boolean);
   const email = (form.email ?? '').trim();
-  if (email && !/^[^\s@]+@[^\s@]+\.[^\s@]+$/.test(email)) return 'Enter a valid email address, or leave it empty.';
+  if (email && !isValidEmail(email)) return 'Enter a valid email address, or leave it empty.';
   const details = Object.fromEntries(deps.payments.checkoutFields.map((f) => [f.name, form[f.name] ?? '']));
   return {
     session,

@@ -1,4 +1,5 @@
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
+import { isValidEmail } from '../domain/email.ts';
 import { nowOf, type AppDeps } from '../http/types.ts';
 import { isUniqueViolation } from '../storage/errors.ts';
 import { createMerchant, findMerchantByEmail, normalizedEmail, verifyPassword } from '../storage/merchants.ts';
@@ -107,7 +108,7 @@ export function registerSignInRoutes(app: FastifyInstance, deps: AppDeps): void 
     const password = form.password ?? '';
     const problem = !name
       ? 'Enter a business name.'
-      : !/^[^\s@]+@[^\s@]+$/.test(email)
+      : !isValidEmail(email)
         ? 'Enter a valid email address.'
         : password.length < MIN_PASSWORD_LENGTH
           ? `Choose a password of at least ${MIN_PASSWORD_LENGTH} characters.`

@@ -109,6 +109,32 @@ describe.each(databasesUnderTest())('published Lava client: interface fidelity o
     expect(response.headers.get('x-tollgate-request-id')).toBe(requestId);
     expect(await g.t.settledRecord(requestId)).toMatchObject({ request_id: requestId, customer_id: customerId, status: 'completed' });
   });
+  it('takes the emails the HTML standard does, IDN domains included, on create, update and the checkout form', async () => {
+    const lava = client(g.t.merchant.secretKey);
+    const short = await lava.customers.create({ email: 'a@b.c' });
+    expect(short.contact.email).toBe('a@b.c');
+    const idn = await lava.customers.update(short.customer_id, { email: 'user@bücher.example' });
+    expect(idn.contact.email).toBe('user@bücher.example');
+    for (const bad of ['a@b..c', 'user@bü cher.example', '"quoted"@example.com']) {
+      await expect(lava.customers.create({ email: bad })).rejects.toThrow(/^Lava API Error: 400 .*"code":"validation_error".*"path":\["email"\]/);
+      await expect(lava.customers.update(short.customer_id, { email: bad })).rejects.toThrow(/^Lava API Error: 400 .*"path":\["email"\]/);
+    }
+
+    // The hosted checkout applies the same rule to the email a new customer types.
+    const pay = async (email: string) => {
+      const session = await lava.checkoutSessions.create({ checkout_mode: 'onboarding', origin_url: 'https://shop.example.com' } as unknown as Parameters<Lava['checkoutSessions']['create']>[0]);
+      const form = new URLSearchParams({ token: session.checkout_session_token, amount: '1', email, card_number: '4242424242424242' });
+      const res = await fetch(`${g.base}/checkout/pay`, { method: 'POST', headers: { 'content-type': 'application/x-www-form-urlencoded' }, body: form.toString() });
+      return { status: res.status, body: await res.text(), sessionId: session.checkout_session_id };
+    };
+    const refused = await pay('a@b..c');
+    expect(refused.status).toBe(400);
+    expect(refused.body).toContain('Enter a valid email address');
+    const paid = await pay('user@bücher.example');
+    expect(paid.status, paid.body).toBe(200);
+    const customers = await lava.customers.list({ limit: 1 });
+    expect(customers.data[0]!.contact.email).toBe('user@bücher.example');
+  });
 });
 
 /** Polls `read` (every 10 ms, for at most 2 s) until `done` holds for its answer. */

@@ -38,6 +38,24 @@ describe('tollgate CLI', () => {
     expect(unknown.stderr.trim()).toBe('No merchant with id mer_nope.');
   });
 
+  it('create-merchant takes the login emails the HTML standard does (IDN domains too) and refuses others', async () => {
+    const { url } = await freshDatabase('sqlite');
+    const env = { DATABASE_URL: url };
+    const login = (email: string) => ['admin', 'create-merchant', '--name', 'Mail', '--email', email, '--password', 'correct horse battery', '--json'];
+    const [short, idn, bad] = await Promise.all([tollgate(login('a@b.c'), env), tollgate(login('ops@bücher.example'), env), tollgate(login('ops at example.com'), env)]);
+    expect(short.code, short.stderr).toBe(0);
+    expect(idn.code, idn.stderr).toBe(0);
+    expect(bad.code).not.toBe(0);
+    expect(bad.stderr.trim()).toBe('ops at example.com is not a valid email address.');
+    const storage = openStorage(url);
+    try {
+      const emails = (await storage.db.selectFrom('merchants').select('email').where('email', 'is not', null).execute()).map((m) => m.email);
+      expect(emails.sort()).toEqual(['a@b.c', 'ops@bücher.example']);
+    } finally {
+      await storage.close();
+    }
+  });
+
   describe.each(databasesUnderTest())('on %s', (dialect) => {
     it('creates a merchant, credits its wallet exactly, and acts on the database DATABASE_URL names', async () => {
       const { url } = await freshDatabase(dialect);
