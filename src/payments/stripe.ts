@@ -1,4 +1,5 @@
 import Stripe from 'stripe';
+import { z } from 'zod';
 import { ProviderUnavailableError, type ChargeInput, type ChargeOutcome, type CheckoutDetails, type CheckoutField, type PaymentProvider, type ProviderEvent, type ProviderPaymentState, type SavedMethod } from './types.ts';
 
 /**
@@ -128,16 +129,23 @@ export class StripePaymentProvider implements PaymentProvider {
 
   /** Verifies a webhook delivery with the package's own signature check, at the app's time `nowMs`. */
   verifyEvent(rawBody: Buffer, signature: string | undefined, nowMs: number): ProviderEvent {
-    if (!signature) throw new InvalidProviderEvent('The Stripe-Signature header is missing.');
+    const problem = stripeSignatureHeaderProblem(signature, nowMs);
+    if (problem) throw new InvalidProviderEvent(problem);
     let event: Stripe.Event;
     try {
-      event = this.#stripe.webhooks.constructEvent(rawBody, signature, this.#settings.webhookSecret, undefined, undefined, nowMs);
+      event = this.#stripe.webhooks.constructEvent(rawBody, signature!, this.#settings.webhookSecret, SIGNATURE_TOLERANCE_S, undefined, nowMs);
     } catch (e) {
-      throw new InvalidProviderEvent(e instanceof Error ? e.message : 'The signature does not match.');
+      // Our own words: the package's messages (and a JSON parser's, for a signed body that is not
+      // JSON) describe its internals, not the delivery.
+      throw new InvalidProviderEvent(
+        e instanceof Stripe.errors.StripeSignatureVerificationError ? 'The signature does not match the body.' : 'The signed body is not a JSON Stripe event.',
+      );
     }
-    const object = event.data.object as { object?: string; id?: string };
+    const parsed = stripeEventShape.safeParse(event);
+    if (!parsed.success) throw new InvalidProviderEvent('The signed body is not a Stripe event (it needs an id, a type and data.object).');
+    const object = parsed.data.data.object;
     const paymentRef = object.object === 'payment_intent' && typeof object.id === 'string' ? object.id : null;
-    return { id: event.id, type: event.type, paymentRef };
+    return { id: parsed.data.id, type: parsed.data.type, paymentRef };
   }
 
   /**
@@ -157,8 +165,35 @@ export class StripePaymentProvider implements PaymentProvider {
   }
 }
 
-/** A webhook delivery whose signature does not verify. */
+/** A webhook delivery whose signature does not verify, or whose signed body is not an event. */
 class InvalidProviderEvent extends Error {}
+
+/** How far a signature's timestamp may be from now, either way: Stripe's documented five minutes. */
+export const SIGNATURE_TOLERANCE_S = 300;
+
+const stripeEventShape = z.object({
+  id: z.string().min(1),
+  type: z.string().min(1),
+  data: z.object({ object: z.looseObject({ id: z.unknown().optional(), object: z.unknown().optional() }) }),
+});
+
+/**
+ * What is wrong with a Stripe-Signature header on its face, or null: checked before the body is
+ * read, so a delivery that cannot be Stripe's costs no upload. It must carry a timestamp `t=`
+ * within five minutes of now, either way (the `stripe` package only refuses old ones), and at
+ * least one `v1=` signature (a hex SHA-256 HMAC).
+ */
+export function stripeSignatureHeaderProblem(header: string | undefined, nowMs: number): string | null {
+  if (!header) return 'The Stripe-Signature header is missing.';
+  const pairs = header.split(',').map((item) => item.split('='));
+  const timestamp = pairs.find(([key]) => key === 't')?.[1];
+  const signed = pairs.some(([key, value]) => key === 'v1' && /^[0-9a-f]{64}$/.test(value ?? ''));
+  if (timestamp === undefined || !/^\d{1,12}$/.test(timestamp) || !signed) {
+    return 'The Stripe-Signature header is malformed: it needs t=<timestamp> and v1=<signature>.';
+  }
+  if (Math.abs(nowMs / 1000 - Number(timestamp)) > SIGNATURE_TOLERANCE_S) return 'The Stripe-Signature timestamp is more than 5 minutes from now.';
+  return null;
+}
 
 /** Whole cents, or null when the amount has a fraction of a cent (Stripe charges whole minor units). */
 function centsOf(amount: bigint): bigint | null {

@@ -18,6 +18,9 @@ const credentials = z.object({
 
 const OUTCOME_ERRORS = { unknown: 'auth_code_invalid', used: 'auth_code_used', expired: 'auth_code_expired' } as const;
 
+/** `{"code": "…"}`: a body of a few dozen bytes; more is refused unread. */
+const CALLBACK_BODY_LIMIT = 4 * 1024;
+
 /** Per client address: the code has 256 random bits, this only keeps floods off the database. */
 const EXCHANGES_PER_MINUTE = 60;
 
@@ -30,10 +33,11 @@ export function registerAuthCallbackRoute(app: App, deps: AppDeps): void {
     '/auth/callback',
     {
       config: { public: true },
+      bodyLimit: CALLBACK_BODY_LIMIT,
       schema: {
         tags: ['auth'],
         security: [],
-        description: 'Exchanges a one-time CLI authorization code (60 s, single use) for a new secret key.',
+        description: 'Exchanges a one-time CLI authorization code (60 s, single use) for a new secret key. Bodies over 4 KiB are refused (413 payload_too_large).',
         body,
         response: {
           200: credentials,

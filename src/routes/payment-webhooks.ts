@@ -2,11 +2,18 @@ import { z } from 'zod';
 import { processProviderEvent } from '../commerce/provider-events.ts';
 import type { PurchaseDeps } from '../commerce/subscriptions.ts';
 import { ApiError } from '../http/errors.ts';
+import { stripeSignatureHeaderProblem } from '../payments/stripe.ts';
 import { errorResponse } from '../http/schemas.ts';
 import type { App } from '../http/types.ts';
 import { presentCustomer } from './customers.ts';
 
-const MAX_EVENT_BYTES = 1024 * 1024;
+/**
+ * The largest delivery read. Stripe documents no byte limit for an event; a PaymentIntent event,
+ * the only kind this route acts on, is a few KB (its metadata at most 50 pairs of 500 characters,
+ * about 40 KB), so 512 KiB leaves ample room and keeps what an unauthenticated caller can make the
+ * process hold small.
+ */
+export const MAX_EVENT_BYTES = 512 * 1024;
 
 const receivedSchema = z.object({
   received: z.literal(true),
@@ -25,15 +32,25 @@ export function registerPaymentWebhookRoutes(app: App, deps: PurchaseDeps): void
   const verify = payments.verifyEvent.bind(payments);
   app.removeAllContentTypeParsers();
   app.addContentTypeParser('*', { parseAs: 'buffer', bodyLimit: MAX_EVENT_BYTES }, (_request, body, done) => done(null, body));
+  // Before the body is read (onRequest runs before parsing): a delivery without a well-formed,
+  // current signature header cannot be Stripe's, so its upload is never taken.
+  app.addHook('onRequest', async (request) => {
+    const signature = request.headers['stripe-signature'];
+    const problem = stripeSignatureHeaderProblem(typeof signature === 'string' ? signature : undefined, deps.clock.now());
+    if (problem) throw new ApiError('webhook_signature_invalid', problem);
+  });
 
   app.post(
     '/payments/stripe/webhook',
     {
       config: { public: true },
+      bodyLimit: MAX_EVENT_BYTES,
       schema: {
         tags: ['payments'],
         security: [],
         summary: "Stripe's webhook events (configure this URL in Stripe with the events payment_intent.*)",
+        description:
+          'The Stripe-Signature header is checked before the body is read: its timestamp must be within 5 minutes of now, either way. Bodies over 512 KiB are refused (413 payload_too_large).',
         headers: z.object({ 'stripe-signature': z.string().optional() }),
         response: {
           200: receivedSchema,

@@ -33,10 +33,15 @@ const CHECKOUT_SCRIPT = '/checkout/assets/checkout.js';
 const MAX_TOPUP = parseMoney('10000');
 
 type Form = Record<string, string>;
+
+/** The checkout form: the session token, an amount, a name, an email and the provider's fields. */
+export const CHECKOUT_FORM_LIMIT = 8 * 1024;
 type Opened = { session: CheckoutSessionRow; token: string };
 
 export function registerCheckoutPage(app: FastifyInstance, deps: PurchaseDeps): void {
-  app.addContentTypeParser('application/x-www-form-urlencoded', { parseAs: 'string', bodyLimit: 16 * 1024 }, (_request, body, done) => {
+  // The checkout form and nothing else: other bodies are refused (415) unread.
+  app.removeAllContentTypeParsers();
+  app.addContentTypeParser('application/x-www-form-urlencoded', { parseAs: 'string', bodyLimit: CHECKOUT_FORM_LIMIT }, (_request, body, done) => {
     done(null, Object.fromEntries(new URLSearchParams(String(body))));
   });
 
@@ -53,7 +58,7 @@ export function registerCheckoutPage(app: FastifyInstance, deps: PurchaseDeps): 
     return page(deps, reply, opened.session, await checkoutForm(deps, opened, null));
   });
 
-  app.post<{ Body: Form }>('/checkout/pay', { config: { public: true }, schema: { hide: true } }, async (request, reply) => {
+  app.post<{ Body: Form }>('/checkout/pay', { config: { public: true }, bodyLimit: CHECKOUT_FORM_LIMIT, schema: { hide: true } }, async (request, reply) => {
     const form = request.body ?? {};
     const opened = await open(deps, form.token, reply);
     if (!opened) return reply;
@@ -62,7 +67,7 @@ export function registerCheckoutPage(app: FastifyInstance, deps: PurchaseDeps): 
     return showResult(deps, request, reply, opened, await payCheckout(deps, input), form);
   });
 
-  app.post<{ Body: Form }>('/checkout/confirm', { config: { public: true }, schema: { hide: true } }, async (request, reply) => {
+  app.post<{ Body: Form }>('/checkout/confirm', { config: { public: true }, bodyLimit: CHECKOUT_FORM_LIMIT, schema: { hide: true } }, async (request, reply) => {
     const form = request.body ?? {};
     const opened = await open(deps, form.token, reply);
     if (!opened) return reply;

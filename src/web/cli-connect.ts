@@ -5,6 +5,7 @@ import { findMerchant } from '../storage/merchants.ts';
 import { html } from './html.ts';
 import { sendPage } from './layout.ts';
 import { assertCsrf, csrfTokenFor, loadSession, WebError } from './session.ts';
+import { CREDENTIALS_FORM_LIMIT } from './sign-in.ts';
 
 type ConnectParams = { state: string; port: number };
 
@@ -34,7 +35,7 @@ export function registerCliConnectRoutes(app: FastifyInstance, deps: AppDeps): v
     return approvalPage(request, reply, params, merchant?.name ?? session.merchantId);
   });
 
-  app.post('/auth/connect', async (request, reply) => {
+  app.post('/auth/connect', { bodyLimit: CREDENTIALS_FORM_LIMIT }, async (request, reply) => {
     const session = await loadSession(deps, request);
     if (!session) throw new WebError(401, 'Your session ended. Sign in and run the login command again.');
     assertCsrf(request);

@@ -11,6 +11,7 @@ import { sendPage } from './layout.ts';
 import { registerSignInRoutes } from './sign-in.ts';
 import { WebError } from './session.ts';
 
+/** The largest dashboard form (a plan with its description, a webhook's settings). */
 const FORM_BODY_LIMIT = 64 * 1024;
 
 /**
@@ -21,9 +22,13 @@ export async function registerWebRoutes(app: FastifyInstance, deps: AppDeps): Pr
   const cookieSecret = await serverSecret(deps.storage, 'cookie_signing');
   await app.register(async (web) => {
     // Pages are not API operations: none of them belongs in the OpenAPI document.
+    // Pages take URL-encoded forms and nothing else: any other body is refused (415) unread, and
+    // each route reads at most its own limit (the sign-in forms a few KB), not the API's 10 MiB.
     web.addHook('onRoute', (route) => {
       route.schema = { ...route.schema, hide: true };
+      route.bodyLimit ??= FORM_BODY_LIMIT;
     });
+    web.removeAllContentTypeParsers();
     await web.register(fastifyCookie, { secret: cookieSecret });
     await web.register(fastifyFormbody, { bodyLimit: FORM_BODY_LIMIT });
     web.setErrorHandler((error, request, reply) => {

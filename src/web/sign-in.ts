@@ -73,13 +73,16 @@ async function lockoutOf(deps: AppDeps, email: string, ip: string): Promise<stri
   return null;
 }
 
+/** Email, password, business name, CSRF token and `next`: a few hundred bytes filled in. */
+export const CREDENTIALS_FORM_LIMIT = 4 * 1024;
+
 export function registerSignInRoutes(app: FastifyInstance, deps: AppDeps): void {
   app.get('/dashboard/sign-in', async (request, reply) => {
     if (await loadSession(deps, request)) return reply.redirect(safeNextPath((request.query as Form).next));
     return credentialsPage(request, reply, deps, 'sign-in');
   });
 
-  app.post('/dashboard/sign-in', async (request, reply) => {
+  app.post('/dashboard/sign-in', { bodyLimit: CREDENTIALS_FORM_LIMIT }, async (request, reply) => {
     assertCsrf(request);
     const form = formOf(request);
     const email = normalizedEmail(form.email ?? '');
@@ -99,7 +102,7 @@ export function registerSignInRoutes(app: FastifyInstance, deps: AppDeps): void 
     return credentialsPage(request, reply, deps, 'sign-up');
   });
 
-  app.post('/dashboard/sign-up', async (request, reply) => {
+  app.post('/dashboard/sign-up', { bodyLimit: CREDENTIALS_FORM_LIMIT }, async (request, reply) => {
     if (!deps.config.dashboardSignup) return signUpClosed(reply);
     assertCsrf(request);
     const form = formOf(request);
@@ -125,7 +128,7 @@ export function registerSignInRoutes(app: FastifyInstance, deps: AppDeps): void 
     return reply.redirect('/dashboard', 303);
   });
 
-  app.post('/dashboard/sign-out', async (request, reply) => {
+  app.post('/dashboard/sign-out', { bodyLimit: CREDENTIALS_FORM_LIMIT }, async (request, reply) => {
     await loadSession(deps, request);
     assertCsrf(request);
     await endSession(deps, request, reply);

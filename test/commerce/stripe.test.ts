@@ -1,3 +1,4 @@
+import type { AddressInfo } from 'node:net';
 import Stripe from 'stripe';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { ConfigError, loadConfig } from '../../src/config.ts';
@@ -8,6 +9,7 @@ import { createPaymentProvider } from '../../src/payments/index.ts';
 import { StripePaymentProvider } from '../../src/payments/stripe.ts';
 import { TestPaymentProvider } from '../../src/payments/test-provider.ts';
 import type { Storage } from '../../src/storage/db.ts';
+import { refusedBeforeUpload } from '../helpers/uploads.ts';
 import { TestClock } from '../helpers/clock.ts';
 import { eventsOfType, walletBuckets } from '../helpers/commerce.ts';
 import { databasesUnderTest } from '../helpers/databases.ts';
@@ -76,6 +78,10 @@ describe.each(databasesUnderTest())('Stripe adapter on %s', (dialect) => {
   /** A Stripe event about a PaymentIntent, as Stripe would deliver it, signed at the app's time. */
   function signedEvent(id: string, type: string, intentId: string, opts: { secret?: string; ageSeconds?: number } = {}) {
     const payload = JSON.stringify({ id, object: 'event', type, api_version: Stripe.API_VERSION, created: Math.floor(clock.now() / 1000), data: { object: { id: intentId, object: 'payment_intent' } } });
+    return signedBody(payload, opts);
+  }
+  /** Any body, signed as Stripe signs a delivery (`ageSeconds` below 0: dated in the future). */
+  function signedBody(payload: string, opts: { secret?: string; ageSeconds?: number } = {}) {
     const header = Stripe.webhooks.generateTestHeaderString({ payload, secret: opts.secret ?? WEBHOOK_SECRET, timestamp: Math.floor(clock.now() / 1000) - (opts.ageSeconds ?? 0) });
     return { payload, header };
   }
@@ -233,16 +239,48 @@ describe.each(databasesUnderTest())('Stripe adapter on %s', (dialect) => {
       { payload: good.payload, header: '' },
       signedEvent('evt_forged', 'payment_intent.succeeded', payment.provider_ref!, { secret: 'whsec_someone_else' }),
       signedEvent('evt_forged', 'payment_intent.succeeded', payment.provider_ref!, { ageSeconds: 600 }),
+      // Stripe's tolerance is five minutes either way: an hour ahead is as stale as an hour old.
+      signedEvent('evt_forged', 'payment_intent.succeeded', payment.provider_ref!, { ageSeconds: -3600 }),
+      signedEvent('evt_forged', 'payment_intent.succeeded', payment.provider_ref!, { ageSeconds: -301 }),
+      { payload: good.payload, header: 't=abc,v1=zz' },
       { payload: good.payload.replace('"evt_forged"', '"evt_tampered"'), header: good.header },
     ]) {
       const res = await deliver(bad);
       expect(res.statusCode).toBe(400);
       expect(res.json().error.code).toBe('webhook_signature_invalid');
     }
-    expect(await walletOfSession(s.id)).toBeUndefined();
+    // Within the tolerance ahead (clocks differ a little) is Stripe's.
+    expect((await deliver(signedEvent('evt_slightly_ahead', 'payment_intent.succeeded', payment.provider_ref!, { ageSeconds: -200 }))).statusCode).toBe(200);
     expect(await storage.db.selectFrom('provider_events').select('event_id').where('event_id', 'in', ['evt_forged', 'evt_tampered']).execute()).toEqual([]);
     // The route is documented, without an API key.
     const doc = (await app.inject({ method: 'GET', url: '/v1/openapi.json' })).json();
     expect(doc.paths['/v1/payments/stripe/webhook'].post.security).toEqual([]);
+  });
+
+  it("answers a signed body that is not an event with its own words, never a parser's error text", async () => {
+    for (const payload of ['{"id": "evt_1", ', 'null', '[]', '{"id":"evt_no_data","type":"payment_intent.succeeded"}', '{"id":"evt_x","type":"t","data":{"object":"text"}}']) {
+      const res = await deliver(signedBody(payload));
+      expect(res.statusCode, payload).toBe(400);
+      const error = res.json().error as { code: string; message: string };
+      expect(error.code).toBe('webhook_signature_invalid');
+      expect(error.message, payload).toMatch(/^The signed body is not a (JSON )?Stripe event/);
+      expect(error.message, payload).not.toMatch(/JSON at position|Unexpected|undefined|Cannot read|property/i);
+    }
+  });
+
+  it('refuses a delivery over 512 KiB, and one without a usable signature header before reading its body', async () => {
+    const event = (pad: number) => signedBody(JSON.stringify({ id: 'evt_big', type: 'customer.updated', data: { object: { id: 'cus_x', object: 'customer', pad: 'x'.repeat(pad) } } }));
+    const tooLarge = await deliver(event(512 * 1024));
+    expect(tooLarge.statusCode).toBe(413);
+    expect(tooLarge.json().error.code).toBe('payload_too_large');
+    const fits = await deliver(event(500 * 1024));
+    expect(fits.statusCode, fits.body).toBe(200);
+    await app.listen({ port: 0, host: '127.0.0.1' });
+    const base = `http://127.0.0.1:${(app.server.address() as AddressInfo).port}`;
+    for (const header of [undefined, 't=1,v1=00', `t=${Math.floor(clock.now() / 1000) + 3600},v1=${'0'.repeat(64)}`]) {
+      const early = await refusedBeforeUpload(`${base}/v1/payments/stripe/webhook`, header ? { 'stripe-signature': header } : {});
+      expect(early.status).toBe(400);
+      expect(JSON.parse(early.body).error.code).toBe('webhook_signature_invalid');
+    }
   });
 });
