@@ -97,10 +97,11 @@ const rewriteOperation: Operation = {
   tags: ['gateway'],
   summary: 'Call a provider in another chat format (rewrite proxy)',
   description:
-    "The request body in the client's format (`openai` Chat Completions, `anthropic` Messages, `google` generateContent) is translated " +
+    "The request body in the client's format (`openai` Chat Completions, or the Responses API when the URL ends in `/responses`; " +
+    '`anthropic` Messages; `google` generateContent) is translated ' +
     "to the provider's, and the answer (JSON, error or event stream) back; admission, metering and billing are /v1/forward's. " +
     'Fields that cannot be translated are refused with `untranslatable_request`, naming each; `bedrock` is `unsupported_format`. ' +
-    'Rules: docs/decisions/0022-rewrite-proxy.md. ' +
+    'Rules: docs/decisions/0022-rewrite-proxy.md and 0028-rewrite-endpoints-and-responses.md. ' +
     credentialNote,
   parameters: [
     { name: 'format', in: 'path', required: true, description: "The client's format.", schema: { type: 'string', enum: ['openai', 'anthropic', 'google'] } },
@@ -108,7 +109,9 @@ const rewriteOperation: Operation = {
       name: 'providerUrl',
       in: 'path',
       required: true,
-      description: "The provider's chat endpoint or base URL, raw (`https://api.openai.com/v1/chat/completions`) or without scheme; may contain slashes.",
+      description:
+        "The provider's chat endpoint or base URL (with or without its version), raw (`https://api.openai.com/v1/chat/completions`) or without scheme, " +
+        "followed by the path the client's SDK appends; may contain slashes.",
       schema: { type: 'string' },
     },
     { name: 'metadata', in: 'query', required: false, description: 'JSON object of metadata recorded on the request.', schema: { type: 'string' } },

@@ -9,8 +9,12 @@ import type { Issue } from '../../http/errors.ts';
 export const REWRITE_FORMATS = ['openai', 'anthropic', 'google'] as const;
 export type RewriteFormat = (typeof REWRITE_FORMATS)[number];
 
-/** The API a client speaks: a format's own (`openai` is Chat Completions). */
-export type ClientApi = RewriteFormat;
+/**
+ * The API a client speaks: a format's own (`openai` is Chat Completions), or OpenAI's Responses
+ * API, which clients of the `openai` format reach at `/responses` and which is read and written
+ * only on the client's side (a provider is called in its format's chat API).
+ */
+export type ClientApi = RewriteFormat | 'responses';
 
 export type JsonObject = Record<string, unknown>;
 

@@ -1,7 +1,7 @@
 /**
  * Where a rewrite call goes. A client SDK given `/v1/rewrite/<format>/<provider base>` as its base
  * URL appends its own path, and SDKs differ in what they append: `/v1/messages` (@anthropic-ai/sdk)
- * or `/messages` (@ai-sdk/anthropic), `/chat/completions` (OpenAI clients),
+ * or `/messages` (@ai-sdk/anthropic), `/chat/completions` or `/responses` (OpenAI clients),
  * `/v1/models/…` or `/v1beta/models/…` (@google/genai, by API version). Users write the provider
  * base with or without its version and with trailing slashes. So the client's path is taken off,
  * what is left is matched against the provider's own base paths (any API-version segments left
@@ -19,6 +19,7 @@ export type ClientCall = { api: ClientApi; base: URL; model: string; stream: boo
 const CLIENT_PATHS: Record<RewriteFormat, readonly { api: ClientApi; suffix: RegExp }[]> = {
   openai: [
     { api: 'openai', suffix: /\/chat\/completions\/*$/ },
+    { api: 'responses', suffix: /\/responses\/*$/ },
   ],
   anthropic: [{ api: 'anthropic', suffix: /(?:\/v1)?\/messages\/*$/ }],
   google: [{ api: 'google', suffix: /(?:\/v1(?:beta|alpha)?)?\/models\/([^/:]+):(generateContent|streamGenerateContent)$/ }],

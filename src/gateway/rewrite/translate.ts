@@ -36,7 +36,8 @@ import {
   writeGoogleResponse,
 } from './google-response.ts';
 import { readOpenAIRequest, writeOpenAIRequest } from './openai-request.ts';
-
+import { readResponsesRequest } from './responses-request.ts';
+import { createResponsesStreamEncoder, writeResponsesResponse } from './responses-response.ts';
 import {
   createOpenAIStreamDecoder,
   createOpenAIStreamEncoder,
@@ -95,8 +96,16 @@ export const CODECS: Record<RewriteFormat, Codec> = {
 /** What a client's side of a translation needs: its request read, its answers written. */
 export type ClientCodec = Pick<Codec, 'readRequest' | 'writeResponse' | 'writeError' | 'streamEncoder'>;
 
-/** Every API a client may speak. */
-const CLIENT_CODECS: Record<ClientApi, ClientCodec> = CODECS;
+/** Every API a client may speak: the three formats, and OpenAI's Responses API (a client only). */
+const CLIENT_CODECS: Record<ClientApi, ClientCodec> = {
+  ...CODECS,
+  responses: {
+    readRequest: (body, _call, problems) => readResponsesRequest(body, problems),
+    writeResponse: writeResponsesResponse,
+    writeError: writeOpenAIError,
+    streamEncoder: createResponsesStreamEncoder,
+  },
+};
 
 export type TranslatedRequest = { request: ChatRequest; body: JsonObject };
 
