@@ -89,7 +89,16 @@ function sameText(a: string, b: string): boolean {
   return ab.length === bb.length && timingSafeEqual(ab, bb);
 }
 
-/** Only a path on this site may be a post-sign-in destination (never `//evil.example`). */
+/**
+ * Only a path on this site may be a post-sign-in destination (never `//evil.example`). It becomes
+ * a Location header, which holds visible ASCII only: anything else (non-ASCII, spaces, CR, LF,
+ * NUL) is percent-encoded, and a path that cannot be (a lone surrogate) is not used.
+ */
 export function safeNextPath(next: unknown): string {
-  return typeof next === 'string' && /^\/(?![/\\])/.test(next) && next.length <= 2000 ? next : '/dashboard';
+  if (typeof next !== 'string' || !/^\/(?![/\\])/.test(next) || next.length > 2000) return '/dashboard';
+  try {
+    return next.replace(/[^\x21-\x7e]/gu, (c) => encodeURIComponent(c));
+  } catch {
+    return '/dashboard';
+  }
 }

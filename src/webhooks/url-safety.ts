@@ -43,8 +43,19 @@ export function addressProblem(address: string, policy: UrlPolicy): string | nul
   const parsed = literalAddress(address);
   if (!parsed) return 'is not an IP address';
   const range = parsed.range();
+  if (isIpv4Compatible(parsed)) return `is an IPv4-compatible IPv6 address (${parsed.toString()}), which webhooks may not call`;
   if (range === 'unicast' || (range === 'loopback' && policy.allowHttpLoopback)) return null;
   return `points at a ${range} address (${parsed.toString()}), which webhooks may not call`;
+}
+
+/**
+ * ::a.b.c.d (::/96 besides :: and ::1): deprecated, and ipaddr.js calls it unicast, though
+ * [::127.0.0.1], which URL writes [::7f00:1], carries a loopback address.
+ */
+function isIpv4Compatible(address: ipaddr.IPv4 | ipaddr.IPv6): boolean {
+  if (address.kind() !== 'ipv6') return false;
+  const parts = (address as ipaddr.IPv6).parts;
+  return parts.slice(0, 6).every((p) => p === 0) && (parts[6] !== 0 || parts[7]! > 1);
 }
 
 function isLoopbackHost(host: string): boolean {
@@ -61,6 +72,7 @@ export function urlProblem(raw: string, policy: UrlPolicy): string | null {
   const url = parsedUrl(raw);
   if (!url) return 'must be an absolute URL';
   if (url.username || url.password) return 'must not contain a user name or password';
+  if (url.port === '0') return 'must not use port 0';
   const host = bareHost(url);
   if (url.protocol === 'http:') {
     if (!policy.allowHttpLoopback) return 'must use https://';

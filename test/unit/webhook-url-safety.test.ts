@@ -23,6 +23,18 @@ describe('webhook URL safety', () => {
     expect(addressProblem('169.254.169.254', dev)).not.toBeNull();
   });
 
+  it('refuses IPv4-compatible IPv6 hosts, whatever address they carry, and port 0', () => {
+    expect(urlProblem('https://[::127.0.0.1]/', strict)).toMatch(/IPv4-compatible/);
+    expect(urlProblem('https://[::7f00:1]/', strict)).toMatch(/IPv4-compatible/);
+    expect(urlProblem('https://[::10.0.0.1]/', strict)).toMatch(/IPv4-compatible/);
+    expect(urlProblem('https://[::8.8.8.8]/', strict)).toMatch(/IPv4-compatible/);
+    expect(addressProblem('::7f00:1', dev)).toMatch(/IPv4-compatible/);
+    expect(urlProblem('https://example.com:0/hook', strict)).toMatch(/port 0/);
+    expect(urlProblem('https://8.8.8.8:0/', strict)).toMatch(/port 0/);
+    expect(urlProblem('https://example.com:8443/hook', strict)).toBeNull();
+    expect(urlProblem('http://[::1]:3000/', dev)).toBeNull();
+  });
+
   it('reads IP hosts written in other notations as the address they are', () => {
     expect(urlProblem('https://0x7f.1/', strict)).toMatch(/loopback/);
     expect(urlProblem('https://2130706433/', strict)).toMatch(/loopback/);
