@@ -5,16 +5,26 @@
  * catalog's numbers through their decimal text, never by float multiplication.
  */
 import { calcPrice } from '@pydantic/genai-prices';
-import { UNIT, parseMoney } from './money.ts';
+import { UNIT, divRoundHalfUp, parseMoney } from './money.ts';
 import { decimalToInteger, type BasePrices } from './pricing.ts';
 
-/** Operator override: decimal prices per 1M tokens, e.g. { input: "2.50", output: "10" }. */
+/**
+ * Operator override: decimal prices per 1M tokens, e.g. { input: "2.50", output: "10" }, and for
+ * media models per minute of audio, per image generated or per 1M characters spoken (e.g.
+ * { perMinute: "0.006" }). Token prices absent from an override that gives a media price are 0.
+ */
 export interface PriceOverride {
-  input: string;
-  output: string;
+  input?: string;
+  output?: string;
   cachedInput?: string;
   cacheWriteInput?: string;
+  perMinute?: string;
+  perImage?: string;
+  perMillionCharacters?: string;
 }
+
+const OPTIONAL_PRICES = ['cachedInput', 'cacheWriteInput', 'perMinute', 'perImage', 'perMillionCharacters'] as const;
+const MEDIA_PRICES = ['perMinute', 'perImage', 'perMillionCharacters'] as const;
 
 /** Raw override map, keyed "provider/model" (model ids may themselves contain "/"). */
 export type PriceOverrides = Readonly<Record<string, PriceOverride>>;
@@ -52,13 +62,15 @@ export function parsePriceOverrides(raw: PriceOverrides): PriceOverrideTable {
   for (const [key, override] of Object.entries(raw)) {
     const slash = key.indexOf('/');
     if (slash <= 0 || slash === key.length - 1) throw new RangeError(`price override "${key}": key must be "provider/model"`);
+    // A media model's override may name its media price alone; a token model's names both token prices.
+    const tokensOptional = MEDIA_PRICES.some((field) => override[field] !== undefined);
     const prices: BasePrices = {
-      input: overridePrice(key, 'input', override.input),
-      output: overridePrice(key, 'output', override.output),
+      input: tokensOptional && override.input === undefined ? 0n : overridePrice(key, 'input', override.input),
+      output: tokensOptional && override.output === undefined ? 0n : overridePrice(key, 'output', override.output),
     };
-    if (override.cachedInput !== undefined) prices.cachedInput = overridePrice(key, 'cachedInput', override.cachedInput);
-    if (override.cacheWriteInput !== undefined) {
-      prices.cacheWriteInput = overridePrice(key, 'cacheWriteInput', override.cacheWriteInput);
+    for (const field of OPTIONAL_PRICES) {
+      const text = override[field];
+      if (text !== undefined) prices[field] = overridePrice(key, field, text);
     }
     table.set(priceKey(key.slice(0, slash), key.slice(slash + 1)), prices);
   }
@@ -88,8 +100,10 @@ export function catalogPrices(provider: string, model: string, options: Omit<Pri
   if (!found) return null;
   const input = catalogPrice(found.model_price.input_mtok, inputTokens);
   const output = catalogPrice(found.model_price.output_mtok, inputTokens);
-  if (input === null && output === null) return null; // priced per request, image, … — not by token
+  const perMinute = perMinuteOf(found.model_price.audio_hours ?? found.model_price.input_audio_hours);
+  if (input === null && output === null && perMinute === null) return null; // priced per request, image, … — by nothing we count
   const prices: BasePrices = { input: input ?? 0n, output: output ?? 0n };
+  if (perMinute !== null) prices.perMinute = perMinute;
   const cachedInput = catalogPrice(found.model_price.cache_read_mtok, inputTokens);
   if (cachedInput !== null) prices.cachedInput = cachedInput;
   // The 5-minute write price: Anthropic reports 1-hour writes only inside a breakdown we do not read.
@@ -121,6 +135,12 @@ function catalogPrice(price: unknown, inputTokens: number): bigint | null {
   const perMillion = typeof price === 'number' ? price : tierPrice(price, inputTokens);
   // Half-up beyond 10 places: a per-1M price that fine is below any billable amount.
   return decimalToInteger(perMillion, UNIT, 'halfUp');
+}
+
+/** The catalog's price per hour of audio (whisper-1), per minute in units; null when it has none. */
+function perMinuteOf(perHour: unknown): bigint | null {
+  if (typeof perHour !== 'number') return null;
+  return divRoundHalfUp(decimalToInteger(perHour, UNIT, 'halfUp'), 60n);
 }
 
 /** The catalog's own rule: the last tier whose start the request's input tokens exceed, else base. */

@@ -47,17 +47,38 @@ export interface Usage {
   cachedInputTokens?: number;
   /** Part of `inputTokens` written to a prompt cache (absent = 0). */
   cacheWriteInputTokens?: number;
+  /** Part of `outputTokens` spent reasoning (thinking); shown on the record, priced as output (absent = 0). */
+  reasoningTokens?: number;
+  /** Images an image generation made (absent = 0). */
+  outputImages?: number;
 }
 
 /**
  * Provider prices in units per 1M tokens. `cachedInput` prices cache-read input tokens and
- * `cacheWriteInput` cache-write ones; absent = the plain input price.
+ * `cacheWriteInput` cache-write ones; absent = the plain input price. Media models are priced by
+ * another unit: `perMinute` (of audio, transcribed or spoken), `perImage` (generated) and
+ * `perMillionCharacters` (of text spoken); see priceUnitOf for which one a request pays by.
  */
 export interface BasePrices {
   input: bigint;
   output: bigint;
   cachedInput?: bigint;
   cacheWriteInput?: bigint;
+  perMinute?: bigint;
+  perImage?: bigint;
+  perMillionCharacters?: bigint;
+}
+
+/** The unit a request's base cost was priced by. */
+export type PriceUnit = 'tokens' | 'minutes' | 'images' | 'characters';
+
+/** What base cost is computed from: tokens, and the media units a model may be priced by. */
+export interface BaseUsage extends TokenUsage {
+  inputSeconds?: Seconds;
+  outputSeconds?: Seconds;
+  inputCharacters?: number;
+  outputCharacters?: number;
+  outputImages?: number | undefined;
 }
 
 /**
@@ -75,6 +96,7 @@ export interface BaseCost {
   input: bigint;
   output: bigint;
   total: bigint;
+  unit: PriceUnit;
 }
 
 export interface BreakdownItem {
@@ -88,8 +110,8 @@ export interface BreakdownItem {
 export interface PriceRequestInput {
   meter: MeterPricing;
   usage: Usage;
-  /** Base cost of this request (from `baseCost`), charged or not. */
-  baseCost: { input: bigint; output: bigint };
+  /** Base cost of this request (from `baseCost`), charged or not; `unit` absent when no provider price was known. */
+  baseCost: { input: bigint; output: bigint; unit?: PriceUnit };
   /** Usage of this (meter, connection) already accumulated in the period, in accumulation units. */
   accumulatedUnits: bigint;
   /** Service-charge rate in percent, as units (1.9% = parseMoney("1.9")). */
@@ -99,7 +121,7 @@ export interface PriceRequestInput {
 }
 
 export interface PricedRequest {
-  baseCost: BaseCost & { charged: boolean; payer: Payer };
+  baseCost: Omit<BaseCost, 'unit'> & { unit: PriceUnit | null; charged: boolean; payer: Payer };
   fee: { amount: bigint; rateType: RateType; tokenBasis: TokenBasis; breakdown: BreakdownItem[] };
   serviceCharge: { amount: bigint; payer: Payer };
   totals: { request: bigint; wallet: bigint; merchant: bigint };
@@ -202,10 +224,53 @@ export function formatMicros(micros: bigint): Seconds {
 // Base cost
 
 /**
- * Provider cost of the tokens: each component (input, output) rounded half-up once; total is the
- * exact sum, so input + output always equals total on screen.
+ * The unit a request pays its provider by: a media price the model has, for usage in that unit
+ * (seconds of audio, images, characters), else tokens. A transcription model priced per token
+ * (gpt-4o-transcribe) reports tokens and pays by them.
  */
-export function baseCost(prices: BasePrices, usage: TokenUsage): BaseCost {
+export function priceUnitOf(prices: BasePrices, usage: BaseUsage): PriceUnit {
+  if (prices.perMinute !== undefined && secondsOf(usage) > 0n) return 'minutes';
+  if (prices.perImage !== undefined && (usage.outputImages ?? 0) > 0) return 'images';
+  if (prices.perMillionCharacters !== undefined && (usage.inputCharacters ?? 0) + (usage.outputCharacters ?? 0) > 0) return 'characters';
+  return 'tokens';
+}
+
+function secondsOf(usage: BaseUsage): bigint {
+  return secondsToMicros(usage.inputSeconds ?? '0') + secondsToMicros(usage.outputSeconds ?? '0');
+}
+
+/**
+ * Provider cost of the usage, in the unit priceUnitOf picks: each component (input, output)
+ * rounded half-up once; total is the exact sum, so input + output always equals total on screen.
+ * Audio seconds and characters are priced on the side they were on; images are output.
+ */
+export function baseCost(prices: BasePrices, usage: BaseUsage): BaseCost {
+  const unit = priceUnitOf(prices, usage);
+  switch (unit) {
+    case 'minutes':
+      return sides(
+        divRoundHalfUp(secondsToMicros(usage.inputSeconds ?? '0') * prices.perMinute!, MICROS_PER_MINUTE),
+        divRoundHalfUp(secondsToMicros(usage.outputSeconds ?? '0') * prices.perMinute!, MICROS_PER_MINUTE),
+        unit,
+      );
+    case 'images':
+      return sides(0n, count('outputImages', usage.outputImages ?? 0) * prices.perImage!, unit);
+    case 'characters':
+      return sides(
+        divRoundHalfUp(count('inputCharacters', usage.inputCharacters ?? 0) * prices.perMillionCharacters!, TOKENS_PER_PRICE_UNIT),
+        divRoundHalfUp(count('outputCharacters', usage.outputCharacters ?? 0) * prices.perMillionCharacters!, TOKENS_PER_PRICE_UNIT),
+        unit,
+      );
+    case 'tokens':
+      return tokenCost(prices, usage);
+  }
+}
+
+function sides(input: bigint, output: bigint, unit: PriceUnit): BaseCost {
+  return { input, output, total: input + output, unit };
+}
+
+function tokenCost(prices: BasePrices, usage: TokenUsage): BaseCost {
   const inputTokens = count('inputTokens', usage.inputTokens);
   const cachedTokens = count('cachedInputTokens', usage.cachedInputTokens ?? 0);
   const cacheWriteTokens = count('cacheWriteInputTokens', usage.cacheWriteInputTokens ?? 0);
@@ -220,7 +285,7 @@ export function baseCost(prices: BasePrices, usage: TokenUsage): BaseCost {
     cacheWriteTokens * (prices.cacheWriteInput ?? prices.input);
   const input = divRoundHalfUp(inputValue, TOKENS_PER_PRICE_UNIT);
   const output = divRoundHalfUp(outputTokens * prices.output, TOKENS_PER_PRICE_UNIT);
-  return { input, output, total: input + output };
+  return { input, output, total: input + output, unit: 'tokens' };
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -368,7 +433,7 @@ export function priceRequest(input: PriceRequestInput): PricedRequest {
     { amount: serviceCharge, payer: meter.serviceChargePayer },
   ]);
   return {
-    baseCost: { input: base.input, output: base.output, total: base.total, charged: baseCostCharged, payer: meter.baseCostPayer },
+    baseCost: { input: base.input, output: base.output, total: base.total, unit: input.baseCost.unit ?? null, charged: baseCostCharged, payer: meter.baseCostPayer },
     fee: { amount: fee, rateType: meter.rateType, tokenBasis: meter.tokenBasis, breakdown },
     serviceCharge: { amount: serviceCharge, payer: meter.serviceChargePayer },
     totals,

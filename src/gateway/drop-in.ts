@@ -18,6 +18,7 @@ import { installDialectErrorHandler } from './error-dialects.ts';
 import { extractCredential, resolveCredential } from './credentials.ts';
 import type { BillingContext } from '../ledger/billing.ts';
 import { forwardRequest, metadataOf, type Gateway } from './forward.ts';
+import { formFields, multipartBoundary, replaceFieldValue, type FormField } from './form-fields.ts';
 import { authenticateSpendKey, checkRequestShape } from './spend-key-guard.ts';
 import { modelAllowed, providerAllowed, requestShapeRefusal } from '../ledger/spend-key-limits.ts';
 import { resolveTarget } from './target.ts';
@@ -25,7 +26,16 @@ import type { SpendKeyRow } from '../storage/spend-keys.ts';
 
 type Shape = 'openai' | 'anthropic';
 
-const OPENAI_PATHS = ['/chat/completions', '/responses', '/embeddings'] as const;
+/** The media endpoints' uploads (transcriptions, translations) are multipart forms naming their model in a field. */
+const OPENAI_PATHS = [
+  '/chat/completions',
+  '/responses',
+  '/embeddings',
+  '/audio/transcriptions',
+  '/audio/translations',
+  '/audio/speech',
+  '/images/generations',
+] as const;
 const ANTHROPIC_PATHS = ['/messages', '/messages/count_tokens'] as const;
 
 /** The Gemini API methods the native drop-in forwards (`models/{model}:{method}`). */
@@ -172,12 +182,14 @@ async function dropIn(
   { shape, path, caller: { billing, token } }: { shape: Shape; path: string; caller: Caller },
 ): Promise<void> {
   if (billing.spendKey) checkRequestShape(billing.spendKey, shape === 'anthropic' ? 'anthropic' : 'openai-compatible');
-  const body = parseBody(request);
-  const requested = typeof body.model === 'string' ? body.model : '';
+  const form = formOf(request);
+  const body = form ? null : parseBody(request);
+  const modelField = form?.fields.find((field) => field.name === 'model');
+  const requested = (form ? modelField?.value : typeof body?.model === 'string' ? body.model : '') ?? '';
   const { provider, model } = routeModel(gateway, requested, shape);
   if (model !== requested) {
     // `provider/model` names the provider for us; the provider itself only knows the model.
-    request.body = Buffer.from(JSON.stringify({ ...body, model }));
+    request.body = form && modelField ? replaceFieldValue(form.body, modelField, model) : Buffer.from(JSON.stringify({ ...body, model }));
   }
   const url = `${provider.baseUrl.replace(/\/$/, '')}${path}`;
   const target = resolveTarget(url, gateway.registry, deps.config.upstreamOverrides);
@@ -205,6 +217,13 @@ function geminiCallOf(rawUrl: string): GeminiCall {
   query.delete('metadata');
   const rest = query.toString();
   return { version: match[1]!, model: match[2]!, method: match[3]!, providerQuery: rest === '' ? '' : `?${rest}`, metadata };
+}
+
+/** A multipart upload's body and text fields; null for any other body. */
+function formOf(request: FastifyRequest): { body: Buffer; fields: FormField[] } | null {
+  const boundary = multipartBoundary(request.headers['content-type']);
+  if (!boundary || !Buffer.isBuffer(request.body)) return null;
+  return { body: request.body, fields: formFields(request.body, boundary) };
 }
 
 function parseBody(request: FastifyRequest): Record<string, unknown> {

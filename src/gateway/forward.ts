@@ -24,6 +24,7 @@ import { checkSpendKeyRequest, SpendKeyBuckets, spendKeyError } from './spend-ke
 import { estimateHold } from './hold-estimate.ts';
 import { HoldKeeper } from '../ledger/hold-keeper.ts';
 import { closeAfterResponse, createUpstreamAgent, relay, shutdownHeaders, upstreamRequestHeaders, type RelayOutcome, type ResponseTranslator } from './relay.ts';
+import { fieldsObject, formFields, multipartBoundary } from './form-fields.ts';
 import { claimForwardKey, finishForwardKey, releaseForwardKey, tapResponse } from './forward-idempotency.ts';
 import { upstreamFor } from './local-upstream.ts';
 import { Settlements } from './settle.ts';
@@ -321,7 +322,7 @@ async function planForward(
   if (room) await room;
 
   let body = rewrite ? Buffer.from(JSON.stringify(rewrite.body)) : Buffer.isBuffer(request.body) && request.body.length > 0 ? request.body : undefined;
-  let requestJson = rewrite ? rewrite.body : parseJsonBody(request, body);
+  let requestJson = rewrite ? rewrite.body : (parseJsonBody(request, body) ?? formFieldsOf(request, body));
   let hideInjectedUsage = false;
   if (target.provider.requestsStream(requestJson, target.publicUrl)) {
     const prepared = target.provider.prepareStreamRequest(requestJson, target.publicUrl);
@@ -494,6 +495,12 @@ function sendError(res: ServerResponse, error: ApiError, plan: Pick<ForwardPlan,
 /** Request metadata from the `metadata` query parameter and the metadata headers, merged (see outsideMetadata). */
 export function metadataOf(request: FastifyRequest, fromQuery: string | null): Metadata {
   return outsideMetadata(fromQuery, request.headers);
+}
+
+/** A multipart upload's text fields (an audio upload names its model in one): what modules read as its body. */
+function formFieldsOf(request: FastifyRequest, body: Buffer | undefined): Record<string, string> | undefined {
+  const boundary = multipartBoundary(request.headers['content-type']);
+  return body && boundary ? fieldsObject(formFields(body, boundary)) : undefined;
 }
 
 function parseJsonBody(request: FastifyRequest, body: Buffer | undefined): unknown {

@@ -221,9 +221,13 @@ function toUsage(report: UsageReport | null): Usage {
   // the settlement throw (and so go uncharged): the parts are capped at the input total.
   const cachedInputTokens = Math.min(report?.cachedInputTokens ?? 0, inputTokens);
   const cacheWriteInputTokens = Math.min(report?.cacheWriteInputTokens ?? 0, inputTokens - cachedInputTokens);
+  const outputTokens = report?.outputTokens ?? 0;
   return {
     inputTokens,
-    outputTokens: report?.outputTokens ?? 0,
+    outputTokens,
+    // A part of the output, shown apart: capped at the output like the cache counts at the input.
+    reasoningTokens: Math.min(report?.reasoningTokens ?? 0, outputTokens),
+    outputImages: report?.outputImages ?? 0,
     inputCharacters: report?.inputCharacters ?? 0,
     outputCharacters: report?.outputCharacters ?? 0,
     inputSeconds: toSeconds(report?.inputSeconds ?? 0),

@@ -97,6 +97,7 @@ function tokensFromMetadata(metadata: JsonObject): ReportedTokens {
     inputTokens: sumOfPresent(countAt(metadata, 'promptTokenCount'), countAt(metadata, 'toolUsePromptTokenCount')),
     outputTokens: sumOfPresent(countAt(metadata, 'candidatesTokenCount'), countAt(metadata, 'thoughtsTokenCount')),
     cachedInputTokens: countAt(metadata, 'cachedContentTokenCount'),
+    reasoningTokens: countAt(metadata, 'thoughtsTokenCount'),
   };
 }
 

@@ -64,12 +64,37 @@ function modelFrom(requestBody: unknown, _url: URL, responseBody?: unknown): str
 
 function usageFromJson(body: unknown, ctx: MeterContext): UsageReport | null {
   const usage = usageObjectOf(body);
-  if (!usage) return null;
-  const report = reportFromUsageObject(usage);
+  const report = withMediaUsage(usage ? reportFromUsageObject(usage) : null, body, ctx.url);
   if (!report) return null;
   const completedAt = timestampFromUnixSeconds(responseTime(body));
   if (completedAt !== undefined) report.completedAt = completedAt;
   return withIdentity(report, modelFrom(ctx.requestBody, ctx.url, body), stringAt(body, 'id') ?? null);
+}
+
+const IMAGE_PATH = /\/images\/(generations|edits|variations)$/;
+const AUDIO_TO_TEXT_PATH = /\/audio\/(transcriptions|translations)$/;
+
+/**
+ * What media answers count besides their `usage`: the images an image call made (`data`, one item
+ * per image), and a transcription's seconds of audio from `duration` (verbose_json) when its usage
+ * gave neither seconds nor tokens (whisper answers carry `usage: {type: "duration"}`, or nothing).
+ */
+function withMediaUsage(report: UsageReport | null, body: unknown, url: URL): UsageReport | null {
+  if (IMAGE_PATH.test(url.pathname)) {
+    const images = arrayAt(body, 'data')?.length;
+    if (images === undefined) return report;
+    const withImages = report ?? emptyUsage();
+    withImages.outputImages = images;
+    return withImages;
+  }
+  if (AUDIO_TO_TEXT_PATH.test(url.pathname) && (report === null || (report.inputSeconds === 0 && report.inputTokens === 0))) {
+    const duration = countAt(body, 'duration');
+    if (duration === undefined) return report;
+    const withSeconds = report ?? emptyUsage();
+    withSeconds.inputSeconds = duration;
+    return withSeconds;
+  }
+  return report;
 }
 
 /** Unix seconds: a Response's `completed_at` (else `created_at`), a completion's `created`. */
@@ -101,7 +126,10 @@ function tokensFromUsageObject(usage: JsonObject): ReportedTokens {
   const cachedInputTokens =
     countAt(objectAt(usage, 'prompt_tokens_details'), 'cached_tokens') ??
     countAt(objectAt(usage, 'input_tokens_details'), 'cached_tokens');
-  return { inputTokens, outputTokens, cachedInputTokens };
+  const reasoningTokens =
+    countAt(objectAt(usage, 'completion_tokens_details'), 'reasoning_tokens') ??
+    countAt(objectAt(usage, 'output_tokens_details'), 'reasoning_tokens');
+  return { inputTokens, outputTokens, cachedInputTokens, reasoningTokens };
 }
 
 /** OpenAI's text-to-speech returns audio; its billable unit is the input text. */

@@ -25,6 +25,10 @@ export type UsageReport = {
   outputTokens: number;
   cachedInputTokens?: number;
   cacheWriteInputTokens?: number;
+  /** Part of outputTokens the model spent reasoning (thinking), where the provider reports it. */
+  reasoningTokens?: number;
+  /** Images an image generation made. */
+  outputImages?: number;
   inputCharacters: number;
   outputCharacters: number;
   inputSeconds: number;

@@ -19,6 +19,7 @@ export type ReportedTokens = {
   outputTokens?: number | undefined;
   cachedInputTokens?: number | undefined;
   cacheWriteInputTokens?: number | undefined;
+  reasoningTokens?: number | undefined;
 };
 
 /** A usage report from reported token counts; null when the provider reported neither direction. */
@@ -29,6 +30,7 @@ export function reportFromTokens(tokens: ReportedTokens): UsageReport | null {
   report.outputTokens = tokens.outputTokens ?? 0;
   if (tokens.cachedInputTokens !== undefined) report.cachedInputTokens = tokens.cachedInputTokens;
   if (tokens.cacheWriteInputTokens !== undefined) report.cacheWriteInputTokens = tokens.cacheWriteInputTokens;
+  if (tokens.reasoningTokens !== undefined) report.reasoningTokens = tokens.reasoningTokens;
   return report;
 }
 
@@ -129,6 +131,7 @@ function buildStreamUsage(state: TallyState): StreamUsage {
   };
   if (reported.cachedInputTokens !== undefined) usage.cachedInputTokens = reported.cachedInputTokens;
   if (reported.cacheWriteInputTokens !== undefined) usage.cacheWriteInputTokens = reported.cacheWriteInputTokens;
+  if (reported.reasoningTokens !== undefined) usage.reasoningTokens = reported.reasoningTokens;
   if (state.model !== undefined) usage.model = state.model;
   if (state.responseId !== undefined) usage.responseId = state.responseId;
   return usage;

@@ -110,6 +110,14 @@ const requestRecordSchema = z.object({
     total_tokens: z.number(),
     cached_input_tokens: z.number().describe('Part of input_tokens read from the provider prompt cache'),
     cache_write_input_tokens: z.number().describe('Part of input_tokens written to the provider prompt cache'),
+    reasoning_tokens: z
+      .number()
+      .describe('Part of output_tokens the model spent reasoning (thinking), as the provider reports it: OpenAI reasoning_tokens, Gemini thoughtsTokenCount; 0 where it reports none (Anthropic counts thinking inside output_tokens only)'),
+    output_images: z.number().describe('Images an image generation made'),
+    price_unit: z
+      .enum(['tokens', 'minutes', 'images', 'characters'])
+      .nullable()
+      .describe('The unit input_cost and output_cost were priced by: tokens, minutes of audio, images generated or characters spoken; null when no provider price was known'),
     input_characters: z.number(),
     output_characters: z.number(),
     total_characters: z.number(),
@@ -165,6 +173,9 @@ export function presentRequest(row: RequestRow): RequestRecord {
       total_tokens: n(row.input_tokens + row.output_tokens),
       cached_input_tokens: n(row.cached_input_tokens),
       cache_write_input_tokens: n(row.cache_write_input_tokens),
+      reasoning_tokens: n(row.reasoning_tokens),
+      output_images: n(row.output_images),
+      price_unit: row.price_unit,
       input_characters: n(row.input_characters),
       output_characters: n(row.output_characters),
       total_characters: n(row.input_characters + row.output_characters),

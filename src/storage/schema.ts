@@ -136,6 +136,12 @@ export interface RequestsTable {
   /** Parts of input_tokens read from / written to the provider's prompt cache. */
   cached_input_tokens: bigint;
   cache_write_input_tokens: bigint;
+  /** Part of output_tokens the model spent reasoning (thinking), where the provider reports it. */
+  reasoning_tokens: bigint;
+  /** Images an image generation made. */
+  output_images: bigint;
+  /** The unit the base cost was priced by; null when no provider price was known. */
+  price_unit: 'tokens' | 'minutes' | 'images' | 'characters' | null;
   input_characters: bigint;
   output_characters: bigint;
   /** Decimal seconds, at most 6 fractional digits. */

@@ -9,7 +9,8 @@ import type { IncomingHttpHeaders } from 'node:http';
 export type Answer = { status: number; headers: Record<string, string>; chunks: (string | Buffer)[] };
 export type Family = 'openai' | 'anthropic' | 'gemini';
 export type Body = Record<string, unknown>;
-export type Usage = { input: number; output: number; cached: number; cacheWrite: number };
+/** `reasoning`: the part of `output` spent reasoning (reported by OpenAI and Gemini; absent = 0). */
+export type Usage = { input: number; output: number; cached: number; cacheWrite: number; reasoning?: number };
 export type MockToolCall = { name: string; arguments: Record<string, unknown> };
 
 /** Where the last word of every ElevenLabs transcript ends, in seconds. */
@@ -35,7 +36,7 @@ export function chatAnswer(body: Body, usage: Usage, seq: number, toolCall?: Moc
     completion_tokens: usage.output,
     total_tokens: usage.input + usage.output,
     prompt_tokens_details: { cached_tokens: usage.cached, audio_tokens: 0 },
-    completion_tokens_details: { reasoning_tokens: 0 },
+    completion_tokens_details: { reasoning_tokens: usage.reasoning ?? 0 },
   };
   const callId = `call_mock${seq}`;
   if (body.stream !== true) {
@@ -91,7 +92,7 @@ export function responsesAnswer(body: Body, usage: Usage, seq: number, toolCall?
           input_tokens: usage.input,
           input_tokens_details: { cached_tokens: usage.cached },
           output_tokens: usage.output,
-          output_tokens_details: { reasoning_tokens: 0 },
+          output_tokens_details: { reasoning_tokens: usage.reasoning ?? 0 },
           total_tokens: usage.input + usage.output,
         }
       : null,
@@ -178,6 +179,45 @@ export function transcriptAnswer(seq: number): Answer {
   });
 }
 
+/** Seconds of audio in every upload the mock transcribes. */
+export const AUDIO_SECONDS = 42;
+/** gpt-4o-transcribe's audio tokens per second of upload, as the mock counts them. */
+export const AUDIO_TOKENS_PER_SECOND = 10;
+
+/**
+ * OpenAI transcription or translation of an upload (its form fields given): whisper-1 answers with
+ * `usage: {type: "duration"}` (json) or `duration` (verbose_json); token-priced models
+ * (gpt-4o-transcribe) with token usage.
+ */
+export function transcriptionAnswer(fields: Record<string, string>): Answer {
+  const text = 'hello world';
+  const format = fields.response_format ?? 'json';
+  if (format === 'text') return { status: 200, headers: { 'content-type': 'text/plain; charset=utf-8' }, chunks: [text] };
+  if (format === 'verbose_json') {
+    return json(200, { task: 'transcribe', language: 'english', duration: AUDIO_SECONDS, text, segments: [], usage: { type: 'duration', seconds: AUDIO_SECONDS } });
+  }
+  if (fields.model?.startsWith('whisper')) return json(200, { text, usage: { type: 'duration', seconds: AUDIO_SECONDS } });
+  const audioTokens = AUDIO_SECONDS * AUDIO_TOKENS_PER_SECOND;
+  return json(200, {
+    text,
+    usage: { type: 'tokens', input_tokens: audioTokens, input_token_details: { text_tokens: 0, audio_tokens: audioTokens }, output_tokens: 2, total_tokens: audioTokens + 2 },
+  });
+}
+
+/** Output tokens gpt-image-1 reports per image (a 1024 × 1024 image at low quality, say). */
+export const IMAGE_OUTPUT_TOKENS = 272;
+
+/** An image generation: `n` images (default 1) as base64; gpt-image-… models also report token usage. */
+export function imagesAnswer(body: Body, usage: Usage): Answer {
+  const n = typeof body.n === 'number' ? body.n : 1;
+  const data = Array.from({ length: n }, () => ({ b64_json: Buffer.from('mock image').toString('base64') }));
+  const tokenUsage =
+    typeof body.model === 'string' && body.model.startsWith('gpt-image')
+      ? { usage: { input_tokens: usage.input, input_tokens_details: { text_tokens: usage.input, image_tokens: 0 }, output_tokens: IMAGE_OUTPUT_TOKENS * n, total_tokens: usage.input + IMAGE_OUTPUT_TOKENS * n } }
+      : {};
+  return json(200, { created: 1_700_000_000, data, ...tokenUsage });
+}
+
 // ---- Anthropic ------------------------------------------------------------------------------------
 
 export function anthropicAnswer(body: Body, usage: Usage, seq: number, toolCall?: MockToolCall): Answer {
@@ -222,11 +262,14 @@ export function anthropicAnswer(body: Body, usage: Usage, seq: number, toolCall?
 // ---- Gemini ---------------------------------------------------------------------------------------
 
 export function geminiAnswer(model: string, streaming: boolean, alt: boolean, usage: Usage, seq: number, toolCall?: MockToolCall): Answer {
+  // Gemini counts thoughts apart: candidatesTokenCount excludes them.
+  const thoughts = usage.reasoning ?? 0;
   const usageMetadata = (output: number) => ({
     promptTokenCount: usage.input,
-    candidatesTokenCount: output,
-    totalTokenCount: usage.input + output,
+    candidatesTokenCount: Math.max(0, output - thoughts),
+    totalTokenCount: usage.input + Math.max(output, thoughts),
     ...(usage.cached > 0 ? { cachedContentTokenCount: usage.cached } : {}),
+    ...(thoughts > 0 ? { thoughtsTokenCount: thoughts } : {}),
   });
   const piece = (text: string, output: number, last: boolean) => ({
     candidates: [{ content: { parts: [{ text }], role: 'model' }, index: 0, ...(last ? { finishReason: 'STOP' } : {}) }],

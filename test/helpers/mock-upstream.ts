@@ -10,8 +10,10 @@ import {
   json,
   modelList,
   responsesAnswer,
+  imagesAnswer,
   speechAnswer,
   transcriptAnswer,
+  transcriptionAnswer,
   type Answer,
   type Body,
   type Family,
@@ -20,7 +22,7 @@ import {
 } from './mock-provider-answers.ts';
 import { isProviderPath } from './mock-paths.ts';
 
-export { TRANSCRIPT_SECONDS } from './mock-provider-answers.ts';
+export { AUDIO_SECONDS, AUDIO_TOKENS_PER_SECOND, IMAGE_OUTPUT_TOKENS, TRANSCRIPT_SECONDS } from './mock-provider-answers.ts';
 
 /**
  * A fake provider for gateway tests: one plain node:http server on 127.0.0.1 that answers like
@@ -36,6 +38,9 @@ export { TRANSCRIPT_SECONDS } from './mock-provider-answers.ts';
  *   GET  …/models             the model list, in Anthropic's shape when the request carries
  *                             anthropic-version, Gemini's when it carries x-goog-api-key, else OpenAI's
  *   POST …/audio/speech       binary audio (bytes = input characters)
+ *   POST …/audio/transcriptions, …/audio/translations   OpenAI transcript of a multipart upload
+ *                             (AUDIO_SECONDS of audio; see transcriptionAnswer)
+ *   POST …/images/generations  `n` base64 images; gpt-image-… models report token usage
  *   POST …/messages           Anthropic Messages, JSON or SSE
  *   POST …/messages/count_tokens   Anthropic token count (`input_tokens`: words of the prompt)
  *   POST …/models/{m}:countTokens  Gemini token count ({totalTokens})
@@ -70,6 +75,8 @@ export type RecordedRequest = {
   body: Buffer;
   /** The body parsed as JSON, or undefined when it is empty or not JSON. */
   json: unknown;
+  /** A multipart body's text fields (files as their size in bytes), or undefined. */
+  form?: Record<string, string>;
 };
 
 /** What the next matching request gets instead of (or on top of) the normal answer. */
@@ -110,6 +117,8 @@ export type Behaviour = {
   toolCall?: MockToolCall;
   /** Answer under this model name instead of the requested one (a dated version, as providers do). */
   servedModel?: string;
+  /** Part of the output tokens to report as reasoning (OpenAI reasoning_tokens, Gemini thoughtsTokenCount). */
+  reasoningTokens?: number;
 };
 
 export type MockUpstream = {
@@ -154,6 +163,7 @@ export async function startMockUpstream(): Promise<MockUpstream> {
       headers: req.headers,
       body,
       json: parseJson(body),
+      form: await parseForm(body, req.headers['content-type']),
     };
     requests.push(recorded);
     const behaviour = takeBehaviour(url.pathname);
@@ -233,6 +243,7 @@ function route(req: RecordedRequest, behaviour: Behaviour, seq: number): Answer 
   if (method === 'GET') return json(200, modelList(req.headers));
   // A multipart audio upload: never JSON.
   if (path.endsWith('/speech-to-text')) return transcriptAnswer(seq);
+  if (/\/audio\/(transcriptions|translations)$/.test(path)) return transcriptionAnswer(req.form ?? {});
   if (req.json === undefined && !path.endsWith('/audio/speech')) {
     return errorAnswer(familyOf(path), 400, undefined, 'The request body is not valid JSON.');
   }
@@ -246,6 +257,7 @@ function route(req: RecordedRequest, behaviour: Behaviour, seq: number): Answer 
   if (path.endsWith('/responses')) return responsesAnswer(body, usage, seq, behaviour.toolCall);
   if (path.endsWith('/embeddings')) return embeddingsAnswer(body, usage);
   if (path.endsWith('/audio/speech')) return speechAnswer(body);
+  if (path.endsWith('/images/generations')) return imagesAnswer(body, usage);
   if (/\/text-to-speech\/[^/]+(\/stream)?$/.test(path)) return speechAnswer({ input: body.text });
   if (path.endsWith('/messages')) return anthropicAnswer(body, usage, seq, behaviour.toolCall);
   return errorAnswer(familyOf(path), 404, undefined);
@@ -263,7 +275,8 @@ function usageFor(body: Body, behaviour: Behaviour): Usage {
   const cached = Math.min(behaviour.cachedTokens ?? 0, input);
   const cacheWrite = Math.min(behaviour.cacheWriteTokens ?? 0, input - cached);
   const factor = behaviour.overReport ?? 1;
-  return { input: input * factor, output: output * factor, cached, cacheWrite };
+  const reasoning = Math.min(behaviour.reasoningTokens ?? 0, output);
+  return { input: input * factor, output: output * factor, cached, cacheWrite, reasoning };
 }
 
 export function countWords(text: string): number {
@@ -305,6 +318,19 @@ function parseJson(body: Buffer): unknown {
   if (body.length === 0) return undefined;
   try {
     return JSON.parse(body.toString('utf8')) as unknown;
+  } catch {
+    return undefined;
+  }
+}
+
+/** A multipart body's fields, read with the platform's own form parser; files become their size. */
+async function parseForm(body: Buffer, contentType: string | undefined): Promise<Record<string, string> | undefined> {
+  if (!contentType?.startsWith('multipart/form-data')) return undefined;
+  try {
+    const form = await new Response(new Uint8Array(body), { headers: { 'content-type': contentType } }).formData();
+    const fields: Record<string, string> = {};
+    for (const [name, value] of form) fields[name] = typeof value === 'string' ? value : String(value.size);
+    return fields;
   } catch {
     return undefined;
   }

@@ -109,7 +109,7 @@ describe('baseCost', () => {
     // price 1 unit (0.0000000001) per 1M tokens:
     // input 500,000 tokens → 0.5 unit → rounds up to 1; output 499,999 → 0.499999 unit → 0.
     const cost = baseCost({ input: 1n, output: 1n }, { inputTokens: 500_000, outputTokens: 499_999 });
-    expect(cost).toEqual({ input: 1n, output: 0n, total: 1n });
+    expect(cost).toEqual({ input: 1n, output: 0n, total: 1n, unit: 'tokens' });
     // 1,500,000 tokens → 1.5 units → 2 each; total 4 (not round(3.0) = 3): sum of rounded parts.
     expect(baseCost({ input: 1n, output: 1n }, { inputTokens: 1_500_000, outputTokens: 1_500_000 }).total).toBe(4n);
   });

@@ -35,6 +35,7 @@ describe('OpenAI-compatible usage from JSON', () => {
       inputTokens: 1200,
       outputTokens: 42,
       cachedInputTokens: 1024,
+      reasoningTokens: 0,
       inputCharacters: 0,
       outputCharacters: 0,
       inputSeconds: 0,

@@ -122,6 +122,14 @@ ${rows.map((row) => {
 </tbody></table></div>`;
 }
 
+/** Seconds of audio, characters and images, shown only on records that have them. */
+function mediaUsage(r: RequestRecord) {
+  const u = r.model_usage;
+  return html`${u.total_seconds > 0 ? html`<dt>Audio seconds</dt><dd id="detail-seconds">${u.total_seconds}</dd>` : ''}${
+    u.total_characters > 0 ? html`<dt>Characters</dt><dd id="detail-characters">${u.total_characters}</dd>` : ''
+  }${u.output_images > 0 ? html`<dt>Images</dt><dd id="detail-images">${u.output_images}</dd>` : ''}`;
+}
+
 function detail(r: RequestRecord) {
   return html`<h1>Request <span class="secret">${r.request_id}</span></h1>
 <div class="card"><h2>Summary</h2><dl class="kv">
@@ -130,8 +138,12 @@ function detail(r: RequestRecord) {
 <dt>Metadata</dt><dd>${Object.entries(r.metadata).map(([k, v]) => html`<code>${k}=${v}</code> `)}</dd>
 </dl></div>
 <div class="card"><h2>Cost breakdown</h2><dl class="kv">
-<dt>Input tokens</dt><dd>${r.model_usage.input_tokens}</dd><dt>Output tokens</dt><dd>${r.model_usage.output_tokens}</dd>
-<dt>Base cost</dt><dd>${r.model_usage.total_cost} (paid by ${r.model_usage.payer})</dd>
+<dt>Input tokens</dt><dd>${r.model_usage.input_tokens}</dd>
+<dt>of which cached (read)</dt><dd id="detail-cached">${r.model_usage.cached_input_tokens}</dd>
+<dt>of which cache writes</dt><dd id="detail-cache-write">${r.model_usage.cache_write_input_tokens}</dd>
+<dt>Output tokens</dt><dd>${r.model_usage.output_tokens}</dd>
+<dt>of which reasoning</dt><dd id="detail-reasoning">${r.model_usage.reasoning_tokens}</dd>
+${mediaUsage(r)}<dt>Base cost</dt><dd>${r.model_usage.total_cost} (${r.model_usage.price_unit ? `priced by ${r.model_usage.price_unit}, ` : ''}paid by ${r.model_usage.payer})</dd>
 <dt>Fee</dt><dd id="detail-fee">${r.fee.amount} (${r.fee.rate_type}, paid by the wallet)</dd>
 <dt>Service charge</dt><dd>${r.service_charge.amount} (paid by ${r.service_charge.payer})</dd>
 <dt>Customer wallet pays</dt><dd>${r.total_wallet_cost}</dd><dt>Merchant pays</dt><dd>${r.total_merchant_cost}</dd>
