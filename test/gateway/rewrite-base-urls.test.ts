@@ -63,6 +63,26 @@ describe.each(databasesUnderTest())('rewrite provider bases on %s', (dialect) =>
     await expectReached(`google/${url}`, GOOGLE_BODY, upstreamUrl);
   });
 
+  // Same format on both sides: forwarded, nothing translated, to the client's endpoint under the provider's base.
+  it.each([
+    ['openai/https://api.openai.com/chat/completions', { model: 'gpt-4o', messages: [{ role: 'user', content: 'hi' }] }, '/v1/chat/completions'],
+    ['openai/https://api.openai.com/v1/v1/chat/completions', { model: 'gpt-4o', messages: [{ role: 'user', content: 'hi' }] }, '/v1/chat/completions'],
+    ['openai/https://api.openai.com/v1//responses', { model: 'gpt-4o', input: 'hi' }, '/v1/responses'],
+    ['anthropic/https://api.anthropic.com/messages', ANTHROPIC_BODY, '/v1/messages'],
+    ['anthropic/https://api.anthropic.com/v1/v1/messages', ANTHROPIC_BODY, '/v1/messages'],
+    ['google/https://generativelanguage.googleapis.com/v1beta/v1/models/gemini-2.0-flash:generateContent', GOOGLE_BODY, '/v1/models/gemini-2.0-flash:generateContent'],
+    ['google/https://generativelanguage.googleapis.com/v1beta/models/gemini-2.0-flash:streamGenerateContent?alt=sse', GOOGLE_BODY, '/v1beta/models/gemini-2.0-flash:streamGenerateContent?alt=sse'],
+  ])('the same format at %s is forwarded to %s', async (path, body, upstreamUrl) => {
+    await expectReached(path, body, upstreamUrl);
+  });
+
+  it('a streamed Gemini call of the same format keeps alt=sse, so the answer is an event stream', async () => {
+    const res = await post('google/https://generativelanguage.googleapis.com/v1beta/models/gemini-2.0-flash:streamGenerateContent?alt=sse&metadata=%7B%22a%22%3A%221%22%7D', GOOGLE_BODY);
+    expect(res.headers.get('content-type')).toBe('text/event-stream');
+    expect(await res.text()).toMatch(/^data: /);
+    expect(h.lastUpstream().query.get('metadata')).toBeNull();
+  });
+
   it.each([
     ['anthropic/https://api.openai.com/v2/messages', 'api.openai.com/v2'],
     ['openai/https://api.anthropic.com/v1/beta/chat/completions', 'api.anthropic.com/v1/beta'],

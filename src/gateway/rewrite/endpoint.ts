@@ -13,7 +13,7 @@ import type { ProviderModule, ProviderRegistry } from '../../providers/index.ts'
 import type { ClientApi, RewriteFormat } from './canonical.ts';
 
 /** What the client's own path said: which API it speaks, and for Gemini clients the model and method. */
-export type ClientCall = { api: ClientApi; base: URL; model: string; stream: boolean };
+export type ClientCall = { api: ClientApi; base: URL; model: string; stream: boolean; appended: boolean };
 
 /** The path each client API appends to its base URL; taken off to find the provider's base. */
 const CLIENT_PATHS: Record<RewriteFormat, readonly { api: ClientApi; suffix: RegExp }[]> = {
@@ -44,10 +44,10 @@ export function clientCallOf(format: RewriteFormat, url: URL): ClientCall {
     const match = suffix.exec(base.pathname);
     if (!match) continue;
     base.pathname = base.pathname.slice(0, match.index) || '/';
-    if (api !== 'google') return { api, base, model: '', stream: false };
-    return { api, base, model: decodeURIComponent(match[1]!), stream: match[2] === 'streamGenerateContent' };
+    if (api !== 'google') return { api, base, model: '', stream: false, appended: true };
+    return { api, base, model: decodeURIComponent(match[1]!), stream: match[2] === 'streamGenerateContent', appended: true };
   }
-  return { api: CLIENT_PATHS[format][0]!.api, base, model: '', stream: false };
+  return { api: CLIENT_PATHS[format][0]!.api, base, model: '', stream: false, appended: false };
 }
 
 /**
@@ -80,6 +80,26 @@ export function providerEndpoint(format: RewriteFormat, provider: ProviderModule
     url.search = stream ? '?alt=sse' : '';
   }
   return url.toString();
+}
+
+/** The endpoint of each client API that is not Gemini's (whose URL carries its own model, method and version). */
+const OWN_ENDPOINT: Partial<Record<ClientApi, string>> = { openai: '/chat/completions', responses: '/responses', anthropic: '/messages' };
+
+/**
+ * Same format on both sides, nothing translated: the client's own endpoint under the provider's
+ * real base, so `…/rewrite/openai/https://api.openai.com` + `/chat/completions` reaches
+ * `/v1/chat/completions`. Any other path (`/v1/embeddings`, `…/messages/count_tokens`) and a
+ * Gemini URL (the provider module reads doubled versions) go as given. `query` is the provider's:
+ * `alt=sse` must reach Gemini.
+ */
+export function ownEndpoint(provider: ProviderModule, call: ClientCall, url: URL, query: URLSearchParams): string {
+  const path = OWN_ENDPOINT[call.api];
+  const own = new URL(url);
+  if (path && call.appended) {
+    own.pathname = `${providerBase(provider, call.base).path}${path}`;
+  }
+  own.search = query.toString();
+  return own.toString();
 }
 
 type ProviderBase = { path: string; versions: string[] };

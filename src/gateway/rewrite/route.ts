@@ -18,7 +18,7 @@ import { forwardRequest, metadataOf, type Gateway } from '../forward.ts';
 import type { ResponseTranslator } from '../relay.ts';
 import { resolveTarget } from '../target.ts';
 import { REWRITE_FORMATS, type RewriteFormat } from './canonical.ts';
-import { clientCallOf, providerEndpoint, providerOfBase, type ClientCall } from './endpoint.ts';
+import { clientCallOf, ownEndpoint, providerEndpoint, providerOfBase, type ClientCall } from './endpoint.ts';
 import { createStreamTranslator, translateRequest, translateResponseBody } from './translate.ts';
 
 const FORMAT_OF_FAMILY: Partial<Record<ProviderFamily, RewriteFormat>> = {
@@ -30,8 +30,10 @@ const FORMAT_OF_FAMILY: Partial<Record<ProviderFamily, RewriteFormat>> = {
 /** Headers that speak one provider's dialect: not sent to another provider. */
 const CLIENT_DIALECT_HEADER = /^(anthropic-|openai-|x-goog-)/;
 const ANTHROPIC_VERSION = '2023-06-01';
-/** Query parameters that are Tollgate's or the client format's own, never the provider's. */
-const OWN_PARAMETERS = new Set(['metadata', 'key', 'alt']);
+/** Query parameters that are Tollgate's own. */
+const TOLLGATE_PARAMETERS = new Set(['metadata', 'key']);
+/** Query parameters that are Tollgate's or the client format's own, never a translated call's provider's. */
+const OWN_PARAMETERS = new Set([...TOLLGATE_PARAMETERS, 'alt']);
 
 export function registerRewriteRoutes(app: App, deps: AppDeps, gateway: Gateway): void {
   app.removeAllContentTypeParsers();
@@ -47,8 +49,8 @@ export function registerRewriteRoutes(app: App, deps: AppDeps, gateway: Gateway)
   app.post('/rewrite/*', { schema: { hide: true } }, async (request, reply) => {
     const { client, provider, module, call, url, billing, metadata, query } = calls.get(request) ?? (await authorisedRewriteCall(deps, gateway, request));
     if (client === provider) {
-      // Nothing to translate: the call is /v1/forward's, to the provider URL as given.
-      const target = resolveTarget(url.toString(), gateway.registry, deps.config.upstreamOverrides);
+      // Nothing to translate: the call is /v1/forward's, its query the provider's (Tollgate's own taken out).
+      const target = resolveTarget(ownEndpoint(module, call, url, providerQuery(query)), gateway.registry, deps.config.upstreamOverrides);
       await forwardRequest(deps, gateway, request, reply, { target, billing, metadata, dialect: client });
       return;
     }
@@ -135,6 +137,13 @@ function providerUrlOf(text: string): URL {
   } catch {
     throw new ApiError('unsupported_provider', 'The provider URL is not a URL of a supported provider.');
   }
+}
+
+/** The query parameters that are the provider's: all but Tollgate's own. */
+function providerQuery(query: URLSearchParams): URLSearchParams {
+  const own = new URLSearchParams();
+  for (const [name, value] of query) if (!TOLLGATE_PARAMETERS.has(name)) own.append(name, value);
+  return own;
 }
 
 /** A query parameter meant for the provider cannot follow a translated request: refused by name. */
