@@ -1,7 +1,7 @@
 import { readFileSync } from 'node:fs';
 import { z } from 'zod';
 import { parseMoney } from './domain/money.ts';
-import { DEFAULT_REFERENCE_HOLD_TOKENS } from './providers/estimate.ts';
+import { DEFAULT_CONTEXT_HOLD_TOKENS, DEFAULT_REFERENCE_HOLD_TOKENS } from './providers/estimate.ts';
 import { parsePriceOverrides, type PriceOverrideTable } from './domain/base-prices.ts';
 
 /**
@@ -99,6 +99,8 @@ const configSchema = z.object({
   DEFAULT_MAX_OUTPUT_TOKENS: z.coerce.number().int().min(1).default(4096),
   /** Input tokens held for each audio, video or document named by reference (an upload's id or URI), whose size is not known. */
   MEDIA_REFERENCE_HOLD_TOKENS: z.coerce.number().int().min(0).max(100_000_000).default(DEFAULT_REFERENCE_HOLD_TOKENS),
+  /** Input tokens held for provider-side context a request names whose size this instance has not learned (decision 0025). */
+  PROVIDER_CONTEXT_HOLD_TOKENS: z.coerce.number().int().min(0).max(100_000_000).default(DEFAULT_CONTEXT_HOLD_TOKENS),
   /** Development only: webhooks may use plain http to loopback (and deliveries may reach loopback). */
   WEBHOOK_ALLOW_HTTP_LOOPBACK: flag.default(false),
   /** How long a webhook delivery waits for the receiver's answer. */
@@ -137,6 +139,7 @@ export type Config = {
   defaultMaxOutputTokens: number;
   /** Input tokens held for a medium named by reference (decision 0019): an allowance, not a bound. */
   mediaReferenceHoldTokens: number;
+  providerContextHoldTokens: number;
   metricsToken: string | undefined;
   publicBaseUrl: string | undefined;
   /** Null when V8 keeps its own heap growing factor. */
@@ -187,6 +190,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     walletLeaseTtlMs: c.WALLET_LEASE_TTL_MS,
     defaultMaxOutputTokens: c.DEFAULT_MAX_OUTPUT_TOKENS,
     mediaReferenceHoldTokens: c.MEDIA_REFERENCE_HOLD_TOKENS,
+    providerContextHoldTokens: c.PROVIDER_CONTEXT_HOLD_TOKENS,
     metricsToken: c.METRICS_TOKEN,
     publicBaseUrl: c.PUBLIC_BASE_URL,
     heapGrowingPercent: c.HEAP_GROWING_PERCENT === 'off' ? null : c.HEAP_GROWING_PERCENT,

@@ -22,6 +22,9 @@ import { extractCredential, resolveCredential } from './credentials.ts';
 import type { BillingContext } from '../ledger/billing.ts';
 import { checkSpendKeyRequest, SpendKeyBuckets, spendKeyError } from './spend-key-guard.ts';
 import { estimateHold } from './hold-estimate.ts';
+import { ProviderContextSizes } from './provider-context.ts';
+import { DEFAULT_HOLD_RULES } from '../providers/estimate.ts';
+import type { HoldRules } from '../providers/types.ts';
 import { HoldKeeper } from '../ledger/hold-keeper.ts';
 import { closeAfterResponse, createUpstreamAgent, relay, shutdownHeaders, upstreamRequestHeaders, type RelayOutcome, type ResponseTranslator } from './relay.ts';
 import { fieldsObject, formFields, multipartBoundary } from './form-fields.ts';
@@ -56,6 +59,8 @@ export type Gateway = {
   prices: Map<string, { prices: BasePrices | null; until: number }>;
   /** Resolved forward targets by the `u` they were given (see targetOf). */
   targets: Map<string, ResolvedTarget>;
+  /** Sizes of provider-side context (previous responses, cached content) learned from usage. */
+  contexts: ProviderContextSizes;
 };
 
 /** The background writer's largest batch (settlements, failures, deferred admission writes). */
@@ -78,7 +83,9 @@ export function createGateway(deps: AppDeps, app: App, unwritten: UnwrittenHolds
   const { walletLeaseHotAfter: hotAfter, walletLeaseIdleMs: idleMs, walletLeaseTtlMs: ttlMs } = deps.config;
   // Leases live seconds, not a request hold's TTL, so a dead instance's slice returns quickly (decision 0019).
   const leaseKeeper = deps.storage.dialect === 'postgres' && hotAfter !== null ? new HoldKeeper(deps.storage, ttlMs, app.log, deps.clock) : null;
+  const contexts = new ProviderContextSizes();
   const gateway: Gateway = {
+    contexts,
     registry: createRegistry({ custom: deps.config.customProviders }),
     credentials,
     buckets: new SpendKeyBuckets(deps.storage, deps.config.redisUrl, deps.clock),
@@ -86,7 +93,7 @@ export function createGateway(deps: AppDeps, app: App, unwritten: UnwrittenHolds
       headersTimeoutMs: deps.config.upstreamTimeoutMs,
       bodyTimeoutMs: deps.config.upstreamIdleTimeoutMs,
     }),
-    settlements: new Settlements(app.log, background),
+    settlements: new Settlements(app.log, background, contexts),
     writer,
     background,
     deferredWrites: deferredWrites(background, unwritten),
@@ -306,6 +313,8 @@ type ForwardPlan = {
   translator: ResponseTranslator | undefined;
   /** The dialect of an error Tollgate answers once the relay has begun (an unreachable provider). */
   dialect: ErrorDialect;
+  /** The provider-side context the request names, whose size its usage tells (ProviderContextSizes). */
+  contexts: { merchantId: string; keys: string[]; rules: HoldRules };
 };
 
 /** Everything decided before the provider is called; any refusal here costs no provider call. */
@@ -356,6 +365,8 @@ async function planForward(
   const prices = model ? pricesOf(gateway, target.provider, model, config, deps.clock.now()) : null;
   const { pricing, walletId, meterPriced } = pricingFor(billing);
   const serviceChargeRate = billing.serviceChargeRate ?? config.serviceChargeRate;
+  const holdRules = target.provider.holdRules ?? DEFAULT_HOLD_RULES;
+  const contexts = { merchantId: billing.merchantId, keys: ProviderContextSizes.referencesOf(billing.merchantId, holdRules, requestJson), rules: holdRules };
   const estimate = estimateHold({
     requestBody: requestJson,
     pricing,
@@ -364,7 +375,8 @@ async function planForward(
     serviceChargeRate,
     defaultOutputCap: config.defaultMaxOutputTokens,
     referenceTokens: config.mediaReferenceHoldTokens,
-    rules: target.provider.holdRules,
+    contextTokens: gateway.contexts.tokensFor(contexts.keys, config.providerContextHoldTokens),
+    rules: holdRules,
     model,
   });
 
@@ -419,6 +431,7 @@ async function planForward(
     prices,
     providerKeyType,
     metadata,
+    contexts,
     translator: rewrite?.translator,
     dialect: dialect ?? dialectOfFamily(target.provider.family),
   };

@@ -5,7 +5,8 @@
  * Input tokens: the UTF-8 bytes of the body without its inline media (inputTokenBound), plus what
  * its media can count for by the provider's rules (images at the provider's per-image maximum,
  * audio and video by the longest duration their bytes can hold, documents by size; audio, video
- * and documents named by reference at the operator's allowance, MEDIA_REFERENCE_HOLD_TOKENS). Output tokens:
+ * and documents named by reference at the operator's allowance, MEDIA_REFERENCE_HOLD_TOKENS), plus
+ * the provider-side context it names (a previous response, cached content: decision 0025). Output tokens:
  * the request's own cap where its provider puts it, else its model's maximum output when known,
  * else DEFAULT_MAX_OUTPUT_TOKENS. The estimate is priced with the same pricing code as the real
  * charge, at the meter's first-tier position, so a request that cannot pay for its bound is refused
@@ -65,6 +66,8 @@ export function estimateHold(input: {
   defaultOutputCap?: number;
   /** Input tokens held for each audio, video or document named by reference (MEDIA_REFERENCE_HOLD_TOKENS). */
   referenceTokens?: number;
+  /** Input tokens of provider-side context the request names (ProviderContextSizes; decision 0025). */
+  contextTokens?: number;
   /** The provider's rules (ProviderModule.holdRules); the OpenAI shapes' when absent. */
   rules?: HoldRules;
   model?: string | null;
@@ -72,7 +75,7 @@ export function estimateHold(input: {
   const rules = input.rules ?? DEFAULT_HOLD_RULES;
   const textTokens = Math.max(estimateInputTokensFromRequest(input.requestBody), inputTokenBound(input.requestBody) ?? 0);
   const usage: Usage = {
-    inputTokens: textTokens + mediaInputTokens(input.requestBody, rules.media, input.referenceTokens),
+    inputTokens: textTokens + mediaInputTokens(input.requestBody, rules.media, input.referenceTokens) + (input.contextTokens ?? 0),
     outputTokens: outputCapOf(input.requestBody, rules, input.model ?? modelOf(input.requestBody), input.defaultOutputCap),
     inputCharacters: inputCharactersOf(input.requestBody),
     outputCharacters: 0,

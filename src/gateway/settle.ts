@@ -10,6 +10,7 @@ import type { Storage } from '../storage/db.ts';
 import { estimateInputTokensFromRequest, estimateOutputTokensFromResponse, estimateTokensFromCharacters, isUsageBilledRequest } from '../providers/estimate.ts';
 import type { StreamUsage, UsageReport } from '../providers/types.ts';
 import type { ForwardPlan } from './forward.ts';
+import type { ProviderContextSizes } from './provider-context.ts';
 import type { RelayOutcome } from './relay.ts';
 import { releaseOrphanedReservations } from '../ledger/spend-key-limits.ts';
 import type { GroupCommitWriter } from '../ledger/group-commit.ts';
@@ -34,13 +35,21 @@ export class Settlements {
   readonly #log: FastifyBaseLogger;
   readonly #writer: GroupCommitWriter;
 
-  constructor(log: FastifyBaseLogger, writer: GroupCommitWriter) {
+  readonly #contexts: ProviderContextSizes;
+
+  constructor(log: FastifyBaseLogger, writer: GroupCommitWriter, contexts: ProviderContextSizes) {
     this.#log = log;
     this.#writer = writer;
+    this.#contexts = contexts;
   }
 
   settle(deps: AppDeps, plan: ForwardPlan, outcome: RelayOutcome): void {
     const billed = billedUsage(plan, outcome);
+    // The provider's own counts tell how large the context it keeps is; an estimate does not.
+    if (billed?.usage && !billed.estimated) {
+      const responseBody = outcome.kind === 'answered' ? outcome.responseBody : null;
+      this.#contexts.learn(plan.contexts, { ...billed.usage, responseId: billed.usage.responseId ?? plan.target.provider.responseId(responseBody) });
+    }
     // A charge whose admission is still queued takes it over: one record written, no hold rows.
     const merged = billed && takeOverAdmission(plan.deferred) ? plan.deferred : undefined;
     const { requestId, deferred } = plan;

@@ -119,6 +119,35 @@ function openAIMaxOutputTokens(model: string | null): number | undefined {
   return OPENAI_MAX_OUTPUT.find(([shape]) => shape.test(model))?.[1];
 }
 
+/** A non-empty string member, or undefined. */
+function idAt(record: unknown, key: string): string | undefined {
+  if (typeof record !== 'object' || record === null) return undefined;
+  const value = (record as Record<string, unknown>)[key];
+  return typeof value === 'string' && value.length > 0 ? value : undefined;
+}
+
+/**
+ * Context the OpenAI Responses API keeps for a request that only names it: the conversation so far
+ * (`previous_response_id`, `conversation` by id or as `{id}`) and a stored prompt (`prompt.id`,
+ * with its version).
+ */
+function openAIContextReferences(body: unknown): string[] {
+  const keys: string[] = [];
+  const previous = idAt(body, 'previous_response_id');
+  if (previous) keys.push(`openai:response:${previous}`);
+  const record = typeof body === 'object' && body !== null ? (body as Record<string, unknown>) : {};
+  const conversation = typeof record.conversation === 'string' ? record.conversation : idAt(record.conversation, 'id');
+  if (conversation) keys.push(`openai:conversation:${conversation}`);
+  const prompt = idAt(record.prompt, 'id');
+  if (prompt) keys.push(`openai:prompt:${prompt}:${idAt(record.prompt, 'version') ?? 'latest'}`);
+  return keys;
+}
+
+/** A Responses API answer (`resp_…`) can be named by a later request's previous_response_id. */
+function openAIAnswerContextReference(responseId: string): string | null {
+  return responseId.startsWith('resp_') ? `openai:response:${responseId}` : null;
+}
+
 /**
  * The OpenAI shapes' rules: an image counts at most 85 + 170 × 8 tiles = 1,445 tokens in
  * detail: high (resized to fit 2048 × 768), and up to 1,536 patches × 1.72 ≈ 2,642 on the
@@ -128,6 +157,8 @@ export const DEFAULT_HOLD_RULES: HoldRules = {
   outputCapFrom: topLevelOutputCap,
   maxOutputTokens: openAIMaxOutputTokens,
   media: { perImage: 2_700, perAudioSecond: 25, perVideoSecond: 300, perFileByte: 1 },
+  contextReferences: openAIContextReferences,
+  answerContextReference: openAIAnswerContextReference,
 };
 
 /**
@@ -199,6 +230,13 @@ function mediaItemOf(part: Record<string, unknown>): { kind: MediaKind; bytes: n
  * maximum, which is a bound.
  */
 export const DEFAULT_REFERENCE_HOLD_TOKENS = 10_000;
+
+/**
+ * What is held for provider-side context a request names (a previous response, cached content, a
+ * stored prompt) whose size the gateway has not learned, unless the operator says otherwise
+ * (PROVIDER_CONTEXT_HOLD_TOKENS): an allowance, not a bound (decision 0025).
+ */
+export const DEFAULT_CONTEXT_HOLD_TOKENS = 32_000;
 
 /**
  * Input tokens the request's media can count for at most, by the provider's rules (text is bounded

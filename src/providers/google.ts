@@ -41,8 +41,21 @@ export const google: ProviderModule = {
     // 258 tokens per 768 × 768 tile (or per image at media resolution high, up to 1,120): a 4K
     // image tiles into 15. Audio 32 tokens a second; video 263 (frames) + 32 (sound); a PDF page 258.
     media: { perImage: 4_000, perAudioSecond: 32, perVideoSecond: 300, perFileByte: 1 },
+    // Cached content is counted as input of every request that names it.
+    contextReferences: (body) => {
+      const name = cachedContentOf(body);
+      return name ? [`google:cachedContent:${name}`] : [];
+    },
   },
 };
+
+/** The cached content a request names (`cachedContent`, or `cached_content` in REST's snake case). */
+function cachedContentOf(body: unknown): string | undefined {
+  if (typeof body !== 'object' || body === null) return undefined;
+  const { cachedContent, cached_content: snake } = body as Record<string, unknown>;
+  const name = cachedContent ?? snake;
+  return typeof name === 'string' && name.length > 0 ? name : undefined;
+}
 
 /** Gemini 2.5 and later produce up to 65,536 output tokens, earlier models 8,192. */
 function geminiMaxOutputTokens(model: string | null): number | undefined {

@@ -192,6 +192,13 @@ export type HoldRules = {
   maxOutputTokens(model: string | null): number | undefined;
   /** Input tokens one media item can count for at most, by kind (see providers/estimate.ts). */
   media: MediaTokenRules;
+  /**
+   * Context the provider keeps and the request only names (a previous response, cached content, a
+   * stored prompt), as keys the gateway remembers sizes under; absent or empty when none.
+   */
+  contextReferences?(body: unknown): string[];
+  /** The key a later request names this answer's context by (a Responses API response id), or null. */
+  answerContextReference?(responseId: string): string | null;
 };
 
 export type MediaTokenRules = {
