@@ -27,7 +27,7 @@ export interface WalletsTable {
   bundle_credit: bigint;
   /** Sum of the wallet's active holds; available = balance - held. */
   held: bigint;
-  /** 1 once settled charges exceeded their holds: nothing more is admitted while anything is held (decision 0019). */
+  /** The last overrun's excess per thousand of its hold (0 none): admissions count what requests in flight may overrun at that rate (decision 0025). */
   overrun?: number;
   created_at: string;
 }
@@ -277,7 +277,7 @@ export interface SpendKeysTable {
   spend_cycle_start: string;
   current_spend: bigint;
   reserved_spend: bigint;
-  /** 1 once a settled charge exceeded its reservation: a spend-limited key admits nothing more while anything is reserved (decision 0019). */
+  /** The last overrun's excess per thousand of its reservation (0 none): counted against the limit while anything is reserved (decision 0025). */
   overrun?: number;
   total_spend: bigint;
   request_cycle_start: string;
