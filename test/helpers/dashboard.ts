@@ -20,6 +20,8 @@ export type DashboardSession = {
   merchantId: string;
   /** The merchant's own wallet (what a spend key without a customer spends). */
   walletId: string;
+  /** The mock provider, when the session was started with `gateway`. */
+  upstream: MockUpstream | undefined;
   /**
    * Opens a page and checks what every dashboard page must satisfy: no request to another
    * origin, under the weight budget, no serious axe violation; then photographs it at 375 and
@@ -64,6 +66,7 @@ export async function signedInDashboard(
     secretKey,
     merchantId: merchant.id,
     walletId: merchant.wallet_id,
+    upstream,
     async visit(path, shot) {
       const { bytes, foreign } = await loadWithWeight(page, `${base}${path}`);
       expect(foreign, `${path} requested another origin`).toEqual([]);
