@@ -53,7 +53,7 @@ export async function startServer(
   const webhooks = startWebhookDispatcher(config, storage, app, clock);
   const renewals = startRenewalScheduler(
     { storage, payments, clock },
-    { intervalMs: opts.renewalIntervalMs ?? RENEWAL_INTERVAL_MS, onError: (err) => app.log.error({ err }, 'subscription renewal failed') },
+    { intervalMs: opts.renewalIntervalMs ?? RENEWAL_INTERVAL_MS, onError: (err, subscriptionId) => app.log.error({ err, subscriptionId }, 'subscription renewal failed') },
   );
   app.log.info(
     { database: storage.describe, redis: Boolean(redis), heapGrowingPercent: heapGrowthLimited ? config.heapGrowingPercent : 'not set by Tollgate' },

@@ -25,9 +25,18 @@ const CLAIM_MS = 5 * 60_000;
 export const PROVIDER_RETRY_MS = 5 * 60_000;
 const BATCH = 50;
 
-export type RenewalResult = { subscriptionId: string; outcome: 'renewed' | 'cancelled' | 'past_due' | 'skipped' | 'provider_unavailable' };
+export type RenewalResult = { subscriptionId: string; outcome: 'renewed' | 'cancelled' | 'past_due' | 'skipped' | 'provider_unavailable' | 'error' };
 
-export async function renewDueSubscriptions(deps: CommerceDeps, now: Date, opts: { stopping?: () => boolean } = {}): Promise<RenewalResult[]> {
+/**
+ * One round: the due subscriptions, oldest cycle end first. A renewal that throws is reported
+ * (`onError`, outcome `error`) and the round goes on with the others; that subscription keeps its
+ * claim, so it is tried again once the claim lapses (CLAIM_MS), not on every tick.
+ */
+export async function renewDueSubscriptions(
+  deps: CommerceDeps,
+  now: Date,
+  opts: { stopping?: () => boolean; onError?: (err: unknown, subscriptionId: string) => void } = {},
+): Promise<RenewalResult[]> {
   const stamp = now.toISOString();
   const due = await deps.storage.db
     .selectFrom('subscriptions')
@@ -47,7 +56,12 @@ export async function renewDueSubscriptions(deps: CommerceDeps, now: Date, opts:
       results.push({ subscriptionId: sub.id, outcome: 'skipped' });
       continue;
     }
-    results.push({ subscriptionId: sub.id, outcome: await renew(deps, sub, now) });
+    try {
+      results.push({ subscriptionId: sub.id, outcome: await renew(deps, sub, now) });
+    } catch (err) {
+      opts.onError?.(err, sub.id);
+      results.push({ subscriptionId: sub.id, outcome: 'error' });
+    }
   }
   return results;
 }
@@ -343,14 +357,14 @@ async function recordFailure(
  */
 export function startRenewalScheduler(
   deps: CommerceDeps,
-  opts: { intervalMs: number; onError: (err: unknown) => void },
+  opts: { intervalMs: number; onError: (err: unknown, subscriptionId?: string) => void },
 ): { stop(): Promise<void> } {
   let running: Promise<unknown> | null = null;
   let stopped = false;
   const stopping = () => stopped;
   const timer = setInterval(() => {
     if (running) return;
-    running = renewDueSubscriptions(deps, dateOf(deps.clock), { stopping })
+    running = renewDueSubscriptions(deps, dateOf(deps.clock), { stopping, onError: opts.onError })
       .then(() => (stopped ? undefined : settleOrphanedReservations(deps, dateOf(deps.clock))))
       .catch(opts.onError)
       .finally(() => {

@@ -162,4 +162,29 @@ describe.each(databasesUnderTest())('the cycle engine on %s', (dialect) => {
     expect(renewed.map((r) => r.outcome)).toEqual(['renewed', 'renewed', 'renewed']);
     expect(new Set(renewed.map((r) => r.subscriptionId)).size).toBe(3);
   });
+
+  it('a renewal that throws is reported and the round renews the others; it is tried again once its claim lapses', async () => {
+    const subs: Awaited<ReturnType<typeof subscribed>>[] = [];
+    for (const name of ['Before', 'Broken', 'After']) subs.push(await subscribed({ name: `Round ${name}`, period_amount: '1', included_credit: '1', billing_interval: 'day' }));
+    const broken = subs[1]!.sub.subscription_id;
+    // A provider that throws something unexpected (not "unavailable") for one plan's renewal.
+    const throwing = Object.create(t.payments) as typeof t.payments;
+    throwing.chargeSaved = async (input) => {
+      if (input.description.startsWith('Round Broken')) throw new TypeError('the payment method is gone');
+      return t.payments.chargeSaved(input);
+    };
+    const at = new Date(Math.max(...subs.map((s) => s.end.getTime())));
+    const reported: string[] = [];
+    const round = await renewDueSubscriptions({ storage: t.storage, payments: throwing, clock: systemClock }, at, {
+      onError: (err, subscriptionId) => reported.push(`${subscriptionId}: ${(err as Error).message}`),
+    });
+    const mine = (results: { subscriptionId: string; outcome: string }[]) =>
+      Object.fromEntries(results.filter((r) => subs.some((s) => s.sub.subscription_id === r.subscriptionId)).map((r) => [r.subscriptionId, r.outcome]));
+    expect(mine(round)).toEqual({ [subs[0]!.sub.subscription_id]: 'renewed', [broken]: 'error', [subs[2]!.sub.subscription_id]: 'renewed' });
+    expect(reported).toEqual([`${broken}: the payment method is gone`]);
+    // Not retried on every tick: only once its claim has lapsed (5 minutes), then renewed once.
+    expect(mine(await runAt(new Date(at.getTime() + 1000)))).toEqual({});
+    expect(mine(await runAt(new Date(at.getTime() + 5 * 60_000 + 1000)))).toEqual({ [broken]: 'renewed' });
+    expect((await stored(broken)).status).toBe('active');
+  });
 });

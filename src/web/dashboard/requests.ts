@@ -163,9 +163,13 @@ function csvLine(r: RequestRecord): string {
   return cells.map((c) => csvCell(c === null || c === undefined ? '' : String(c))).join(',');
 }
 
-/** Quoted when needed; a leading = + - @ is neutralised so a spreadsheet never runs it as a formula. */
-function csvCell(value: string): string {
-  const safe = /^[=+\-@\t\r]/.test(value) && !/^-?\d/.test(value) ? `'${value}` : value;
+/**
+ * Quoted when needed. A cell starting with = + - @, a tab or a CR is prefixed with ' so a
+ * spreadsheet never runs it as a formula (-1+1 is one as much as =1+1); only a plain number, such
+ * as a negative amount, is left as it is.
+ */
+export function csvCell(value: string): string {
+  const safe = /^[=+\-@\t\r]/.test(value) && !/^-?\d+(\.\d+)?$/.test(value) ? `'${value}` : value;
   return /[",\r\n]/.test(safe) ? `"${safe.replace(/"/g, '""')}"` : safe;
 }
 
