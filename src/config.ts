@@ -1,3 +1,4 @@
+import { createHash } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import { z } from 'zod';
 import { parseMoney } from './domain/money.ts';
@@ -68,6 +69,11 @@ const configSchema = z.object({
    * reading) before it closes their connections; each is then settled from what was relayed.
    */
   SHUTDOWN_GRACE_MS: z.coerce.number().int().min(0).default(25_000),
+  /**
+   * Where this instance journals forwarded calls before calling their providers (decision 0024),
+   * replayed at the next start after a crash; one directory per instance. `off` journals nothing.
+   */
+  CALL_JOURNAL_DIR: z.string().min(1).optional(),
   /** A hold not settled within this time is released (crash safety). */
   HOLD_TTL_MS: z.coerce.number().int().min(1000).default(15 * 60_000),
   /**
@@ -131,6 +137,8 @@ export type Config = {
   upstreamIdleTimeoutMs: number;
   shutdownGraceMs: number;
   holdTtlMs: number;
+  /** This instance's call journal (decision 0024); null when off. */
+  callJournalDir: string | null;
   /** Null when wallet leases are off. */
   walletLeaseHotAfter: number | null;
   walletLeaseIdleMs: number;
@@ -153,6 +161,21 @@ export type Config = {
 export const DEFAULT_DATABASE_URL = 'sqlite:./data/tollgate.db';
 
 export class ConfigError extends Error {}
+
+/**
+ * The call journal's directory: as set, else beside an embedded database's file (one process owns
+ * it, so one journal). On PostgreSQL, where instances share the database, the default is named
+ * for the database and the port, so two instances on one host (different ports) keep apart and a
+ * restarted one finds its own. An in-memory database does not outlive its process, so a journal
+ * would have nothing to replay into: none.
+ */
+function callJournalDirOf(setting: string | undefined, databaseUrl: string, port: number): string | null {
+  if (setting === 'off') return null;
+  if (setting !== undefined) return setting;
+  if (!databaseUrl.startsWith('sqlite:')) return `./data/calls/${createHash('sha256').update(databaseUrl).digest('hex').slice(0, 12)}-${port}`;
+  const file = databaseUrl.slice('sqlite:'.length);
+  return file === ':memory:' ? null : `${file}.calls`;
+}
 
 /** Reads the configuration, or throws a ConfigError that names every offending variable. */
 export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
@@ -185,6 +208,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     upstreamIdleTimeoutMs: c.UPSTREAM_IDLE_TIMEOUT_MS,
     shutdownGraceMs: c.SHUTDOWN_GRACE_MS,
     holdTtlMs: c.HOLD_TTL_MS,
+    callJournalDir: callJournalDirOf(c.CALL_JOURNAL_DIR, c.DATABASE_URL ?? DEFAULT_DATABASE_URL, c.PORT),
     walletLeaseHotAfter: c.WALLET_LEASE_HOT_AFTER === 'off' ? null : c.WALLET_LEASE_HOT_AFTER,
     walletLeaseIdleMs: c.WALLET_LEASE_IDLE_MS,
     walletLeaseTtlMs: c.WALLET_LEASE_TTL_MS,

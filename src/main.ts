@@ -12,6 +12,8 @@ import { openStorage, type Storage } from './storage/db.ts';
 import { purgeExpiredIdempotencyKeys } from './storage/idempotency.ts';
 import { migrateToLatest } from './storage/migrate.ts';
 import { WebhookDispatcher } from './webhooks/dispatcher.ts';
+import { CallJournal } from './ledger/journal/journal.ts';
+import { replayCallJournal, type ReplaySummary } from './ledger/journal/replay.ts';
 import { createPaymentProvider } from './payments/index.ts';
 
 export type RunningServer = { app: App; url: string; stop(): Promise<void> };
@@ -40,11 +42,15 @@ export async function startServer(
     () => reportRecovery(),
   );
   const payments = createPaymentProvider(config);
+  // Calls a killed process served but had not settled are settled from its journal first, with
+  // the usage their relays ended with (decision 0024); the sweep below then finds nothing of theirs.
+  const { journal, replayed } = await openCallJournal(config, storage, clock);
   // What a crash left behind is recovered before serving (decision 0019). An embedded database has
   // one serving process, so every hold still active is an orphan of the previous one; instances
   // sharing PostgreSQL recover only holds past their TTL (the others' requests may be in flight).
   await sweepExpiredHolds(storage, storage.dialect === 'sqlite' ? new Date('9999-12-31T23:59:59.999Z') : dateOf(clock));
-  const app = await buildApp({ config, storage, rateLimiter: limiter, payments, clock });
+  const app = await buildApp({ config, storage, rateLimiter: limiter, payments, clock, ...(journal ? { journal } : {}) });
+  if (replayed) app.log.info({ journal: config.callJournalDir, ...replayed }, 'calls left in the call journal by the previous process are settled');
   reportWriterDeath = (err) => app.log.error({ err }, 'the SQLite writer thread died; a new one takes over with the next write');
   reportOutage = (err) => app.log.warn({ err }, 'Redis is unreachable: rate limits are counted per instance until it is back');
   reportRecovery = () => app.log.info('Redis answers again: rate limits are counted in Redis');
@@ -67,9 +73,25 @@ export async function startServer(
       // Background work stops while the requests in flight finish, so the shutdown takes the
       // longest of their deadlines, not their sum (decision 0010).
       await Promise.all([webhooks.stop(), renewals.stop(), app.close()]);
+      // Every settlement is written (app.close drained them): the journal keeps nothing.
+      journal?.close();
       await releaseConnections(storage, limiter, redis);
     },
   };
+}
+
+/**
+ * The instance's call journal, after replaying what an earlier process left in it (decision 0024);
+ * null when it is off.
+ */
+async function openCallJournal(config: Config, storage: Storage, clock: Clock): Promise<{ journal: CallJournal | null; replayed: ReplaySummary | null }> {
+  if (config.callJournalDir === null) return { journal: null, replayed: null };
+  const journal = new CallJournal(config.callJournalDir);
+  if (journal.leftover.length === 0) return { journal, replayed: null };
+  const replayed = await replayCallJournal(storage, journal.leftover, dateOf(clock));
+  // Only once all of it is in the database: a replay cut short runs again at the next start.
+  journal.discard(journal.leftover);
+  return { journal, replayed };
 }
 
 /**

@@ -30,6 +30,8 @@ import { closeAfterResponse, createUpstreamAgent, relay, shutdownHeaders, upstre
 import { fieldsObject, formFields, multipartBoundary } from './form-fields.ts';
 import { claimForwardKey, finishForwardKey, releaseForwardKey, tapResponse } from './forward-idempotency.ts';
 import { upstreamFor } from './local-upstream.ts';
+import type { CallJournal, JournalEntry } from '../ledger/journal/journal.ts';
+import { admittedLine } from '../ledger/journal/calls.ts';
 import { Settlements } from './settle.ts';
 import { GroupCommitWriter } from '../ledger/group-commit.ts';
 import { isDatabaseUnavailable } from '../storage/errors.ts';
@@ -53,6 +55,11 @@ export type Gateway = {
   holds: HoldKeeper;
   /** PostgreSQL: this instance's leases on hot wallets (decision 0013); null on SQLite or when off. */
   leases: WalletLeases | null;
+  /**
+   * The call journal (decision 0024): each call is written to it before its provider is called, so
+   * a crash before its settlement commits leaves it to the next start's replay. Null when off.
+   */
+  journal: CallJournal | null;
   /** True once the app started closing (hijacked responses then close their connections). */
   closing: boolean;
   /** Base prices by provider and model (see pricesOf). */
@@ -93,12 +100,13 @@ export function createGateway(deps: AppDeps, app: App, unwritten: UnwrittenHolds
       headersTimeoutMs: deps.config.upstreamTimeoutMs,
       bodyTimeoutMs: deps.config.upstreamIdleTimeoutMs,
     }),
-    settlements: new Settlements(app.log, background, contexts),
+    settlements: new Settlements(app.log, background, contexts, deps.journal ?? null),
     writer,
     background,
     deferredWrites: deferredWrites(background, unwritten),
     holds,
     leases: leaseKeeper && hotAfter !== null ? new WalletLeases(deps.storage, leaseKeeper, { hotAfter, idleMs, ttlMs }, app.log, deps.clock) : null,
+    journal: deps.journal ?? null,
     closing: false,
     prices: new Map(),
     targets: new Map(),
@@ -291,6 +299,10 @@ export async function forwardRequest(
 
 type ForwardPlan = {
   requestId: string;
+  /** What was admitted (the call journal writes it before the provider is called). */
+  admission: AdmitInput;
+  /** The call's place in the call journal, once written there. */
+  journalled?: JournalEntry;
   recordId: string;
   holdIds: string[];
   /** When the request was admitted: the settled record keeps it. */
@@ -415,6 +427,7 @@ async function planForward(
   if (admitted.outcome === 'spend_key_refused') throw spendKeyError(admitted.refusal);
   return {
     requestId,
+    admission,
     recordId: admitted.recordId,
     holdIds: admitted.holdIds,
     admittedAt: admitted.createdAt,
@@ -462,6 +475,14 @@ async function admitFromLeases(storage: AppDeps['storage'], gateway: Gateway, le
 
 async function forward(deps: AppDeps, gateway: Gateway, plan: ForwardPlan, res: ServerResponse): Promise<RelayOutcome> {
   const closing = () => gateway.closing;
+  const unjournalled = journal(deps, gateway, plan);
+  if (unjournalled) {
+    // Not sent: a call that could not be journalled could be served and then lost to a crash.
+    const notSent: RelayOutcome = { kind: 'failed', reason: 'unreachable' };
+    gateway.settlements.refuseUnjournalled(deps, plan, unjournalled, notSent);
+    sendError(res, new ApiError('service_unavailable', 'The gateway cannot record calls right now.'), plan, closing);
+    return notSent;
+  }
   gateway.holds.add(plan.holdIds);
   gateway.settlements.relayStarted();
   try {
@@ -490,6 +511,35 @@ async function forward(deps: AppDeps, gateway: Gateway, plan: ForwardPlan, res: 
     return outcome;
   } finally {
     gateway.settlements.relayEnded();
+  }
+}
+
+/**
+ * Writes the admitted call to the call journal, before its provider is called (decision 0024);
+ * the error when the journal cannot be written (a full or failing disk), else null.
+ */
+function journal(deps: AppDeps, gateway: Gateway, plan: ForwardPlan): unknown {
+  if (!gateway.journal) return null;
+  const { admission } = plan;
+  try {
+    plan.journalled = gateway.journal.admitted(
+      plan.recordId,
+      admittedLine({
+        id: plan.recordId,
+        admittedAt: plan.admittedAt,
+        ttlMs: admission.ttlMs,
+        walletId: admission.walletId,
+        estimate: admission.estimate,
+        record: admission.record,
+        billing: plan.billing,
+        prices: plan.prices,
+        baseCostCharged: plan.providerKeyType === 'managed' && plan.prices !== null,
+        serviceChargeRate: plan.billing.serviceChargeRate ?? deps.config.serviceChargeRate,
+      }),
+    );
+    return null;
+  } catch (err) {
+    return err ?? new Error('the call journal could not be written');
   }
 }
 

@@ -14,6 +14,8 @@ import type { ProviderContextSizes } from './provider-context.ts';
 import type { RelayOutcome } from './relay.ts';
 import { releaseOrphanedReservations } from '../ledger/spend-key-limits.ts';
 import type { GroupCommitWriter } from '../ledger/group-commit.ts';
+import type { CallJournal } from '../ledger/journal/journal.ts';
+import { finishedLine } from '../ledger/journal/calls.ts';
 
 /**
  * A settlement (or failure) that cannot be written is retried for about half a minute, so a
@@ -28,19 +30,21 @@ const RETRY_DELAYS_MS = [50, 500, 2000, 5000, 5000, 5000, 5000, 5000];
  * expire, which marks the record `error` rather than losing track of it.
  */
 export class Settlements {
-  readonly #inFlight = new Set<Promise<void>>();
+  readonly #inFlight = new Set<Promise<unknown>>();
   /** Forwarded requests relaying now (relayStarted, relayEnded), and drains waiting for none. */
   #relays = 0;
   readonly #relaysEnded: (() => void)[] = [];
   readonly #log: FastifyBaseLogger;
   readonly #writer: GroupCommitWriter;
+  readonly #journal: CallJournal | null;
 
   readonly #contexts: ProviderContextSizes;
 
-  constructor(log: FastifyBaseLogger, writer: GroupCommitWriter, contexts: ProviderContextSizes) {
+  constructor(log: FastifyBaseLogger, writer: GroupCommitWriter, contexts: ProviderContextSizes, journal: CallJournal | null = null) {
     this.#log = log;
     this.#writer = writer;
     this.#contexts = contexts;
+    this.#journal = journal;
   }
 
   settle(deps: AppDeps, plan: ForwardPlan, outcome: RelayOutcome): void {
@@ -53,22 +57,53 @@ export class Settlements {
     // A charge whose admission is still queued takes it over: one record written, no hold rows.
     const merged = billed && takeOverAdmission(plan.deferred) ? plan.deferred : undefined;
     const { requestId, deferred } = plan;
-    let write: (writer: GroupCommitWriter) => Promise<void>;
+    let write: SettlementWrite;
+    const settledAt = dateOf(deps.clock);
     try {
       // Built now, so the request's and the answer's bodies are not kept while the settlement waits.
-      write = settlementWrite(deps, plan, outcome, billed, merged);
+      write = settlementWrite(deps, plan, outcome, billed, merged, settledAt);
+      this.#journalFinished(plan, write, settledAt);
     } catch (err) {
       this.#log.error({ err, requestId }, 'settlement failed; the hold will expire');
       if (merged) releaseDeferredHolds(merged);
       return;
     }
     const work = (merged ? Promise.resolve(true) : this.#afterAdmissionWrite(deferred, requestId))
-      .then((ready) => (ready ? this.#withRetries(() => write(this.#writer), requestId) : undefined))
+      .then((ready) => (ready ? this.#withRetries(() => write.run(this.#writer), requestId) : false))
+      // Committed: the journal no longer needs the call. Otherwise it stays for the next start's replay.
+      .then((committed) => committed && plan.journalled && this.#journal?.done(plan.journalled))
       .finally(() => {
         if (merged) releaseDeferredHolds(merged);
         this.#inFlight.delete(work);
       });
     this.#inFlight.add(work);
+  }
+
+  /**
+   * What the relay ended with goes to the call journal before the settlement is queued: a crash
+   * before it commits then settles the call with this usage, not its estimate (decision 0024).
+   */
+  #journalFinished(plan: ForwardPlan, write: SettlementWrite, at: Date): void {
+    if (!plan.journalled || !this.#journal) return;
+    const settled = write.settlement;
+    const usage = settled && {
+      usage: settled.usage,
+      model: settled.model,
+      requestedModel: settled.requestedModel,
+      responseId: settled.responseId,
+      usageEstimated: settled.usageEstimated,
+      providerTimestamp: settled.providerTimestamp,
+    };
+    this.#journal.finished(plan.journalled, finishedLine({ id: plan.recordId, at: at.toISOString(), usage }));
+  }
+
+  /**
+   * A call the journal could not take is not sent (a crash could lose it): it is failed as a call
+   * that never reached its provider.
+   */
+  refuseUnjournalled(deps: AppDeps, plan: ForwardPlan, err: unknown, notSent: Extract<RelayOutcome, { kind: 'failed' }>): void {
+    this.#log.error({ err, requestId: plan.requestId }, 'the call journal could not be written; the call is refused');
+    this.settle(deps, plan, notSent);
   }
 
   /** False when a deferred admission could not be written: there is no record to settle then. */
@@ -116,21 +151,26 @@ export class Settlements {
     }
   }
 
-  async #withRetries(run: () => Promise<void>, requestId: string): Promise<void> {
+  /** True once `run` succeeded; false when it kept failing. */
+  async #withRetries(run: () => Promise<void>, requestId: string): Promise<boolean> {
     for (let attempt = 0; ; attempt++) {
       try {
-        return await run();
+        await run();
+        return true;
       } catch (err) {
         const delay = RETRY_DELAYS_MS[attempt];
         if (delay === undefined) {
           this.#log.error({ err, requestId }, 'settlement failed; the hold will expire');
-          return;
+          return false;
         }
         await new Promise((r) => setTimeout(r, delay));
       }
     }
   }
 }
+
+/** A settlement to write: its charge (`settlement`), or its failure when it is null. */
+type SettlementWrite = { settlement: SettleInput | null; run: (writer: GroupCommitWriter) => Promise<void> };
 
 /**
  * What the request's settlement writes, through the group-commit writer (settlements that finish
@@ -142,10 +182,11 @@ function settlementWrite(
   outcome: RelayOutcome,
   billed: BilledUsage | null,
   merged: AdmissionWrite | undefined,
-): (writer: GroupCommitWriter) => Promise<void> {
+  now: Date,
+): SettlementWrite {
   if (!billed) {
-    const failure = { recordId: plan.recordId, holdIds: plan.holdIds, now: dateOf(deps.clock) };
-    return (writer) => writer.run(FAIL_JOB, failure);
+    const failure = { recordId: plan.recordId, holdIds: plan.holdIds, now };
+    return { settlement: null, run: (writer) => writer.run(FAIL_JOB, failure) };
   }
   const { usage, estimated } = billed;
   const responseBody = outcome.kind === 'answered' ? outcome.responseBody : null;
@@ -173,10 +214,13 @@ function settlementWrite(
       created_at: plan.admittedAt,
     },
     merged,
-    now: dateOf(deps.clock),
+    now,
   };
-  return async (writer) => {
-    await writer.run(SETTLE_JOB, settlement);
+  return {
+    settlement,
+    run: async (writer) => {
+      await writer.run(SETTLE_JOB, settlement);
+    },
   };
 }
 

@@ -8,6 +8,7 @@ import type { PaymentProvider } from '../payments/types.ts';
 import type { Storage } from '../storage/db.ts';
 import type { RateLimiter } from './rate-limit.ts';
 import type { CommerceState } from '../commerce/state.ts';
+import type { CallJournal } from '../ledger/journal/journal.ts';
 
 export type App = FastifyInstance<RawServerDefault, IncomingMessage, ServerResponse, FastifyBaseLogger, ZodTypeProvider>;
 
@@ -24,6 +25,8 @@ export type AppDeps = {
   commerceState: CommerceState;
   /** Where logs go instead of stdout (tests read them back). */
   logStream?: DestinationStream;
+  /** The instance's call journal (decision 0024), opened and replayed by the server before it serves; none in tests' apps unless given. */
+  journal?: CallJournal;
 };
 
 /** What buildApp is given: the clock defaults to the system's, the payment provider to the one the configuration selects. */

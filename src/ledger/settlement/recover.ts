@@ -215,3 +215,22 @@ export async function releaseUnsentAdmission(storage: Storage, recordId: string)
     if (await failPendingRecord(trx, storage.dialect, recordId, now.toISOString())) await finishReservation(trx, storage.dialect, recordId, 0n, now);
   });
 }
+
+/**
+ * Charges these pending records their estimates now, releasing their active holds first: their
+ * calls' relays ended with their process, before any outcome was known (the call journal had none,
+ * decision 0024), so the sweep's charge is made at once instead of after the holds' TTL. Locks in
+ * the global order: tier counters, then every wallet the holds or the charges touch.
+ */
+export async function recoverUnsettled(storage: Storage, recordIds: string[], at: string): Promise<number> {
+  if (recordIds.length === 0) return 0;
+  return storage.db.transaction().execute(async (trx) => {
+    await lockRecoveryCounters(trx, storage.dialect, recordIds, at);
+    const holds = await trx.selectFrom('holds').select(['id', 'wallet_id']).where('reference', 'in', recordIds).where('status', '=', 'active').execute();
+    const charged = (await pendingWithEstimates(trx, recordIds)).flatMap(({ estimate }) => (estimate ? [estimate.payer_wallet_id, estimate.merchant_wallet_id] : []));
+    const walletIds = [...holds.map((hold) => hold.wallet_id), ...charged];
+    const wallets = walletIds.length > 0 ? await lockWallets(trx, storage.dialect, walletIds) : new Map<string, WalletRow>();
+    for (const hold of holds) await releaseHoldInTransaction(trx, hold.id, 'released', wallets);
+    return recoverPendingInTransaction(trx, storage.dialect, recordIds, at);
+  });
+}

@@ -1,0 +1,114 @@
+import { readdirSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { spawnSync } from 'node:child_process';
+import fc from 'fast-check';
+import { describe, expect, it } from 'vitest';
+import { CallJournal, readSegmentLines, segmentsIn } from '../../src/ledger/journal/journal.ts';
+import { admittedLine, callsOf, finishedLine, type AdmittedCall } from '../../src/ledger/journal/calls.ts';
+import type { BillingContext } from '../../src/ledger/billing.ts';
+import { runTempDir } from '../helpers/databases.ts';
+
+const segments = (dir: string) => readdirSync(dir).filter((name) => name.endsWith('.calls'));
+
+describe('call journal segments', () => {
+  it('keeps a segment while a call in it is not done, and deletes it once all are done and a newer one is written', () => {
+    const dir = runTempDir();
+    const journal = new CallJournal(dir, { segmentBytes: 100 });
+    const a = journal.admitted('request_a', 'x'.repeat(120));
+    // Past 100 bytes: the next entry starts a second segment.
+    const b = journal.admitted('request_b', 'y'.repeat(20));
+    journal.finished(a, 'a finished');
+    expect(segments(dir)).toHaveLength(2);
+    journal.done(b);
+    // b's segment is the one being written: kept.
+    expect(segments(dir)).toHaveLength(2);
+    journal.done(a);
+    // a's first segment had nothing else open: deleted; its outcome line was in b's segment.
+    expect(segments(dir)).toHaveLength(1);
+    expect(readSegmentLines(segmentsIn(dir))).toEqual(['y'.repeat(20), 'a finished']);
+    journal.close();
+    expect(readdirSync(dir)).toEqual([]);
+  });
+
+  it('keeps, at close, the segments of calls not done, and the next journal in the directory finds them', () => {
+    const dir = runTempDir();
+    const journal = new CallJournal(dir);
+    journal.admitted('request_a', 'left');
+    journal.close();
+    const next = new CallJournal(dir);
+    expect(readSegmentLines(next.leftover)).toEqual(['left']);
+    next.discard(next.leftover);
+    next.close();
+    expect(readdirSync(dir)).toEqual([]);
+  });
+
+  it('refuses a directory another live process journals in, and takes over one whose process is gone', () => {
+    const dir = runTempDir();
+    writeFileSync(join(dir, 'lock'), String(process.ppid));
+    expect(() => new CallJournal(dir)).toThrow(/in use by process/);
+    const gone = spawnSync('node', ['-e', 'process.stdout.write(String(process.pid))']).stdout.toString();
+    writeFileSync(join(dir, 'lock'), gone);
+    const journal = new CallJournal(dir);
+    expect(() => new CallJournal(dir)).toThrow(/in use by process/);
+    journal.close();
+  });
+
+  it('a lock naming this very process is stale when this process did not open the journal (a container restarted with the same pid)', () => {
+    const dir = runTempDir();
+    writeFileSync(join(dir, 'lock'), String(process.pid));
+    const journal = new CallJournal(dir);
+    journal.close();
+  });
+});
+
+describe('call journal entries', () => {
+  const billing: BillingContext = {
+    merchantId: 'merchant_1',
+    merchantWalletId: 'wallet_m',
+    secretKeyId: 'key_1',
+    mode: 'customer',
+    connection: { id: 'conn_1', wallet_id: 'wallet_c' },
+    meter: null,
+    providerKey: 'sk-callers-own-provider-key',
+    providerKeyType: 'unmanaged',
+    payer: 'customer',
+    serviceChargeRate: null,
+  };
+  const call = (wallet: bigint, merchant: bigint, rate: bigint): AdmittedCall => ({
+    id: 'request_1',
+    admittedAt: '2026-11-28T00:00:00.000Z',
+    ttlMs: 1000,
+    walletId: 'wallet_c',
+    estimate: { wallet, merchant },
+    record: { provider: 'openai', model: null, endpoint: 'POST x', provider_key_type: 'unmanaged', metadata: { $bigint: 'not money' } },
+    billing,
+    prices: { input: wallet, output: merchant },
+    baseCostCharged: false,
+    serviceChargeRate: rate,
+  });
+
+  it('keeps money exact through a line and back', () => {
+    const units = fc.bigInt({ min: -(2n ** 80n), max: 2n ** 80n });
+    fc.assert(
+      fc.property(units, units, units, (wallet, merchant, rate) => {
+        const back = callsOf([admittedLine(call(wallet, merchant, rate))]).get('request_1')!.admitted!;
+        expect(back.estimate).toEqual({ wallet, merchant });
+        expect(back.prices).toEqual({ input: wallet, output: merchant });
+        expect(back.serviceChargeRate).toBe(rate);
+        // A metadata value that looks like the tag but is not one stays as it was.
+        expect(back.record.metadata).toEqual({ $bigint: 'not money' });
+      }),
+    );
+  });
+
+  it("never writes the caller's own provider key", () => {
+    expect(admittedLine(call(1n, 0n, 0n))).not.toContain('sk-callers-own-provider-key');
+  });
+
+  it('joins a call admission and outcome, and skips a line cut short', () => {
+    const lines = [admittedLine(call(1n, 2n, 3n)), finishedLine({ id: 'request_1', at: 'now', usage: null }), '{"k":"a","billing":{"merch'];
+    const calls = callsOf(lines);
+    expect([...calls.keys()]).toEqual(['request_1']);
+    expect(calls.get('request_1')!.finished).toEqual({ id: 'request_1', at: 'now', usage: null });
+  });
+});
