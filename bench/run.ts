@@ -8,11 +8,12 @@
  *   4. Webhook delivery: events per second to a local receiver and end-to-end lag (bench/webhooks.ts).
  *   5. Rewrite proxy: CPU per request of an Anthropic client translated to an OpenAI-shaped mock, against forward (bench/rewrite.ts).
  *   6. Dashboard pages in Chromium: time to interactive and bytes transferred per page (bench/pages.ts).
- *   7. After each engine's scenarios, the ledger rebuilt from its postings (verify-ledger): no problem.
+ *   7. The call journal's cost: forward with the journal off and on, alternating (bench/call-journal.ts).
+ *   8. After each engine's scenarios, the ledger rebuilt from its postings (verify-ledger): no problem.
  *
  * PostgreSQL comes from BENCH_DATABASE_URL or TEST_DATABASE_URL (a fresh schema is created);
  * without either, only SQLite runs. `--quick` shrinks every size for a smoke run. While working on
- * one scenario, `--only records|usage|gateway|webhooks|rewrite|pages` (comma-separated) and
+ * one scenario, `--only records|usage|gateway|webhooks|rewrite|pages|journal` (comma-separated) and
  * `--engine sqlite|postgres` narrow the run; the report then holds only what ran. `--cpu-prof DIR` writes each server's V8
  * CPU profile to DIR.
  * The report is printed and written to bench/results/latest.md.
@@ -33,6 +34,7 @@ import { cpuMs, localPostgresCpuMs } from './process-stats.ts';
 import { benchPages } from './pages.ts';
 import { benchRewrite } from './rewrite.ts';
 import { benchWebhooks } from './webhooks.ts';
+import { benchCallJournal } from './call-journal.ts';
 
 const quick = process.argv.includes('--quick');
 const optionList = (name: string) => {
@@ -40,7 +42,7 @@ const optionList = (name: string) => {
   return i >= 0 ? process.argv[i + 1]?.split(',') : undefined;
 };
 const only = optionList('--only');
-const runs = (scenario: 'records' | 'usage' | 'gateway' | 'webhooks' | 'rewrite' | 'pages') => !only || only.includes(scenario);
+const runs = (scenario: 'records' | 'usage' | 'gateway' | 'webhooks' | 'rewrite' | 'pages' | 'journal') => !only || only.includes(scenario);
 const onlyEngines = optionList('--engine');
 /** `--cpu-prof DIR`: each server writes its V8 CPU profile to DIR when it exits. */
 const profileDir = optionList('--cpu-prof')?.[0];
@@ -97,6 +99,11 @@ async function main(): Promise<void> {
       if (runs('rewrite')) await withServer(engine.url, mock.url, async (server) => {
         report.push(...(await benchRewrite({ engine: engine.name, storage, serverUrl: server.url, serverPid: server.process.pid!, seconds: SIZES.gatewaySeconds })));
       });
+      if (runs('journal')) {
+        const serve = (env: Record<string, string>, work: (server: { url: string; pid: number }) => Promise<void>) =>
+          withServer(engine.url, mock.url, (server) => work({ url: server.url, pid: server.process.pid! }), env);
+        report.push(...(await benchCallJournal({ engine: engine.name, storage, withServer: serve, mockUrl: mock.url, seconds: SIZES.gatewaySeconds / 2, rounds: quick ? 1 : 3 })));
+      }
       if (runs('pages')) await withServer(engine.url, mock.url, async (server) => {
         report.push(...(await benchPages({ engine: engine.name, storage, serverUrl: server.url, visits: SIZES.pageVisits, requests: SIZES.pageRequests })));
       });
@@ -120,8 +127,8 @@ async function verifiedLedger(engine: string, storage: Storage): Promise<Row> {
   return { scenario: 'verify-ledger after the scenarios above', engine, result, target: 'no problem' };
 }
 
-async function withServer(databaseUrl: string, mockUrl: string, work: (server: { url: string; process: ChildProcess }) => Promise<void>) {
-  const server = await startServer(databaseUrl, mockUrl);
+async function withServer(databaseUrl: string, mockUrl: string, work: (server: { url: string; process: ChildProcess }) => Promise<void>, env: Record<string, string> = {}) {
+  const server = await startServer(databaseUrl, mockUrl, env);
   try {
     await work(server);
   } finally {
@@ -131,7 +138,7 @@ async function withServer(databaseUrl: string, mockUrl: string, work: (server: {
   }
 }
 
-async function startServer(databaseUrl: string, mockUrl: string): Promise<{ url: string; process: ChildProcess }> {
+async function startServer(databaseUrl: string, mockUrl: string, env: Record<string, string> = {}): Promise<{ url: string; process: ChildProcess }> {
   const port = 18_000 + Math.floor(Math.random() * 2000);
   const child = spawn('node', [...serverNodeArgs, 'bin/tollgate.js', 'serve'], {
     env: {
@@ -144,6 +151,7 @@ async function startServer(databaseUrl: string, mockUrl: string): Promise<{ url:
       PROVIDER_KEYS: JSON.stringify({ openai: 'sk-bench' }),
       // The webhook bench's receiver is a plain http server on loopback.
       WEBHOOK_ALLOW_HTTP_LOOPBACK: 'true',
+      ...env,
     },
     stdio: ['ignore', 'inherit', 'inherit'],
   });

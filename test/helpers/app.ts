@@ -14,6 +14,7 @@ import { openStorage, type Storage } from '../../src/storage/db.ts';
 import { createMerchant } from '../../src/storage/merchants.ts';
 import { migrateToLatest } from '../../src/storage/migrate.ts';
 import { TestClock } from './clock.ts';
+import type { CallJournal } from '../../src/ledger/journal/journal.ts';
 import { freshDatabase, type TestDatabase } from './databases.ts';
 import { live } from './live.ts';
 
@@ -73,6 +74,8 @@ export async function startTestApp(
     /** Receives the app's log lines (set LOG_LEVEL in env, else nothing is logged). */
     logStream?: DestinationStream;
     clock?: Clock;
+    /** A call journal for the gateway (decision 0024); apps have none unless given one. */
+    journal?: CallJournal;
   } = {},
 ): Promise<TestApp> {
   const database = opts.database ?? (await freshDatabase(dialect));
@@ -89,6 +92,7 @@ export async function startTestApp(
     rateLimiter: opts.rateLimiter ?? new MemoryRateLimiter(),
     ...(opts.logStream ? { logStream: opts.logStream } : {}),
     ...(opts.clock ? { clock: opts.clock } : {}),
+    ...(opts.journal ? { journal: opts.journal } : {}),
   });
   await app.ready();
 

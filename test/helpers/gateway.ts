@@ -1,5 +1,6 @@
 import type { DestinationStream } from 'pino';
 import { startTestApp, type TestApp } from './app.ts';
+import type { CallJournal } from '../../src/ledger/journal/journal.ts';
 import type { TestDatabase } from './databases.ts';
 import { startMockUpstream, type MockUpstream } from './mock-upstream.ts';
 import { lookupBasePrices } from '../../src/domain/base-prices.ts';
@@ -25,7 +26,7 @@ export const THREE_PROVIDERS = {
  */
 export async function startGatewayOnMock(
   dialect: TestDatabase['dialect'],
-  opts: { providerHosts: string[]; providerKeys: Record<string, string>; env?: Record<string, string>; logStream?: DestinationStream; database?: TestDatabase },
+  opts: { providerHosts: string[]; providerKeys: Record<string, string>; env?: Record<string, string>; logStream?: DestinationStream; database?: TestDatabase; journal?: CallJournal },
 ): Promise<MockGateway> {
   const upstream = await startMockUpstream();
   let t: TestApp | undefined;
@@ -38,6 +39,7 @@ export async function startGatewayOnMock(
       },
       ...(opts.logStream ? { logStream: opts.logStream } : {}),
       ...(opts.database ? { database: opts.database } : {}),
+      ...(opts.journal ? { journal: opts.journal } : {}),
     });
     return { upstream, t, base: await t.listen() };
   } catch (error) {

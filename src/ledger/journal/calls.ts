@@ -36,6 +36,7 @@ export type JournalledCall = { admitted?: AdmittedCall; finished?: FinishedCall 
 
 const BIGINT_TAG = '$bigint';
 
+/** For the billing context (its rows' bigint columns); the call's own bigints are written by name. */
 const bigintsTagged = (_key: string, value: unknown): unknown => (typeof value === 'bigint' ? { [BIGINT_TAG]: value.toString() } : value);
 
 function bigintsRevived(_key: string, value: unknown): unknown {
@@ -47,10 +48,13 @@ function bigintsRevived(_key: string, value: unknown): unknown {
 }
 
 /**
- * A credential's billing context, as JSON, once per context: the credential cache hands the same
- * object to every call it resolves, and its meter and spend-key rows are most of an entry.
+ * Parts of an entry many calls share, as JSON, made once per object: the credential cache hands
+ * the same billing context to every call it resolves (its meter and spend-key rows are most of an
+ * entry), and the price cache the same prices. An entry is written on every call's path, so it is
+ * put together from these and a few fields rather than stringified whole (a third of the time).
  */
 const billingLines = new WeakMap<BillingContext, string>();
+const pricesLines = new WeakMap<BasePrices, string>();
 
 function billingJson(billing: BillingContext): string {
   let json = billingLines.get(billing);
@@ -61,23 +65,55 @@ function billingJson(billing: BillingContext): string {
   return json;
 }
 
+function pricesJson(prices: BasePrices | null): string {
+  if (prices === null) return 'null';
+  let json = pricesLines.get(prices);
+  if (json === undefined) {
+    json = JSON.stringify(prices, (_key, value: unknown) => (typeof value === 'bigint' ? value.toString() : value));
+    pricesLines.set(prices, json);
+  }
+  return json;
+}
+
 /**
- * Metadata is the caller's: its keys and values could spell a bigint's tag, so it travels as JSON
- * text of its own, which the reviver never looks into.
+ * The admission entry. Metadata is the caller's, so it travels as JSON text of its own; the
+ * call's bigints are written as decimal text and read back by name (callsOf).
  */
 export function admittedLine(call: AdmittedCall): string {
-  const { billing, record, ...rest } = call;
-  const written = { ...rest, record: { ...record, metadata: JSON.stringify(record.metadata) } };
-  return `{"k":"a","billing":${billingJson(billing)},"call":${JSON.stringify(written, bigintsTagged)}}`;
+  const { provider, model, endpoint, provider_key_type: keyType, metadata } = call.record;
+  const { wallet, merchant, charge } = call.estimate;
+  return (
+    `{"k":"a","billing":${billingJson(call.billing)},"call":{"id":${JSON.stringify(call.id)},"admittedAt":"${call.admittedAt}","ttlMs":${call.ttlMs},` +
+    `"walletId":${JSON.stringify(call.walletId)},"estimate":{"wallet":"${wallet}","merchant":"${merchant}","charge":${charge ? JSON.stringify(charge) : 'null'}},` +
+    `"record":{"provider":${JSON.stringify(provider)},"model":${JSON.stringify(model)},"endpoint":${JSON.stringify(endpoint)},"provider_key_type":"${keyType}","metadata":${JSON.stringify(JSON.stringify(metadata))}},` +
+    `"prices":${pricesJson(call.prices)},"baseCostCharged":${call.baseCostCharged},"serviceChargeRate":"${call.serviceChargeRate}"}}`
+  );
 }
 
-function admittedOf(call: Omit<AdmittedCall, 'billing'>, billing: BillingContext): AdmittedCall {
-  const metadata = JSON.parse(call.record.metadata as unknown as string) as Record<string, string>;
-  return { ...call, record: { ...call.record, metadata }, billing };
-}
-
+/** The outcome entry: usage has no bigints (seconds are decimal text already). */
 export function finishedLine(call: FinishedCall): string {
-  return JSON.stringify({ k: 'f', call }, bigintsTagged);
+  return `{"k":"f","call":${JSON.stringify(call)}}`;
+}
+
+/** An admission entry's call as written, before its bigints and metadata are read back. */
+type WrittenCall = Omit<AdmittedCall, 'billing' | 'estimate' | 'prices' | 'serviceChargeRate' | 'record'> & {
+  estimate: { wallet: string; merchant: string; charge: AdmittedCall['estimate']['charge'] | null };
+  record: Omit<AdmittedCall['record'], 'metadata'> & { metadata: string };
+  prices: Record<string, string> | null;
+  serviceChargeRate: string;
+};
+
+function admittedOf(call: WrittenCall, billing: BillingContext): AdmittedCall {
+  const { charge, wallet, merchant } = call.estimate;
+  const prices = call.prices && (Object.fromEntries(Object.entries(call.prices).map(([name, value]) => [name, BigInt(value)])) as unknown as BasePrices);
+  return {
+    ...call,
+    estimate: { wallet: BigInt(wallet), merchant: BigInt(merchant), ...(charge ? { charge } : {}) },
+    record: { ...call.record, metadata: JSON.parse(call.record.metadata) as Record<string, string> },
+    prices,
+    serviceChargeRate: BigInt(call.serviceChargeRate),
+    billing,
+  };
 }
 
 /**
@@ -94,13 +130,16 @@ export function callsOf(lines: readonly string[]): Map<string, JournalledCall> {
   for (const line of lines) {
     let entry: { k?: unknown; call?: { id?: unknown }; billing?: BillingContext };
     try {
+      // Only the billing context has tagged bigints; nothing else in a line is an object the
+      // caller named (metadata is text), so nothing else can look like a tag.
       entry = JSON.parse(line, bigintsRevived) as typeof entry;
     } catch {
       continue;
     }
-    if (typeof entry.call?.id !== 'string') continue;
-    if (entry.k === 'a' && entry.billing) of(entry.call.id).admitted = admittedOf(entry.call as Omit<AdmittedCall, 'billing'>, entry.billing);
-    else if (entry.k === 'f') of(entry.call.id).finished = entry.call as FinishedCall;
+    const id = entry.call?.id;
+    if (typeof id !== 'string') continue;
+    if (entry.k === 'a' && entry.billing) of(id).admitted = admittedOf(entry.call as WrittenCall, entry.billing);
+    else if (entry.k === 'f') of(id).finished = entry.call as FinishedCall;
   }
   return calls;
 }
