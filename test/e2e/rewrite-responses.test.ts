@@ -133,6 +133,17 @@ describe.each(databasesUnderTest())('the Responses API through the rewrite proxy
       ]);
     });
 
+    it("the provider's error reaches the client as OpenAI's typed error, and the call is recorded unbilled", async () => {
+      h.upstream.setNext({ status: 429 });
+      const error = await gemini()
+        .responses.create({ model: 'gemini-2.0-flash', input: 'hi' })
+        .catch((e: unknown) => e);
+      expect(error).toBeInstanceOf(OpenAI.RateLimitError);
+      expect((error as { error: unknown }).error).toMatchObject({ message: 'Mock upstream error 429.', type: 'rate_limit_error' });
+      const [record] = await recordsOnceThere(1);
+      expect(await h.t.settledRecord(record!.request_id)).toMatchObject({ status: 'error', total_request_cost: '0.0000000000' });
+    });
+
     it('what needs OpenAI’s own state is refused by name before any provider call, and nothing is billed', async () => {
       const error = await claude()
         .responses.create({ model: 'claude-haiku-4-5', input: 'hi', previous_response_id: 'resp_1', store: true })
