@@ -7,6 +7,7 @@ import { completeCheckoutSession, keepCheckoutContact, keptContactOf, type Check
 import { insertConnectionIn, type ConnectionFields, type CustomerEventData } from '../storage/connections.ts';
 import { findPlanIncludingDeleted, type CreditBundleRow, type PlanRow } from '../storage/plans.ts';
 import type { Database } from '../storage/schema.ts';
+import { isUniqueViolation } from '../storage/errors.ts';
 import { findPayment, insertPayment, insertPaymentMethod, transitionPayment, type PaymentRow } from '../storage/subscriptions.ts';
 import { enqueueEvent } from '../webhooks/outbox.ts';
 import { insertPaidSubscription, type PurchaseDeps } from './subscriptions.ts';
@@ -216,10 +217,17 @@ async function settle(deps: PurchaseDeps, input: PayInput, payment: PaymentRow, 
   }
   const succeeded = { status: 'succeeded' as const, provider_ref: outcome.providerRef, updated_at: stamp };
   let completed: CheckoutSessionRow | null;
-  try {
-    completed = await storage.db.transaction().execute(async (trx) => {
+  const completeOnce = () =>
+    storage.db.transaction().execute(async (trx) => {
       if (!(await transitionPayment(trx, payment.id, ['pending', 'requires_action'], succeeded))) return null;
       return complete(deps, trx, input, payment, saved);
+    });
+  try {
+    // A customer created with the session's reference_id while this transaction ran makes its
+    // insert fail; nothing was written, and the second run finds that customer (customerForReference).
+    completed = await completeOnce().catch((e: unknown) => {
+      if (isUniqueViolation(e)) return completeOnce();
+      throw e;
     });
   } catch (e) {
     if (!(e instanceof CheckoutClosedError)) throw e;
@@ -229,6 +237,25 @@ async function settle(deps: PurchaseDeps, input: PayInput, payment: PaymentRow, 
   }
   if (!completed) return { status: 'failed', message: 'This checkout was already completed.' };
   return { status: 'completed', session: completed };
+}
+
+/**
+ * The customer a checkout without one creates; but when a customer took the session's reference_id
+ * after the session was made, the checkout is that customer's (as if the session had been made
+ * then), never a failed payment.
+ */
+async function customerForReference(trx: Transaction<Database>, session: CheckoutSessionRow, input: PayInput): Promise<{ id: string; wallet_id: string }> {
+  if (session.reference_id !== null) {
+    const taken = await trx
+      .selectFrom('connections')
+      .select(['id', 'wallet_id'])
+      .where('merchant_id', '=', session.merchant_id)
+      .where('reference_id', '=', session.reference_id)
+      .where('deleted_at', 'is', null)
+      .executeTakeFirst();
+    if (taken) return taken;
+  }
+  return insertConnectionIn(trx, session.merchant_id, { reference_id: session.reference_id, metadata: null, ...input.contact }, input.customerEventData);
 }
 
 /** The session's effects, in the transaction that records its payment as succeeded. */
@@ -243,7 +270,7 @@ async function complete(
   const at = input.at.toISOString();
   const customer = session.connection_id
     ? await trx.selectFrom('connections').select(['id', 'wallet_id']).where('id', '=', session.connection_id).executeTakeFirstOrThrow()
-    : await insertConnectionIn(trx, session.merchant_id, { reference_id: session.reference_id, metadata: null, ...input.contact }, input.customerEventData);
+    : await customerForReference(trx, session, input);
   if (saved) {
     await insertPaymentMethod(trx, {
       merchant_id: session.merchant_id,

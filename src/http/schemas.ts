@@ -19,6 +19,10 @@ export const positiveDecimal = nonNegativeDecimal.refine((v) => parseMoney(v) > 
 
 export const idParams = z.object({ id: z.string().min(1).max(100) });
 
+/** A customer, named by its id or by its reference_id (up to 255 characters), wherever a customer id goes. */
+export const customerRef = z.string().min(1).max(255);
+export const customerParams = z.object({ id: customerRef.describe('The customer id, or its reference_id') });
+
 export const deletedResponse = z.object({ id: z.string(), deleted: z.literal(true) });
 export const successResponse = z.object({ success: z.literal(true) });
 

@@ -8,10 +8,10 @@ import { newId, newSecret } from '../domain/ids.ts';
 import { principalOf } from '../http/auth.ts';
 import { ApiError, notFound, validationError, type Issue } from '../http/errors.ts';
 import { assertCursor, pageQuery, pageResponse, toPage } from '../http/pagination.ts';
-import { errorResponse, idParams, standardErrors } from '../http/schemas.ts';
+import { customerRef, errorResponse, idParams, standardErrors } from '../http/schemas.ts';
 import type { App } from '../http/types.ts';
 import { findCheckoutSession, insertCheckoutSession, listCheckoutSessions, type CheckoutSessionRow } from '../storage/checkout-sessions.ts';
-import { findConnection } from '../storage/connections.ts';
+import { findConnection, isCustomerId } from '../storage/connections.ts';
 import { findCreditBundle, findPlan } from '../storage/plans.ts';
 import { findCustomerSubscriptionView } from '../storage/subscriptions.ts';
 import { merchantHasRow } from '../storage/pages.ts';
@@ -22,9 +22,16 @@ const id = z.string().min(1).max(100);
 const createBody = z.object({
   checkout_mode: z.enum(CHECKOUT_MODES),
   origin_url: z.url({ protocol: /^https?$/, error: 'must be an http(s) URL' }).max(2048),
-  reference_id: z.string().trim().min(1).max(255).optional(),
-  customer_id: id.optional(),
-  connection_id: id.optional().describe('Older name of customer_id'),
+  reference_id: z
+    .string()
+    .trim()
+    .min(1)
+    .max(255)
+    .refine((v) => !isCustomerId(v), 'must not start with con_ (a customer id does)')
+    .optional()
+    .describe('The customer this checkout creates gets it; when a customer already has it, the checkout is for that customer'),
+  customer_id: customerRef.optional().describe('The customer id, or its reference_id'),
+  connection_id: customerRef.optional().describe('Older name of customer_id'),
   plan_id: id.optional(),
   subscription_config_id: id.optional().describe('Older name of plan_id'),
   credit_bundle_id: id.optional(),
@@ -138,8 +145,13 @@ async function checkedTarget(deps: CommerceDeps, merchantId: string, body: z.inf
   }
   if (issues.length > 0) throw validationError(issues);
 
-  const customer = customerId === undefined ? undefined : await findConnection(deps.storage, merchantId, customerId);
-  if (customerId !== undefined && !customer) throw validationError([{ path: ['customer_id'], message: `no customer with id ${customerId}` }]);
+  const named = customerId === undefined ? undefined : await findConnection(deps.storage, merchantId, customerId);
+  if (customerId !== undefined && !named) throw validationError([{ path: ['customer_id'], message: `no customer with id ${customerId}` }]);
+  // A checkout that would create a customer whose reference_id a customer already has is that
+  // customer's, decided now, before anybody pays: customer create is idempotent on reference_id.
+  const createsCustomer = named === undefined && (mode === 'onboarding' || mode === 'subscription');
+  const referenced = createsCustomer && body.reference_id !== undefined ? await findConnection(deps.storage, merchantId, body.reference_id) : undefined;
+  const customer = named ?? referenced;
   const plan = mode === 'subscription' ? await findPlan(deps.storage, merchantId, planId!) : undefined;
   if (mode === 'subscription' && !plan) throw validationError([{ path: ['plan_id'], message: `no plan with id ${planId}` }]);
   const live = customer ? await findCustomerSubscriptionView(deps.storage, merchantId, customer.id) : undefined;
@@ -153,7 +165,7 @@ async function checkedTarget(deps: CommerceDeps, merchantId: string, body: z.inf
     }
   }
   return {
-    customerId: mode === 'onboarding' ? null : (customer?.id ?? null),
+    customerId: mode === 'onboarding' ? (referenced?.id ?? null) : (customer?.id ?? null),
     planId: plan?.id ?? null,
     bundleId: mode === 'credit_bundle' ? body.credit_bundle_id! : null,
   };

@@ -1,18 +1,20 @@
 import { z } from 'zod';
 import { dateOf } from '../domain/clock.ts';
 import { isValidEmail } from '../domain/email.ts';
+import { ID_PREFIX } from '../domain/ids.ts';
 import { formatMoney, parseMoney } from '../domain/money.ts';
 import { grantCredit, WalletBalanceLimitError } from '../ledger/wallets.ts';
 import { principalOf } from '../http/auth.ts';
 import { ApiError, notFound } from '../http/errors.ts';
 import { metadataSchema } from '../http/metadata.ts';
 import { assertCursor, pageQuery, pageResponse, toPage } from '../http/pagination.ts';
-import { idParams, optionalBody, positiveDecimal, standardErrors, successResponse } from '../http/schemas.ts';
+import { customerParams, optionalBody, positiveDecimal, standardErrors, successResponse } from '../http/schemas.ts';
 import { nowIsoOf, type App, type AppDeps } from '../http/types.ts';
 import { cancelDeletedCustomersSubscription } from '../commerce/renewals.ts';
 import {
   findConnection,
   insertConnection,
+  isCustomerId,
   listConnections,
   softDeleteConnection,
   updateConnection,
@@ -31,7 +33,10 @@ async function presentWithSubscription(storage: AppDeps['storage'], row: Connect
 const text = (max: number) => z.string().trim().min(1).max(max);
 
 const customerFields = {
-  reference_id: text(255).nullable().optional(),
+  reference_id: text(255)
+    .refine((v) => !isCustomerId(v), `must not start with ${ID_PREFIX.connection} (a customer id does; a reference names a customer wherever an id does)`)
+    .nullable()
+    .optional(),
   name: text(255).nullable().optional(),
   first_name: text(255).nullable().optional(),
   last_name: text(255).nullable().optional(),
@@ -133,8 +138,24 @@ export function registerCustomerRoutes(app: App, deps: AppDeps): void {
 
   app.post(
     '/customers',
-    { schema: { tags, body: createBody, response: { 201: customerSchema, ...standardErrors } } },
+    {
+      schema: {
+        tags,
+        description:
+          'Creates a customer (201). Idempotent on `reference_id`: when a customer already has it, that customer is returned unchanged (200) and the other fields are ignored.',
+        body: createBody,
+        response: { 201: customerSchema.describe('Created'), 200: customerSchema.describe('The customer that already has this reference_id'), ...standardErrors },
+      },
+    },
     async (request, reply) => {
+      const { merchantId } = principalOf(request);
+      const existing = async () => {
+        const reference = request.body.reference_id;
+        const row = reference ? await findConnection(storage, merchantId, reference) : undefined;
+        return row && reply.status(200).send(await presentWithSubscription(storage, row));
+      };
+      const found = await existing();
+      if (found) return found;
       const fields: ConnectionFields = {
         reference_id: null,
         first_name: null,
@@ -144,8 +165,13 @@ export function registerCustomerRoutes(app: App, deps: AppDeps): void {
         metadata: null,
         ...toFields(request.body),
       };
-      const row = await insertConnection(storage, principalOf(request).merchantId, fields, (row) => presentCustomer(row));
-      if (row === 'reference_taken') throw referenceTaken();
+      const row = await insertConnection(storage, merchantId, fields, (row) => presentCustomer(row));
+      // A concurrent create took the reference first: that one is the customer.
+      if (row === 'reference_taken') {
+        const winner = await existing();
+        if (winner) return winner;
+        throw referenceTaken();
+      }
       return reply.status(201).send(presentCustomer(row));
     },
   );
@@ -154,7 +180,7 @@ export function registerCustomerRoutes(app: App, deps: AppDeps): void {
 
   app.post(
     '/customers/:id/credits',
-    { schema: { tags, params: idParams, body: creditBody, response: { 201: creditSchema, ...standardErrors } } },
+    { schema: { tags, params: customerParams, body: creditBody, response: { 201: creditSchema, ...standardErrors } } },
     async (request, reply) => {
       const { merchantId } = principalOf(request);
       const customer = await findConnection(storage, merchantId, request.params.id);
@@ -179,7 +205,7 @@ export function registerCustomerRoutes(app: App, deps: AppDeps): void {
 
   app.patch(
     '/customers/:id',
-    { schema: { tags, params: idParams, body: updateBody, response: { 200: customerSchema, ...standardErrors } } },
+    { schema: { tags, params: customerParams, body: updateBody, response: { 200: customerSchema, ...standardErrors } } },
     async (request) => {
       const row = await updateConnection(storage, principalOf(request).merchantId, request.params.id, toFields(request.body));
       if (row === 'reference_taken') throw referenceTaken();
@@ -210,7 +236,7 @@ export function registerCustomerReadRoutes(app: App, deps: AppDeps, base: string
 
   app.get(
     `${base}/:id`,
-    { schema: { tags, params: idParams, response: { 200: customerSchema, ...standardErrors } } },
+    { schema: { tags, params: customerParams, response: { 200: customerSchema, ...standardErrors } } },
     async (request) => {
       const row = await findConnection(storage, principalOf(request).merchantId, request.params.id);
       if (!row) throw notFound(noun, request.params.id);
@@ -220,7 +246,7 @@ export function registerCustomerReadRoutes(app: App, deps: AppDeps, base: string
 
   app.delete(
     `${base}/:id`,
-    { schema: { tags, params: idParams, response: { 200: successResponse, ...standardErrors } } },
+    { schema: { tags, params: customerParams, response: { 200: successResponse, ...standardErrors } } },
     async (request) => {
       const { id } = request.params;
       const at = nowIsoOf(deps);
@@ -229,7 +255,7 @@ export function registerCustomerReadRoutes(app: App, deps: AppDeps, base: string
           presentCustomer(row, dateOf(deps.clock), subscription ?? null),
         );
         // Nothing renews or charges a customer that no longer exists.
-        if (found) await cancelDeletedCustomersSubscription(deps, trx, id, at);
+        if (found) await cancelDeletedCustomersSubscription(deps, trx, found, at);
         return found;
       });
       if (!deleted) throw notFound(noun, id);

@@ -8,7 +8,7 @@ import { principalOf, type Principal } from '../http/auth.ts';
 import { ApiError, notFound, validationError } from '../http/errors.ts';
 import { LAVA_METADATA_HEADER, mergeMetadata, METADATA_HEADER, metadataFiltersSchema, metadataSchema, outsideMetadata, parseJsonParam, type MetadataHeaders } from '../http/metadata.ts';
 import { assertCursor, pageQuery, pageResponse, toPage, type Page } from '../http/pagination.ts';
-import { idParams, standardErrors } from '../http/schemas.ts';
+import { customerRef, idParams, standardErrors } from '../http/schemas.ts';
 import type { App, AppDeps } from '../http/types.ts';
 import { dateOf } from '../domain/clock.ts';
 import type { ChargeInput, BalanceShortfall } from '../ledger/charge.ts';
@@ -18,6 +18,7 @@ import { BUILTIN_PROVIDERS } from '../providers/builtin.ts';
 import type { MeterRow } from '../storage/meters.ts';
 import { findRequestPk, listRequests, type RequestFilters } from '../storage/request-queries.ts';
 import { createRequestLookups, type ChargeParty, type RequestLookups } from '../storage/request-lookups.ts';
+import { resolveCustomerId } from '../storage/connections.ts';
 import { findRequestByRequestId, type RequestRow } from '../storage/requests.ts';
 
 const count = z.number().int('must be an integer').min(0, 'must be >= 0').max(Number.MAX_SAFE_INTEGER).default(0);
@@ -30,8 +31,8 @@ const createBody = z
     connection_secret: z.string().min(1).max(255).optional(),
     product_secret: z.string().min(1).max(255).optional(),
     // Newer body: the customer by id and the meter by slug.
-    connection_id: z.string().min(1).max(100).optional(),
-    customer_id: z.string().min(1).max(100).optional(),
+    connection_id: customerRef.optional(),
+    customer_id: customerRef.optional().describe('The customer id, or its reference_id'),
     meter_slug: z.string().min(1).max(100).optional(),
     provider: z.string().min(1).max(100).optional(),
     model: z.string().min(1).max(255).optional(),
@@ -222,11 +223,12 @@ function usageOf(body: CreateBody): Usage {
 }
 
 const idFilter = z.string().min(1).max(100).optional();
+const customerFilter = customerRef.optional().describe('A customer id, or its reference_id');
 
 /** Filters GET /requests and GET /usage share; each id filter has a name in both vocabularies. */
 export const requestFilterQuery = {
-  connection_id: idFilter,
-  customer_id: idFilter.describe('Same filter as connection_id (newer name)'),
+  connection_id: customerFilter,
+  customer_id: customerFilter.describe('Same filter as connection_id (newer name); a customer id or its reference_id'),
   product_id: idFilter,
   meter_id: idFilter.describe('Same filter as product_id (newer name)'),
   metadata_filters: z
@@ -242,10 +244,12 @@ const listQuery = pageQuery.extend({
   ...requestFilterQuery,
 });
 
-export function requestFiltersOf(query: FilterQuery): RequestFilters {
+/** The list and usage filters; a customer may be named by its reference_id. */
+export async function requestFiltersOf(db: AppDeps['storage']['db'], merchantId: string, query: FilterQuery): Promise<RequestFilters> {
   const pairs = query.metadata_filters;
+  const customer = oneFilter(query, 'connection_id', 'customer_id');
   return {
-    connectionId: oneFilter(query, 'connection_id', 'customer_id'),
+    connectionId: customer === undefined ? undefined : await resolveCustomerId(db, merchantId, customer),
     meterId: oneFilter(query, 'product_id', 'meter_id'),
     metadata: pairs === undefined ? [] : parseJsonParam(pairs, metadataFiltersSchema, ['metadata_filters']),
   };
@@ -325,7 +329,7 @@ export function registerRequestRoutes(app: App, deps: AppDeps, unwritten: Unwrit
     };
     // A remembered customer or meter found deleted by the charge is looked up once more.
     for (let attempt = 1; ; attempt++) {
-      const parties = await resolveConnectionAndMeter(lookups, principal.merchantId, body).catch((e: unknown) => new Unresolved(e));
+      const parties = await resolveConnectionAndMeter(storage, lookups, principal.merchantId, body).catch((e: unknown) => new Unresolved(e));
       if (parties instanceof Unresolved) return storedOr(parties.error);
       const input = chargeInputOf(principal, body, hash, parties);
       const outcome = await admitWithAutoTopUp(
@@ -345,7 +349,7 @@ export function registerRequestRoutes(app: App, deps: AppDeps, unwritten: Unwrit
           return storedOr(new ApiError('validation_error', 'The usage prices above the largest amount Tollgate records (100000000).'));
         case 'customer_deleted':
         case 'meter_deleted':
-          forgetParties(lookups, principal.merchantId, body);
+          forgetParties(lookups, principal.merchantId, body, parties);
           if (attempt === 2) return storedOr(new ApiError('not_found', 'The customer or meter of this request was deleted.'));
       }
     }
@@ -385,7 +389,7 @@ export function registerRequestRoutes(app: App, deps: AppDeps, unwritten: Unwrit
     async (request) => {
       const { merchantId } = principalOf(request);
       const { cursor, limit } = request.query;
-      const filters = requestFiltersOf(request.query);
+      const filters = await requestFiltersOf(storage.db, merchantId, request.query);
       const beforePk = await cursorPosition(deps, merchantId, cursor);
       const rows = await listRequests(storage.db, merchantId, filters, { beforePk, limit });
       return pageOfRecords(rows, limit);
@@ -409,7 +413,7 @@ export function registerRequestRoutes(app: App, deps: AppDeps, unwritten: Unwrit
  */
 type Parties = { connection: ChargeParty; meter: MeterRow };
 
-async function resolveConnectionAndMeter(lookups: RequestLookups, merchantId: string, body: CreateBody): Promise<Parties> {
+async function resolveConnectionAndMeter(storage: AppDeps['storage'], lookups: RequestLookups, merchantId: string, body: CreateBody): Promise<Parties> {
   const within = (value: string) => ({ merchantId, value });
   if (body.connection_secret && body.product_secret) {
     const [connection, meter] = await Promise.all([
@@ -422,7 +426,8 @@ async function resolveConnectionAndMeter(lookups: RequestLookups, merchantId: st
   }
   const customerId = (body.customer_id ?? body.connection_id)!;
   const [connection, meter] = await Promise.all([
-    lookups.customerById.load(within(customerId)),
+    // A reference is looked up every time (it may move to another customer); an id is remembered.
+    resolveCustomerId(storage.db, merchantId, customerId).then((id) => lookups.customerById.load(within(id))),
     lookups.meterBySlug.load(within(body.meter_slug!)),
   ]);
   if (!connection) throw notFound('customer', customerId);
@@ -430,12 +435,11 @@ async function resolveConnectionAndMeter(lookups: RequestLookups, merchantId: st
   return { connection, meter };
 }
 
-function forgetParties(lookups: RequestLookups, merchantId: string, body: CreateBody): void {
+function forgetParties(lookups: RequestLookups, merchantId: string, body: CreateBody, parties: Parties): void {
   const within = (value: string) => ({ merchantId, value });
   if (body.connection_secret) lookups.customerBySecret.forget(within(body.connection_secret));
   if (body.product_secret) lookups.meterBySecret.forget(within(body.product_secret));
-  const customerId = body.customer_id ?? body.connection_id;
-  if (customerId) lookups.customerById.forget(within(customerId));
+  if (body.customer_id ?? body.connection_id) lookups.customerById.forget(within(parties.connection.id));
   if (body.meter_slug) lookups.meterBySlug.forget(within(body.meter_slug));
 }
 

@@ -9,7 +9,7 @@ import { currentValue, CYCLES } from '../domain/spend-limits.ts';
 import { principalOf } from '../http/auth.ts';
 import { ApiError, notFound, validationError } from '../http/errors.ts';
 import { assertCursor, pageQuery, pageResponse, toPage } from '../http/pagination.ts';
-import { idParams, optionalBody, positiveDecimal, standardErrors, successResponse } from '../http/schemas.ts';
+import { customerRef, idParams, optionalBody, positiveDecimal, standardErrors, successResponse } from '../http/schemas.ts';
 import { nowOf, type App, type AppDeps } from '../http/types.ts';
 import type { Storage } from '../storage/db.ts';
 import {
@@ -51,8 +51,8 @@ const settingsFields = {
 };
 
 const walletFields = {
-  customer_id: z.string().min(1).max(100).optional(),
-  connection_id: z.string().min(1).max(100).optional(),
+  customer_id: customerRef.optional().describe('The customer id, or its reference_id'),
+  connection_id: customerRef.optional(),
   wallet_id: z.string().min(1).max(100).optional(),
 };
 

@@ -5,9 +5,9 @@ import { dateOf } from '../domain/clock.ts';
 import { principalOf } from '../http/auth.ts';
 import { ApiError, notFound, validationError } from '../http/errors.ts';
 import { assertCursor, pageQuery, pageResponse, toPage } from '../http/pagination.ts';
-import { errorResponse, idParams, optionalBody, standardErrors, successResponse } from '../http/schemas.ts';
+import { customerParams, customerRef, errorResponse, idParams, optionalBody, standardErrors, successResponse } from '../http/schemas.ts';
 import type { App } from '../http/types.ts';
-import { findConnection } from '../storage/connections.ts';
+import { findConnection, resolveCustomerId } from '../storage/connections.ts';
 import { findCreditBundle, findPlan } from '../storage/plans.ts';
 import {
   findCustomerSubscriptionView,
@@ -58,10 +58,10 @@ const subscriptionSchema = subscriptionBaseSchema.extend({
 
 const listQuery = pageQuery.extend({
   status: z.enum(['active', 'cancelled', 'all']).default('active'),
-  customer_id: z.string().min(1).max(100).optional(),
-  connection_id: z.string().min(1).max(100).optional().describe('Older name of customer_id'),
+  customer_id: customerRef.optional().describe('The customer id, or its reference_id'),
+  connection_id: customerRef.optional().describe('Older name of customer_id'),
 });
-const createBody = z.object({ customer_id: z.string().min(1).max(100), plan_id: z.string().min(1).max(100) });
+const createBody = z.object({ customer_id: customerRef.describe('The customer id, or its reference_id'), plan_id: z.string().min(1).max(100) });
 const updateBody = optionalBody(
   z.object({
     auto_top_up_bundle_id: z.string().min(1).max(100).nullable().optional(),
@@ -80,7 +80,8 @@ export function registerSubscriptionRoutes(app: App, deps: CommerceDeps): void {
     async (request) => {
       const { merchantId } = principalOf(request);
       const { cursor, limit, status } = request.query;
-      const customerId = request.query.customer_id ?? request.query.connection_id;
+      const named = request.query.customer_id ?? request.query.connection_id;
+      const customerId = named === undefined ? undefined : await resolveCustomerId(storage.db, merchantId, named);
       await assertCursor(cursor, (id) => merchantHasRow(storage, 'subscriptions', merchantId, id));
       const rows = await listSubscriptionViews(storage, merchantId, { status, cursor, limit, ...(customerId ? { customerId } : {}) });
       return toPage(rows, limit, presentSubscription);
@@ -159,7 +160,7 @@ export function registerSubscriptionRoutes(app: App, deps: CommerceDeps): void {
 
   app.get(
     '/customers/:id/subscription',
-    { schema: { tags: ['customers'], params: idParams, response: { 200: z.object({ subscription: subscriptionBaseSchema.nullable() }), ...standardErrors } } },
+    { schema: { tags: ['customers'], params: customerParams, response: { 200: z.object({ subscription: subscriptionBaseSchema.nullable() }), ...standardErrors } } },
     async (request) => {
       const { merchantId } = principalOf(request);
       const customer = await findConnection(storage, merchantId, request.params.id);

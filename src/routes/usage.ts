@@ -120,7 +120,7 @@ export async function usageReport(
   now: Date,
 ): Promise<UsageReport> {
   const range = rangeOf(query, now);
-  const days = await usageByDay(storage, merchantId, range, requestFiltersOf(query));
+  const days = await usageByDay(storage, merchantId, range, await requestFiltersOf(storage.db, merchantId, query));
   return presentUsage(range, days);
 }
 

@@ -6,7 +6,7 @@ import { z } from 'zod';
 import { principalOf } from '../http/auth.ts';
 import { notFound } from '../http/errors.ts';
 import { assertCursor, pageQuery, pageResponse, toPage } from '../http/pagination.ts';
-import { idParams, optionalBody, standardErrors, successResponse } from '../http/schemas.ts';
+import { customerRef, idParams, optionalBody, standardErrors, successResponse } from '../http/schemas.ts';
 import type { App, AppDeps } from '../http/types.ts';
 import {
   insertWalletKey,
@@ -31,8 +31,8 @@ const withKey = walletKeySchema.extend({ key: z.string().describe('The raw walle
 const createBody = optionalBody(
   z.strictObject({
     name: z.string().trim().min(1).max(255).default('Wallet key'),
-    customer_id: z.string().min(1).max(100).optional(),
-    connection_id: z.string().min(1).max(100).optional(),
+    customer_id: customerRef.optional().describe('The customer id, or its reference_id'),
+    connection_id: customerRef.optional(),
     wallet_id: z.string().min(1).max(100).optional(),
   }),
 );

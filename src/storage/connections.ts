@@ -1,9 +1,9 @@
-import { newId, newSecret } from '../domain/ids.ts';
+import { ID_PREFIX, newId, newSecret } from '../domain/ids.ts';
 import { insertWallet } from './wallets.ts';
 import type { Storage } from './db.ts';
 import { isUniqueViolation } from './errors.ts';
 import { enqueueEvent } from '../webhooks/outbox.ts';
-import type { Transaction } from 'kysely';
+import type { Kysely, Transaction } from 'kysely';
 import type { ConnectionsTable, Database } from './schema.ts';
 import { liveSubscriptionSummaries, type SubscriptionSummary } from './subscriptions.ts';
 import { nowIso } from './time.ts';
@@ -62,6 +62,35 @@ export async function insertConnectionIn(
   return created;
 }
 
+/**
+ * A customer is named by its id or by the merchant's own `reference_id`, wherever a customer id
+ * goes. A reference may not start with the id prefix (`con_`), so a value names one or the other.
+ */
+export const isCustomerId = (value: string): boolean => value.startsWith(ID_PREFIX.connection);
+
+const namingColumn = (idOrReference: string) => (isCustomerId(idOrReference) ? 'connections.id' : 'connections.reference_id') as 'connections.id';
+
+/** The id of the live customer a value names (its id or its reference_id), if any. */
+export async function findCustomerId(db: Kysely<Database>, merchantId: string, idOrReference: string): Promise<string | undefined> {
+  const row = await db
+    .selectFrom('connections')
+    .select('id')
+    .where('merchant_id', '=', merchantId)
+    .where('deleted_at', 'is', null)
+    .where(namingColumn(idOrReference), '=', idOrReference)
+    .executeTakeFirst();
+  return row?.id;
+}
+
+/**
+ * For filters and lookups keyed by id: a reference becomes the id of the customer it names; an id,
+ * or a reference nobody has, stays as given (it then matches nothing, as an unknown id does).
+ */
+export async function resolveCustomerId(db: Kysely<Database>, merchantId: string, idOrReference: string): Promise<string> {
+  if (isCustomerId(idOrReference)) return idOrReference;
+  return (await findCustomerId(db, merchantId, idOrReference)) ?? idOrReference;
+}
+
 function selectWithBalance(storage: Storage, merchantId: string) {
   return storage.db
     .selectFrom('connections')
@@ -72,12 +101,13 @@ function selectWithBalance(storage: Storage, merchantId: string) {
     .where('connections.deleted_at', 'is', null);
 }
 
+/** The live customer a value names: its id or its reference_id. */
 export async function findConnection(
   storage: Storage,
   merchantId: string,
   id: string,
 ): Promise<ConnectionWithBalance | undefined> {
-  const row = await selectWithBalance(storage, merchantId).where('connections.id', '=', id).executeTakeFirst();
+  const row = await selectWithBalance(storage, merchantId).where(namingColumn(id), '=', id).executeTakeFirst();
   return row && { ...row, balance: BigInt(row.balance) };
 }
 
@@ -99,13 +129,15 @@ export async function updateConnection(
   id: string,
   changes: Partial<ConnectionFields>,
 ): Promise<ConnectionWithBalance | undefined | 'reference_taken'> {
+  const customerId = await findCustomerId(storage.db, merchantId, id);
+  if (customerId === undefined) return undefined;
   if (Object.keys(changes).length > 0) {
     try {
       await storage.db
         .updateTable('connections')
         .set(changes)
         .where('merchant_id', '=', merchantId)
-        .where('id', '=', id)
+        .where('id', '=', customerId)
         .where('deleted_at', 'is', null)
         .execute();
     } catch (e) {
@@ -113,7 +145,7 @@ export async function updateConnection(
       throw e;
     }
   }
-  return findConnection(storage, merchantId, id);
+  return findConnection(storage, merchantId, customerId);
 }
 
 /**
@@ -121,15 +153,18 @@ export async function updateConnection(
  * its contact details and metadata are erased, since nobody can read them any more. The
  * `customer.deleted` event carries the customer as the deletion left it (ids, reference, wallet,
  * and its subscription if it had one), so the erased details do not live on in the event. Inside
- * the caller's transaction, which also ends the customer's subscription.
+ * the caller's transaction, which also ends the customer's subscription. Returns the deleted
+ * customer's id (the value may be its reference_id), or null when no live customer has it.
  */
 export async function softDeleteConnection(
   trx: Transaction<Database>,
   merchantId: string,
-  id: string,
+  idOrReference: string,
   deletedAt: string,
   eventData: CustomerEventData,
-): Promise<boolean> {
+): Promise<string | null> {
+  const id = await findCustomerId(trx, merchantId, idOrReference);
+  if (id === undefined) return null;
   const erased = { first_name: null, last_name: null, email: null, phone: null, metadata: null };
   const result = await trx
     .updateTable('connections')
@@ -138,7 +173,7 @@ export async function softDeleteConnection(
     .where('id', '=', id)
     .where('deleted_at', 'is', null)
     .executeTakeFirst();
-  if (Number(result.numUpdatedRows) !== 1) return false;
+  if (Number(result.numUpdatedRows) !== 1) return null;
   const row = await trx
     .selectFrom('connections')
     .innerJoin('wallets', 'wallets.id', 'connections.wallet_id')
@@ -149,7 +184,7 @@ export async function softDeleteConnection(
   // The subscription it had, as customer objects showed it (the caller then cancels it, decision 0016).
   const subscription = (await liveSubscriptionSummaries(trx, [id])).get(id) ?? null;
   await enqueueEvent(trx, { merchantId, type: 'customer.deleted', data: eventData({ ...row, balance: BigInt(row.balance) }, subscription), at: deletedAt });
-  return true;
+  return id;
 }
 
 /** The older request body and forward token name a connection by its secret. */

@@ -1,6 +1,7 @@
 import { newId, newSecret, SECRET_PREFIX } from '../domain/ids.ts';
 import { hashSecret, secretHint } from '../domain/secrets.ts';
 import type { Storage } from './db.ts';
+import { isCustomerId } from './connections.ts';
 import type { Kysely, Transaction } from 'kysely';
 import type { Database, WalletKeysTable } from './schema.ts';
 import { nowIso } from './time.ts';
@@ -26,7 +27,11 @@ export async function findMerchantWallet(
     .select(['id', 'wallet_id'])
     .where('merchant_id', '=', merchant.id)
     .where('deleted_at', 'is', null)
-    .$if('connectionId' in by, (q) => q.where('id', '=', (by as { connectionId: string }).connectionId))
+    // A customer may be named by its reference_id, as wherever a customer id goes.
+    .$if('connectionId' in by, (q) => {
+      const named = (by as { connectionId: string }).connectionId;
+      return q.where(isCustomerId(named) ? 'id' : 'reference_id', '=', named);
+    })
     .$if('walletId' in by, (q) => q.where('wallet_id', '=', (by as { walletId: string }).walletId))
     .executeTakeFirst();
   return row && { walletId: row.wallet_id, connectionId: row.id };

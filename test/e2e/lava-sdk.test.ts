@@ -181,10 +181,12 @@ describe.each(databasesUnderTest())('published Lava client (11.2) against the se
       await expect(lava.customers.delete(c.customer_id)).rejects.toThrow(/^Lava API Error: 404 /);
     });
 
-    it('reports a taken reference_id and bad metadata with our codes', async () => {
+    it('answers a create with a taken reference_id with that customer; refuses taking it by update, and bad metadata, with our codes', async () => {
       const lava = client(t.merchant.secretKey);
-      await lava.customers.create({ reference_id: 'sdk-dup' });
-      await expect(lava.customers.create({ reference_id: 'sdk-dup' })).rejects.toThrow(
+      const first = await lava.customers.create({ reference_id: 'sdk-dup' });
+      expect(await lava.customers.create({ reference_id: 'sdk-dup', name: 'Someone Else' })).toEqual(first);
+      const other = await lava.customers.create({});
+      await expect(lava.customers.update(other.customer_id, { reference_id: 'sdk-dup' })).rejects.toThrow(
         /^Lava API Error: 409 Conflict - .*"code":"reference_id_taken"/,
       );
       await expect(lava.customers.create({ metadata: { 'bad-key': 'v' } })).rejects.toThrow(

@@ -65,11 +65,14 @@ describe.each(databasesUnderTest())('customer events on %s', (dialect) => {
     expect(deleted.find((d) => d.customer_id === plain.customer_id)!.subscription).toBeNull();
   });
 
-  it('writes no event when the change does not commit (a reference_id already taken)', async () => {
+  it('writes no event when nothing changes: a create answered with the customer holding its reference_id, a patch refused for a taken one', async () => {
     const m = await t.newMerchant();
-    const create = () => t.app.inject({ method: 'POST', url: '/v1/customers', headers: t.auth(m.secretKey), payload: { reference_id: 'dup' } });
-    expect((await create()).statusCode).toBe(201);
-    expect((await create()).json().error.code).toBe('reference_id_taken');
-    expect((await eventsOf(m.merchantId)).map((e) => e.type)).toEqual(['customer.created']);
+    const create = (payload: Record<string, unknown>) => t.app.inject({ method: 'POST', url: '/v1/customers', headers: t.auth(m.secretKey), payload });
+    expect((await create({ reference_id: 'dup' })).statusCode).toBe(201);
+    expect((await create({ reference_id: 'dup' })).statusCode).toBe(200);
+    const other = (await create({})).json();
+    const moved = await t.app.inject({ method: 'PATCH', url: `/v1/customers/${other.customer_id}`, headers: t.auth(m.secretKey), payload: { reference_id: 'dup' } });
+    expect(moved.json().error.code).toBe('reference_id_taken');
+    expect((await eventsOf(m.merchantId)).map((e) => e.type)).toEqual(['customer.created', 'customer.created']);
   });
 });
