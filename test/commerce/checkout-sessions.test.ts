@@ -1,5 +1,6 @@
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { parseMoney } from '../../src/domain/money.ts';
+import { MAX_WALLET_BALANCE_UNITS, parseMoney } from '../../src/domain/money.ts';
+import { creditWallet } from '../../src/ledger/wallets.ts';
 import { verifyLedger } from '../../src/ledger/verify.ts';
 import { startTestApp, type TestApp } from '../helpers/app.ts';
 import { createCustomer, createPlan, eventsOfType, subscribe, walletBuckets } from '../helpers/commerce.ts';
@@ -86,6 +87,26 @@ describe.each(databasesUnderTest())('checkout sessions on %s', (dialect) => {
     expect((await walletBuckets(t.storage, walletId)).bundle).toBe(parseMoney('10'));
     const completed = (await eventsOfType(t.storage, 'checkout.completed')).filter((e) => e.data.checkout_session_id === session.checkout_session_id);
     expect(completed).toHaveLength(1);
+  });
+
+  it('a top-up or bundle that would take the wallet above its maximum balance is refused before the customer pays', async () => {
+    const plan = await createPlan(t, { name: 'Near max', period_amount: '0', billing_interval: 'month', credit_bundles: [{ name: 'Nine', cost: '8', credit_amount: '9' }] });
+    const { customerId, walletId } = await createCustomer(t);
+    await subscribe(t, customerId, plan.plan_id);
+    await creditWallet(t.storage, walletId, MAX_WALLET_BALANCE_UNITS - parseMoney('8'));
+    const charges = t.payments.charges.length;
+    const bundle = (await create({ checkout_mode: 'credit_bundle', customer_id: customerId, credit_bundle_id: plan.credit_bundles[0].credit_bundle_id })).json();
+    const refusedBundle = await pay(bundle.checkout_session_token, { card_number: '4242424242424242' });
+    expect(refusedBundle.statusCode).toBe(402);
+    expect(refusedBundle.body).toContain('above the most a wallet may hold');
+    const topUp = (await create({ checkout_mode: 'topup', customer_id: customerId })).json();
+    expect((await pay(topUp.checkout_session_token, { amount: '8.0000000001', card_number: '4242424242424242' })).statusCode).toBe(402);
+    expect(t.payments.charges.length).toBe(charges);
+    // Up to the maximum exactly is fine.
+    const paid = await pay(topUp.checkout_session_token, { amount: '8', card_number: '4242424242424242' });
+    expect(paid.statusCode, paid.body).toBe(200);
+    const buckets = await walletBuckets(t.storage, walletId);
+    expect(buckets.cycle + buckets.bundle + buckets.prepaid).toBe(MAX_WALLET_BALANCE_UNITS);
   });
 
   it('an onboarding checkout creates the customer with its wallet funded', async () => {

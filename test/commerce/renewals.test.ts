@@ -1,7 +1,7 @@
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { systemClock } from '../../src/domain/clock.ts';
 import { renewDueSubscriptions, RETRY_DELAYS_MS } from '../../src/commerce/renewals.ts';
-import { parseMoney } from '../../src/domain/money.ts';
+import { MAX_WALLET_BALANCE_UNITS, parseMoney } from '../../src/domain/money.ts';
 import { verifyLedger } from '../../src/ledger/verify.ts';
 import { creditWallet } from '../../src/ledger/wallets.ts';
 import { startTestApp, type TestApp } from '../helpers/app.ts';
@@ -61,6 +61,16 @@ describe.each(databasesUnderTest())('the cycle engine on %s', (dialect) => {
     expect(new Date(row.cycle_end_at).getTime()).toBeGreaterThan(s.end.getTime() + 27 * DAY);
     const renewed = await eventsOfType(t.storage, 'subscription.renewed');
     expect(renewed.filter((e) => e.data.subscription_id === s.sub.subscription_id)).toHaveLength(1);
+  });
+
+  it("a cycle's credit fills the wallet up to its maximum balance and no further", async () => {
+    const s = await subscribed({ name: 'Capped', period_amount: '0', included_credit: '5', billing_interval: 'day', rollover_type: 'full' });
+    // 5 of cycle credit from the first cycle, and prepaid up to 2 below the maximum.
+    await creditWallet(t.storage, s.walletId, MAX_WALLET_BALANCE_UNITS - parseMoney('7'));
+    expect(await runAt(s.end)).toContainEqual({ subscriptionId: s.sub.subscription_id, outcome: 'renewed' });
+    const buckets = await walletBuckets(t.storage, s.walletId);
+    expect(buckets).toMatchObject({ cycle: parseMoney('7'), prepaid: MAX_WALLET_BALANCE_UNITS - parseMoney('7') });
+    expect(buckets.cycle + buckets.bundle + buckets.prepaid).toBe(MAX_WALLET_BALANCE_UNITS);
   });
 
   it('rollover none expires unused cycle and bundle credit before granting the new cycle', async () => {
