@@ -1,4 +1,4 @@
-import { readdirSync, writeFileSync } from 'node:fs';
+import { existsSync, readdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { spawnSync } from 'node:child_process';
 import fc from 'fast-check';
@@ -27,7 +27,7 @@ describe('call journal segments', () => {
     expect(segments(dir)).toHaveLength(1);
     expect(readSegmentLines(segmentsIn(dir))).toEqual(['y'.repeat(20), 'a finished']);
     journal.close();
-    expect(readdirSync(dir)).toEqual([]);
+    expect(existsSync(dir)).toBe(false);
   });
 
   it('keeps, at close, the segments of calls not done, and the next journal in the directory finds them', () => {
@@ -39,7 +39,7 @@ describe('call journal segments', () => {
     expect(readSegmentLines(next.leftover)).toEqual(['left']);
     next.discard(next.leftover);
     next.close();
-    expect(readdirSync(dir)).toEqual([]);
+    expect(existsSync(dir)).toBe(false);
   });
 
   it('refuses a directory another live process journals in, and takes over one whose process is gone', () => {

@@ -8,7 +8,7 @@
  * call it holds an entry of has its outcome committed (`done`) and a newer segment is being
  * written, so the journal holds about one segment plus the calls still in flight.
  */
-import { closeSync, fsync, fsyncSync, mkdirSync, openSync, readdirSync, readFileSync, unlinkSync, writeFileSync, writeSync, close } from 'node:fs';
+import { closeSync, fsync, fsyncSync, mkdirSync, rmdirSync, openSync, readdirSync, readFileSync, unlinkSync, writeFileSync, writeSync, close } from 'node:fs';
 import { join } from 'node:path';
 
 /** Segments are named so their order of creation is their name's order (replay does not need it, a reader does). */
@@ -103,6 +103,12 @@ export class CallJournal {
     if (current.open === 0) unlinkQuietly(current.path);
     unlinkQuietly(join(this.dir, LOCK_FILE));
     openHere.delete(this.dir);
+    // Empty after a graceful stop: nothing to keep (a default directory is named per database and port).
+    try {
+      rmdirSync(this.dir);
+    } catch {
+      // Segments of calls not done stay for the next start.
+    }
   }
 
   #append(entry: JournalEntry, line: string): void {
