@@ -18,12 +18,13 @@ export interface PriceOverride {
   output?: string;
   cachedInput?: string;
   cacheWriteInput?: string;
+  audioInput?: string;
   perMinute?: string;
   perImage?: string;
   perMillionCharacters?: string;
 }
 
-const OPTIONAL_PRICES = ['cachedInput', 'cacheWriteInput', 'perMinute', 'perImage', 'perMillionCharacters'] as const;
+const OPTIONAL_PRICES = ['cachedInput', 'cacheWriteInput', 'audioInput', 'perMinute', 'perImage', 'perMillionCharacters'] as const;
 const MEDIA_PRICES = ['perMinute', 'perImage', 'perMillionCharacters'] as const;
 
 /** Raw override map, keyed "provider/model" (model ids may themselves contain "/"). */
@@ -109,6 +110,8 @@ export function catalogPrices(provider: string, model: string, options: Omit<Pri
   // The 5-minute write price: Anthropic reports 1-hour writes only inside a breakdown we do not read.
   const cacheWriteInput = catalogPrice(found.model_price.cache_write_mtok, inputTokens);
   if (cacheWriteInput !== null) prices.cacheWriteInput = cacheWriteInput;
+  const audioInput = catalogPrice(found.model_price.input_audio_mtok, inputTokens);
+  if (audioInput !== null) prices.audioInput = audioInput;
   return prices;
 }
 

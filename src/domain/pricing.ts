@@ -47,6 +47,8 @@ export interface Usage {
   cachedInputTokens?: number;
   /** Part of `inputTokens` written to a prompt cache (absent = 0). */
   cacheWriteInputTokens?: number;
+  /** Part of `inputTokens` that is audio, not read from a cache; priced at the audio input price (absent = 0). */
+  audioInputTokens?: number;
   /** Part of `outputTokens` spent reasoning (thinking); shown on the record, priced as output (absent = 0). */
   reasoningTokens?: number;
   /** Images an image generation made (absent = 0). */
@@ -64,6 +66,8 @@ export interface BasePrices {
   output: bigint;
   cachedInput?: bigint;
   cacheWriteInput?: bigint;
+  /** Audio input tokens (gpt-4o-transcribe, Gemini audio); absent = the plain input price. */
+  audioInput?: bigint;
   perMinute?: bigint;
   perImage?: bigint;
   perMillionCharacters?: bigint;
@@ -90,6 +94,8 @@ export interface TokenUsage {
   outputTokens: number;
   cachedInputTokens?: number | undefined;
   cacheWriteInputTokens?: number | undefined;
+  /** Part of inputTokens that is audio and not read from a cache. */
+  audioInputTokens?: number | undefined;
 }
 
 export interface BaseCost {
@@ -274,15 +280,17 @@ function tokenCost(prices: BasePrices, usage: TokenUsage): BaseCost {
   const inputTokens = count('inputTokens', usage.inputTokens);
   const cachedTokens = count('cachedInputTokens', usage.cachedInputTokens ?? 0);
   const cacheWriteTokens = count('cacheWriteInputTokens', usage.cacheWriteInputTokens ?? 0);
+  const audioTokens = count('audioInputTokens', usage.audioInputTokens ?? 0);
   const outputTokens = count('outputTokens', usage.outputTokens);
-  if (cachedTokens + cacheWriteTokens > inputTokens) {
-    throw new RangeError('cachedInputTokens and cacheWriteInputTokens cannot exceed inputTokens');
+  if (cachedTokens + cacheWriteTokens + audioTokens > inputTokens) {
+    throw new RangeError('cachedInputTokens, cacheWriteInputTokens and audioInputTokens cannot exceed inputTokens');
   }
-  const uncachedTokens = inputTokens - cachedTokens - cacheWriteTokens;
+  const plainTokens = inputTokens - cachedTokens - cacheWriteTokens - audioTokens;
   const inputValue =
-    uncachedTokens * prices.input +
+    plainTokens * prices.input +
     cachedTokens * (prices.cachedInput ?? prices.input) +
-    cacheWriteTokens * (prices.cacheWriteInput ?? prices.input);
+    cacheWriteTokens * (prices.cacheWriteInput ?? prices.input) +
+    audioTokens * (prices.audioInput ?? prices.input);
   const input = divRoundHalfUp(inputValue, TOKENS_PER_PRICE_UNIT);
   const output = divRoundHalfUp(outputTokens * prices.output, TOKENS_PER_PRICE_UNIT);
   return { input, output, total: input + output, unit: 'tokens' };

@@ -274,6 +274,7 @@ function toUsage(report: UsageReport | null): Usage {
   // the settlement throw (and so go uncharged): the parts are capped at the input total.
   const cachedInputTokens = Math.min(report?.cachedInputTokens ?? 0, inputTokens);
   const cacheWriteInputTokens = Math.min(report?.cacheWriteInputTokens ?? 0, inputTokens - cachedInputTokens);
+  const audioInputTokens = Math.min(report?.audioInputTokens ?? 0, inputTokens - cachedInputTokens - cacheWriteInputTokens);
   const outputTokens = report?.outputTokens ?? 0;
   return {
     inputTokens,
@@ -287,6 +288,7 @@ function toUsage(report: UsageReport | null): Usage {
     outputSeconds: toSeconds(report?.outputSeconds ?? 0),
     cachedInputTokens,
     cacheWriteInputTokens,
+    audioInputTokens,
   };
 }
 

@@ -111,7 +111,16 @@ function tokensFromMetadata(metadata: JsonObject): ReportedTokens {
     outputTokens: sumOfPresent(countAt(metadata, 'candidatesTokenCount'), countAt(metadata, 'thoughtsTokenCount')),
     cachedInputTokens: countAt(metadata, 'cachedContentTokenCount'),
     reasoningTokens: countAt(metadata, 'thoughtsTokenCount'),
+    audioInputTokens: audioPromptTokens(metadata),
   };
+}
+
+/** The prompt's audio tokens, from `promptTokensDetails: [{modality: "AUDIO", tokenCount}]`; undefined when not broken down. */
+function audioPromptTokens(metadata: JsonObject): number | undefined {
+  const details = arrayAt(metadata, 'promptTokensDetails');
+  if (!details) return undefined;
+  const audio = details.find((detail) => stringAt(detail, 'modality') === 'AUDIO');
+  return audio === undefined ? 0 : countAt(audio, 'tokenCount');
 }
 
 /** Sum of the counts that are present; undefined when none is. */

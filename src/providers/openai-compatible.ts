@@ -129,7 +129,10 @@ function tokensFromUsageObject(usage: JsonObject): ReportedTokens {
   const reasoningTokens =
     countAt(objectAt(usage, 'completion_tokens_details'), 'reasoning_tokens') ??
     countAt(objectAt(usage, 'output_tokens_details'), 'reasoning_tokens');
-  return { inputTokens, outputTokens, cachedInputTokens, reasoningTokens };
+  // Transcriptions report `input_token_details`; chat `prompt_tokens_details` (0 without audio).
+  const audioInputTokens =
+    countAt(objectAt(usage, 'input_token_details'), 'audio_tokens') ?? countAt(objectAt(usage, 'prompt_tokens_details'), 'audio_tokens');
+  return { inputTokens, outputTokens, cachedInputTokens, reasoningTokens, audioInputTokens };
 }
 
 /** OpenAI's text-to-speech returns audio; its billable unit is the input text. */

@@ -27,6 +27,8 @@ export type UsageReport = {
   cacheWriteInputTokens?: number;
   /** Part of outputTokens the model spent reasoning (thinking), where the provider reports it. */
   reasoningTokens?: number;
+  /** Part of inputTokens that is audio (priced apart by audio models). */
+  audioInputTokens?: number;
   /** Images an image generation made. */
   outputImages?: number;
   inputCharacters: number;

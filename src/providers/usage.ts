@@ -20,6 +20,7 @@ export type ReportedTokens = {
   cachedInputTokens?: number | undefined;
   cacheWriteInputTokens?: number | undefined;
   reasoningTokens?: number | undefined;
+  audioInputTokens?: number | undefined;
 };
 
 /** A usage report from reported token counts; null when the provider reported neither direction. */
@@ -31,6 +32,7 @@ export function reportFromTokens(tokens: ReportedTokens): UsageReport | null {
   if (tokens.cachedInputTokens !== undefined) report.cachedInputTokens = tokens.cachedInputTokens;
   if (tokens.cacheWriteInputTokens !== undefined) report.cacheWriteInputTokens = tokens.cacheWriteInputTokens;
   if (tokens.reasoningTokens !== undefined) report.reasoningTokens = tokens.reasoningTokens;
+  if (tokens.audioInputTokens !== undefined) report.audioInputTokens = tokens.audioInputTokens;
   return report;
 }
 
@@ -132,6 +134,7 @@ function buildStreamUsage(state: TallyState): StreamUsage {
   if (reported.cachedInputTokens !== undefined) usage.cachedInputTokens = reported.cachedInputTokens;
   if (reported.cacheWriteInputTokens !== undefined) usage.cacheWriteInputTokens = reported.cacheWriteInputTokens;
   if (reported.reasoningTokens !== undefined) usage.reasoningTokens = reported.reasoningTokens;
+  if (reported.audioInputTokens !== undefined) usage.audioInputTokens = reported.audioInputTokens;
   if (state.model !== undefined) usage.model = state.model;
   if (state.responseId !== undefined) usage.responseId = state.responseId;
   return usage;

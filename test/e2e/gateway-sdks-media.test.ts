@@ -11,7 +11,7 @@ import { AUDIO_SECONDS, AUDIO_TOKENS_PER_SECOND, IMAGE_OUTPUT_TOKENS, type MockU
  * Media calls through the openai client, over /v1/forward and the drop-in endpoints, priced by
  * the unit their model is priced by. The merchant's own key pays the base cost alone. Prices:
  * whisper-1 from the bundled catalog (0.36 an hour: 0.006 a minute); gpt-4o-transcribe and
- * gpt-image-1 from the catalog per 1M tokens (2.5 in / 10 out; 5 in / 40 out); tts-1 (per 1M
+ * gpt-image-1 from the catalog per 1M tokens (2.5 in, 6 audio in, 10 out; 5 in / 40 out); tts-1 (per 1M
  * characters) and dall-e-3 (per image) from the operator's file, since the catalog has neither.
  * Every upload is AUDIO_SECONDS (42 s) long to the mock.
  */
@@ -68,11 +68,11 @@ describe.each(databasesUnderTest())('media calls priced by their unit on %s', (d
       expect(record.model_usage).toMatchObject({ input_seconds: AUDIO_SECONDS, input_tokens: 0, price_unit: 'minutes', input_cost: '0.0042000000' });
     });
 
-    it(`${route}: gpt-4o-transcribe is priced by the tokens its answer reports`, async () => {
+    it(`${route}: gpt-4o-transcribe is priced by the tokens its answer reports, its audio tokens at the audio price`, async () => {
       const before = await balance();
       const { response } = await client().audio.transcriptions.create({ file: await audio(), model: 'gpt-4o-transcribe' }).withResponse();
-      // 420 audio tokens × 2.5 + 2 output tokens × 10, per 1M.
-      const record = await expectCharged(response.headers.get('x-tollgate-request-id'), before, '0.0010700000');
+      // 420 audio input tokens × 6 (the catalog's audio input price, not its text 2.5) + 2 output tokens × 10, per 1M.
+      const record = await expectCharged(response.headers.get('x-tollgate-request-id'), before, '0.0025400000');
       expect(record.model).toBe('gpt-4o-transcribe');
       expect(record.model_usage).toMatchObject({ input_tokens: AUDIO_SECONDS * AUDIO_TOKENS_PER_SECOND, output_tokens: 2, price_unit: 'tokens' });
     });

@@ -3,6 +3,7 @@ import { describe, expect, it } from 'vitest';
 import { catalogPrices, lookupBasePrices, parsePriceOverrides } from '../../src/domain/base-prices.ts';
 import { parseMoney } from '../../src/domain/money.ts';
 import { baseCost, formatMicros, priceUnitOf } from '../../src/domain/pricing.ts';
+import { google } from '../../src/providers/google.ts';
 
 /** Exact half-up of a non-negative rational n / d, as the reference for every rounding here. */
 const halfUp = (n: bigint, d: bigint) => (2n * n + d) / (2n * d);
@@ -67,5 +68,33 @@ describe('media prices', () => {
         expect(cost).toEqual({ input: halfUp(BigInt(characters) * perMillion, 1_000_000n), output: 0n, total: cost.input, unit: 'characters' });
       }),
     );
+  });
+});
+
+describe('audio input tokens', () => {
+  it('are priced at the audio input price, the rest of the input at the plain one', () => {
+    const prices = { input: parseMoney('2.5'), output: parseMoney('10'), audioInput: parseMoney('6') };
+    // 100 text + 400 audio input tokens, 10 output: (100 × 2.5 + 400 × 6 + 10 × 10) per 1M.
+    expect(baseCost(prices, { inputTokens: 500, audioInputTokens: 400, outputTokens: 10 })).toEqual({
+      input: parseMoney('0.00265'),
+      output: parseMoney('0.0001'),
+      total: parseMoney('0.00275'),
+      unit: 'tokens',
+    });
+    expect(() => baseCost(prices, { inputTokens: 5, audioInputTokens: 4, cachedInputTokens: 2, outputTokens: 0 })).toThrow(RangeError);
+  });
+
+  it('the catalog gives gpt-4o-transcribe and gemini-2.5-flash their audio input prices', () => {
+    expect(catalogPrices('openai', 'gpt-4o-transcribe')?.audioInput).toBe(parseMoney('6'));
+    expect(catalogPrices('google', 'gemini-2.5-flash')?.audioInput).toBe(parseMoney('1'));
+  });
+
+  it('Gemini reports them in promptTokensDetails by modality', () => {
+    const url = new URL('https://generativelanguage.googleapis.com/v1beta/models/gemini-2.5-flash:generateContent');
+    const usage = google.usageFromJson(
+      { usageMetadata: { promptTokenCount: 130, candidatesTokenCount: 5, promptTokensDetails: [{ modality: 'TEXT', tokenCount: 10 }, { modality: 'AUDIO', tokenCount: 120 }] } },
+      { url, requestBody: {} },
+    );
+    expect(usage).toMatchObject({ inputTokens: 130, audioInputTokens: 120, outputTokens: 5 });
   });
 });

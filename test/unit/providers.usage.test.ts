@@ -36,6 +36,7 @@ describe('OpenAI-compatible usage from JSON', () => {
       outputTokens: 42,
       cachedInputTokens: 1024,
       reasoningTokens: 0,
+      audioInputTokens: 0,
       inputCharacters: 0,
       outputCharacters: 0,
       inputSeconds: 0,
