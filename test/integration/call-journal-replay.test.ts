@@ -1,3 +1,4 @@
+import fc from 'fast-check';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { newId } from '../../src/domain/ids.ts';
 import { parseMoney } from '../../src/domain/money.ts';
@@ -7,6 +8,7 @@ import { admitRequest } from '../../src/ledger/admission/admit.ts';
 import { pricingFor } from '../../src/ledger/billing.ts';
 import { admittedLine, finishedLine, type AdmittedCall, type FinishedCall } from '../../src/ledger/journal/calls.ts';
 import { replayCallJournal } from '../../src/ledger/journal/replay.ts';
+import { failRequest, settleRequest } from '../../src/ledger/settlement/settle.ts';
 import { verifyLedger } from '../../src/ledger/verify.ts';
 import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
@@ -32,15 +34,15 @@ describe.each(databasesUnderTest())('call journal replay (%s)', (dialect) => {
   afterAll(async () => t?.close());
 
   /** A call as the gateway would have admitted it: the fixed meter's 0.25 held on the customer's wallet. */
-  async function admittedCall(): Promise<AdmittedCall> {
-    const billing = await resolveForwardCredential(t.storage, forwardToken(t.merchant.secretKey, customer.customerId, customer.meterSlug), new Date());
+  async function admittedCall(payer = customer): Promise<AdmittedCall> {
+    const billing = await resolveForwardCredential(t.storage, forwardToken(t.merchant.secretKey, payer.customerId, payer.meterSlug), new Date());
     const requestBody = { model: 'gpt-4o-mini', messages: [{ role: 'user', content: 'hi' }], max_tokens: 5 };
     const estimate = estimateHold({ requestBody, pricing: pricingFor(billing).pricing, prices: null, baseCostCharged: false, serviceChargeRate: 0n });
     return {
       id: newId('request'),
       admittedAt: new Date().toISOString(),
       ttlMs: 60_000,
-      walletId: customer.walletId,
+      walletId: payer.walletId,
       estimate,
       record: { provider: 'openai', model: 'gpt-4o-mini', endpoint: 'POST https://api.openai.com/v1/chat/completions', provider_key_type: 'managed', metadata: { run: 'replay' } },
       billing,
@@ -133,5 +135,56 @@ describe.each(databasesUnderTest())('call journal replay (%s)', (dialect) => {
     const orphan = journalFile([finishedLine(finished(call, true))]);
     expect(await replayCallJournal(t.storage, [orphan], new Date())).toMatchObject({ calls: 0 });
     expect(await wallet()).toEqual(afterFirst);
+  });
+
+  it('charges each journalled call once, whatever the kill left of it and however often the replay runs', async () => {
+    const callState = fc.record({
+      // Whether its admission reached the database before the kill (a cold wallet, a deferred write past 50 ms).
+      admissionWritten: fc.boolean(),
+      // What its relay ended with, if it ended.
+      finished: fc.constantFrom('billed', 'failed', 'none'),
+      // Whether its settlement committed before the kill (only after its relay ended).
+      settled: fc.boolean(),
+    });
+    await fc.assert(
+      fc.asyncProperty(fc.array(callState, { minLength: 1, maxLength: 4 }), fc.integer({ min: 1, max: 2 }), async (states, replays) => {
+        const payer = await t.customerWithMeter({ credit: '100' });
+        const lines: string[] = [];
+        const expected: { id: string; status: string; cost: bigint; estimated: boolean }[] = [];
+        for (const state of states) {
+          const call = await admittedCall(payer);
+          const end = state.finished === 'none' ? undefined : finished(call, state.finished === 'billed');
+          lines.push(admittedLine(call));
+          if (end) lines.push(finishedLine(end));
+          const settled = state.settled && end !== undefined;
+          if (state.admissionWritten || settled) {
+            const admitted = await admitRequest(t.storage, { requestId: call.id, billing: call.billing, walletId: call.walletId, estimate: call.estimate, ttlMs: 60_000, record: call.record, now: new Date(call.admittedAt) });
+            if (admitted.outcome !== 'admitted') throw new Error(admitted.outcome);
+            if (settled && end.usage) {
+              const u = end.usage;
+              await settleRequest(t.storage, { recordId: call.id, holdIds: admitted.holdIds, billing: call.billing, usage: u.usage, model: u.model, requestedModel: u.requestedModel ?? null, prices: null, baseCostCharged: false, serviceChargeRate: 0n, responseId: u.responseId, usageEstimated: false });
+            } else if (settled) await failRequest(t.storage, { recordId: call.id, holdIds: admitted.holdIds });
+          }
+          if (state.finished === 'billed') expected.push({ id: call.id, status: 'completed', cost: PER_REQUEST, estimated: false });
+          else if (state.finished === 'failed') expected.push({ id: call.id, status: 'error', cost: 0n, estimated: false });
+          else expected.push({ id: call.id, status: 'completed', cost: BigInt(call.estimate.charge!.total_wallet_cost), estimated: true });
+        }
+        const path = journalFile(lines);
+        for (let i = 0; i < replays; i++) await replayCallJournal(t.storage, [path], new Date());
+
+        const rows = await t.storage.db.selectFrom('requests').select(['id', 'status', 'total_wallet_cost', 'usage_estimated']).where('connection_id', '=', payer.customerId).execute();
+        expect(rows).toHaveLength(expected.length);
+        for (const want of expected) {
+          const row = rows.find((r) => r.id === want.id)!;
+          expect({ status: row.status, cost: BigInt(row.total_wallet_cost), estimated: Number(row.usage_estimated) === 1 }).toEqual({ status: want.status, cost: want.cost, estimated: want.estimated });
+        }
+        const charged = expected.reduce((sum, want) => sum + want.cost, 0n);
+        const payerWallet = await t.storage.db.selectFrom('wallets').select(['balance', 'held']).where('id', '=', payer.walletId).executeTakeFirstOrThrow();
+        expect(payerWallet).toMatchObject({ balance: GRANT - charged, held: 0n });
+      }),
+      { numRuns: 12 },
+    );
+    expect(await referencesChargedTwice(t.storage, t.merchant.merchantId)).toEqual([]);
+    expect((await verifyLedger(t.storage)).problems).toEqual([]);
   });
 });
