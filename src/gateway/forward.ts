@@ -475,7 +475,7 @@ async function admitFromLeases(storage: AppDeps['storage'], gateway: Gateway, le
 
 async function forward(deps: AppDeps, gateway: Gateway, plan: ForwardPlan, res: ServerResponse): Promise<RelayOutcome> {
   const closing = () => gateway.closing;
-  const unjournalled = journal(deps, gateway, plan);
+  const unjournalled = journalAdmitted(deps, gateway, plan);
   if (unjournalled) {
     // Not sent: a call that could not be journalled could be served and then lost to a crash.
     const notSent: RelayOutcome = { kind: 'failed', reason: 'unreachable' };
@@ -518,7 +518,7 @@ async function forward(deps: AppDeps, gateway: Gateway, plan: ForwardPlan, res: 
  * Writes the admitted call to the call journal, before its provider is called (decision 0024);
  * the error when the journal cannot be written (a full or failing disk), else null.
  */
-function journal(deps: AppDeps, gateway: Gateway, plan: ForwardPlan): unknown {
+function journalAdmitted(deps: AppDeps, gateway: Gateway, plan: ForwardPlan): unknown {
   if (!gateway.journal) return null;
   const { admission } = plan;
   try {
