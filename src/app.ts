@@ -147,7 +147,7 @@ export async function buildApp(options: AppOptions): Promise<App> {
       registerMeterRoutes(api, deps);
       registerCustomerRoutes(api, deps);
       registerConnectionRoutes(api, deps);
-      registerRequestRoutes(api, deps, unwrittenHolds);
+      registerRequestRoutes(api, deps, unwrittenHolds, gateway.settlements.pending);
       registerUsageRoutes(api, deps);
       registerSpendKeyRoutes(api, deps);
       registerWalletKeyRoutes(api, deps);

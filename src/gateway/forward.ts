@@ -484,7 +484,7 @@ async function forward(deps: AppDeps, gateway: Gateway, plan: ForwardPlan, res: 
     return notSent;
   }
   gateway.holds.add(plan.holdIds);
-  gateway.settlements.relayStarted();
+  gateway.settlements.relayStarted(plan);
   try {
     const { provider } = plan.target;
     const outcome = await relay({

@@ -10,6 +10,7 @@ import type { Storage } from '../storage/db.ts';
 import { estimateInputTokensFromRequest, estimateOutputTokensFromResponse, estimateTokensFromCharacters, isUsageBilledRequest } from '../providers/estimate.ts';
 import type { StreamUsage, UsageReport } from '../providers/types.ts';
 import type { ForwardPlan } from './forward.ts';
+import { PendingRecords, type PendingSource } from './pending-records.ts';
 import type { ProviderContextSizes } from './provider-context.ts';
 import type { RelayOutcome } from './relay.ts';
 import { releaseOrphanedReservations } from '../ledger/spend-key-limits.ts';
@@ -39,6 +40,8 @@ export class Settlements {
   readonly #journal: CallJournal | null;
 
   readonly #contexts: ProviderContextSizes;
+  /** Records of requests admitted here and not yet written, for GET /v1/requests/{id}. */
+  readonly pending = new PendingRecords();
 
   constructor(log: FastifyBaseLogger, writer: GroupCommitWriter, contexts: ProviderContextSizes, journal: CallJournal | null = null) {
     this.#log = log;
@@ -66,6 +69,7 @@ export class Settlements {
     } catch (err) {
       this.#log.error({ err, requestId }, 'settlement failed; the hold will expire');
       if (merged) releaseDeferredHolds(merged);
+      this.pending.delete(plan);
       return;
     }
     const work = (merged ? Promise.resolve(true) : this.#afterAdmissionWrite(deferred, requestId))
@@ -74,6 +78,8 @@ export class Settlements {
       .then((committed) => committed && plan.journalled && this.#journal?.done(plan.journalled))
       .finally(() => {
         if (merged) releaseDeferredHolds(merged);
+        // Written (or given up): from now on the database answers for the record.
+        this.pending.delete(plan);
         this.#inFlight.delete(work);
       });
     this.#inFlight.add(work);
@@ -134,8 +140,9 @@ export class Settlements {
    * grace period was over) still queues its settlement before the writers are drained. A count,
    * so the request path adds no promise and no set entry.
    */
-  relayStarted(): void {
+  relayStarted(plan: PendingSource): void {
     this.#relays++;
+    this.pending.add(plan);
   }
 
   relayEnded(): void {

@@ -18,6 +18,7 @@ import { BUILTIN_PROVIDERS } from '../providers/builtin.ts';
 import type { MeterRow } from '../storage/meters.ts';
 import { findRequestPk, listRequests, type RequestFilters } from '../storage/request-queries.ts';
 import { createRequestLookups, type ChargeParty, type RequestLookups } from '../storage/request-lookups.ts';
+import type { PendingRecords } from '../gateway/pending-records.ts';
 import { resolveCustomerId } from '../storage/connections.ts';
 import { findRequestByRequestId, type RequestRow } from '../storage/requests.ts';
 
@@ -284,7 +285,7 @@ function pageOfRecords(rows: RequestRow[], limit: number): Page<RequestRecord> {
 const tags = ['requests'];
 
 /** `unwritten`: the app's holds admitted in process and not written yet, which a charge must leave. */
-export function registerRequestRoutes(app: App, deps: AppDeps, unwritten: UnwrittenHolds): void {
+export function registerRequestRoutes(app: App, deps: AppDeps, unwritten: UnwrittenHolds, pending?: Pick<PendingRecords, 'find'>): void {
   const { storage, config } = deps;
   const lookups = createRequestLookups(storage);
   const writer = chargeWriter(storage, app.log);
@@ -398,9 +399,21 @@ export function registerRequestRoutes(app: App, deps: AppDeps, unwritten: Unwrit
 
   app.get(
     '/requests/:id',
-    { schema: { tags, params: idParams, response: { 200: requestRecordSchema, ...standardErrors } } },
+    {
+      schema: {
+        tags,
+        description:
+          'A forwarded request is found as soon as its answer has started (its id is in the response headers): `status: pending` while it is relayed and settled, with its customer, meter, provider, model, endpoint, metadata and created_at, usage and costs all zero; `completed` (or `error`) once settled, usually within some 50 ms of the answer ending.',
+        params: idParams,
+        response: { 200: requestRecordSchema, ...standardErrors },
+      },
+    },
     async (request) => {
-      const row = await findRequestByRequestId(storage.db, principalOf(request).merchantId, request.params.id);
+      const { merchantId } = principalOf(request);
+      // Looked at before the database: an entry goes only once its record is written, so one of the
+      // two has a request whose response has started.
+      const unwrittenRecord = pending?.find(merchantId, request.params.id);
+      const row = (await findRequestByRequestId(storage.db, merchantId, request.params.id)) ?? unwrittenRecord;
       if (!row) throw notFound('request', request.params.id);
       return presentRequest(row);
     },

@@ -135,6 +135,53 @@ describe.each(databasesUnderTest())('published Lava client: interface fidelity o
     const customers = await lava.customers.list({ limit: 1 });
     expect(customers.data[0]!.contact.email).toBe('user@bücher.example');
   });
+  it('GET /v1/requests/{id} finds every forwarded request right after its answer, by the id in x-lava-request-id', async () => {
+    const lava = client(g.t.merchant.secretKey);
+    // 20 calls at 0.25 each, plus the provider's cost.
+    const { customerId, meterSlug } = await g.t.customerWithMeter({ credit: '10' });
+    const openai = new OpenAI({ apiKey: lava.generateForwardToken({ customer_id: customerId, meter_slug: meterSlug }), baseURL: lava.providers.openai, maxRetries: 0 });
+    for (let i = 0; i < 20; i++) {
+      const { response } = await openai.chat.completions.create({ model: 'gpt-4o-mini', max_tokens: 5, messages: [{ role: 'user', content: `call ${i}` }] }).withResponse();
+      const requestId = response.headers.get('x-lava-request-id')!;
+      const record = await lava.requests.retrieve(requestId);
+      expect(record.request_id).toBe(requestId);
+      expect(['pending', 'completed']).toContain(record.status);
+    }
+  });
+
+  it('shows a request whose answer is still streaming as pending: who, what and where known, no usage or cost yet', async () => {
+    const lava = client(g.t.merchant.secretKey);
+    const { customerId, meterId, meterSlug } = await g.t.customerWithMeter({ credit: '5' });
+    const openai = new OpenAI({ apiKey: lava.generateForwardToken({ customer_id: customerId, meter_slug: meterSlug }), baseURL: lava.providers.openai, maxRetries: 0 });
+    // The provider paces its stream, so the answer has started well before it ends.
+    g.upstream.setNext({ path: '/chat/completions', chunkDelayMs: 60 });
+    const { data: stream, response } = await openai.chat.completions
+      .create({ model: 'gpt-4o-mini', max_tokens: 3, stream: true, messages: [{ role: 'user', content: 'count slowly' }] }, { headers: { 'X-Lava-Metadata-Step': 'streaming' } })
+      .withResponse();
+    const requestId = response.headers.get('x-lava-request-id')!;
+
+    const pending = await lava.requests.retrieve(requestId);
+    expect(pending).toMatchObject({
+      request_id: requestId,
+      status: 'pending',
+      customer_id: customerId,
+      meter_id: meterId,
+      provider: 'openai',
+      model: 'gpt-4o-mini',
+      endpoint: 'POST https://api.openai.com/v1/chat/completions',
+      metadata: { step: 'streaming' },
+      model_usage: { input_tokens: 0, output_tokens: 0, total_cost: '0.0000000000' },
+      total_request_cost: '0.0000000000',
+    });
+
+    let text = '';
+    for await (const chunk of stream) text += chunk.choices[0]?.delta.content ?? '';
+    expect(text).toBe('tok tok tok');
+    expect(await g.t.settledRecord(requestId)).toMatchObject({ status: 'completed', model_usage: { input_tokens: 2, output_tokens: 3 } });
+    // Written: the process keeps no unwritten record of it any more.
+    await g.t.app.gateway.settlements.drain();
+    expect(g.t.app.gateway.settlements.pending.find(g.t.merchant.merchantId, requestId)).toBeUndefined();
+  });
 });
 
 /** Polls `read` (every 10 ms, for at most 2 s) until `done` holds for its answer. */
