@@ -94,6 +94,10 @@ describe.each(databasesUnderTest())('money at its bounds (%s)', (dialect) => {
     expect(charged.status).toBe(201);
     expect(await balanceOf(base, t, customer.customerId)).toBe(0n);
 
+    // The refusal is documented on the operation.
+    const doc = (await (await fetch(`${base}/v1/openapi.json`)).json()) as { paths: Record<string, Record<string, { responses: Record<string, unknown> }>> };
+    expect(doc.paths['/v1/customers/{id}/credits']!.post!.responses['422']).toBeDefined();
+
     expect((await verifyLedger(t.storage)).problems).toEqual([]);
     if (dialect === 'sqlite') expect(await nonIntegerValues(t.storage)).toEqual([]);
   });
@@ -136,7 +140,7 @@ describe.each(databasesUnderTest())('money at its bounds (%s)', (dialect) => {
         }
         expect(await balanceOf(base, t, customer.customerId)).toBe(expected);
       }),
-      { numRuns: 12 },
+      { numRuns: 40 },
     );
     expect((await verifyLedger(t.storage)).problems).toEqual([]);
     if (dialect === 'sqlite') {
