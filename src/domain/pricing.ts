@@ -484,6 +484,8 @@ function validateUsage(usage: Usage): void {
   count('outputTokens', usage.outputTokens);
   const cached = count('cachedInputTokens', usage.cachedInputTokens ?? 0) + count('cacheWriteInputTokens', usage.cacheWriteInputTokens ?? 0);
   if (cached > BigInt(usage.inputTokens)) throw new RangeError('cached input tokens cannot exceed inputTokens');
+  if (count('reasoningTokens', usage.reasoningTokens ?? 0) > BigInt(usage.outputTokens)) throw new RangeError('reasoningTokens cannot exceed outputTokens');
+  count('outputImages', usage.outputImages ?? 0);
   count('inputCharacters', usage.inputCharacters);
   count('outputCharacters', usage.outputCharacters);
   secondsToMicros(usage.inputSeconds);
