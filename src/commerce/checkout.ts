@@ -62,7 +62,8 @@ export function sessionOpen(session: CheckoutSessionRow, at: Date): 'open' | 'co
 export type PayResult =
   | { status: 'completed'; session: CheckoutSessionRow }
   | { status: 'requires_action'; paymentId: string }
-  | { status: 'failed'; message: string }
+  /** `declined`: the provider refused the card (what card-testing limits count). */
+  | { status: 'failed'; message: string; declined?: boolean }
   /** The provider did not answer: nothing is credited, the session can be paid again (503, Retry-After). */
   | { status: 'unavailable' };
 
@@ -213,7 +214,7 @@ async function settle(deps: PurchaseDeps, input: PayInput, payment: PaymentRow, 
   if (outcome.status === 'failed') {
     const failure = { provider_ref: outcome.providerRef, failure_reason: outcome.reason };
     await failCheckoutPayment(deps, payment, input.session.id, ['pending', 'requires_action'], failure, stamp);
-    return { status: 'failed', message: outcome.reason };
+    return { status: 'failed', message: outcome.reason, declined: true };
   }
   const succeeded = { status: 'succeeded' as const, provider_ref: outcome.providerRef, updated_at: stamp };
   let completed: CheckoutSessionRow | null;

@@ -16,6 +16,8 @@ export type RateDecision = {
 export interface RateLimiter {
   /** Counts one request at `now` (ms since the epoch, from the app's clock). */
   hit(key: string, limit: number, windowMs: number, now: number): Promise<RateDecision>;
+  /** How many hits `key` has had in the window that holds `now`, without counting one. */
+  count(key: string, windowMs: number, now: number): Promise<number>;
   /** Whether the shared store (if any) answers right now; always true in process. */
   reachable(): Promise<boolean>;
   close(): Promise<void>;
@@ -41,6 +43,11 @@ export class MemoryRateLimiter implements RateLimiter {
     this.#counts.set(key, current);
     if (this.#counts.size > 100_000) this.#sweep(start);
     return decide(current.count, limit, resetAt);
+  }
+
+  async count(key: string, windowMs: number, now: number): Promise<number> {
+    const entry = this.#counts.get(key);
+    return entry && entry.start === windowOf(now, windowMs).start ? entry.count : 0;
   }
 
   #sweep(currentStart: number): void {
@@ -79,6 +86,15 @@ export class RedisRateLimiter implements RateLimiter {
       return decide(count, limit, resetAt);
     } catch {
       return this.#local.hit(key, limit, windowMs, now);
+    }
+  }
+
+  async count(key: string, windowMs: number, now: number): Promise<number> {
+    const redisKey = `${this.#prefix}${key}:${windowOf(now, windowMs).start}`;
+    try {
+      return Number((await this.#breaker.run((redis) => redis.get(redisKey))) ?? 0);
+    } catch {
+      return this.#local.count(key, windowMs, now);
     }
   }
 

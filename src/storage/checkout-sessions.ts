@@ -63,3 +63,21 @@ export function keptContactOf(session: CheckoutSessionRow): CheckoutContact {
   const none = { first_name: null, last_name: null, email: null, phone: null };
   return session.contact ? { ...none, ...(JSON.parse(session.contact) as Partial<CheckoutContact>) } : none;
 }
+
+/**
+ * How many of a session's payments the provider declined. A declined payment gives the session's
+ * reference up by naming it before a colon (`cs_…:pay_…`); one the provider did not answer
+ * (`unanswered`) is not the card's fault and does not count.
+ */
+export async function countCheckoutDeclines(db: Db, sessionId: string, unanswered: string): Promise<number> {
+  const prefix = `${sessionId}:`;
+  const rows = await db
+    .selectFrom('payments')
+    .select(['reference', 'failure_reason'])
+    .where('purpose', '=', 'checkout')
+    .where('reference', 'like', `${prefix}%`)
+    .where('status', '=', 'failed')
+    .execute();
+  // LIKE reads `_` as any character (and SQLite ignores case): the exact prefix decides.
+  return rows.filter((r) => r.reference.startsWith(prefix) && r.failure_reason !== unanswered).length;
+}

@@ -15,9 +15,11 @@ import { isValidEmail } from '../domain/email.ts';
 import { MAX_AMOUNT_UNITS, MoneyFormatError, parseMoney } from '../domain/money.ts';
 import { paymentProviderUnavailable } from '../http/error-handler.ts';
 import { PROVIDER_RETRY_AFTER_S } from '../payments/types.ts';
+import type { RateLimiter } from '../http/rate-limit.ts';
 import { hashCheckoutSecret } from '../routes/checkout-sessions.ts';
 import { presentCustomer } from '../routes/customers.ts';
 import { findCheckoutSessionByTokenHash, type CheckoutSessionRow } from '../storage/checkout-sessions.ts';
+import { isSessionLocked, recordDecline, refusalOfAttempt, sessionLocked, type AttemptRefusal } from './checkout-limits.ts';
 import { CHECKOUT_CSS, CHECKOUT_JS, COMPLETION_ISLAND } from './checkout-assets.ts';
 import { html, jsonIsland, unsafeRaw } from './html.ts';
 import { sendPage } from './layout.ts';
@@ -38,7 +40,9 @@ type Form = Record<string, string>;
 export const CHECKOUT_FORM_LIMIT = 8 * 1024;
 type Opened = { session: CheckoutSessionRow; token: string };
 
-export function registerCheckoutPage(app: FastifyInstance, deps: PurchaseDeps): void {
+export type CheckoutPageDeps = PurchaseDeps & { rateLimiter: RateLimiter };
+
+export function registerCheckoutPage(app: FastifyInstance, deps: CheckoutPageDeps): void {
   // The checkout form and nothing else: other bodies are refused (415) unread.
   app.removeAllContentTypeParsers();
   app.addContentTypeParser('application/x-www-form-urlencoded', { parseAs: 'string', bodyLimit: CHECKOUT_FORM_LIMIT }, (_request, body, done) => {
@@ -55,6 +59,7 @@ export function registerCheckoutPage(app: FastifyInstance, deps: PurchaseDeps): 
   app.get<{ Querystring: { token?: string } }>('/checkout', { config: { public: true }, schema: { hide: true } }, async (request, reply) => {
     const opened = await open(deps, request.query.token, reply);
     if (!opened) return reply;
+    if (await isSessionLocked(deps, opened.session)) return refused(deps, reply, opened, sessionLocked());
     return page(deps, reply, opened.session, await checkoutForm(deps, opened, null));
   });
 
@@ -62,18 +67,26 @@ export function registerCheckoutPage(app: FastifyInstance, deps: PurchaseDeps): 
     const form = request.body ?? {};
     const opened = await open(deps, form.token, reply);
     if (!opened) return reply;
+    const refusal = await refusalOfAttempt(deps, opened.session, request.ip);
+    if (refusal) return refused(deps, reply, opened, refusal);
     const input = await payInput(deps, opened.session, form);
     if (typeof input === 'string') return page(deps, reply.status(400), opened.session, await checkoutForm(deps, opened, input));
-    return showResult(deps, request, reply, opened, await payCheckout(deps, input), form);
+    const result = await payCheckout(deps, input);
+    if (result.status === 'failed' && result.declined) await recordDecline(deps, request.ip);
+    return showResult(deps, request, reply, opened, result, form);
   });
 
   app.post<{ Body: Form }>('/checkout/confirm', { config: { public: true }, bodyLimit: CHECKOUT_FORM_LIMIT, schema: { hide: true } }, async (request, reply) => {
     const form = request.body ?? {};
     const opened = await open(deps, form.token, reply);
     if (!opened) return reply;
+    const refusal = await refusalOfAttempt(deps, opened.session, request.ip);
+    if (refusal) return refused(deps, reply, opened, refusal);
     const input = await payInput(deps, opened.session, { ...form, amount: form.amount ?? '0' });
     if (typeof input === 'string') return page(deps, reply.status(400), opened.session, await checkoutForm(deps, opened, input));
-    return showResult(deps, request, reply, opened, await confirmCheckout(deps, input, form.payment_id ?? ''), form);
+    const result = await confirmCheckout(deps, input, form.payment_id ?? '');
+    if (result.status === 'failed' && result.declined) await recordDecline(deps, request.ip);
+    return showResult(deps, request, reply, opened, result, form);
   });
 }
 
@@ -162,6 +175,16 @@ ${['name', 'email'].map((f) => `<input type="hidden" name="${f}" value="${esc(fo
 <a class="button" href="${esc(session.origin_url)}">Return to ${esc(new URL(session.origin_url).host)}</a>`,
     message,
   );
+}
+
+/**
+ * Card-testing limits (checkout-limits.ts): 429 before the provider sees the card. A locked session
+ * shows no form; an address over its limit gets the form back with the reason and Retry-After.
+ */
+async function refused(deps: PurchaseDeps, reply: FastifyReply, opened: Opened, refusal: AttemptRefusal): Promise<FastifyReply> {
+  reply.status(429);
+  if (refusal.retryAfterS === null) return page(deps, reply, opened.session, `<h1>Checkout locked</h1><p class="error" role="alert">${esc(refusal.message)}</p>`);
+  return page(deps, reply.header('retry-after', String(refusal.retryAfterS)), opened.session, await checkoutForm(deps, opened, refusal.message));
 }
 
 /**
