@@ -8,7 +8,7 @@ import { principalOf } from '../http/auth.ts';
 import { ApiError, notFound } from '../http/errors.ts';
 import { metadataSchema } from '../http/metadata.ts';
 import { assertCursor, pageQuery, pageResponse, toPage } from '../http/pagination.ts';
-import { customerParams, optionalBody, positiveDecimal, standardErrors, successResponse } from '../http/schemas.ts';
+import { customerParams, errorResponse, optionalBody, positiveDecimal, standardErrors, successResponse } from '../http/schemas.ts';
 import { nowIsoOf, type App, type AppDeps } from '../http/types.ts';
 import { cancelDeletedCustomersSubscription } from '../commerce/renewals.ts';
 import {
@@ -180,7 +180,18 @@ export function registerCustomerRoutes(app: App, deps: AppDeps): void {
 
   app.post(
     '/customers/:id/credits',
-    { schema: { tags, params: customerParams, body: creditBody, response: { 201: creditSchema, ...standardErrors } } },
+    {
+      schema: {
+        tags,
+        params: customerParams,
+        body: creditBody,
+        response: {
+          201: creditSchema,
+          ...standardErrors,
+          422: errorResponse('`wallet_balance_limit`: the grant would take the wallet balance above 100000000, its maximum; nothing was credited'),
+        },
+      },
+    },
     async (request, reply) => {
       const { merchantId } = principalOf(request);
       const customer = await findConnection(storage, merchantId, request.params.id);
