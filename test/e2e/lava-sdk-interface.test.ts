@@ -182,6 +182,17 @@ describe.each(databasesUnderTest())('published Lava client: interface fidelity o
     await g.t.app.gateway.settlements.drain();
     expect(g.t.app.gateway.settlements.pending.find(g.t.merchant.merchantId, requestId)).toBeUndefined();
   });
+  it('POST /v1/requests reads the same metadata headers, the body winning on a shared key', async () => {
+    const lava = client(g.t.merchant.secretKey);
+    const { customerId, meterSlug } = await g.t.customerWithMeter({ credit: '1' });
+    const res = await fetch(`${g.base}/v1/requests`, {
+      method: 'POST',
+      headers: { ...g.t.auth(), 'content-type': 'application/json', 'x-lava-metadata': '{"source":"header","team":"core"}', 'X-Lava-Metadata-Run-Id': 'r1' },
+      body: JSON.stringify({ request_id: 'meta-headers-1', customer_id: customerId, meter_slug: meterSlug, metadata: { source: 'body' } }),
+    });
+    expect(res.status).toBe(201);
+    expect((await lava.requests.retrieve('meta-headers-1')).metadata).toEqual({ source: 'body', team: 'core', run_id: 'r1' });
+  });
 });
 
 /** Polls `read` (every 10 ms, for at most 2 s) until `done` holds for its answer. */
