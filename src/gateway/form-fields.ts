@@ -48,6 +48,12 @@ export function formFields(body: Buffer, boundary: string): FormField[] {
   return fields;
 }
 
+/** A multipart upload's text fields as an object (an audio upload names its model in one); undefined for another body. */
+export function uploadFields(contentType: string | undefined, body: Buffer | undefined): Record<string, string> | undefined {
+  const boundary = multipartBoundary(contentType);
+  return body && boundary ? fieldsObject(formFields(body, boundary)) : undefined;
+}
+
 /** The fields as an object (the first of a repeated name wins), as the provider modules read bodies. */
 export function fieldsObject(fields: readonly FormField[]): Record<string, string> {
   const object: Record<string, string> = {};

@@ -27,7 +27,7 @@ import { DEFAULT_HOLD_RULES } from '../providers/estimate.ts';
 import type { HoldRules } from '../providers/types.ts';
 import { HoldKeeper } from '../ledger/hold-keeper.ts';
 import { closeAfterResponse, createUpstreamAgent, relay, shutdownHeaders, upstreamRequestHeaders, type RelayOutcome, type ResponseTranslator } from './relay.ts';
-import { fieldsObject, formFields, multipartBoundary } from './form-fields.ts';
+import { uploadFields } from './form-fields.ts';
 import { claimForwardKey, finishForwardKey, releaseForwardKey, tapResponse } from './forward-idempotency.ts';
 import { upstreamFor } from './local-upstream.ts';
 import type { CallJournal, JournalEntry } from '../ledger/journal/journal.ts';
@@ -276,8 +276,14 @@ export async function forwardRequest(
   reply: FastifyReply,
   call: ForwardCall,
 ): Promise<void> {
-  const credential = call.credential ?? extractCredential(request.headers, null)?.token ?? '';
-  const key = await claimForwardKey(deps.storage, deps.clock, request, reply, { credential, leaseMs: deps.config.holdTtlMs });
+  // Most calls carry no key: they pay nothing for the feature.
+  const key =
+    request.headers['idempotency-key'] === undefined
+      ? null
+      : await claimForwardKey(deps.storage, deps.clock, request, reply, {
+          credential: call.credential ?? extractCredential(request.headers, null)?.token ?? '',
+          leaseMs: deps.config.holdTtlMs,
+        });
   if (key === 'replayed') return;
   let plan: ForwardPlan;
   try {
@@ -343,7 +349,7 @@ async function planForward(
   if (room) await room;
 
   let body = rewrite ? Buffer.from(JSON.stringify(rewrite.body)) : Buffer.isBuffer(request.body) && request.body.length > 0 ? request.body : undefined;
-  let requestJson = rewrite ? rewrite.body : (parseJsonBody(request, body) ?? formFieldsOf(request, body));
+  let requestJson = rewrite ? rewrite.body : (parseJsonBody(request, body) ?? uploadFields(request.headers['content-type'], body));
   let hideInjectedUsage = false;
   if (target.provider.requestsStream(requestJson, target.publicUrl)) {
     const prepared = target.provider.prepareStreamRequest(requestJson, target.publicUrl);
@@ -558,12 +564,6 @@ function sendError(res: ServerResponse, error: ApiError, plan: Pick<ForwardPlan,
 /** Request metadata from the `metadata` query parameter and the metadata headers, merged (see outsideMetadata). */
 export function metadataOf(request: FastifyRequest, fromQuery: string | null): Metadata {
   return outsideMetadata(fromQuery, request.headers);
-}
-
-/** A multipart upload's text fields (an audio upload names its model in one): what modules read as its body. */
-function formFieldsOf(request: FastifyRequest, body: Buffer | undefined): Record<string, string> | undefined {
-  const boundary = multipartBoundary(request.headers['content-type']);
-  return body && boundary ? fieldsObject(formFields(body, boundary)) : undefined;
 }
 
 function parseJsonBody(request: FastifyRequest, body: Buffer | undefined): unknown {
