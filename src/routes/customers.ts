@@ -149,13 +149,10 @@ export function registerCustomerRoutes(app: App, deps: AppDeps): void {
     },
     async (request, reply) => {
       const { merchantId } = principalOf(request);
-      const existing = async () => {
-        const reference = request.body.reference_id;
-        const row = reference ? await findConnection(storage, merchantId, reference) : undefined;
-        return row && reply.status(200).send(await presentWithSubscription(storage, row));
-      };
-      const found = await existing();
-      if (found) return found;
+      const reference = request.body.reference_id;
+      const holder = () => (reference ? findConnection(storage, merchantId, reference) : Promise.resolve(undefined));
+      const existing = await holder();
+      if (existing) return reply.status(200).send(await presentWithSubscription(storage, existing));
       const fields: ConnectionFields = {
         reference_id: null,
         first_name: null,
@@ -166,11 +163,11 @@ export function registerCustomerRoutes(app: App, deps: AppDeps): void {
         ...toFields(request.body),
       };
       const row = await insertConnection(storage, merchantId, fields, (row) => presentCustomer(row));
-      // A concurrent create took the reference first: that one is the customer.
       if (row === 'reference_taken') {
-        const winner = await existing();
-        if (winner) return winner;
-        throw referenceTaken();
+        // A concurrent create took the reference first: that one is the customer.
+        const winner = await holder();
+        if (!winner) throw referenceTaken();
+        return reply.status(200).send(await presentWithSubscription(storage, winner));
       }
       return reply.status(201).send(presentCustomer(row));
     },

@@ -60,6 +60,12 @@ describe.each(databasesUnderTest())('published Lava client: customers by referen
     expect(fresh.status).toBe(201);
   });
 
+  it('concurrent creates with one reference_id make one customer and all answer it', async () => {
+    const answers = await Promise.all(Array.from({ length: 8 }, () => lava.customers.create({ reference_id: 'ref-race' })));
+    expect(new Set(answers.map((c) => c.customer_id)).size).toBe(1);
+    expect(await customersWithReference('ref-race')).toHaveLength(1);
+  });
+
   it('retrieves, updates, credits, reads the subscription of and deletes a customer by reference_id, in both vocabularies', async () => {
     const c = await lava.customers.create({ reference_id: 'ref-paths', name: 'Grace Hopper' });
     expect(await lava.customers.retrieve('ref-paths')).toEqual(c);
