@@ -45,6 +45,11 @@ export type { AppDeps, AppOptions } from './http/types.ts';
 const BODY_LIMIT = 10 * 1024 * 1024;
 const RATE_WINDOW_MS = 60_000;
 
+/** A hop count trusts that many proxies nearest to us (Fastify's types take it as a function). */
+function trustProxyOption(trust: boolean | number | string[]): boolean | string[] | ((address: string, hop: number) => boolean) {
+  return typeof trust === 'number' ? (_address, hop) => hop < trust : trust;
+}
+
 /** The only wiring point: every route, hook and plugin is attached here. */
 export async function buildApp(options: AppOptions): Promise<App> {
   const deps: AppDeps = {
@@ -57,6 +62,7 @@ export async function buildApp(options: AppOptions): Promise<App> {
     logger: loggerOptions(deps.config.logLevel, deps.logStream),
     childLoggerFactory: lazyRequestLogger,
     bodyLimit: BODY_LIMIT,
+    trustProxy: trustProxyOption(deps.config.trustProxy),
     genReqId: (req) => headerValue(req.headers['x-request-id']) ?? randomUUID(),
     // Fastify's own 503 while closing has its own body; closeConnectionsWhenShuttingDown answers
     // with the envelope instead.

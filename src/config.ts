@@ -115,6 +115,15 @@ const configSchema = z.object({
   WEBHOOK_MAX_CONCURRENCY: z.coerce.number().int().min(1).max(1024).default(64),
   /** Whether anyone reaching the dashboard may create a merchant account (sign-up page). */
   DASHBOARD_SIGNUP: flag.default(false),
+  /**
+   * Which proxies in front may tell the client's address and scheme (X-Forwarded-For/-Proto):
+   * `false` (none, the default), `true` (any), a hop count, or comma-separated addresses/CIDRs.
+   */
+  TRUST_PROXY: z
+    .string()
+    .trim()
+    .regex(/^(true|false|\d{1,2}|[0-9A-Fa-f.:/]+(\s*,\s*[0-9A-Fa-f.:/]+)*)$/, 'must be true, false, a hop count, or comma-separated addresses/CIDRs')
+    .default('false'),
   OPENAI_API_KEY: z.string().min(1).optional(),
   ANTHROPIC_API_KEY: z.string().min(1).optional(),
   GOOGLE_API_KEY: z.string().min(1).optional(),
@@ -154,6 +163,8 @@ export type Config = {
   heapGrowingPercent: number | null;
   webhooks: { allowHttpLoopback: boolean; timeoutMs: number; maxConcurrency: number };
   dashboardSignup: boolean;
+  /** Fastify's trustProxy: whom X-Forwarded-For/-Proto are believed from. */
+  trustProxy: boolean | number | string[];
   /** Null when the built-in `test` payment provider is used. */
   stripe: { secretKey: string; webhookSecret: string; currency: string; apiBase: URL | undefined } | null;
 };
@@ -224,11 +235,18 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
       maxConcurrency: c.WEBHOOK_MAX_CONCURRENCY,
     },
     dashboardSignup: c.DASHBOARD_SIGNUP,
+    trustProxy: trustProxyOf(c.TRUST_PROXY),
     stripe:
       c.STRIPE_SECRET_KEY && c.STRIPE_WEBHOOK_SECRET
         ? { secretKey: c.STRIPE_SECRET_KEY, webhookSecret: c.STRIPE_WEBHOOK_SECRET, currency: c.STRIPE_CURRENCY, apiBase: c.STRIPE_API_BASE ? new URL(c.STRIPE_API_BASE) : undefined }
         : null,
   };
+}
+
+function trustProxyOf(value: string): boolean | number | string[] {
+  if (value === 'true' || value === 'false') return value === 'true';
+  if (/^\d+$/.test(value)) return Number(value);
+  return value.split(',').map((part) => part.trim());
 }
 
 function loadPriceOverrides(path: string): PriceOverrideTable {

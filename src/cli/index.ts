@@ -9,6 +9,7 @@ import { isUniqueViolation } from '../storage/errors.ts';
 import { createMerchant, normalizedEmail, setServiceChargeRate } from '../storage/merchants.ts';
 import { verifyLedger } from '../ledger/verify.ts';
 import { migrateToLatest } from '../storage/migrate.ts';
+import { accountCommands } from './accounts.ts';
 import { ApiCallError } from './api-client.ts';
 import { billingCommands } from './billing.ts';
 import { commerceCommands } from './commerce.ts';
@@ -123,6 +124,7 @@ admin
     });
   });
 
+for (const command of accountCommands({ withStorage, config, fail })) admin.addCommand(command);
 program.addCommand(webhookCommands(printApiAnswer));
 for (const command of sessionCommands(printApiAnswer)) program.addCommand(command);
 for (const command of billingCommands(printApiAnswer)) program.addCommand(command);

@@ -60,6 +60,7 @@ export const SECRET_PREFIX = {
   webhook: 'whsec_',
   cliCode: 'cli_',
   session: 'sess_',
+  passwordReset: 'pwr_',
 } as const;
 
 export function newSecret(kind: keyof typeof SECRET_PREFIX, bytes = 24): string {

@@ -18,6 +18,8 @@ export interface RateLimiter {
   hit(key: string, limit: number, windowMs: number, now: number): Promise<RateDecision>;
   /** How many hits `key` has had in the window that holds `now`, without counting one. */
   count(key: string, windowMs: number, now: number): Promise<number>;
+  /** Forgets the hits of the window holding `now` (e.g. a sign-in's failures once one succeeds). */
+  clear(key: string, windowMs: number, now: number): Promise<void>;
   /** Whether the shared store (if any) answers right now; always true in process. */
   reachable(): Promise<boolean>;
   close(): Promise<void>;
@@ -48,6 +50,10 @@ export class MemoryRateLimiter implements RateLimiter {
   async count(key: string, windowMs: number, now: number): Promise<number> {
     const entry = this.#counts.get(key);
     return entry && entry.start === windowOf(now, windowMs).start ? entry.count : 0;
+  }
+
+  async clear(key: string, _windowMs: number, _now: number): Promise<void> {
+    this.#counts.delete(key);
   }
 
   #sweep(currentStart: number): void {
@@ -96,6 +102,12 @@ export class RedisRateLimiter implements RateLimiter {
     } catch {
       return this.#local.count(key, windowMs, now);
     }
+  }
+
+  async clear(key: string, windowMs: number, now: number): Promise<void> {
+    const redisKey = `${this.#prefix}${key}:${windowOf(now, windowMs).start}`;
+    await this.#local.clear(key, windowMs, now);
+    await this.#breaker.run((redis) => redis.del(redisKey)).catch(() => undefined);
   }
 
   /** False at once while the breaker is open; else whether a PING is answered in time. */

@@ -71,6 +71,44 @@ export async function findMerchantByEmail(storage: Storage, email: string): Prom
   return storage.db.selectFrom('merchants').selectAll().where('email', '=', normalizedEmail(email)).executeTakeFirst();
 }
 
+/** The shortest dashboard password accepted anywhere (sign-up, change, reset, the CLI). */
+export const MIN_PASSWORD_LENGTH = 10;
+
+/**
+ * Sets a merchant's dashboard password and, when given, its login email (a merchant created without
+ * one gains it here). False when no such merchant; a taken email throws a unique violation.
+ */
+export async function setMerchantLogin(
+  db: Storage['db'],
+  merchantId: string,
+  login: { password: string; email?: string },
+): Promise<boolean> {
+  const result = await db
+    .updateTable('merchants')
+    .set({
+      password_hash: await hashPasswordAsync(login.password),
+      ...(login.email === undefined ? {} : { email: normalizedEmail(login.email) }),
+    })
+    .where('id', '=', merchantId)
+    .executeTakeFirst();
+  return Number(result.numUpdatedRows) === 1;
+}
+
+/** Sets only the login email (e.g. before sending a reset link to a merchant that had none). */
+export async function setMerchantEmail(storage: Storage, merchantId: string, email: string): Promise<boolean> {
+  const result = await storage.db
+    .updateTable('merchants')
+    .set({ email: normalizedEmail(email) })
+    .where('id', '=', merchantId)
+    .executeTakeFirst();
+  return Number(result.numUpdatedRows) === 1;
+}
+
+async function hashPasswordAsync(password: string): Promise<string> {
+  const salt = randomBytes(16);
+  return `scrypt$${salt.toString('base64')}$${(await scryptAsync(password, salt, 32)).toString('base64')}`;
+}
+
 /** Per-merchant service-charge override (percent of the fee, 1e-10 units); null = operator default. */
 export async function setServiceChargeRate(storage: Storage, merchantId: string, rate: bigint | null): Promise<boolean> {
   const result = await storage.db

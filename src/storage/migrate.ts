@@ -19,6 +19,7 @@ import * as m0015 from './migrations/0015_charge_recovery_and_overrun.ts';
 import * as m0016 from './migrations/0016_spend_key_overrun.ts';
 import * as m0017 from './migrations/0017_checkout_contact.ts';
 import * as m0018 from './migrations/0018_request_usage_details.ts';
+import * as m0019 from './migrations/0019_password_resets.ts';
 
 /** The ordered, frozen list. New migrations are appended, never inserted or edited. */
 const MIGRATIONS: Record<string, Migration> = {
@@ -40,6 +41,7 @@ const MIGRATIONS: Record<string, Migration> = {
   '0016_spend_key_overrun': m0016,
   '0017_checkout_contact': m0017,
   '0018_request_usage_details': m0018,
+  '0019_password_resets': m0019,
 };
 
 const provider: MigrationProvider = { getMigrations: async () => MIGRATIONS };

@@ -442,6 +442,15 @@ export interface CliAuthCodesTable {
   used_at: string | null;
 }
 
+/** A one-time password-reset link (hash only): expiring, single use. */
+export interface PasswordResetsTable {
+  token_hash: string;
+  merchant_id: string;
+  created_at: string;
+  expires_at: string;
+  used_at: string | null;
+}
+
 /** Secrets generated once per installation (e.g. the cookie-signing key). */
 export interface ServerSecretsTable {
   name: string;
@@ -480,5 +489,6 @@ export interface Database {
   provider_events: ProviderEventsTable;
   dashboard_sessions: DashboardSessionsTable;
   cli_auth_codes: CliAuthCodesTable;
+  password_resets: PasswordResetsTable;
   server_secrets: ServerSecretsTable;
 }

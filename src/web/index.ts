@@ -8,6 +8,7 @@ import { registerCliConnectRoutes } from './cli-connect.ts';
 import { registerDashboardRoutes } from './dashboard/index.ts';
 import { html } from './html.ts';
 import { sendPage } from './layout.ts';
+import { registerPasswordResetRoutes } from './password-reset.ts';
 import { registerSignInRoutes } from './sign-in.ts';
 import { WebError } from './session.ts';
 
@@ -45,6 +46,7 @@ export async function registerWebRoutes(app: FastifyInstance, deps: AppDeps): Pr
     web.get('/', async (_request, reply) => reply.redirect('/dashboard'));
     registerAssetRoutes(web);
     registerSignInRoutes(web, deps);
+    registerPasswordResetRoutes(web, deps);
     registerCliConnectRoutes(web, deps);
     registerDashboardRoutes(web, deps);
   });

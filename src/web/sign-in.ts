@@ -2,16 +2,19 @@ import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { isValidEmail } from '../domain/email.ts';
 import { nowOf, type AppDeps } from '../http/types.ts';
 import { isUniqueViolation } from '../storage/errors.ts';
-import { createMerchant, findMerchantByEmail, normalizedEmail, verifyPassword } from '../storage/merchants.ts';
+import { createMerchant, findMerchantByEmail, MIN_PASSWORD_LENGTH, normalizedEmail, verifyPassword } from '../storage/merchants.ts';
 import { html } from './html.ts';
 import { sendPage } from './layout.ts';
 import { assertCsrf, csrfTokenFor, endSession, loadSession, safeNextPath, startSession } from './session.ts';
 
-/** Sign-in attempts allowed per window, per account and per client address. */
-const ATTEMPTS_PER_ACCOUNT = 5;
-const ATTEMPTS_PER_ADDRESS = 20;
-const ATTEMPT_WINDOW_MS = 15 * 60_000;
-const MIN_PASSWORD_LENGTH = 10;
+/**
+ * Wrong passwords allowed per window: per account from one address (so strangers elsewhere cannot
+ * lock the owner out), and per address over all accounts (so one address cannot spray many).
+ * Only failures count; a success forgets its account's failures from that address (decision 0030).
+ */
+const FAILURES_PER_ACCOUNT_ADDRESS = 5;
+const FAILURES_PER_ADDRESS = 20;
+const FAILURE_WINDOW_MS = 15 * 60_000;
 
 type Form = Record<string, string | undefined>;
 
@@ -60,17 +63,30 @@ ${
   });
 }
 
-/** Counts this attempt against the account and the address; the refusal message if either is spent. */
-async function lockoutOf(deps: AppDeps, email: string, ip: string): Promise<string | null> {
+const failureKeys = (email: string, ip: string) => ({
+  pair: `sign-in:failures:account-address:${email}|${ip}`,
+  address: `sign-in:failures:address:${ip}`,
+});
+
+/** The refusal message when this account from this address, or this address, has failed too often. */
+async function refusalOf(deps: AppDeps, email: string, ip: string): Promise<string | null> {
   const now = nowOf(deps);
-  const account = await deps.rateLimiter.hit(`sign-in:account:${email}`, ATTEMPTS_PER_ACCOUNT, ATTEMPT_WINDOW_MS, now);
-  const address = await deps.rateLimiter.hit(`sign-in:address:${ip}`, ATTEMPTS_PER_ADDRESS, ATTEMPT_WINDOW_MS, now);
-  const minutes = (resetAt: number) => Math.max(1, Math.ceil((resetAt * 1000 - now) / 60_000));
-  if (!account.allowed) {
-    return `This account is locked after too many sign-in attempts. Try again in ${minutes(account.resetAt)} minutes.`;
+  const keys = failureKeys(email, ip);
+  const minutes = Math.max(1, Math.ceil((Math.ceil((now + 1) / FAILURE_WINDOW_MS) * FAILURE_WINDOW_MS - now) / 60_000));
+  if ((await deps.rateLimiter.count(keys.pair, FAILURE_WINDOW_MS, now)) >= FAILURES_PER_ACCOUNT_ADDRESS) {
+    return `Too many wrong passwords for this account from your network. Try again in ${minutes} minutes, or ask your operator for a reset link.`;
   }
-  if (!address.allowed) return `Too many sign-in attempts from your network. Try again in ${minutes(address.resetAt)} minutes.`;
+  if ((await deps.rateLimiter.count(keys.address, FAILURE_WINDOW_MS, now)) >= FAILURES_PER_ADDRESS) {
+    return `Too many failed sign-ins from your network. Try again in ${minutes} minutes.`;
+  }
   return null;
+}
+
+async function countFailure(deps: AppDeps, email: string, ip: string): Promise<void> {
+  const now = nowOf(deps);
+  const keys = failureKeys(email, ip);
+  await deps.rateLimiter.hit(keys.pair, FAILURES_PER_ACCOUNT_ADDRESS, FAILURE_WINDOW_MS, now);
+  await deps.rateLimiter.hit(keys.address, FAILURES_PER_ADDRESS, FAILURE_WINDOW_MS, now);
 }
 
 /** Email, password, business name, CSRF token and `next`: a few hundred bytes filled in. */
@@ -86,13 +102,15 @@ export function registerSignInRoutes(app: FastifyInstance, deps: AppDeps): void 
     assertCsrf(request);
     const form = formOf(request);
     const email = normalizedEmail(form.email ?? '');
-    const lockout = await lockoutOf(deps, email, request.ip);
-    if (lockout) return credentialsPage(request, reply, deps, 'sign-in', { error: lockout, email, status: 429 });
+    const refusal = await refusalOf(deps, email, request.ip);
+    if (refusal) return credentialsPage(request, reply, deps, 'sign-in', { error: refusal, email, status: 429 });
     const merchant = email ? await findMerchantByEmail(deps.storage, email) : undefined;
     const valid = await verifyPassword(form.password ?? '', merchant?.password_hash ?? null);
     if (!merchant || !valid) {
+      await countFailure(deps, email, request.ip);
       return credentialsPage(request, reply, deps, 'sign-in', { error: 'Wrong email or password.', email, status: 401 });
     }
+    await deps.rateLimiter.clear(failureKeys(email, request.ip).pair, FAILURE_WINDOW_MS, nowOf(deps));
     await startSession(deps, request, reply, merchant.id);
     return reply.redirect(safeNextPath(form.next), 303);
   });

@@ -75,6 +75,20 @@ for (const [label, factory, skip] of suites) {
     const get = (app: TestApp, secret: string) =>
       app.app.inject({ method: 'GET', url: '/v1/meters', headers: app.auth(secret) });
 
+    it('reads a window without counting, and clears it (as sign-in failures are forgotten on success)', async () => {
+      await awayFromWindowEdge();
+      const limiter = limiters.make();
+      const key = `peek-clear:${ulid()}`;
+      expect(await limiter.count(key, 60_000, clock.now())).toBe(0);
+      await limiter.hit(key, 5, 60_000, clock.now());
+      await limiter.hit(key, 5, 60_000, clock.now());
+      expect(await limiter.count(key, 60_000, clock.now())).toBe(2);
+      expect(await limiter.count(key, 60_000, clock.now())).toBe(2);
+      await limiter.clear(key, 60_000, clock.now());
+      expect(await limiter.count(key, 60_000, clock.now())).toBe(0);
+      expect((await limiter.hit(key, 5, 60_000, clock.now())).remaining).toBe(4);
+    });
+
     it('sends X-RateLimit headers counting down, with Reset as Unix seconds within the next minute', async () => {
       await awayFromWindowEdge();
       const m = await t.newMerchant();

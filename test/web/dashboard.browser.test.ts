@@ -165,7 +165,7 @@ describe('merchant dashboard (Chromium)', () => {
     await forged.close();
   });
 
-  it('refuses a wrong password, then locks the account after repeated attempts and says so', async () => {
+  it('refuses a wrong password, then after five refuses this account from this address and says so', async () => {
     const fresh = await browser.newContext();
     const p = await fresh.newPage();
     const attempt = async (password: string) => {
@@ -182,7 +182,7 @@ describe('merchant dashboard (Chromium)', () => {
     for (let i = 0; i < 4; i++) await attempt('still wrong');
     const locked = await attempt(PASSWORD);
     expect(locked.status).toBe(429);
-    expect(locked.text).toContain('This account is locked');
+    expect(locked.text).toContain('Too many wrong passwords for this account from your network');
     await fresh.close();
   });
 

@@ -1,6 +1,7 @@
 import type { FastifyInstance } from 'fastify';
 import type { AppDeps } from '../../http/types.ts';
 import { loadSession } from '../session.ts';
+import { registerAccountPages } from './account.ts';
 import { registerCustomerPages } from './customers.ts';
 import { registerMeterPages } from './meters.ts';
 import { registerOverviewPage } from './overview.ts';
@@ -38,5 +39,6 @@ export function registerDashboardRoutes(app: FastifyInstance, deps: AppDeps): vo
     registerWebhookPages(pages, deps);
     registerPlanPages(pages, deps);
     registerSubscriptionPages(pages, deps);
+    registerAccountPages(pages, deps);
   });
 }

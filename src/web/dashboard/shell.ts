@@ -13,6 +13,7 @@ export const NAV = [
   ['/dashboard/spend-keys', 'Spend keys'],
   ['/dashboard/webhooks', 'Webhooks'],
   ['/dashboard/secret-keys', 'Secret keys'],
+  ['/dashboard/account', 'Account'],
 ] as const;
 
 /** The hidden field every state-changing dashboard form carries. */
