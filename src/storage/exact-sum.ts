@@ -1,4 +1,4 @@
-import { sql, type AliasedRawBuilder } from 'kysely';
+import { sql, type AliasedRawBuilder, type RawBuilder } from 'kysely';
 
 /**
  * A sum of a money column that no number of rows can overflow. SQLite's SUM of integers fails
@@ -10,16 +10,28 @@ import { sql, type AliasedRawBuilder } from 'kysely';
  */
 const SPLIT = 1_000_000_000n;
 
-export function exactSumColumns<A extends string>(column: string, alias: A): [AliasedRawBuilder<unknown, `${A}_high`>, AliasedRawBuilder<unknown, `${A}_low`>] {
-  return [
-    sql<unknown>`sum(${sql.ref(column)} / ${sql.lit(Number(SPLIT))})`.as(`${alias}_high`),
-    sql<unknown>`sum(${sql.ref(column)} % ${sql.lit(Number(SPLIT))})`.as(`${alias}_low`),
-  ];
+type Summed = string | RawBuilder<unknown>;
+const expressionOf = (summed: Summed) => (typeof summed === 'string' ? sql.ref(summed) : summed);
+
+/** The two parts of the sum of a column (by name) or of an expression, as `<alias>_high` and `<alias>_low`. */
+export function exactSumColumns<A extends string>(summed: Summed, alias: A): [AliasedRawBuilder<unknown, `${A}_high`>, AliasedRawBuilder<unknown, `${A}_low`>] {
+  const e = expressionOf(summed);
+  return [sql<unknown>`sum(${e} / ${sql.lit(Number(SPLIT))})`.as(`${alias}_high`), sql<unknown>`sum(${e} % ${sql.lit(Number(SPLIT))})`.as(`${alias}_low`)];
+}
+
+/**
+ * The same sum for ORDER BY: exact on PostgreSQL (NUMERIC throughout), a double on SQLite, which
+ * orders totals correctly to 15 significant digits and never overflows.
+ */
+export function exactSumForOrdering(summed: Summed): RawBuilder<unknown> {
+  const e = expressionOf(summed);
+  return sql`sum(${e} / ${sql.lit(Number(SPLIT))}) + sum(${e} % ${sql.lit(Number(SPLIT))}) / 1e9`;
 }
 
 /** The bigint total of the two parts exactSumColumns selected (0 for a group with no rows). */
-export function exactSumOf<A extends string>(row: Record<`${A}_high` | `${A}_low`, unknown>, alias: A): bigint {
-  return partOf(row[`${alias}_high`]) * SPLIT + partOf(row[`${alias}_low`]);
+export function exactSumOf(row: object, alias: string): bigint {
+  const parts = row as Record<string, unknown>;
+  return partOf(parts[`${alias}_high`]) * SPLIT + partOf(parts[`${alias}_low`]);
 }
 
 function partOf(value: unknown): bigint {
