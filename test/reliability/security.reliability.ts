@@ -10,8 +10,10 @@ import { leaksInSuiteLogs, printFigures, startSuiteGateway } from './harness.ts'
  * the sweep hold no secret, key or e-mail address.
  */
 
-// POST /v1/auth/callback takes no key by the interface: its one-time code is the credential.
-const PUBLIC = new Set(['GET /healthz', 'GET /readyz', 'GET /v1/openapi.json', 'POST /v1/auth/callback']);
+// POST /v1/auth/callback takes no key by the interface: its one-time code is the credential. The
+// OpenAI-shaped model list answers without a key, as the reference service's does (a key sent must
+// still be valid, which the gateway tests prove).
+const PUBLIC = new Set(['GET /healthz', 'GET /readyz', 'GET /v1/openapi.json', 'POST /v1/auth/callback', 'GET /v1/models', 'GET /v1/models/{model}']);
 /** Where a spend key is a valid credential (it is a drop-in provider key). */
 const REWRITE_PATH = '/v1/rewrite/{format}/{providerUrl}';
 const GATEWAY_PATHS = ['/v1/forward', '/v1/chat/completions', '/v1/responses', '/v1/embeddings', '/v1/models', '/v1/messages', '/v1/messages/count_tokens', REWRITE_PATH];
