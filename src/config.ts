@@ -97,8 +97,10 @@ const configSchema = z.object({
   STRIPE_SECRET_KEY: z.string().regex(/^(sk|rk)_[A-Za-z0-9_]+$/, 'must be a Stripe secret key (sk_… or rk_…)').optional(),
   /** The signing secret of the Stripe webhook endpoint that calls POST /v1/payments/stripe/webhook. */
   STRIPE_WEBHOOK_SECRET: z.string().regex(/^whsec_[A-Za-z0-9_]+$/, 'must be a Stripe webhook signing secret (whsec_…)').optional(),
-  /** The currency Stripe charges in: a two-decimal currency, lower-case ISO code. */
-  STRIPE_CURRENCY: z.string().regex(/^[a-z]{3}$/, 'must be a lower-case ISO currency code').default('usd'),
+  /** The currency every amount is in (wallets, prices, payments): an ISO 4217 code, shown to customers. */
+  CURRENCY: z.string().regex(/^[A-Za-z]{3}$/, 'must be an ISO 4217 currency code such as USD').default('USD'),
+  /** The currency Stripe charges in: a two-decimal currency, lower-case ISO code; CURRENCY when unset. */
+  STRIPE_CURRENCY: z.string().regex(/^[a-z]{3}$/, 'must be a lower-case ISO currency code').optional(),
   /** Another address for Stripe's API (a stand-in for tests); Stripe's own when unset. */
   STRIPE_API_BASE: z.url({ protocol: /^https?$/ }).optional(),
   /** Output tokens assumed for the hold when a request sets no max_tokens. */
@@ -165,6 +167,8 @@ export type Config = {
   dashboardSignup: boolean;
   /** Fastify's trustProxy: whom X-Forwarded-For/-Proto are believed from. */
   trustProxy: boolean | number | string[];
+  /** ISO 4217, upper-case: what every amount is in. */
+  currency: string;
   /** Null when the built-in `test` payment provider is used. */
   stripe: { secretKey: string; webhookSecret: string; currency: string; apiBase: URL | undefined } | null;
 };
@@ -198,6 +202,11 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
   const c = result.data;
   if (Boolean(c.STRIPE_SECRET_KEY) !== Boolean(c.STRIPE_WEBHOOK_SECRET)) {
     throw new ConfigError('Invalid configuration:\n  STRIPE_SECRET_KEY and STRIPE_WEBHOOK_SECRET go together: set both to use Stripe, or neither.');
+  }
+  // STRIPE_CURRENCY alone (the older setting) names the currency too.
+  const currency = (c.STRIPE_CURRENCY !== undefined && !env.CURRENCY ? c.STRIPE_CURRENCY : c.CURRENCY).toUpperCase();
+  if (c.STRIPE_CURRENCY !== undefined && c.STRIPE_CURRENCY.toUpperCase() !== currency) {
+    throw new ConfigError(`Invalid configuration:\n  STRIPE_CURRENCY (${c.STRIPE_CURRENCY}) differs from CURRENCY (${currency}): amounts are in one currency; set one of them.`);
   }
   const providerKeys: Record<string, string> = { ...c.PROVIDER_KEYS };
   if (c.OPENAI_API_KEY) providerKeys.openai = c.OPENAI_API_KEY;
@@ -236,9 +245,10 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     },
     dashboardSignup: c.DASHBOARD_SIGNUP,
     trustProxy: trustProxyOf(c.TRUST_PROXY),
+    currency,
     stripe:
       c.STRIPE_SECRET_KEY && c.STRIPE_WEBHOOK_SECRET
-        ? { secretKey: c.STRIPE_SECRET_KEY, webhookSecret: c.STRIPE_WEBHOOK_SECRET, currency: c.STRIPE_CURRENCY, apiBase: c.STRIPE_API_BASE ? new URL(c.STRIPE_API_BASE) : undefined }
+        ? { secretKey: c.STRIPE_SECRET_KEY, webhookSecret: c.STRIPE_WEBHOOK_SECRET, currency: currency.toLowerCase(), apiBase: c.STRIPE_API_BASE ? new URL(c.STRIPE_API_BASE) : undefined }
         : null,
   };
 }

@@ -10,13 +10,17 @@ import type { Database } from '../storage/schema.ts';
 import { isUniqueViolation } from '../storage/errors.ts';
 import { findPayment, insertPayment, insertPaymentMethod, transitionPayment, type PaymentRow } from '../storage/subscriptions.ts';
 import { enqueueEvent } from '../webhooks/outbox.ts';
+import { receiptPath } from './receipts.ts';
 import { insertPaidSubscription, type PurchaseDeps } from './subscriptions.ts';
 
 /** How long a checkout session can be paid after its creation. */
 export const CHECKOUT_SESSION_TTL_MS = 60 * 60_000;
 
-/** A checkout session as the API shows it (the token only in the creation response). */
-export function presentCheckoutSession(row: CheckoutSessionRow, token: string | null = null) {
+/**
+ * A checkout session as the API shows it (the token only in the creation response). Given this
+ * Tollgate's public base URL, a completed session carries its receipt's link (`receipt_url`).
+ */
+export function presentCheckoutSession(row: CheckoutSessionRow, token: string | null = null, base?: string) {
   return {
     checkout_session_id: row.id,
     checkout_session_token: token,
@@ -32,6 +36,7 @@ export function presentCheckoutSession(row: CheckoutSessionRow, token: string | 
     created_at: row.created_at,
     expires_at: row.expires_at,
     completed_at: row.completed_at,
+    ...(base === undefined ? {} : { receipt_url: row.completed_at ? `${base}${receiptPath(row)}` : null }),
   };
 }
 

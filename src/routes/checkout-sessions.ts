@@ -21,7 +21,10 @@ const CHECKOUT_MODES = ['onboarding', 'topup', 'subscription', 'credit_bundle'] 
 const id = z.string().min(1).max(100);
 const createBody = z.object({
   checkout_mode: z.enum(CHECKOUT_MODES),
-  origin_url: z.url({ protocol: /^https?$/, error: 'must be an http(s) URL' }).max(2048),
+  origin_url: z
+    .url({ protocol: /^https?$/, error: 'must be an http(s) URL' })
+    .max(2048)
+    .describe('The page checkout is opened from: it may frame the checkout, receives its completion message (at its origin), and the customer is sent back to it'),
   reference_id: z
     .string()
     .trim()
@@ -53,7 +56,21 @@ const sessionSchema = z.object({
   created_at: z.string(),
   expires_at: z.string(),
   completed_at: z.string().nullable(),
+  receipt_url: z
+    .string()
+    .nullable()
+    .optional()
+    .describe("A completed session's receipt: a stable, unguessable page the customer can be sent (null until completed)"),
 });
+
+/**
+ * The page checkout is opened from, kept whole (the customer returns to it; frames and messages
+ * use its origin), as the URL parser writes it; a bare origin stays without a trailing slash.
+ */
+function keptOriginUrl(given: string): string {
+  const url = new URL(given);
+  return url.pathname === '/' && !url.search && !url.hash && !given.endsWith('/') ? url.origin : url.href;
+}
 
 export const hashCheckoutSecret = (secret: string) => createHash('sha256').update(secret).digest('hex');
 
@@ -87,7 +104,7 @@ export function registerCheckoutSessionRoutes(app: App, deps: CommerceDeps & { p
         id: newId('checkoutSession'),
         merchant_id: merchantId,
         mode: body.checkout_mode,
-        origin_url: new URL(body.origin_url).origin,
+        origin_url: keptOriginUrl(body.origin_url),
         reference_id: body.reference_id ?? null,
         connection_id: target.customerId,
         plan_id: target.planId,
@@ -102,7 +119,7 @@ export function registerCheckoutSessionRoutes(app: App, deps: CommerceDeps & { p
       await insertCheckoutSession(storage, row);
       const base = publicBase(deps.publicBaseUrl, request);
       const token = Buffer.from(JSON.stringify({ secret, base })).toString('base64');
-      return reply.status(201).send({ ...presentCheckoutSession(row, token), checkout_url: `${base}checkout?token=${encodeURIComponent(token)}` });
+      return reply.status(201).send({ ...presentCheckoutSession(row, token, base), checkout_url: `${base}checkout?token=${encodeURIComponent(token)}` });
     },
   );
 
@@ -113,7 +130,8 @@ export function registerCheckoutSessionRoutes(app: App, deps: CommerceDeps & { p
       const { merchantId } = principalOf(request);
       const { cursor, limit } = request.query;
       await assertCursor(cursor, (cid) => merchantHasRow(storage, 'checkout_sessions', merchantId, cid));
-      return toPage(await listCheckoutSessions(storage, merchantId, cursor, limit), limit, (r) => presentCheckoutSession(r));
+      const base = publicBase(deps.publicBaseUrl, request);
+      return toPage(await listCheckoutSessions(storage, merchantId, cursor, limit), limit, (r) => presentCheckoutSession(r, null, base));
     },
   );
 
@@ -123,7 +141,7 @@ export function registerCheckoutSessionRoutes(app: App, deps: CommerceDeps & { p
     async (request) => {
       const row = await findCheckoutSession(storage, principalOf(request).merchantId, request.params.id);
       if (!row) throw notFound('checkout session', request.params.id);
-      return presentCheckoutSession(row);
+      return presentCheckoutSession(row, null, publicBase(deps.publicBaseUrl, request));
     },
   );
 }

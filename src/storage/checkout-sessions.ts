@@ -14,6 +14,11 @@ export async function findCheckoutSession(storage: Storage, merchantId: string, 
   return storage.db.selectFrom('checkout_sessions').selectAll().where('merchant_id', '=', merchantId).where('id', '=', id).executeTakeFirst();
 }
 
+/** A session by its id alone (a receipt link names it; its key is checked by the caller). */
+export async function findCheckoutSessionById(db: Db, id: string): Promise<CheckoutSessionRow | undefined> {
+  return db.selectFrom('checkout_sessions').selectAll().where('id', '=', id).executeTakeFirst();
+}
+
 /** The session a checkout token opens (tokens are stored only as their SHA-256). */
 export async function findCheckoutSessionByTokenHash(db: Db, tokenHash: string): Promise<CheckoutSessionRow | undefined> {
   return db.selectFrom('checkout_sessions').selectAll().where('token_hash', '=', tokenHash).executeTakeFirst();

@@ -18,7 +18,8 @@ import { PROVIDER_RETRY_AFTER_S } from '../payments/types.ts';
 import type { RateLimiter } from '../http/rate-limit.ts';
 import { hashCheckoutSecret } from '../routes/checkout-sessions.ts';
 import { presentCustomer } from '../routes/customers.ts';
-import { findCheckoutSessionByTokenHash, type CheckoutSessionRow } from '../storage/checkout-sessions.ts';
+import { receiptKeyMatches, receiptOf, receiptPath, type Receipt } from '../commerce/receipts.ts';
+import { findCheckoutSessionById, findCheckoutSessionByTokenHash, type CheckoutSessionRow } from '../storage/checkout-sessions.ts';
 import { isSessionLocked, recordDecline, refusalOfAttempt, sessionLocked, type AttemptRefusal } from './checkout-limits.ts';
 import { CHECKOUT_CSS, CHECKOUT_JS, COMPLETION_ISLAND } from './checkout-assets.ts';
 import { html, jsonIsland, unsafeRaw } from './html.ts';
@@ -40,7 +41,8 @@ type Form = Record<string, string>;
 export const CHECKOUT_FORM_LIMIT = 8 * 1024;
 type Opened = { session: CheckoutSessionRow; token: string };
 
-export type CheckoutPageDeps = PurchaseDeps & { rateLimiter: RateLimiter };
+/** `currency`: what every amount is in (CURRENCY), shown beside each one. */
+export type CheckoutPageDeps = PurchaseDeps & { rateLimiter: RateLimiter; currency: string };
 
 export function registerCheckoutPage(app: FastifyInstance, deps: CheckoutPageDeps): void {
   // The checkout form and nothing else: other bodies are refused (415) unread.
@@ -63,14 +65,24 @@ export function registerCheckoutPage(app: FastifyInstance, deps: CheckoutPageDep
     return page(deps, reply, opened.session, await checkoutForm(deps, opened, null));
   });
 
+  app.get<{ Querystring: { session?: string; key?: string } }>('/checkout/receipt', { config: { public: true }, schema: { hide: true } }, async (request, reply) => {
+    const { session: id, key } = request.query;
+    const session = id && key ? await findCheckoutSessionById(deps.storage.db, id) : undefined;
+    const receipt = session && receiptKeyMatches(session, key!) ? await receiptOf(deps, session) : null;
+    if (!session || !receipt) return messagePage(reply.status(404), null, 'Receipt not found', 'This receipt link is not valid.');
+    const merchant = await merchantName(deps, session.merchant_id);
+    // A receipt is a page of its own, never framed.
+    return send(reply.status(200), null, merchant, `<h1>Receipt</h1>\n<p>Paid to ${esc(merchant)}.</p>\n${recapList(receipt, deps.currency)}`, null);
+  });
+
   app.post<{ Body: Form }>('/checkout/pay', { config: { public: true }, bodyLimit: CHECKOUT_FORM_LIMIT, schema: { hide: true } }, async (request, reply) => {
     const form = request.body ?? {};
     const opened = await open(deps, form.token, reply);
     if (!opened) return reply;
     const refusal = await refusalOfAttempt(deps, opened.session, request.ip);
-    if (refusal) return refused(deps, reply, opened, refusal);
+    if (refusal) return refused(deps, reply, opened, refusal, form);
     const input = await payInput(deps, opened.session, form);
-    if (typeof input === 'string') return page(deps, reply.status(400), opened.session, await checkoutForm(deps, opened, input));
+    if (typeof input === 'string') return page(deps, reply.status(400), opened.session, await checkoutForm(deps, opened, input, form));
     const result = await payCheckout(deps, input);
     if (result.status === 'failed' && result.declined) await recordDecline(deps, request.ip);
     return showResult(deps, request, reply, opened, result, form);
@@ -81,9 +93,9 @@ export function registerCheckoutPage(app: FastifyInstance, deps: CheckoutPageDep
     const opened = await open(deps, form.token, reply);
     if (!opened) return reply;
     const refusal = await refusalOfAttempt(deps, opened.session, request.ip);
-    if (refusal) return refused(deps, reply, opened, refusal);
+    if (refusal) return refused(deps, reply, opened, refusal, form);
     const input = await payInput(deps, opened.session, { ...form, amount: form.amount ?? '0' });
-    if (typeof input === 'string') return page(deps, reply.status(400), opened.session, await checkoutForm(deps, opened, input));
+    if (typeof input === 'string') return page(deps, reply.status(400), opened.session, await checkoutForm(deps, opened, input, form));
     const result = await confirmCheckout(deps, input, form.payment_id ?? '');
     if (result.status === 'failed' && result.declined) await recordDecline(deps, request.ip);
     return showResult(deps, request, reply, opened, result, form);
@@ -91,7 +103,7 @@ export function registerCheckoutPage(app: FastifyInstance, deps: CheckoutPageDep
 }
 
 /** The session a token opens, or an error page already sent (unknown, expired or used token). */
-async function open(deps: PurchaseDeps, token: string | undefined, reply: FastifyReply): Promise<Opened | null> {
+async function open(deps: CheckoutPageDeps, token: string | undefined, reply: FastifyReply): Promise<Opened | null> {
   const secret = secretOf(token);
   const session = secret ? await findCheckoutSessionByTokenHash(deps.storage.db, hashCheckoutSecret(secret)) : undefined;
   if (!session) {
@@ -118,7 +130,7 @@ function secretOf(token: string | undefined): string | null {
   }
 }
 
-async function payInput(deps: PurchaseDeps, session: CheckoutSessionRow, form: Form): Promise<PayInput | string> {
+async function payInput(deps: CheckoutPageDeps, session: CheckoutSessionRow, form: Form): Promise<PayInput | string> {
   const purchase = await purchaseOf(deps, session);
   let amount: bigint;
   if (purchase.price !== null) amount = purchase.price;
@@ -129,7 +141,7 @@ async function payInput(deps: PurchaseDeps, session: CheckoutSessionRow, form: F
       if (!(e instanceof MoneyFormatError)) throw e;
       return 'Enter the amount as a number, e.g. 20 or 12.50.';
     }
-    if (amount <= 0n || amount > MAX_TOPUP || amount > MAX_AMOUNT_UNITS) return `Enter an amount above 0 and at most ${displayAmount(MAX_TOPUP)}.`;
+    if (amount <= 0n || amount > MAX_TOPUP || amount > MAX_AMOUNT_UNITS) return `Enter an amount above 0 and at most ${money(MAX_TOPUP, deps.currency)}.`;
   }
   const [first, ...rest] = (form.name ?? '').trim().split(/\s+/).filter(Boolean);
   const email = (form.email ?? '').trim();
@@ -146,10 +158,10 @@ async function payInput(deps: PurchaseDeps, session: CheckoutSessionRow, form: F
   };
 }
 
-async function showResult(deps: PurchaseDeps, request: FastifyRequest, reply: FastifyReply, opened: Opened, result: PayResult, form: Form): Promise<FastifyReply> {
+async function showResult(deps: CheckoutPageDeps, request: FastifyRequest, reply: FastifyReply, opened: Opened, result: PayResult, form: Form): Promise<FastifyReply> {
   const { session, token } = opened;
-  if (result.status === 'failed') return page(deps, reply.status(402), session, await checkoutForm(deps, opened, result.message));
-  if (result.status === 'unavailable') return providerUnavailable(deps, request, reply, opened);
+  if (result.status === 'failed') return page(deps, reply.status(402), session, await checkoutForm(deps, opened, result.message, form));
+  if (result.status === 'unavailable') return providerUnavailable(deps, request, reply, opened, form);
   if (result.status === 'requires_action') {
     return page(
       deps,
@@ -159,12 +171,13 @@ async function showResult(deps: PurchaseDeps, request: FastifyRequest, reply: Fa
 <p>Your card issuer asks you to confirm this payment.</p>
 <form method="post" action="/checkout/confirm">
 <input type="hidden" name="token" value="${esc(token)}"><input type="hidden" name="payment_id" value="${esc(result.paymentId)}">
-${['name', 'email'].map((f) => `<input type="hidden" name="${f}" value="${esc(form[f] ?? '')}">`).join('')}
+${['amount', 'name', 'email'].map((f) => `<input type="hidden" name="${f}" value="${esc(form[f] ?? '')}">`).join('')}
 <button type="submit">Confirm payment</button>
 </form>`,
     );
   }
   const done = result.session;
+  const receipt = await receiptOf(deps, done);
   const message = { type: 'tollgate:checkout.completed', checkout_session_id: done.id, customer_id: done.connection_id, connection_id: done.connection_id, subscription_id: done.subscription_id };
   return page(
     deps,
@@ -172,6 +185,8 @@ ${['name', 'email'].map((f) => `<input type="hidden" name="${f}" value="${esc(fo
     session,
     `<h1>Payment received</h1>
 <p class="ok" role="status">Thank you. Your checkout is complete.</p>
+${receipt ? recapList(receipt, deps.currency) : ''}
+<p><a href="/${esc(receiptPath(done))}">Your receipt</a> (keep this link)</p>
 <a class="button" href="${esc(session.origin_url)}">Return to ${esc(new URL(session.origin_url).host)}</a>`,
     message,
   );
@@ -181,58 +196,81 @@ ${['name', 'email'].map((f) => `<input type="hidden" name="${f}" value="${esc(fo
  * Card-testing limits (checkout-limits.ts): 429 before the provider sees the card. A locked session
  * shows no form; an address over its limit gets the form back with the reason and Retry-After.
  */
-async function refused(deps: PurchaseDeps, reply: FastifyReply, opened: Opened, refusal: AttemptRefusal): Promise<FastifyReply> {
+async function refused(deps: CheckoutPageDeps, reply: FastifyReply, opened: Opened, refusal: AttemptRefusal, form: Form = {}): Promise<FastifyReply> {
   reply.status(429);
   if (refusal.retryAfterS === null) return page(deps, reply, opened.session, `<h1>Checkout locked</h1><p class="error" role="alert">${esc(refusal.message)}</p>`);
-  return page(deps, reply.header('retry-after', String(refusal.retryAfterS)), opened.session, await checkoutForm(deps, opened, refusal.message));
+  return page(deps, reply.header('retry-after', String(refusal.retryAfterS)), opened.session, await checkoutForm(deps, opened, refusal.message, form));
 }
 
 /**
  * The payment provider did not answer: 503 with Retry-After and nothing charged. A browser (which
  * asks for HTML) gets the form again with the reason; any other client the error envelope.
  */
-async function providerUnavailable(deps: PurchaseDeps, request: FastifyRequest, reply: FastifyReply, opened: Opened): Promise<FastifyReply> {
+async function providerUnavailable(deps: CheckoutPageDeps, request: FastifyRequest, reply: FastifyReply, opened: Opened, form: Form): Promise<FastifyReply> {
   if (!(request.headers.accept ?? '').includes('text/html')) throw paymentProviderUnavailable();
   const message = 'The payment provider cannot be reached right now. Nothing was charged; try again in a minute.';
-  return page(deps, reply.status(503).header('retry-after', String(PROVIDER_RETRY_AFTER_S)), opened.session, await checkoutForm(deps, opened, message));
+  return page(deps, reply.status(503).header('retry-after', String(PROVIDER_RETRY_AFTER_S)), opened.session, await checkoutForm(deps, opened, message, form));
 }
 
-async function merchantName(deps: PurchaseDeps, merchantId: string): Promise<string> {
+async function merchantName(deps: CheckoutPageDeps, merchantId: string): Promise<string> {
   const row = await deps.storage.db.selectFrom('merchants').select('name').where('id', '=', merchantId).executeTakeFirst();
   return row?.name ?? 'Checkout';
 }
 
-function summary(purchase: Purchase, mode: CheckoutSessionRow['mode']): string {
+/** An amount with its currency ("9.99 USD"): exact, never rounded through a float. */
+function money(units: bigint, currency: string): string {
+  return `${displayAmount(units)} ${currency}`;
+}
+
+function summary(purchase: Purchase, mode: CheckoutSessionRow['mode'], currency: string): string {
   if (purchase.kind === 'plan') {
     const p = purchase.plan;
     return `<h1>Subscribe to ${esc(p.name)}</h1>
-<dl><dt>Price</dt><dd>${displayAmount(BigInt(p.period_amount))} per ${esc(p.billing_interval)}</dd>
-<dt>Credit each ${esc(p.billing_interval)}</dt><dd>${displayAmount(BigInt(p.included_credit))}</dd></dl>`;
+<dl><dt>Price</dt><dd>${money(BigInt(p.period_amount), currency)} per ${esc(p.billing_interval)}</dd>
+<dt>Credit each ${esc(p.billing_interval)}</dt><dd>${money(BigInt(p.included_credit), currency)}</dd></dl>`;
   }
   if (purchase.kind === 'bundle') {
     const b = purchase.bundle;
     return `<h1>Buy ${esc(b.name)}</h1>
-<dl><dt>Credit</dt><dd>${displayAmount(BigInt(b.credit_amount))}</dd><dt>Price</dt><dd>${displayAmount(BigInt(b.cost))}</dd></dl>`;
+<dl><dt>Credit</dt><dd>${money(BigInt(b.credit_amount), currency)}</dd><dt>Price</dt><dd>${money(BigInt(b.cost), currency)}</dd></dl>`;
   }
   return `<h1>${mode === 'onboarding' ? 'Set up your wallet' : 'Top up your wallet'}</h1>`;
 }
 
-async function checkoutForm(deps: PurchaseDeps, opened: Opened, error: string | null): Promise<string> {
+/** What was paid and credited, on the success page and the receipt. */
+function recapList(receipt: Receipt, currency: string): string {
+  const when = `${receipt.completedAt.slice(0, 10)} ${receipt.completedAt.slice(11, 16)} UTC`;
+  return `<dl class="recap">
+<dt>Item</dt><dd>${esc(receipt.item)}</dd>
+<dt>Paid</dt><dd>${money(receipt.paid, currency)}</dd>
+<dt>Credited</dt><dd>${money(receipt.credited, currency)} ${esc(receipt.creditedAs)}</dd>
+<dt>Date</dt><dd><time datetime="${esc(receipt.completedAt)}">${esc(when)}</time></dd>
+<dt>Payment reference</dt><dd>${esc(receipt.paymentId)}</dd>
+</dl>`;
+}
+
+/** The form; after a failed attempt `kept` holds what the customer typed (never the card's fields). */
+async function checkoutForm(deps: CheckoutPageDeps, opened: Opened, error: string | null, kept: Form = {}): Promise<string> {
   const { session, token } = opened;
   const purchase = await purchaseOf(deps, session);
   const newCustomer = session.connection_id === null;
+  const value = (name: string) => (kept[name] ? ` value="${esc(kept[name])}"` : '');
   const field = (name: string, label: string, attrs: string, hint?: string) =>
     `<label for="${name}">${esc(label)}</label><input id="${name}" name="${name}" ${attrs}${hint ? ` aria-describedby="${name}-hint"` : ''}>` +
     (hint ? `<p class="hint" id="${name}-hint">${esc(hint)}</p>` : '');
   const fields = [
-    purchase.price === null ? field('amount', 'Amount', 'inputmode="decimal" required autocomplete="transaction-amount" pattern="[0-9]+([.][0-9]{1,10})?"') : '',
-    newCustomer ? field('name', 'Name (optional)', 'autocomplete="name"') + field('email', 'Email (optional)', 'type="email" autocomplete="email"') : '',
+    purchase.price === null
+      ? field('amount', `Amount (${deps.currency})`, `inputmode="decimal" required autocomplete="transaction-amount" pattern="[0-9]+([.][0-9]{1,10})?"${value('amount')}`)
+      : '',
+    newCustomer
+      ? field('name', 'Name (optional)', `autocomplete="name"${value('name')}`) + field('email', 'Email (optional)', `type="email" autocomplete="email"${value('email')}`)
+      : '',
     ...deps.payments.checkoutFields.map((f) =>
       field(f.name, f.label, `required autocomplete="${esc(f.autocomplete)}"${f.inputmode ? ` inputmode="${f.inputmode}"` : ''}${f.pattern ? ` pattern="${esc(f.pattern)}"` : ''}`, f.hint),
     ),
   ].join('\n');
-  const pay = purchase.price === null ? 'Pay' : `Pay ${displayAmount(purchase.price)}`;
-  return `${summary(purchase, session.mode)}
+  const pay = purchase.price === null ? 'Pay' : `Pay ${money(purchase.price, deps.currency)}`;
+  return `${summary(purchase, session.mode, deps.currency)}
 ${error ? `<p class="error" role="alert">${esc(error)}</p>` : ''}
 <form method="post" action="/checkout/pay">
 <input type="hidden" name="token" value="${esc(token)}">
@@ -242,18 +280,19 @@ ${fields}
 }
 
 async function page(
-  deps: PurchaseDeps,
+  deps: CheckoutPageDeps,
   reply: FastifyReply,
   session: CheckoutSessionRow,
   content: string,
   message?: Record<string, unknown>,
 ): Promise<FastifyReply> {
   const name = await merchantName(deps, session.merchant_id);
-  return send(reply, session.origin_url, name, content, message ? { origin: session.origin_url, message } : null);
+  const origin = new URL(session.origin_url).origin;
+  return send(reply, origin, name, content, message ? { origin, message } : null);
 }
 
 function messagePage(reply: FastifyReply, session: CheckoutSessionRow | null, title: string, text: string): FastifyReply {
-  return send(reply, session?.origin_url ?? null, 'Checkout', `<h1>${esc(title)}</h1><p>${esc(text)}</p>`, null);
+  return send(reply, session ? new URL(session.origin_url).origin : null, 'Checkout', `<h1>${esc(title)}</h1><p>${esc(text)}</p>`, null);
 }
 
 /**

@@ -1,4 +1,7 @@
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { receiptPath } from '../../src/commerce/receipts.ts';
+import { loadConfig } from '../../src/config.ts';
+import { TEST_CARDS } from '../../src/payments/test-provider.ts';
 import { MAX_WALLET_BALANCE_UNITS, parseMoney } from '../../src/domain/money.ts';
 import { creditWallet } from '../../src/ledger/wallets.ts';
 import { verifyLedger } from '../../src/ledger/verify.ts';
@@ -26,7 +29,7 @@ describe.each(databasesUnderTest())('checkout sessions on %s', (dialect) => {
     const res = await create({ checkout_mode: 'onboarding', reference_id: 'user-1' });
     expect(res.statusCode, res.body).toBe(201);
     const session = res.json();
-    expect(session).toMatchObject({ checkout_mode: 'onboarding', origin_url: 'https://shop.example.com', reference_id: 'user-1', connection_id: null, completed_at: null });
+    expect(session).toMatchObject({ checkout_mode: 'onboarding', origin_url: 'https://shop.example.com/cart?x=1', reference_id: 'user-1', connection_id: null, completed_at: null, receipt_url: null });
     expect(session.checkout_session_id).toMatch(/^cs_/);
     const token = secretOf(session.checkout_session_token);
     expect(token).toEqual({ secret: expect.stringMatching(/^css_/), base: 'https://pay.example.com/tollgate/' });
@@ -120,5 +123,104 @@ describe.each(databasesUnderTest())('checkout sessions on %s', (dialect) => {
     expect(shown.connection_id).toMatch(/^con_/);
     const customer = (await t.app.inject({ method: 'GET', url: `/v1/customers/${shown.connection_id}`, headers: t.auth() })).json();
     expect(customer).toMatchObject({ reference_id: 'onb-1', wallet: { balance: '12.5000000000' }, contact: { first_name: 'Ada' } });
+  });
+
+  it('the page shows the configured currency (USD by default) on every amount, and keeps the typed amount, name and email after a decline', async () => {
+    const plan = await createPlan(t, { name: 'Team', period_amount: '9.99', included_credit: '12', billing_interval: 'month' });
+    const sub = (await create({ checkout_mode: 'subscription', plan_id: plan.plan_id })).json();
+    const opened = await t.app.inject({ method: 'GET', url: `/checkout?token=${encodeURIComponent(sub.checkout_session_token)}` });
+    expect(opened.body).toContain('9.99 USD per month');
+    expect(opened.body).toContain('12.00 USD');
+    expect(opened.body).toContain('Pay 9.99 USD');
+
+    const topup = (await create({ checkout_mode: 'onboarding' })).json();
+    const declined = await pay(topup.checkout_session_token, { amount: '23.45', name: 'Ada L', email: 'ada@example.com', card_number: TEST_CARDS.declined });
+    expect(declined.statusCode).toBe(402);
+    expect(declined.body).toContain('Amount (USD)');
+    expect(declined.body).toMatch(/id="amount" name="amount"[^>]* value="23.45"/);
+    expect(declined.body).toMatch(/id="name" name="name"[^>]* value="Ada L"/);
+    expect(declined.body).toMatch(/id="email" name="email"[^>]* value="ada@example.com"/);
+    expect(declined.body).not.toContain(TEST_CARDS.declined);
+
+    // The confirmation step carries the amount: a top-up that needs it completes.
+    const stepped = await pay(topup.checkout_session_token, { amount: '23.45', card_number: TEST_CARDS.requiresAction });
+    expect(stepped.statusCode).toBe(200);
+    const paymentId = /name="payment_id" value="([^"]+)"/.exec(stepped.body)![1]!;
+    expect(stepped.body).toContain('name="amount" value="23.45"');
+    const confirmed = await t.app.inject({
+      method: 'POST',
+      url: '/checkout/confirm',
+      headers: { 'content-type': 'application/x-www-form-urlencoded' },
+      payload: new URLSearchParams({ token: topup.checkout_session_token, payment_id: paymentId, amount: '23.45' }).toString(),
+    });
+    expect(confirmed.statusCode, confirmed.body).toBe(200);
+    expect(confirmed.body).toMatch(/<dt>Paid<\/dt><dd>23.45 USD<\/dd>/);
+  });
+
+  it('a completed checkout recaps what was paid and credited, links a stable receipt (also in the API) and returns to the exact origin_url', async () => {
+    const free = await createPlan(t, { name: 'Basic', period_amount: '0', billing_interval: 'month', credit_bundles: [{ name: 'Ten', cost: '8', credit_amount: '10' }] });
+    const { customerId } = await createCustomer(t);
+    await subscribe(t, customerId, free.plan_id);
+    const session = (await create({ checkout_mode: 'credit_bundle', customer_id: customerId, credit_bundle_id: free.credit_bundles[0].credit_bundle_id, origin_url: 'https://shop.example.com/account/billing?tab=credits&x=%C3%A9' })).json();
+    expect(session.origin_url).toBe('https://shop.example.com/account/billing?tab=credits&x=%C3%A9');
+    const paid = await pay(session.checkout_session_token, { card_number: TEST_CARDS.succeeds });
+    expect(paid.statusCode, paid.body).toBe(200);
+    const payment = await t.storage.db.selectFrom('payments').selectAll().where('reference', '=', session.checkout_session_id).executeTakeFirstOrThrow();
+    const shown = (await t.app.inject({ method: 'GET', url: `/v1/checkout_sessions/${session.checkout_session_id}`, headers: t.auth() })).json();
+    const recap = (body: string) => {
+      expect(body).toMatch(/<dt>Paid<\/dt><dd>8.00 USD<\/dd>/);
+      expect(body).toMatch(/<dt>Credited<\/dt><dd>10.00 USD bundle credit<\/dd>/);
+      expect(body).toContain(`<time datetime="${shown.completed_at}">${shown.completed_at.slice(0, 10)} ${shown.completed_at.slice(11, 16)} UTC</time>`);
+      expect(body).toContain(`<dd>${payment.id}</dd>`);
+    };
+    recap(paid.body);
+    expect(paid.body).toContain('href="https://shop.example.com/account/billing?tab=credits&amp;x=%C3%A9"');
+    // The receipt: linked from the page, in the API with this Tollgate's public URL, stable, unguessable.
+    const key = new URL(shown.receipt_url).searchParams.get('key')!;
+    expect(shown.receipt_url).toBe(`https://pay.example.com/tollgate/checkout/receipt?session=${session.checkout_session_id}&key=${key}`);
+    expect(key).toMatch(/^[A-Za-z0-9_-]{43}$/);
+    expect(paid.body).toContain(`href="/checkout/receipt?session=${session.checkout_session_id}&amp;key=${key}"`);
+    const listed = (await t.app.inject({ method: 'GET', url: '/v1/checkout_sessions', headers: t.auth() })).json();
+    expect(listed.data.find((s: { checkout_session_id: string }) => s.checkout_session_id === session.checkout_session_id).receipt_url).toBe(shown.receipt_url);
+    const path = `/checkout/receipt?session=${session.checkout_session_id}&key=${key}`;
+    for (let i = 0; i < 2; i++) {
+      const receipt = await t.app.inject({ method: 'GET', url: path });
+      expect(receipt.statusCode).toBe(200);
+      expect(receipt.body).toContain('Paid to Acme');
+      recap(receipt.body);
+      expect(receipt.headers['x-frame-options']).toBe('DENY');
+    }
+    t.clock.advance(2 * 60 * 60_000);
+    expect((await t.app.inject({ method: 'GET', url: path })).statusCode).toBe(200);
+    const wrongKey = `${key.slice(0, -1)}${key.endsWith('A') ? 'B' : 'A'}`;
+    for (const url of [`/checkout/receipt?session=${session.checkout_session_id}&key=${wrongKey}`, `/checkout/receipt?session=${session.checkout_session_id}`, '/checkout/receipt?session=cs_nope&key=x']) {
+      const refused = await t.app.inject({ method: 'GET', url });
+      expect(refused.statusCode, url).toBe(404);
+      expect(refused.body).not.toContain(payment.id);
+    }
+    // An open session has no receipt yet, even with the right key.
+    const open = (await create({ checkout_mode: 'onboarding' })).json();
+    expect(open.receipt_url).toBeNull();
+    const row = await t.storage.db.selectFrom('checkout_sessions').selectAll().where('id', '=', open.checkout_session_id).executeTakeFirstOrThrow();
+    expect((await t.app.inject({ method: 'GET', url: `/${receiptPath(row)}` })).statusCode).toBe(404);
+  });
+
+  it('the currency comes from CURRENCY, and STRIPE_CURRENCY must agree with it', async () => {
+    expect(loadConfig({ CURRENCY: 'eur' }).currency).toBe('EUR');
+    expect(loadConfig({}).currency).toBe('USD');
+    expect(loadConfig({ STRIPE_CURRENCY: 'gbp' }).currency).toBe('GBP');
+    expect(() => loadConfig({ CURRENCY: 'EUR', STRIPE_CURRENCY: 'usd' })).toThrow(/STRIPE_CURRENCY \(usd\) differs from CURRENCY \(EUR\)/);
+    expect(() => loadConfig({ CURRENCY: 'euro' })).toThrow(/CURRENCY: must be an ISO 4217 currency code/);
+    const eur = await startTestApp(dialect, { env: { CURRENCY: 'EUR' } });
+    try {
+      const { customerId } = await createCustomer(eur);
+      const s = (await eur.app.inject({ method: 'POST', url: '/v1/checkout_sessions', headers: eur.auth(), payload: { checkout_mode: 'topup', customer_id: customerId, origin_url: 'https://shop.example.com' } })).json();
+      const form = new URLSearchParams({ token: s.checkout_session_token, amount: '5', card_number: TEST_CARDS.succeeds }).toString();
+      const paid = await eur.app.inject({ method: 'POST', url: '/checkout/pay', headers: { 'content-type': 'application/x-www-form-urlencoded' }, payload: form });
+      expect(paid.body).toMatch(/<dt>Paid<\/dt><dd>5.00 EUR<\/dd>/);
+      expect(paid.body).not.toContain('USD');
+    } finally {
+      await eur.close();
+    }
   });
 });

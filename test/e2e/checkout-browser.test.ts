@@ -6,6 +6,7 @@ import { parseMoney } from '../../src/domain/money.ts';
 import { verifyLedger } from '../../src/ledger/verify.ts';
 import { TEST_CARDS } from '../../src/payments/test-provider.ts';
 import { startTestApp, type TestApp } from '../helpers/app.ts';
+import { seriousAccessibilityViolations } from '../helpers/browser.ts';
 import { createCustomer, createPlan, eventsOfType, walletBuckets } from '../helpers/commerce.ts';
 
 const CHROMIUM_ARGS = ['--headless', '--no-sandbox', '--disable-gpu', '--disable-background-networking', '--disable-component-update', '--disable-sync', '--no-first-run'];
@@ -87,7 +88,9 @@ describe('hosted checkout in Chromium', () => {
     expect(await messages()).toEqual([
       { origin: base, data: expect.objectContaining({ type: 'tollgate:checkout.completed', checkout_session_id: session.checkout_session_id, customer_id: customerId }) },
     ]);
-    expect(await frame.getAttribute('a.button', 'href')).toBe(shopOrigin);
+    // Back to the exact page the shop gave; what was paid and credited recapped.
+    expect(await frame.getAttribute('a.button', 'href')).toBe(`${shopOrigin}/cart`);
+    expect(await frame.textContent('dl.recap')).toContain('20.00 USD');
 
     // The same token again: refused, nothing credited twice.
     const replay = await page.goto(session.checkout_url);
@@ -112,7 +115,9 @@ describe('hosted checkout in Chromium', () => {
     expect(row.completed_at).toBeNull();
     expect(await messages()).toEqual([]);
 
-    await frame.getByLabel('Amount').fill('5');
+    // The amount typed is still there; the card number is not.
+    expect(await frame.getByLabel('Amount (USD)').inputValue()).toBe('5');
+    expect(await frame.getByLabel('Card number').inputValue()).toBe('');
     await frame.getByLabel('Card number').fill(TEST_CARDS.succeeds);
     await frame.getByRole('button', { name: 'Pay' }).click();
     await frame.waitForSelector('text=Payment received');
@@ -137,11 +142,11 @@ describe('hosted checkout in Chromium', () => {
     const session = await createSession({ checkout_mode: 'subscription', plan_id: plan.plan_id, reference_id: 'order-77' });
     const frame = await openInShop(session.checkout_url);
     expect(await frame.textContent('h1')).toBe('Subscribe to Pro');
-    expect(await frame.textContent('dl')).toContain('9.99 per month');
+    expect(await frame.textContent('dl')).toContain('9.99 USD per month');
     await frame.getByLabel('Name (optional)').fill('Grace Hopper');
     await frame.getByLabel('Email (optional)').fill('grace@example.com');
     await frame.getByLabel('Card number').fill(TEST_CARDS.requiresAction);
-    await frame.getByRole('button', { name: 'Pay 9.99' }).click();
+    await frame.getByRole('button', { name: 'Pay 9.99 USD' }).click();
     await frame.getByRole('button', { name: 'Confirm payment' }).click();
     await frame.waitForSelector('text=Payment received');
 
@@ -173,5 +178,55 @@ describe('hosted checkout in Chromium', () => {
     // Every input has a label.
     const unlabelled = await page.$$eval('input:not([type=hidden])', (inputs) => inputs.filter((i) => !(i as HTMLInputElement).labels?.length).length);
     expect(unlabelled).toBe(0);
+  });
+
+  it('shows the currency, a recap after paying and a receipt that stays, all axe-clean, and returns to the exact page the shop gave', async () => {
+    const { customerId } = await createCustomer(t);
+    const origin = `${shopOrigin}/account/billing?tab=credits&from=checkout`;
+    const session = await createSession({ checkout_mode: 'topup', customer_id: customerId, origin_url: origin });
+    page = await browser.newPage({ viewport: { width: 375, height: 740 } });
+    await page.goto(session.checkout_url);
+    expect(await page.getByLabel('Amount (USD)').count()).toBe(1);
+    expect(await seriousAccessibilityViolations(page)).toEqual([]);
+    await page.getByLabel('Amount (USD)').fill('12.5');
+    await page.getByLabel('Card number').fill(TEST_CARDS.declined);
+    await page.getByRole('button', { name: 'Pay' }).click();
+    await page.waitForSelector('[role=alert]');
+    expect(await seriousAccessibilityViolations(page)).toEqual([]);
+    expect(await page.getByLabel('Amount (USD)').inputValue()).toBe('12.5');
+    await page.getByLabel('Card number').fill(TEST_CARDS.succeeds);
+    await page.getByRole('button', { name: 'Pay' }).click();
+    await page.waitForSelector('text=Payment received');
+    expect(await seriousAccessibilityViolations(page)).toEqual([]);
+    const recap = Object.fromEntries(
+      await page.$$eval('dl.recap dt', (dts) => dts.map((dt) => [dt.textContent, (dt.nextElementSibling as HTMLElement).textContent])),
+    );
+    const shown = (await t.app.inject({ method: 'GET', url: `/v1/checkout_sessions/${session.checkout_session_id}`, headers: t.auth() })).json();
+    const payment = await t.storage.db.selectFrom('payments').selectAll().where('reference', '=', session.checkout_session_id).executeTakeFirstOrThrow();
+    expect(recap).toEqual({
+      Item: 'Wallet top-up',
+      Paid: '12.50 USD',
+      Credited: '12.50 USD prepaid balance',
+      Date: `${shown.completed_at.slice(0, 10)} ${shown.completed_at.slice(11, 16)} UTC`,
+      'Payment reference': payment.id,
+    });
+
+    // Back to the shop's own page, path and query as given.
+    const receiptHref = (await page.getByRole('link', { name: 'Your receipt' }).getAttribute('href'))!;
+    await page.getByRole('link', { name: /^Return to/ }).click();
+    await page.waitForURL(origin);
+    expect(page.url()).toBe(origin);
+
+    // The receipt: the page links it, the API gives the same link (asked in process, so with the
+    // host that request reached), and it opens again later.
+    const receiptAt = new URL(shown.receipt_url);
+    expect(receiptHref).toBe(`${receiptAt.pathname}${receiptAt.search}`);
+    for (let i = 0; i < 2; i++) {
+      const res = await page.goto(`${base}${receiptHref}`);
+      expect(res!.status()).toBe(200);
+      expect(await page.textContent('h1')).toBe('Receipt');
+      expect(await page.textContent('dl.recap')).toContain('12.50 USD prepaid balance');
+    }
+    expect(await seriousAccessibilityViolations(page)).toEqual([]);
   });
 });
