@@ -8,6 +8,13 @@ import { credentialsPath, readCredentials, removeCredentials, writeCredentials }
 
 const LOGIN_TIMEOUT_MS = 120_000;
 
+/** The merchant pressed Cancel on the approval page. */
+export class LoginRefusedError extends Error {
+  constructor() {
+    super('Login cancelled in the browser; no key was created. Run tollgate login again to retry.');
+  }
+}
+
 /** Answers the browser's redirect to the loopback listener: the code, once the state matches. */
 function waitForCode(state: string, onListening: (port: number) => void): Promise<string> {
   return new Promise((resolve, reject) => {
@@ -18,8 +25,14 @@ function waitForCode(state: string, onListening: (port: number) => void): Promis
         return;
       }
       const code = url.searchParams.get('code');
-      if (url.searchParams.get('state') !== state || !code) {
+      const refused = url.searchParams.get('error');
+      if (url.searchParams.get('state') !== state || (!code && !refused)) {
         res.writeHead(400, { 'content-type': 'text/plain; charset=utf-8' }).end('This login link does not belong to this command.');
+        return;
+      }
+      if (refused || !code) {
+        res.writeHead(200, { 'content-type': 'text/plain; charset=utf-8' }).end('Tollgate CLI: login cancelled. No key was created; you can close this tab.');
+        finish(() => reject(new LoginRefusedError()));
         return;
       }
       res.writeHead(200, { 'content-type': 'text/plain; charset=utf-8' }).end('Tollgate CLI: logged in. You can close this tab.');

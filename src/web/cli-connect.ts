@@ -40,9 +40,10 @@ export function registerCliConnectRoutes(app: FastifyInstance, deps: AppDeps): v
     if (!session) throw new WebError(401, 'Your session ended. Sign in and run the login command again.');
     assertCsrf(request);
     const params = connectParams(request.body);
-    const code = await createCliCode(deps.storage, session.merchantId, nowOf(deps));
     const target = new URL('/callback', callbackOrigin(params.port));
-    target.searchParams.set('code', code);
+    // Refusing tells the waiting command at once (the OAuth way, error=access_denied); nothing is minted.
+    if ((request.body as Record<string, unknown>).decision === 'deny') target.searchParams.set('error', 'access_denied');
+    else target.searchParams.set('code', await createCliCode(deps.storage, session.merchantId, nowOf(deps)));
     target.searchParams.set('state', params.state);
     // The page's form-action lists the listener, so the browser follows this redirect.
     return reply.headers({ 'cache-control': 'no-store', 'referrer-policy': 'no-referrer' }).redirect(target.toString(), 303);
@@ -62,8 +63,8 @@ function approvalPage(request: FastifyRequest, reply: FastifyReply, params: Conn
 <input type="hidden" name="_csrf" value="${csrfTokenFor(request, reply)}">
 <input type="hidden" name="state" value="${params.state}">
 <input type="hidden" name="port" value="${params.port}">
-<button type="submit">Approve</button>
-<a class="button secondary" href="/dashboard">Cancel</a>
+<button type="submit" name="decision" value="approve">Approve</button>
+<button class="secondary" type="submit" name="decision" value="deny">Cancel</button>
 </form>
 </div>`,
   });

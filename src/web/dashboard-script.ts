@@ -16,8 +16,9 @@ export const DASHBOARD_JS = `
       if (!el) return;
       charts.push({ el: el, plot: new uPlot({
         width: el.clientWidth, height: 220, tzDate: function (ts) { return uPlot.tzDate(new Date(ts * 1e3), 'Etc/UTC'); },
-        // Half a day of margin on each side, so a range of one day is a point in the middle, not a stretched axis.
-        scales: { x: { time: true, range: function (u, min, max) { return [min - 43200, max + 43200]; } } },
+        // The days themselves, with half a day of margin on each side: a range of one day is a point in
+        // the middle. (For a single point uPlot proposes 86400 / ms seconds, about 1000 days.)
+        scales: { x: { time: true, range: function () { return [xs[0] - 43200, xs[xs.length - 1] + 43200]; } } },
         series: [{}, { label: spec[1], stroke: '#0b5394', fill: 'rgba(11,83,148,0.12)', points: { size: 6 } }],
         axes: [{}, { size: 70 }], legend: { show: true }
       }, [xs, spec[2]], el) });

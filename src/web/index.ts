@@ -10,7 +10,8 @@ import { html } from './html.ts';
 import { sendPage } from './layout.ts';
 import { registerPasswordResetRoutes } from './password-reset.ts';
 import { registerSignInRoutes } from './sign-in.ts';
-import { WebError } from './session.ts';
+import { sendDashboardPage } from './dashboard/shell.ts';
+import { loadSession, WebError } from './session.ts';
 
 /** The largest dashboard form (a plan with its description, a webhook's settings). */
 const FORM_BODY_LIMIT = 64 * 1024;
@@ -32,16 +33,17 @@ export async function registerWebRoutes(app: FastifyInstance, deps: AppDeps): Pr
     web.removeAllContentTypeParsers();
     await web.register(fastifyCookie, { secret: cookieSecret });
     await web.register(fastifyFormbody, { bodyLimit: FORM_BODY_LIMIT });
-    web.setErrorHandler((error, request, reply) => {
+    web.setErrorHandler(async (error, request, reply) => {
       const status = error instanceof WebError ? error.status : (error as { statusCode?: number }).statusCode ?? 500;
       if (status >= 500) request.log.error({ err: error }, 'page failed');
       const message = status >= 500 || !(error instanceof WebError) ? pageErrorMessage(status) : error.message;
-      return sendPage(reply, {
-        title: status >= 500 ? 'Something went wrong' : 'Request refused',
-        status,
-        main: html`<div class="card narrow"><h1>${status >= 500 ? 'Something went wrong' : 'Request refused'}</h1>
-<p role="alert">${message}</p><p><a href="/dashboard">Back to the dashboard</a></p></div>`,
-      });
+      const title = status >= 500 ? 'Something went wrong' : status === 404 ? 'Not found' : 'Request refused';
+      const main = html`<div class="card narrow"><h1>${title}</h1>
+<p role="alert">${message}</p><p><a href="/dashboard">Back to the dashboard</a></p></div>`;
+      // A signed-in merchant keeps the navigation, with the section the missing page belongs to marked.
+      const session = status < 500 ? await loadSession(deps, request).catch(() => null) : null;
+      if (session) return sendDashboardPage(request, reply, sectionOf(request.url), { title, status, main });
+      return sendPage(reply, { title, status, main });
     });
     web.get('/', async (_request, reply) => reply.redirect('/dashboard'));
     registerAssetRoutes(web);
@@ -50,6 +52,11 @@ export async function registerWebRoutes(app: FastifyInstance, deps: AppDeps): Pr
     registerCliConnectRoutes(web, deps);
     registerDashboardRoutes(web, deps);
   });
+}
+
+/** `/dashboard/customers/con_x?y` belongs to `/dashboard/customers`. */
+function sectionOf(url: string): string {
+  return /^\/dashboard(\/[^/?#]+)?/.exec(url)?.[0] ?? '';
 }
 
 function pageErrorMessage(status: number): string {

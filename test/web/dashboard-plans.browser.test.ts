@@ -1,3 +1,4 @@
+import { newId } from '../../src/domain/ids.ts';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { signedInDashboard, tableRows, type DashboardSession } from '../helpers/dashboard.ts';
 
@@ -28,18 +29,28 @@ describe('dashboard plans and subscriptions (Chromium)', () => {
   it('says what to do next when there are no plans and no subscriptions', async () => {
     await d.visit('/dashboard/subscriptions', 'subscriptions-empty');
     expect(await d.page.textContent('main')).toContain('POST $TOLLGATE/v1/subscriptions');
+    // The example names ids as the API makes them (pln_…, not plan_…).
+    const example = await d.page.textContent('main');
+    expect(example).toContain(`"plan_id":"${newId('plan').slice(0, 4)}…"`);
+    expect(example).toContain('"plan_id":"pln_…"');
+    expect(example).toContain('"customer_id":"con_…"');
     await d.visit('/dashboard/plans', 'plans-empty');
     expect(await d.page.textContent('main')).toContain('No plans yet');
   });
 
   it('refuses a plan form with bad amounts, naming the fields, and creates nothing', async () => {
-    await d.page.getByLabel('Name', { exact: true }).fill('Broken');
+    // Blanks pass the browser's own `required` check; the server names each field in plain words.
+    await d.page.getByLabel('Name', { exact: true }).fill('   ');
     await d.page.getByLabel('Price per period').fill('12,50');
     await d.page.getByLabel('Bundle name').fill('Half a bundle');
     expect(await submit('Create plan')).toBe(400);
-    const error = await d.page.textContent('#plan-error');
+    const error = (await d.page.textContent('#plan-error')) ?? '';
+    expect(error).toContain('Name is required.');
     expect(error).toContain('Price per period');
-    expect(error).toContain('Credit bundle');
+    expect(error).toContain('Bundle price');
+    expect(error).not.toMatch(/Too small|Invalid input|expected string|>=/);
+    await d.page.getByLabel('Name', { exact: true }).fill('Broken');
+    expect(await submit('Create plan')).toBe(400);
     expect(await d.page.getByLabel('Name', { exact: true }).inputValue()).toBe('Broken');
     expect((await d.api('GET', '/v1/plans')).body.data).toEqual([]);
     const noToken = await d.page.request.post(`${d.base}/dashboard/plans`, { form: { name: 'x', period_amount: '1', billing_interval: 'month' }, maxRedirects: 0 });

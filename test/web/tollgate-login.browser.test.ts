@@ -32,6 +32,41 @@ describe('tollgate login, whoami, logout (Chromium)', () => {
     rmSync(dir, { recursive: true, force: true });
   });
 
+  it('exits at once with a clear message when the merchant presses Cancel, and creates no key', async () => {
+    const cancelDir = mkdtempSync(join(dir, 'cancel-'));
+    const env = { XDG_CONFIG_HOME: join(cancelDir, 'config'), TOLLGATE_API_URL: '', TOLLGATE_SECRET_KEY: '' };
+    const opener = fakeBrowserOpener(cancelDir);
+    const login = runCollecting(['bin/tollgate.js', 'login', '--server', baseUrl], { ...process.env, ...env, PATH: opener.path, LOG_LEVEL: 'silent' });
+    const ended = login.output.then(
+      () => 'exited 0',
+      (e: Error) => e.message,
+    );
+    const keysBefore = await t.storage.db.selectFrom('secret_keys').select('id').where('merchant_id', '=', merchantId).execute();
+    const context = await browser.newContext();
+    try {
+      const page = await context.newPage();
+      await page.goto(await opener.opened());
+      await page.getByLabel('Email').fill(EMAIL);
+      await page.getByLabel('Password').fill(PASSWORD);
+      await page.getByRole('button', { name: 'Sign in' }).click();
+      await page.waitForURL((u) => u.pathname === '/auth/connect');
+      const cancelledAt = Date.now();
+      await page.getByRole('button', { name: 'Cancel' }).click();
+      await page.waitForURL((u) => u.pathname === '/callback' && u.searchParams.get('error') === 'access_denied');
+      expect(await page.textContent('body')).toContain('login cancelled');
+      const outcome = await ended;
+      // Well before the 120-second wait for an approval would have ended.
+      expect(Date.now() - cancelledAt).toBeLessThan(10_000);
+      expect(outcome).toMatch(/exited 1: .*Login cancelled in the browser; no key was created/s);
+    } finally {
+      login.child.kill();
+      await context.close();
+    }
+    const keysAfter = await t.storage.db.selectFrom('secret_keys').select('id').where('merchant_id', '=', merchantId).execute();
+    expect(keysAfter).toEqual(keysBefore);
+    expect(existsSync(join(cancelDir, 'config', 'tollgate', 'credentials.json'))).toBe(false);
+  });
+
   it('logs in through the browser, keeps the key in a 0600 file that other commands use, and logs out', async () => {
     const configHome = join(dir, 'config');
     const env = { XDG_CONFIG_HOME: configHome, TOLLGATE_API_URL: '', TOLLGATE_SECRET_KEY: '' };

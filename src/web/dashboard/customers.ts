@@ -30,7 +30,7 @@ const displayName = (c: ConnectionWithBalance) => [c.first_name, c.last_name].fi
 function grantAmount(text: string): bigint | string {
   const checked = positiveDecimal.safeParse(text.trim());
   if (!checked.success) {
-    return `Enter the amount as a positive decimal number with at most 10 digits after the point, e.g. 25.00 (${checked.error.issues[0]?.message ?? 'invalid'}).`;
+    return 'Enter the amount as a positive decimal number with at most 10 digits after the point, e.g. 25.00.';
   }
   return parseMoney(checked.data);
 }

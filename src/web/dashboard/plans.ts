@@ -3,6 +3,7 @@ import { ApiError } from '../../http/errors.ts';
 import type { AppDeps } from '../../http/types.ts';
 import { BILLING_INTERVALS, createPlan, planCreateBody, presentPlan, ROLLOVER_TYPES } from '../../routes/plans.ts';
 import { listPlans } from '../../storage/plans.ts';
+import { plainIssues } from '../form-issues.ts';
 import { html } from '../html.ts';
 import { assertCsrf } from '../session.ts';
 import { csrfField, merchantOf, sendDashboardPage } from './shell.ts';
@@ -39,8 +40,14 @@ function bodyOf(form: Form): Record<string, unknown> {
   return body;
 }
 
-const issueText = (issues: readonly { path: readonly PropertyKey[]; message: string }[]) =>
-  issues.map((i) => `${FIELD_LABELS[String(i.path[0])] ?? String(i.path[0] ?? 'Form')}${i.path[0] === 'credit_bundles' ? ` ${String(i.path[2] ?? '')}` : ''}: ${i.message}`).join('; ');
+const BUNDLE_FIELD_LABELS: Record<string, string> = { name: 'Bundle name', cost: 'Bundle price', credit_amount: 'Bundle credit' };
+
+const issueText = (issues: Parameters<typeof plainIssues>[0]) =>
+  plainIssues(issues, (path) =>
+    path[0] === 'credit_bundles'
+      ? (BUNDLE_FIELD_LABELS[String(path[2] ?? '')] ?? FIELD_LABELS.credit_bundles!)
+      : (FIELD_LABELS[String(path[0])] ?? String(path[0] ?? 'Form')),
+  );
 
 export function registerPlanPages(app: FastifyInstance, deps: AppDeps): void {
   const plansPage = async (request: FastifyRequest, reply: FastifyReply, flash: PlanFlash = {}) => {

@@ -5,6 +5,7 @@ import { presentSpendKey, spendKeyCreateBody, spendKeySettingsOf, spendKeyUpdate
 import { findConnection } from '../../storage/connections.ts';
 import { findMerchant } from '../../storage/merchants.ts';
 import { findSpendKey, insertSpendKey, listSpendKeys, revokeSpendKey, rotateSpendKey, updateSpendKey, type SpendKeyScope } from '../../storage/spend-keys.ts';
+import { plainIssues } from '../form-issues.ts';
 import { html } from '../html.ts';
 import { assertCsrf, WebError } from '../session.ts';
 import { csrfField, merchantOf, sendDashboardPage } from './shell.ts';
@@ -56,8 +57,7 @@ function bodyOf(form: Form): Record<string, unknown> {
   };
 }
 
-const issueText = (issues: readonly { path: readonly PropertyKey[]; message: string }[]) =>
-  issues.map((i) => `${FIELD_LABELS[String(i.path[0])] ?? String(i.path[0] ?? 'Form')}: ${i.message}`).join('; ');
+const issueText = (issues: Parameters<typeof plainIssues>[0]) => plainIssues(issues, (path) => FIELD_LABELS[String(path[0])] ?? String(path[0] ?? 'Form'));
 
 /** What a key's limits look like in the form. */
 function formOfKey(k: SpendKey): Form {

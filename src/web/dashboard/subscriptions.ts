@@ -1,6 +1,7 @@
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { presentSubscription, type PresentedSubscription } from '../../commerce/subscription-view.ts';
 import { ApiError } from '../../http/errors.ts';
+import { ID_PREFIX } from '../../domain/ids.ts';
 import type { AppDeps } from '../../http/types.ts';
 import { cancelAtCycleEnd } from '../../routes/subscriptions.ts';
 import { listSubscriptionViews } from '../../storage/subscriptions.ts';
@@ -56,5 +57,5 @@ function emptySubscriptions() {
   return html`<div class="card"><h2>No subscriptions yet</h2>
 <p>Subscribe a customer to one of your <a href="/dashboard/plans">plans</a> with your secret key (or send them to a hosted checkout):</p>
 <pre class="secret">curl -X POST $TOLLGATE/v1/subscriptions -H "Authorization: Bearer sk_live_…" \\
-  -H "Content-Type: application/json" -d '{"customer_id":"con_…","plan_id":"plan_…"}'</pre></div>`;
+  -H "Content-Type: application/json" -d '{"customer_id":"${ID_PREFIX.connection}…","plan_id":"${ID_PREFIX.plan}…"}'</pre></div>`;
 }

@@ -3,6 +3,7 @@ import { nowOf, type AppDeps } from '../../http/types.ts';
 import { chosenEvents, presentDelivery, presentWebhook, webhookCreateBody } from '../../routes/webhooks.ts';
 import { findWebhook, insertWebhook, listDeliveries, listWebhooks, MAX_WEBHOOKS_PER_MERCHANT, redeliver, type WebhookRow } from '../../storage/webhooks.ts';
 import { systemResolver, urlProblemAfterLookup } from '../../webhooks/url-safety.ts';
+import { plainIssues } from '../form-issues.ts';
 import { html } from '../html.ts';
 import { assertCsrf, WebError } from '../session.ts';
 import { csrfField, merchantOf, sendDashboardPage } from './shell.ts';
@@ -36,7 +37,7 @@ ${hooks.length < MAX_WEBHOOKS_PER_MERCHANT ? createForm(request, reply, flash) :
     const form = (request.body ?? {}) as Form;
     const parsed = webhookCreateBody.safeParse({ name: (form.name ?? '').trim() || 'Webhook', url: (form.url ?? '').trim() });
     if (!parsed.success) {
-      const error = parsed.error.issues.map((i) => `${i.path[0] === 'url' ? 'URL' : 'Name'}: ${i.message}`).join('; ');
+      const error = plainIssues(parsed.error.issues, (path) => (path[0] === 'url' ? 'URL' : 'Name'));
       return listPage(request, reply, { error, form, status: 400 });
     }
     // The same address check as POST /v1/webhooks: no private or loopback targets unless allowed.

@@ -1,0 +1,44 @@
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { signedInDashboard, type DashboardSession } from '../helpers/dashboard.ts';
+
+/**
+ * A dashboard page for something that does not exist, in real Chromium: answered 404 under the
+ * title "Not found", with the dashboard's navigation (its section marked) for a signed-in merchant,
+ * accessible and light like every other page.
+ */
+describe('dashboard not-found pages (Chromium)', () => {
+  let d: DashboardSession;
+
+  beforeAll(async () => {
+    d = await signedInDashboard('missing@shop.example');
+  });
+  afterAll(async () => {
+    await d?.close();
+  });
+
+  it('titles a missing customer "Not found", keeps the navigation and marks its section', async () => {
+    const response = await d.page.request.get(`${d.base}/dashboard/customers/con_nope`);
+    expect(response.status()).toBe(404);
+    await d.visit('/dashboard/customers/con_nope', 'not-found');
+    expect(await d.page.title()).toBe('Not found · Tollgate');
+    expect(await d.page.textContent('h1')).toBe('Not found');
+    expect(await d.page.textContent('main')).toContain('No customer with id con_nope.');
+    const nav = d.page.getByRole('navigation', { name: 'Dashboard' });
+    expect(await nav.getByRole('link').count()).toBeGreaterThan(5);
+    expect(await nav.locator('[aria-current="page"]').textContent()).toBe('Customers');
+    expect(await d.page.getByRole('button', { name: 'Sign out' }).count()).toBe(1);
+  });
+
+  it('keeps "Request refused" for other refusals, and shows no navigation to a visitor who is not signed in', async () => {
+    const context = await d.browser.newContext();
+    try {
+      const page = await context.newPage();
+      const refused = await page.request.post(`${d.base}/dashboard/sign-in`, { form: { email: 'x@y.example', password: 'whatever' } });
+      expect(refused.status()).toBe(403);
+      expect(await refused.text()).toContain('<title>Request refused · Tollgate</title>');
+      expect(await refused.text()).not.toContain('aria-label="Dashboard"');
+    } finally {
+      await context.close();
+    }
+  });
+});
