@@ -1,7 +1,7 @@
 import { sql, type ExpressionBuilder } from 'kysely';
 import { dateOf } from '../domain/clock.ts';
 import { fundWallet } from '../ledger/funding.ts';
-import { availableOf } from '../ledger/wallets.ts';
+import { admittableOf } from '../ledger/admission/decision.ts';
 import type { Storage } from '../storage/db.ts';
 import type { Database } from '../storage/schema.ts';
 import { ProviderUnavailableError, UNANSWERED, type ChargeOutcome } from '../payments/types.ts';
@@ -41,7 +41,7 @@ export async function topUpIfShort(deps: PurchaseDeps, walletId: string, needed:
   const stamp = now.toISOString();
   // A purchase that is still being paid is waited for, then the balance is read again.
   for (let round = 0; round < 3; round++) {
-    const snapshot = await shortfallSnapshot(deps, walletId, sub.id);
+    const snapshot = await shortfallSnapshot(deps, walletId, sub.id, needed);
     if (snapshot.available >= needed) return round === 0 ? 'covered' : 'bought_by_another';
     if (snapshot.lastPending) {
       if ((await outcomeOf(deps, snapshot.lastPending)) === 'failed') return 'payment_failed';
@@ -151,7 +151,7 @@ export async function settleTopUpFromProvider(deps: PurchaseDeps, payment: Payme
  * subscription made, and the one still being paid, if any. A purchase's success and its credit
  * commit together, so a snapshot never sees one without the other.
  */
-async function shortfallSnapshot(deps: PurchaseDeps, walletId: string, subscriptionId: string) {
+async function shortfallSnapshot(deps: PurchaseDeps, walletId: string, subscriptionId: string, needed: bigint) {
   const purchases = (eb: ExpressionBuilder<Database, 'wallets'>) =>
     eb.selectFrom('payments').where('purpose', '=', 'auto_top_up').where('reference', 'like', `${subscriptionId}:%`);
   const row = await deps.storage.db
@@ -160,6 +160,9 @@ async function shortfallSnapshot(deps: PurchaseDeps, walletId: string, subscript
       'wallets.id',
       'wallets.balance',
       'wallets.held',
+      'wallets.overrun',
+      'wallets.cycle_credit',
+      'wallets.bundle_credit',
       (eb) => purchases(eb).select((p) => p.fn.countAll<bigint>().as('n')).as('bought'),
       (eb) => purchases(eb).select('reference').where('status', '=', 'pending').limit(1).as('pending'),
     ])
@@ -167,7 +170,11 @@ async function shortfallSnapshot(deps: PurchaseDeps, walletId: string, subscript
     .executeTakeFirstOrThrow();
   // The holds an app admitted in process and has not written yet (SQLite's deferred admission) are
   // not counted: they become rows within milliseconds, and a top-up decided that much later is harmless.
-  const available = availableOf({ id: row.id, balance: BigInt(row.balance), held: BigInt(row.held) }, null);
+  // The admission's own rule (admittableOf), overrun allowance included: a wallet this calls
+  // covered is one the retried admission admits. Measured by the balance alone, a wallet whose
+  // requests in flight may overrun looked covered, so nothing was bought and the retry was 402.
+  const wallet = { id: row.id, balance: BigInt(row.balance), held: BigInt(row.held), overrun: row.overrun, cycle_credit: BigInt(row.cycle_credit), bundle_credit: BigInt(row.bundle_credit) };
+  const available = admittableOf(wallet, null, true, needed);
   return { available, bought: BigInt(row.bought ?? 0n), lastPending: row.pending };
 }
 

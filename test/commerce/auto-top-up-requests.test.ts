@@ -155,6 +155,34 @@ describe.each(databasesUnderTest())('auto top-up on the request path on %s', (di
     expect(after.bundle).toBeGreaterThan(0n);
   });
 
+  it('forward: a wallet whose requests in flight may overrun buys the bundle instead of answering 402 (the purchase decided by the admission rule)', async () => {
+    const m = await meter(PER_TOKEN);
+    const probe = await createCustomer(t);
+    const hold = await holdFor(tokenOf(probe.customerId, m.meter_slug));
+    // Enough for two holds and a fifth of one more: two requests fit by the balance alone.
+    const c = await subscribed({ cycle: formatMoney(hold * 2n + hold / 5n), meterIds: [m.meter_id], bundle: { cost: '3', credit_amount: formatMoney(hold * 4n) } });
+    const token = tokenOf(c.customerId, m.meter_slug);
+
+    // One request held at the provider, so one hold is in flight.
+    let release!: () => void;
+    upstream.setNext({ path: '/chat/completions', releasedBy: new Promise<void>((resolve) => (release = resolve)) });
+    const first = forward(token);
+    const heldOf = async () => BigInt((await t.storage.db.selectFrom('wallets').select('held').where('id', '=', c.walletId).executeTakeFirstOrThrow()).held);
+    while ((await heldOf()) === 0n) await new Promise((resolve) => setTimeout(resolve, 10));
+    // The wallet's last overrun was half its hold: admissions now count what the one in flight and
+    // the next may overrun (decision 0025), so the balance alone covers the second but admission does not.
+    await t.storage.db.updateTable('wallets').set({ overrun: 500 }).where('id', '=', c.walletId).execute();
+
+    const chargesBefore = t.payments.charges.length;
+    const second = await forward(token);
+    expect(second.status, await second.clone().text()).toBe(200);
+    await second.text();
+    expect(t.payments.charges.slice(chargesBefore)).toEqual([expect.objectContaining({ amount: parseMoney('3'), status: 'succeeded' })]);
+    release();
+    expect((await first).status).toBe(200);
+    expect(await autoTopUps(c.walletId)).toEqual([{ status: 'succeeded', amount: parseMoney('3') }]);
+  });
+
   it('forward: 402 before any provider call when there is no auto top-up bundle', async () => {
     const m = await meter(PER_TOKEN);
     const c = await subscribed({ cycle: '0', meterIds: [m.meter_id] });
