@@ -28,6 +28,9 @@ function parseTiersText(text: string): Tier[] | string {
 
 type Preview = { units: string; used: string };
 
+/** A typical request's usage in the meter's own unit: a million tokens or characters is a rate's basis, but a call is minutes long, and one request is one. */
+const DEFAULT_PREVIEW_UNITS: Record<MeterRow['tier_type'], string> = { tokens_1m: '1000000', characters_1m: '1000000', minutes: '10', requests: '1' };
+
 /** What one request of `units` would pay at each tier, after `used` units this period: the real pricing code. */
 function previewOf(meter: MeterRow, tiers: Tier[], preview: Preview): string | null {
   const units = Number(preview.units);
@@ -73,7 +76,7 @@ ${meters.slice(0, 100).map((m) => html`<tr><td><a href="/dashboard/meters/${m.id
 
   app.get<{ Params: { id: string }; Querystring: Partial<Preview> }>('/dashboard/meters/:id', async (request, reply) => {
     const meter = await meterOf(deps, request);
-    return meterPage(request, reply, meter, { preview: { units: request.query.units ?? '1000000', used: request.query.used ?? '0' } });
+    return meterPage(request, reply, meter, { preview: { units: request.query.units ?? DEFAULT_PREVIEW_UNITS[meter.tier_type], used: request.query.used ?? '0' } });
   });
 
   app.post<{ Params: { id: string } }>('/dashboard/meters/:id', async (request, reply) => {
@@ -100,7 +103,7 @@ function meterPage(
   opts: { error?: string; message?: string; text?: string; status?: number; preview?: Preview },
 ): FastifyReply {
   const tiers = deserializeTiers(meter.tiers);
-  const preview = opts.preview ?? { units: '1000000', used: '0' };
+  const preview = opts.preview ?? { units: DEFAULT_PREVIEW_UNITS[meter.tier_type], used: '0' };
   const fee = previewOf(meter, tiers, preview);
   return sendDashboardPage(request, reply, '/dashboard/meters', {
     title: `Meter ${meter.name}`,

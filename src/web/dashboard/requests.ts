@@ -1,7 +1,7 @@
 import type { FastifyInstance } from 'fastify';
 import type { AppDeps } from '../../http/types.ts';
 import { presentRequest, type RequestRecord } from '../../routes/requests.ts';
-import { listMeters } from '../../storage/meters.ts';
+import { findMeter, listMeters, type MeterRow } from '../../storage/meters.ts';
 import { listRequests, type RequestFilters } from '../../storage/request-queries.ts';
 import { findRequestByRequestId, type RequestRow } from '../../storage/requests.ts';
 import { html } from '../html.ts';
@@ -91,7 +91,8 @@ ${next ? html`<p><a class="button secondary" href="/dashboard/requests?${querySt
   app.get<{ Params: { id: string } }>('/dashboard/requests/:id', async (request, reply) => {
     const row = await findRequestByRequestId(deps.storage.db, merchantOf(request), request.params.id);
     if (!row) throw new WebError(404, `No request with id ${request.params.id}.`);
-    return sendDashboardPage(request, reply, '/dashboard/requests', { title: `Request ${row.request_id}`, main: detail(presentRequest(row)) });
+    const meter = row.meter_id ? await findMeter(deps.storage, merchantOf(request), row.meter_id) : undefined;
+    return sendDashboardPage(request, reply, '/dashboard/requests', { title: `Request ${row.request_id}`, main: detail(presentRequest(row), meter?.tier_type ?? null) });
   });
 }
 
@@ -112,25 +113,54 @@ function emptyLog(filtered: boolean) {
 function logTable(rows: RequestRow[]) {
   return html`<div class="card table-wrap"><table>
 <caption class="visually-hidden">Requests, newest first</caption>
-<thead><tr><th scope="col">Request</th><th scope="col">Status</th><th scope="col">Customer</th><th scope="col">Model</th><th scope="col" class="num">Tokens</th><th scope="col" class="num">Fee</th><th scope="col" class="num">Total cost</th><th scope="col">Created (UTC)</th></tr></thead>
+<thead><tr><th scope="col">Request</th><th scope="col">Status</th><th scope="col">Customer</th><th scope="col">Model</th><th scope="col" class="num">Usage</th><th scope="col" class="num">Fee</th><th scope="col" class="num">Total cost</th><th scope="col">Created (UTC)</th></tr></thead>
 <tbody>
 ${rows.map((row) => {
   const r = presentRequest(row);
   return html`<tr><td><a href="/dashboard/requests/${encodeURIComponent(r.request_id)}">${r.request_id}</a></td><td>${r.status}</td><td>${r.customer_id ?? '—'}</td><td>${r.model ?? '—'}</td>
-<td class="num">${r.model_usage.total_tokens}</td><td class="num">${r.fee.amount}</td><td class="num">${r.total_request_cost}</td><td>${r.created_at.slice(0, 19).replace('T', ' ')}</td></tr>`;
+<td class="num">${usageCell(r)}</td><td class="num">${r.fee.amount}</td><td class="num">${r.total_request_cost}</td><td>${r.created_at.slice(0, 19).replace('T', ' ')}</td></tr>`;
 })}
 </tbody></table></div>`;
 }
 
-/** Seconds of audio, characters and images, shown only on records that have them. */
-function mediaUsage(r: RequestRecord) {
+type TierType = MeterRow['tier_type'];
+
+/** Whether a record's token counts say anything: not on a record of seconds, characters or images (or its meter's unit) with none. */
+function tokensApply(r: RequestRecord, tierType: TierType | null): boolean {
   const u = r.model_usage;
-  return html`${u.total_seconds > 0 ? html`<dt>Audio seconds</dt><dd id="detail-seconds">${u.total_seconds}</dd>` : ''}${
-    u.total_characters > 0 ? html`<dt>Characters</dt><dd id="detail-characters">${u.total_characters}</dd>` : ''
+  if (u.input_tokens + u.output_tokens > 0) return true;
+  const otherUsage = u.total_seconds > 0 || u.total_characters > 0 || u.output_images > 0;
+  return !otherUsage && tierType !== 'minutes' && tierType !== 'characters_1m';
+}
+
+/** The usage cell of the log: tokens, or the unit the record was used in. */
+function usageCell(r: RequestRecord): string {
+  const u = r.model_usage;
+  if (tokensApply(r, null)) return String(u.total_tokens);
+  if (u.total_seconds > 0) return `${u.total_seconds} s`;
+  if (u.total_characters > 0) return `${u.total_characters} characters`;
+  return `${u.output_images} images`;
+}
+
+/** Seconds of audio (always on a per-minute meter), characters and images, shown on records that have them. */
+function mediaUsage(r: RequestRecord, tierType: TierType | null) {
+  const u = r.model_usage;
+  const split = u.input_seconds > 0 && u.output_seconds > 0 ? ` (input ${u.input_seconds}, output ${u.output_seconds})` : '';
+  return html`${u.total_seconds > 0 || tierType === 'minutes' ? html`<dt>Audio seconds</dt><dd><span id="detail-seconds">${u.total_seconds}</span>${split}</dd>` : ''}${
+    u.total_characters > 0 || tierType === 'characters_1m' ? html`<dt>Characters</dt><dd id="detail-characters">${u.total_characters}</dd>` : ''
   }${u.output_images > 0 ? html`<dt>Images</dt><dd id="detail-images">${u.output_images}</dd>` : ''}`;
 }
 
-function detail(r: RequestRecord) {
+function tokenRows(r: RequestRecord) {
+  return html`<dt>Input tokens</dt><dd>${r.model_usage.input_tokens}</dd>
+<dt>of which cached (read)</dt><dd id="detail-cached">${r.model_usage.cached_input_tokens}</dd>
+<dt>of which cache writes</dt><dd id="detail-cache-write">${r.model_usage.cache_write_input_tokens}</dd>
+<dt>Output tokens</dt><dd>${r.model_usage.output_tokens}</dd>
+<dt>of which reasoning</dt><dd id="detail-reasoning">${r.model_usage.reasoning_tokens}</dd>
+`;
+}
+
+function detail(r: RequestRecord, tierType: TierType | null) {
   return html`<h1>Request <span class="secret">${r.request_id}</span></h1>
 <div class="card"><h2>Summary</h2><dl class="kv">
 <dt>Status</dt><dd>${r.status}</dd><dt>Customer</dt><dd>${r.customer_id ?? '—'}</dd><dt>Meter</dt><dd>${r.meter_id ?? '—'}</dd>
@@ -138,12 +168,7 @@ function detail(r: RequestRecord) {
 <dt>Metadata</dt><dd>${Object.entries(r.metadata).map(([k, v]) => html`<code>${k}=${v}</code> `)}</dd>
 </dl></div>
 <div class="card"><h2>Cost breakdown</h2><dl class="kv">
-<dt>Input tokens</dt><dd>${r.model_usage.input_tokens}</dd>
-<dt>of which cached (read)</dt><dd id="detail-cached">${r.model_usage.cached_input_tokens}</dd>
-<dt>of which cache writes</dt><dd id="detail-cache-write">${r.model_usage.cache_write_input_tokens}</dd>
-<dt>Output tokens</dt><dd>${r.model_usage.output_tokens}</dd>
-<dt>of which reasoning</dt><dd id="detail-reasoning">${r.model_usage.reasoning_tokens}</dd>
-${mediaUsage(r)}<dt>Base cost</dt><dd>${r.model_usage.total_cost} (${r.model_usage.price_unit ? `priced by ${r.model_usage.price_unit}, ` : ''}paid by ${r.model_usage.payer})</dd>
+${tokensApply(r, tierType) ? tokenRows(r) : ''}${mediaUsage(r, tierType)}<dt>Base cost</dt><dd>${r.model_usage.total_cost} (${r.model_usage.price_unit ? `priced by ${r.model_usage.price_unit}, ` : ''}paid by ${r.model_usage.payer})</dd>
 <dt>Fee</dt><dd id="detail-fee">${r.fee.amount} (${r.fee.rate_type}, paid by the wallet)</dd>
 <dt>Service charge</dt><dd>${r.service_charge.amount} (paid by ${r.service_charge.payer})</dd>
 <dt>Customer wallet pays</dt><dd>${r.total_wallet_cost}</dd><dt>Merchant pays</dt><dd>${r.total_merchant_cost}</dd>
