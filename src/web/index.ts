@@ -51,6 +51,10 @@ export async function registerWebRoutes(app: FastifyInstance, deps: AppDeps): Pr
     registerPasswordResetRoutes(web, deps);
     registerCliConnectRoutes(web, deps);
     registerDashboardRoutes(web, deps);
+    // Any other dashboard address is a page that does not exist: a page says so, not a JSON envelope.
+    web.get('/dashboard/*', async () => {
+      throw new WebError(404, 'There is no such page in the dashboard.');
+    });
   });
 }
 

@@ -29,6 +29,16 @@ describe('dashboard not-found pages (Chromium)', () => {
     expect(await d.page.getByRole('button', { name: 'Sign out' }).count()).toBe(1);
   });
 
+  it('answers an address the dashboard does not have with the same page, not a JSON error', async () => {
+    const response = await d.page.request.get(`${d.base}/dashboard/no-such-page`);
+    expect(response.status()).toBe(404);
+    expect(response.headers()['content-type']).toContain('text/html');
+    await d.visit('/dashboard/no-such-page', 'not-found-address');
+    expect(await d.page.title()).toBe('Not found · Tollgate');
+    expect(await d.page.textContent('main')).toContain('There is no such page in the dashboard.');
+    expect(await d.page.getByRole('navigation', { name: 'Dashboard' }).getByRole('link').count()).toBeGreaterThan(5);
+  });
+
   it('keeps "Request refused" for other refusals, and shows no navigation to a visitor who is not signed in', async () => {
     const context = await d.browser.newContext();
     try {
