@@ -41,6 +41,7 @@ export async function startServer(
     (err) => reportOutage(err),
     () => reportRecovery(),
   );
+  if (redis) await connectedWithin(redis, REDIS_START_WAIT_MS);
   const payments = createPaymentProvider(config);
   // Calls a killed process served but had not settled are settled from its journal first, with
   // the usage their relays ended with (decision 0024); the sweep below then finds nothing of theirs.
@@ -158,6 +159,28 @@ function makeRateLimiter(
   // Connection errors are reported through onOutage; without a listener ioredis logs each retry.
   redis.on('error', () => {});
   return { limiter: new RedisRateLimiter(redis, { onOutage, onRecovery }), redis };
+}
+
+/**
+ * How long a start waits for Redis to connect. Commands time out after a few milliseconds, and the
+ * connection handshake would otherwise count against the first ones, opening the breaker (and
+ * sending the first calls to the local fallback) for nothing on a slow start.
+ */
+const REDIS_START_WAIT_MS = 2_000;
+
+/** Resolves once `redis` is connected, or after `ms` (a Redis that is down must not stop a start). */
+async function connectedWithin(redis: Redis, ms: number): Promise<void> {
+  if (redis.status === 'ready') return;
+  await new Promise<void>((resolve) => {
+    const done = () => {
+      clearTimeout(timer);
+      redis.off('ready', done);
+      resolve();
+    };
+    const timer = setTimeout(done, ms);
+    timer.unref();
+    redis.once('ready', done);
+  });
 }
 
 /** Once nothing runs any more: the database, the rate limiter and Redis. */
