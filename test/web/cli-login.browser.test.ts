@@ -54,6 +54,36 @@ process.stdout.write(JSON.stringify(credentials));`;
     }
   });
 
+  it('lets Lava.login() learn at once that the merchant pressed Cancel', async () => {
+    const cancelDir = mkdtempSync(join(dir, 'cancel-'));
+    const opener = fakeBrowserOpener(cancelDir);
+    const script = `import { Lava } from '@lavapayments/nodejs';
+await Lava.login({ baseUrl: ${JSON.stringify(baseUrl)} });`;
+    const login = runCollecting(['--input-type=module', '-e', script], { ...process.env, PATH: opener.path });
+    const ended = login.output.then(
+      () => 'exited 0',
+      (e: Error) => e.message,
+    );
+    const context = await browser.newContext();
+    try {
+      const page = await context.newPage();
+      await page.goto(await opener.opened());
+      await page.getByLabel('Email').fill(EMAIL);
+      await page.getByLabel('Password').fill(PASSWORD);
+      await page.getByRole('button', { name: 'Sign in' }).click();
+      await page.waitForURL((u) => u.pathname === '/auth/connect');
+      const cancelledAt = Date.now();
+      await page.getByRole('button', { name: 'Cancel' }).click();
+      const outcome = await ended;
+      // The client rejects a callback without a code; its 120-second wait is not what ends it.
+      expect(Date.now() - cancelledAt).toBeLessThan(10_000);
+      expect(outcome).toMatch(/exited 1: .*code/s);
+    } finally {
+      login.child.kill();
+      await context.close();
+    }
+  });
+
   it('refuses an approval posted without its CSRF token, so no code reaches the listener', async () => {
     const context = await browser.newContext();
     const page = await context.newPage();
