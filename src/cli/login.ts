@@ -9,7 +9,7 @@ import { credentialsPath, readCredentials, removeCredentials, writeCredentials }
 const LOGIN_TIMEOUT_MS = 120_000;
 
 /** The merchant pressed Cancel on the approval page. */
-export class LoginRefusedError extends Error {
+class LoginRefusedError extends Error {
   constructor() {
     super('Login cancelled in the browser; no key was created. Run tollgate login again to retry.');
   }

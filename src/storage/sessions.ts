@@ -41,11 +41,9 @@ export async function deleteSession(storage: Storage, token: string): Promise<vo
   await storage.db.deleteFrom('dashboard_sessions').where('token_hash', '=', hashSecret(token)).execute();
 }
 
-/** Signs the merchant out everywhere (after a password change or reset), but for the session `keepToken` names. */
-export async function deleteMerchantSessions(storage: Storage, merchantId: string, keepToken?: string): Promise<void> {
-  let query = storage.db.deleteFrom('dashboard_sessions').where('merchant_id', '=', merchantId);
-  if (keepToken) query = query.where('token_hash', '!=', hashSecret(keepToken));
-  await query.execute();
+/** Signs the merchant out everywhere (after a password change or reset). */
+export async function deleteMerchantSessions(storage: Storage, merchantId: string): Promise<void> {
+  await storage.db.deleteFrom('dashboard_sessions').where('merchant_id', '=', merchantId).execute();
 }
 
 /**
