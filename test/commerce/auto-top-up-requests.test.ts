@@ -1,4 +1,4 @@
-import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, afterEach, beforeAll, describe, expect, it, vi } from 'vitest';
 import { formatMoney, parseMoney } from '../../src/domain/money.ts';
 import { verifyLedger } from '../../src/ledger/verify.ts';
 import { creditWallet } from '../../src/ledger/wallets.ts';
@@ -168,7 +168,7 @@ describe.each(databasesUnderTest())('auto top-up on the request path on %s', (di
     upstream.setNext({ path: '/chat/completions', releasedBy: new Promise<void>((resolve) => (release = resolve)) });
     const first = forward(token);
     const heldOf = async () => BigInt((await t.storage.db.selectFrom('wallets').select('held').where('id', '=', c.walletId).executeTakeFirstOrThrow()).held);
-    while ((await heldOf()) === 0n) await new Promise((resolve) => setTimeout(resolve, 10));
+    await vi.waitFor(async () => expect(await heldOf()).toBeGreaterThan(0n));
     // The wallet's last overrun was half its hold: admissions now count what the one in flight and
     // the next may overrun (decision 0025), so the balance alone covers the second but admission does not.
     await t.storage.db.updateTable('wallets').set({ overrun: 500 }).where('id', '=', c.walletId).execute();

@@ -1,5 +1,5 @@
 import OpenAI from 'openai';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { parseMoney } from '../../src/domain/money.ts';
 import { creditWallet, findWallet } from '../../src/ledger/wallets.ts';
 import type { TestApp } from '../helpers/app.ts';
@@ -99,7 +99,7 @@ describe.each(databasesUnderTest())('Idempotency-Key on forwarded calls on %s', 
     const calls = upstreamCalls();
     const key = `in-flight-${dialect}`;
     const first = viaForward().chat.completions.create(chat, withKey(key));
-    while (upstreamCalls() === calls) await new Promise((resolve) => setTimeout(resolve, 5));
+    await vi.waitFor(() => expect(upstreamCalls()).toBeGreaterThan(calls));
 
     const retry = await viaForward().chat.completions.create(chat, withKey(key)).catch((err: unknown) => err);
     expect(retry).toBeInstanceOf(OpenAI.ConflictError);
