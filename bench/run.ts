@@ -107,7 +107,7 @@ async function main(): Promise<void> {
       if (runs('pages')) await withServer(engine.url, mock.url, async (server) => {
         report.push(...(await benchPages({ engine: engine.name, storage, serverUrl: server.url, visits: SIZES.pageVisits, requests: SIZES.pageRequests })));
       });
-      // Issue 18: the same guarantees after the load as before it. Every server has stopped (and
+      // The same guarantees after the load as before it (verify-ledger in docs/benchmarks.md). Every server has stopped (and
       // drained its writers), so every settlement of every scenario is in the ledger by now.
       report.push(await verifiedLedger(engine.name, storage));
     } finally {
@@ -220,7 +220,7 @@ async function benchRecordThroughput(engine: string, storage: Storage, url: stri
     });
   // Steady state is what is measured: a short warm-up (new request_ids too) lets the JIT compile the path.
   await run(SIZES.warmUpSeconds);
-  // CPU per recorded request: steadier than the rate on a host whose speed drifts (issue 18's A/B runs).
+  // CPU per recorded request: steadier than the rate on a host whose speed drifts (see the A/B runs in docs/benchmarks.md).
   const cpuBefore = { server: cpuMs(serverPid), postgres: engine === 'postgres' ? localPostgresCpuMs() : 0 };
   const result = await run(SIZES.throughputSeconds);
   const ok = result['2xx'];

@@ -1,6 +1,6 @@
 /**
  * Base prices per (provider, model): the operator's override table first, then the maintained
- * @pydantic/genai-prices catalog (DESIGN §1: never hand-copied prices). Pure lookups over bundled
+ * @pydantic/genai-prices catalog (a maintained table: prices are never copied by hand). Pure lookups over bundled
  * data; nothing is fetched. Prices come out as bigint units per 1M tokens, converted from the
  * catalog's numbers through their decimal text, never by float multiplication.
  */
@@ -80,7 +80,7 @@ export function parsePriceOverrides(raw: PriceOverrides): PriceOverrideTable {
 
 /**
  * Prices for (provider, model): the override when there is one (whole, never mixed with the
- * catalog), else the provider's own, else the catalog's, else null (unknown: base cost is then 0, DESIGN §6).
+ * catalog), else the provider's own, else the catalog's, else null (unknown: base cost is then 0).
  */
 export function lookupBasePrices(provider: string, model: string, options: PriceLookupOptions = {}): BasePrices | null {
   const { overrides, account } = options;

@@ -1,5 +1,5 @@
 /**
- * Pricing: turns one request's usage into money, exactly (DESIGN §5, §6).
+ * Pricing: turns one request's usage into money, exactly (rules in docs/decisions/0002-pricing.md).
  *
  * Pure: no I/O, no clock. Money is a bigint count of 1e-10 units (money.ts). Counts (tokens,
  * characters) are integers; durations arrive as decimal-second strings and are handled as integer

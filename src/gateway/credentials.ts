@@ -42,7 +42,7 @@
  *     cost on a managed key) — otherwise disable_billing would be free use of the operator's
  *     provider keys. No fee is charged (it would be the merchant paying itself).
  * - `providerKey` is the caller's own provider key; when set the record's provider_key_type is
- *   `unmanaged` and the base cost is informational only (DESIGN §6).
+ *   `unmanaged` and the base cost is informational only: the provider bills the caller directly.
  */
 import type { IncomingHttpHeaders } from 'node:http';
 import { z } from 'zod';

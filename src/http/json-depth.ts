@@ -3,7 +3,7 @@ import { ApiError } from './errors.ts';
 /**
  * The deepest nesting of objects and arrays accepted in a JSON body (ours or a forwarded one).
  * Real requests stay far below it; without a bound a small body nested thousands deep costs
- * every later walk over it CPU and stack (issue 22, finding 4).
+ * every later walk over it CPU and stack (decision 0019).
  */
 export const MAX_JSON_DEPTH = 64;
 

@@ -4,7 +4,7 @@ import { databasesUnderTest } from '../helpers/databases.ts';
 import { startGatewayOnMock, type MockGateway } from '../helpers/gateway.ts';
 
 /**
- * Forward, drop-in and rewrite endpoints authenticate before they read a body (issue 22, finding 10): a
+ * Forward, drop-in and rewrite endpoints authenticate before they read a body (decision 0019): a
  * caller announcing a 10 MiB body without a valid credential is answered 401 after the first
  * kilobyte, instead of the server buffering the whole body first. The answer arriving while the
  * client is still holding back the rest of its body is the proof.

@@ -13,7 +13,7 @@ import { databasesUnderTest } from '../helpers/databases.ts';
 import { OPENAI_CHAT } from '../helpers/gateway.ts';
 
 /**
- * Admission over real HTTP (DESIGN §7): a request is admitted only when the paying wallet's
+ * Admission over real HTTP: a request is admitted only when the paying wallet's
  * available balance (balance − active holds) covers its hold estimate, checked atomically under
  * concurrency, and refused with 402 before any provider call otherwise.
  *
@@ -108,7 +108,7 @@ describe.each(databasesUnderTest())('forward gateway admission and holds on %s',
       const after = await wallet(walletId);
       expect(after.held).toBe(0n);
       expect(after.balance).toBe(funded - actualTotal);
-      // DESIGN §7: below zero only by what admitted requests cost beyond their holds.
+      // A balance goes below zero only by what admitted requests cost beyond their holds.
       expect(after.balance).toBeGreaterThanOrEqual(-excess);
       expect(await noActiveHolds(walletId)).toBe(true);
       expect((await verifyLedger(t.storage)).problems).toEqual([]);

@@ -9,7 +9,7 @@ import { CHAT_BODY as body, useAdmissionGateway } from '../helpers/admission-gat
 import { databasesUnderTest } from '../helpers/databases.ts';
 
 /**
- * Holds and their TTL over real HTTP (DESIGN §7): a request still relaying keeps its hold alive
+ * Holds and their TTL over real HTTP: a request still relaying keeps its hold alive
  * past the TTL and is charged when it ends; a hold nobody renews is swept by sweepExpiredHolds,
  * which charges the record its hold estimate (never free) and leaves nothing for a late answer.
  */

@@ -5,7 +5,7 @@ import { databasesUnderTest } from '../helpers/databases.ts';
 import { startGatewayOnMock, type MockGateway } from '../helpers/gateway.ts';
 
 /**
- * Hostile inputs on every path that reads JSON (issue 22, findings 4 and 5): bodies nested far
+ * Hostile inputs on every path that reads JSON (decision 0019): bodies nested far
  * deeper than any real request are refused with 400 before anything walks them, and a NUL that
  * appears only once a header, query parameter or body is decoded is a 400 on both engines (on
  * PostgreSQL it used to reach the database as a 500).

@@ -5,7 +5,7 @@ import { freshDatabase } from '../helpers/databases.ts';
 import { startGatewayOnMock, type MockGateway } from '../helpers/gateway.ts';
 
 /**
- * Revocation reaches every instance within 100 ms when Redis is configured (issue 22, finding 10):
+ * Revocation reaches every instance within 100 ms when Redis is configured (decision 0019):
  * a secret key revoked on one instance stops working on another whose credential cache had it,
  * instead of working there for up to the cache's 2 s entry lifetime. Real PostgreSQL and Redis.
  */

@@ -7,7 +7,7 @@ import { live } from './live.ts';
 import type { MockUpstream } from './mock-upstream.ts';
 
 /**
- * The forward gateway of the admission and hold tests (DESIGN §7): OpenAI on the mock with a
+ * The forward gateway of the admission and hold tests: OpenAI on the mock with a
  * managed key, holds that expire after 1 s (HOLD_TTL_MS) unless renewed, and per test fresh payers
  * whose wallets hold only what the test credits.
  */

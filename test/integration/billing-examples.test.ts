@@ -9,7 +9,7 @@ import { databasesUnderTest, priceOverridesFile } from '../helpers/databases.ts'
 
 /**
  * Worked billing examples through POST /v1/requests. Every expected number is computed by hand in
- * the comment next to it (DESIGN §5–§6, docs/decisions/0002-pricing.md), never by the code under test.
+ * the comment next to it (rules in docs/decisions/0002-pricing.md), never by the code under test.
  */
 
 type Tier = { start: string | number; rate: string };

@@ -3,7 +3,7 @@ import { startTestApp, type TestApp } from '../helpers/app.ts';
 import { databaseBehindProxy, type DatabaseBehindProxy, type TcpProxy } from '../helpers/tcp-proxy.ts';
 
 /**
- * Losing PostgreSQL is an outage, not a crash (issue 22, finding 1): terminated connections and
+ * Losing PostgreSQL is an outage, not a crash (decision 0019): terminated connections and
  * an unreachable server give 503 `service_unavailable` with Retry-After in the envelope (never a
  * 500, never a hung request, never an exit), /readyz reports it, and service resumes by itself.
  * Real PostgreSQL; the app reaches it through a loopback proxy that the test cuts and restores.

@@ -3,7 +3,7 @@ import { startTestApp, type TestApp } from '../helpers/app.ts';
 import { databasesUnderTest } from '../helpers/databases.ts';
 
 /**
- * No raw credential at rest in the idempotency table (issue 22, finding 3; decision 0019): the
+ * No raw credential at rest in the idempotency table (decision 0019): the
  * response of a key-creating POST sent with an Idempotency-Key is stored sealed under the caller's
  * own credential, so its replay still answers the raw key while the database holds no trace of it.
  */

@@ -214,7 +214,7 @@ describe.each(databasesUnderTest())('ledger on %s', (dialect) => {
       const records = await t.storage.db.selectFrom('requests').select('request_id').where('merchant_id', '=', s.m.merchantId).execute();
       expect(records.map((r) => r.request_id)).toEqual(['fwd-1']);
 
-      // Below zero: 402 until credited (DESIGN §7).
+      // A wallet at or below zero gets 402 until it is credited.
       expect((await s.post()).statusCode).toBe(402);
       expect(await placeHold(t.storage, { walletId: s.walletId, amount: 0n, reference: 'h-after', ttlMs: MINUTE })).toEqual({
         insufficient: { available: -usd('0.1') },

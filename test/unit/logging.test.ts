@@ -59,7 +59,7 @@ describe('redactUrl', () => {
   });
 });
 
-describe('redaction by parameter name and value shape (issue 22, finding 7)', () => {
+describe('redaction by parameter name and value shape', () => {
   it.each(['api_key', 'apiKey', 'access_token', 'client_secret', 'password', 'auth', 'x-auth-token', 'refresh_token'])(
     'masks the query parameter %s, also inside a raw forward target',
     (name) => {

@@ -6,7 +6,7 @@ import { providerAllowed } from '../../src/ledger/spend-key-limits.ts';
 import { createRegistry } from '../../src/providers/index.ts';
 
 /**
- * Provider quirks live in the provider modules (issue 18): which model names a provider serves on
+ * Provider quirks live in the provider modules (decision 0003): which model names a provider serves on
  * the drop-in endpoints, which requests stream, whose account a provider shares. The gateway reads
  * them through the ProviderModule contract only.
  */

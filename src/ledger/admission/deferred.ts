@@ -109,7 +109,7 @@ export function releaseDeferredHolds(write: AdmissionWrite): void {
 
 /**
  * Admission decided in process, written later (decision 0011). The embedded shape (SQLite: one
- * process owns the database, DESIGN §2) takes the same decision as admitRequest against the
+ * process owns the database in the embedded shape) takes the same decision as admitRequest against the
  * wallets as committed minus every hold this process admitted and has not written yet, with the
  * connection held so no transaction is half done while it reads; the holds are reserved in memory
  * at once. With `leases` (PostgreSQL, decision 0013) the holds are taken from this instance's

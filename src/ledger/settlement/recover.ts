@@ -1,6 +1,6 @@
 /**
  * Recovery of forwarded requests whose settlement never came (their instance crashed, or could not
- * write for a whole hold TTL): issue 22, decision 0019. Such a request's provider call may have
+ * write for a whole hold TTL): decision 0019. Such a request's provider call may have
  * been answered, so it is never made free: its pending record is completed with the charge its
  * hold was estimated for (an upper bound of what it could cost), flagged `usage_estimated`. Only a
  * record without an estimate (written before this was kept) is failed as before.

@@ -1,6 +1,6 @@
 /**
  * FROZEN: a migration that has shipped is never edited. Add a new file instead.
- * Issue 22 (decision 0019):
+ * Reliability (decision 0019):
  * - A forwarded request's pending record keeps what its hold was estimated from (usage and
  *   costs, JSON): a request whose settlement a crash lost is charged that estimate on recovery
  *   instead of going free. Null for records written before, and for standard-endpoint records.

@@ -1,6 +1,6 @@
 /**
  * FROZEN: a migration that has shipped is never edited. Add a new file instead.
- * Issue 22 (decision 0019): a spend key remembers that a settled charge exceeded its reservation
+ * Reliability (decision 0019): a spend key remembers that a settled charge exceeded its reservation
  * (1), as a wallet does (0015): a key with a spend limit admits nothing more until the requests
  * in flight on it have settled.
  */
