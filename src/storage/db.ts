@@ -63,7 +63,7 @@ const PIPELINE_POOL_SIZE = 2;
 
 function postgresPool(url: string, max: number, pipeline: boolean): pg.Pool {
   const pool = new pg.Pool({
-    connectionString: url,
+    ...withSessionOptions(url),
     max,
     // While the server is unreachable, a request waits this long for a connection at most, then
     // fails (a 503), instead of queueing for as long as the outage lasts.
@@ -76,18 +76,31 @@ function postgresPool(url: string, max: number, pipeline: boolean): pg.Pool {
         oid === PG_INT8_OID ? (v: string) => BigInt(v) : pg.types.getTypeParser(oid, format)) as typeof pg.types.getTypeParser,
     },
   } as pg.PoolConfig);
-  // JIT compilation costs ~100 ms per query whose estimate crosses its threshold (the usage
-  // report's record scans do), more than it ever saves on queries of our size.
   pool.on('connect', (client) => {
     // A connection that breaks while checked out (its backend terminated, the server gone)
     // emits `error` with no listener of the pool's attached: unheard, that would end the
     // process. The query running on it fails where it is awaited, and the pool drops it on release.
     client.on('error', ignoreConnectionError);
-    void client.query('set jit = off').catch(() => undefined);
   });
   // The same for an idle connection: the pool has already removed it.
   pool.on('error', ignoreConnectionError);
   return pool;
+}
+
+/**
+ * Settings every session starts with, sent in the startup packet (no statement of their own).
+ * JIT compilation costs ~100 ms per query whose estimate crosses its threshold (the usage report's
+ * and verify-ledger's scans do), more than it ever saves on queries of our size. Options the
+ * URL gives itself (`?options=…`) would replace these (pg prefers the URL's), so they move out of
+ * the URL and run first, ours after them.
+ */
+function withSessionOptions(url: string): { connectionString: string; options: string } {
+  const own = '-c jit=off';
+  const parsed = new URL(url);
+  const fromUrl = parsed.searchParams.get('options');
+  if (fromUrl === null) return { connectionString: url, options: own };
+  parsed.searchParams.delete('options');
+  return { connectionString: parsed.toString(), options: `${fromUrl} ${own}` };
 }
 
 /** How long a query waits for a connection from the pool (opening one included) before failing. */

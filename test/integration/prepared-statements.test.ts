@@ -51,3 +51,30 @@ describe.runIf(databasesUnderTest().includes('postgres'))('PostgreSQL statements
     expect(ids.rows.map((r) => r.id)).toEqual([1, 2]);
   });
 });
+
+describe.runIf(databasesUnderTest().includes('postgres'))('PostgreSQL session settings', () => {
+  const jitOf = async (db: Storage['db']) => (await sql<{ jit: string }>`show jit`.execute(db)).rows[0]!.jit;
+
+  it('every connection of the app runs with jit off, from its first statement', async () => {
+    const storage = openStorage((await freshDatabase('postgres')).url, { poolSize: 3 });
+    try {
+      // Three connections at once, each asked on its first statement.
+      const answers = await Promise.all([1, 2, 3].map(() => storage.db.connection().execute(jitOf)));
+      expect(answers).toEqual(['off', 'off', 'off']);
+    } finally {
+      await storage.close();
+    }
+  });
+
+  it('keeps options the URL gives and still turns jit off', async () => {
+    const url = new URL((await freshDatabase('postgres')).url);
+    url.searchParams.set('options', '-c statement_timeout=12345');
+    const storage = openStorage(url.toString(), { poolSize: 1 });
+    try {
+      expect(await jitOf(storage.db)).toBe('off');
+      expect((await sql<{ statement_timeout: string }>`show statement_timeout`.execute(storage.db)).rows[0]!.statement_timeout).toBe('12345ms');
+    } finally {
+      await storage.close();
+    }
+  });
+});
