@@ -273,9 +273,7 @@ type ListedModel = { provider: ProviderModule; model: string; name: string };
  */
 function listModels(deps: AppDeps, gateway: Gateway, shape: ModelListShape): ListedModel[] {
   const providers = new Set<ProviderModule>();
-  for (const providerId of Object.keys(deps.config.providerKeys)) {
-    const provider = gateway.registry.getProvider(providerId);
-    if (!provider) continue;
+  for (const provider of servedProviders(deps, gateway)) {
     if (shape === 'google') {
       if (provider.family === 'google') providers.add(provider);
       continue;
@@ -290,8 +288,16 @@ function listModels(deps: AppDeps, gateway: Gateway, shape: ModelListShape): Lis
     for (const model of catalog?.models ?? []) {
       if (!model.deprecated) listed.push({ provider, model: model.id, name: model.name ?? model.id });
     }
+    for (const model of provider.ownModels ?? []) listed.push({ provider, model, name: model });
   }
   return listed;
+}
+
+/** The providers a call can reach: those with a managed key, and those that answer in process with none (the demo). */
+function servedProviders(deps: AppDeps, gateway: Gateway): ProviderModule[] {
+  const keyed = Object.keys(deps.config.providerKeys).flatMap((id) => gateway.registry.getProvider(id) ?? []);
+  const keyless = gateway.registry.listProviders().filter((p) => p.answerLocally !== undefined);
+  return [...new Set([...keyed, ...keyless])];
 }
 
 /**

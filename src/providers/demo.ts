@@ -39,6 +39,7 @@ export const demo: ProviderModule = {
   ...base,
   answerLocally: answerDemoRequest,
   ownPrices: (model) => (MODELS.includes(model) ? DEMO_PRICES : null),
+  ownModels: MODELS,
 };
 
 export function answerDemoRequest(request: LocalRequest): LocalAnswer {

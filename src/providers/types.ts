@@ -171,6 +171,8 @@ export type ProviderModule = {
    * the operator's price overrides still come first. Absent = the catalog's prices only.
    */
   ownPrices?(model: string): { input: bigint; output: bigint } | null;
+  /** The models it serves that the price catalog does not list (the demo's), shown in model lists. */
+  ownModels?: readonly string[];
 };
 
 /** A request as a provider that answers locally sees it. */

@@ -15,6 +15,7 @@ import type { ChargeInput, BalanceShortfall } from '../ledger/charge.ts';
 import { CHARGE_JOB, chargeWriter } from '../ledger/charge-batch.ts';
 import type { UnwrittenHolds } from '../ledger/wallets.ts';
 import { BUILTIN_PROVIDERS } from '../providers/builtin.ts';
+import type { ProviderModule } from '../providers/types.ts';
 import type { MeterRow } from '../storage/meters.ts';
 import { findRequestPk, listRequests, type RequestFilters } from '../storage/request-queries.ts';
 import { createRequestLookups, type ChargeParty, type RequestLookups } from '../storage/request-lookups.ts';
@@ -362,7 +363,8 @@ export function registerRequestRoutes(app: App, deps: AppDeps, unwritten: Unwrit
         ? lookupBasePrices(body.provider, body.model, {
             overrides: config.priceOverrides,
             inputTokens: body.input_tokens,
-            account: accountOfProvider(body.provider),
+            account: builtinProvider(body.provider)?.sharesAccountWith,
+            ownPrices: builtinProvider(body.provider)?.ownPrices,
           })
         : null;
     return {
@@ -470,6 +472,7 @@ class Unresolved {
 }
 
 /** The built-in provider whose account a provider is another API of (google-openai → google), if any. */
-function accountOfProvider(providerId: string): string | undefined {
-  return BUILTIN_PROVIDERS.find((provider) => provider.id === providerId)?.sharesAccountWith;
+/** The built-in provider a recorded request names: its account and own prices price the usage as a forward would. */
+function builtinProvider(providerId: string): ProviderModule | undefined {
+  return BUILTIN_PROVIDERS.find((provider) => provider.id === providerId);
 }

@@ -93,6 +93,24 @@ describe.each(databasesUnderTest())('the offline demo provider on %s', (dialect)
     expect(models.data.map((m) => m.id)).toEqual(['demo-chat']);
   });
 
+  it("lists its model in the gateway's own model list, which needs no provider key for it", async () => {
+    const models = await client().models.list();
+    expect(models.data.map((m) => m.id)).toContain('demo/demo-chat');
+    const one = await client().models.retrieve('demo/demo-chat');
+    expect(one).toMatchObject({ id: 'demo/demo-chat', owned_by: 'demo' });
+  });
+
+  it('prices a usage record posted for the demo provider at the demo prices, as a forwarded call is', async () => {
+    const res = await t.app.inject({
+      method: 'POST',
+      url: '/v1/requests',
+      headers: t.auth(),
+      payload: { request_id: `demo-posted-${dialect}`, customer_id: customer.customerId, meter_slug: customer.meterSlug, provider: 'demo', model: 'demo-chat', input_tokens: 7, output_tokens: 19 },
+    });
+    expect(res.statusCode, res.body).toBe(201);
+    expect(res.json().model_usage).toMatchObject({ input_cost: '0.0000070000', output_cost: '0.0000380000' });
+  });
+
   it("refuses a model it does not serve in OpenAI's error shape, and charges nothing for it", async () => {
     const before = await balance();
     const failed = await client()
