@@ -206,12 +206,7 @@ async function admitInOneStatement(storage: Storage, inputs: AdmitInput[]): Prom
   return outcomes;
 }
 
-/**
- * How long settlements and failures (off the response path) may wait for other work to share
- * their transaction: long enough that an idle instance writes a few requests per commit, instead
- * of making the next request's admission wait behind one.
-
-/** Admission as a group-commit job (gateway/writer.ts). */
+/** Admission as a group-commit job (ledger/group-commit.ts). */
 export const ADMIT_JOB: BatchJob<AdmitInput, AdmitOutcome> = {
   order: 1,
   locks: (_trx, inputs) => ({ walletIds: inputs.flatMap(payingWalletIds), spendKeyIds: spendKeyIdsOf(inputs) }),

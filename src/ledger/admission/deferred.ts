@@ -236,12 +236,6 @@ function walletBalancesQuery(ids: string[]): CompiledQuery<WalletBalance> {
   return CompiledQuery.raw(WALLET_BALANCES_SQL[ids.length - 1]!, ids) as CompiledQuery<WalletBalance>;
 }
 
-/**
- * The rows admissions leave: their holds, each wallet's `held` raised by what they hold on it, the
- * pending records and their metadata. Used by the batch admission and by deferred admission writes.
- * A hold taken from a lease is carved out of it instead: the lease row gives up its share and
- * `held` stays as it is (unless the lease expired meanwhile; then the hold is held anew).
-
 /** The wallets deferred admission writes change: those of their holds (carved from a lease or not). */
 function admissionWriteWalletIds(writes: AdmissionWrite[]): string[] {
   return writes.flatMap((write) => write.holds.map((hold) => hold.wallet_id));
@@ -293,4 +287,4 @@ const WRITE_ADMISSION_JOB: BatchJob<AdmissionWrite, void> = {
   },
 };
 
-/** Admission as a group-commit job (gateway/writer.ts). */
+/** Admission as a group-commit job (ledger/group-commit.ts). */

@@ -362,7 +362,7 @@ async function holdsOf(trx: Transaction<Database>, holdIds: string[]): Promise<{
   return holdIds.length ? trx.selectFrom('holds').select(['id', 'wallet_id']).where('id', 'in', holdIds).execute() : [];
 }
 
-/** Settlement and failure as group-commit jobs (gateway/writer.ts); they run before admissions. */
+/** Settlement and failure as group-commit jobs (ledger/group-commit.ts); they run before admissions. */
 export const SETTLE_JOB: BatchJob<SettleInput, ChargeOutcome> = {
   order: 0,
   locks: (_trx, inputs) => {
