@@ -168,3 +168,27 @@ export function danglingReferences(folders: string[]): DanglingReference[] {
   const decisions = decisionNumbers();
   return sourceFiles(folders).flatMap((file) => danglingReferencesIn(file, readFileSync(file, 'utf8'), decisions));
 }
+
+/**
+ * Dangling file names in a Markdown page's code spans (`src/ledger/holds.ts`, `calls.ts`): paths
+ * resolve from the repository root, src/, docs/ or the page's own folder; a name alone resolves
+ * when some tracked folder holds a file of that name.
+ */
+export function danglingReferencesInMarkdown(file: string, text = readFileSync(file, 'utf8')): DanglingReference[] {
+  const where = relative(REPO_ROOT, file);
+  const dangling: DanglingReference[] = [];
+  text
+    .split('\n')
+    .forEach((text, i) => {
+      for (const [, span] of text.matchAll(/`([^`]+)`/g)) {
+        for (const reference of pathReferences(span!)) {
+          const found = resolves(reference, file) || existsSync(resolve(REPO_ROOT, 'docs', reference));
+          if (!found) dangling.push({ file: where, line: i + 1, reference, reason: 'no such file' });
+        }
+        for (const reference of fileNameReferences(span!)) {
+          if (!someFileIsNamed(reference)) dangling.push({ file: where, line: i + 1, reference, reason: 'no file of that name' });
+        }
+      }
+    });
+  return dangling;
+}

@@ -1,7 +1,7 @@
 import { readdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
-import { danglingReferences, danglingReferencesIn, outsideReferences, REPO_ROOT } from '../helpers/comment-references.ts';
+import { danglingReferences, danglingReferencesIn, danglingReferencesInMarkdown, outsideReferences, REPO_ROOT } from '../helpers/comment-references.ts';
 
 /**
  * Comments send a reader to files, decision records and rules. A comment naming a file that was
@@ -15,6 +15,17 @@ const describeDangling = (found: ReturnType<typeof danglingReferences>) =>
 describe('references in code comments', () => {
   it('every file, folder and decision named in a comment of src/, test/ or bench/ exists', () => {
     expect(describeDangling(danglingReferences(['src', 'test', 'bench']))).toEqual([]);
+  });
+
+  it('every file named in the architecture page and the READMEs of src/ folders exists', () => {
+    const pages = [
+      join(REPO_ROOT, 'docs/architecture.md'),
+      ...readdirSync(join(REPO_ROOT, 'src'), { recursive: true, encoding: 'utf8' })
+        .filter((name) => name.endsWith('README.md'))
+        .map((name) => join(REPO_ROOT, 'src', name)),
+    ];
+    expect(pages.length).toBeGreaterThan(1);
+    expect(describeDangling(pages.flatMap((page) => danglingReferencesInMarkdown(page)))).toEqual([]);
   });
 
   it('documents and the README cite neither issue numbers nor a design file outside the repository', () => {
@@ -67,6 +78,12 @@ describe('the reference check itself', () => {
       'export const slashes = "// src/also-a-string.ts";',
     ].join('\n');
     expect(check(source)).toEqual([]);
+  });
+
+  it('checks the code spans of a Markdown page, not its prose', () => {
+    const page = join(REPO_ROOT, 'src/ledger/README.md');
+    const text = 'See `src/ledger/nope.ts`, `gone.ts`, `holds.ts`, `journal/calls.ts` and `docs/errors.md`; prose/words.ts is not checked.';
+    expect(danglingReferencesInMarkdown(page, text).map((d) => d.reference)).toEqual(['src/ledger/nope.ts', 'gone.ts']);
   });
 
   it('flags a block comment that lost its end and swallowed the next one', () => {
