@@ -98,12 +98,17 @@ admin
 admin
   .command('verify-ledger')
   .description('rebuild every wallet balance from the ledger postings; exits 1 on any mismatch')
-  .action(async () => {
+  .option('--progress', 'print progress to stderr (the default when stderr is a terminal)')
+  .option('--no-progress', 'never print progress')
+  .action(async (opts: { progress?: boolean }) => {
+    const showProgress = opts.progress ?? process.stderr.isTTY === true;
     await withStorage(async (storage) => {
       await migrateToLatest(storage);
-      const { problems, wallets, transactions } = await verifyLedger(storage);
-      for (const p of problems) console.error(`${p.kind} ${p.id}: ${p.detail}`);
-      if (problems.length > 0) fail(`Ledger check failed: ${problems.length} problem(s).`);
+      const { problemCount, wallets, transactions } = await verifyLedger(storage, {
+        onProblem: (p) => console.error(`${p.kind} ${p.id}: ${p.detail}`),
+        ...(showProgress ? { onProgress: (at) => console.error(`checked ${at.transactions} transactions, ${at.wallets} wallets`) } : {}),
+      });
+      if (problemCount > 0) fail(`Ledger check failed: ${problemCount} problem(s).`);
       console.log(`Ledger consistent: ${transactions} transactions, ${wallets} wallets.`);
     });
   });

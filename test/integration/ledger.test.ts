@@ -361,6 +361,10 @@ describe.each(databasesUnderTest())('ledger on %s', (dialect) => {
         const clean = await tollgate(['admin', 'verify-ledger'], { DATABASE_URL: url });
         expect(clean.code, clean.stderr).toBe(0);
         expect(clean.stdout).toContain('Ledger consistent');
+        expect(clean.stderr).not.toContain('checked');
+        const withProgress = await tollgate(['admin', 'verify-ledger', '--progress'], { DATABASE_URL: url });
+        expect(withProgress.code, withProgress.stderr).toBe(0);
+        expect(withProgress.stderr).toMatch(/checked \d+ transactions, 1 wallets/);
 
         await storage.db
           .updateTable('wallets')
