@@ -424,7 +424,7 @@ async function planForward(
   ).catch((err: unknown) => {
     // The commit may have landed before the connection was lost: the request is not sent, so its
     // record and holds are released once the database answers again (decision 0019).
-    if (isDatabaseUnavailable(err)) gateway.settlements.releaseUnsent(storage, requestId);
+    if (isDatabaseUnavailable(err)) gateway.settlements.releaseUnsent(storage, requestId, deps.clock);
     throw err;
   });
   if (admitted.outcome === 'insufficient_balance') {

@@ -1,7 +1,7 @@
 import type { FastifyBaseLogger } from 'fastify';
 import { toSeconds, type Usage } from '../domain/pricing.ts';
 import type { AppDeps } from '../http/types.ts';
-import { dateOf } from '../domain/clock.ts';
+import { dateOf, type Clock } from '../domain/clock.ts';
 import { FAIL_JOB, SETTLE_JOB, type SettleInput } from '../ledger/settlement/settle.ts';
 import { lockRecoveryCounters, recoverPendingInTransaction, releaseUnsentAdmission } from '../ledger/settlement/recover.ts';
 import { releaseDeferredHolds, takeOverAdmission, type AdmissionWrite } from '../ledger/admission/deferred.ts';
@@ -129,8 +129,8 @@ export class Settlements {
    * never sent, so once the database answers again its pending record (if any) is failed and its
    * holds released, rather than left for the sweep to charge (decision 0019).
    */
-  releaseUnsent(storage: Storage, recordId: string): void {
-    const work = this.#withRetries(() => releaseUnsentAdmission(storage, recordId), recordId).finally(() => this.#inFlight.delete(work));
+  releaseUnsent(storage: Storage, recordId: string, clock: Clock): void {
+    const work = this.#withRetries(() => releaseUnsentAdmission(storage, recordId, dateOf(clock)), recordId).finally(() => this.#inFlight.delete(work));
     this.#inFlight.add(work);
   }
 

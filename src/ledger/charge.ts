@@ -72,18 +72,18 @@ export type ChargeInput = {
   createdAt?: string;
   /** The app's holds admitted in process and not written yet (SQLite), which a charge without a hold must leave. */
   unwritten?: UnwrittenHolds;
-  now?: Date;
+  now: Date;
 };
 
 /**
  * The time a batch of charges (or settlements, or failures) is written at: its newest member's.
- * Each member takes its time from the app's clock when it is handed in; without one, the system
- * clock's.
+ * Each member takes its time from the app's clock when it is handed in.
  */
-export function batchTime(inputs: readonly { now?: Date }[]): Date {
+export function batchTime(inputs: readonly { now: Date }[]): Date {
   let latest: Date | undefined;
-  for (const input of inputs) if (input.now && (!latest || input.now > latest)) latest = input.now;
-  return latest ?? new Date();
+  for (const input of inputs) if (!latest || input.now > latest) latest = input.now;
+  if (!latest) throw new RangeError('a batch has at least one member');
+  return latest;
 }
 
 /** Pricing of traffic no meter prices: no fee, no service charge, the merchant pays the base cost. */
@@ -152,7 +152,7 @@ async function chargeInTransaction(
   dialect: Storage['dialect'],
   input: ChargeInput,
 ): Promise<ChargeOutcome> {
-  const now = input.now ?? new Date();
+  const now = input.now;
   const at = now.toISOString();
   const counter = counterKeyOf(input, now);
   const accumulated = counter ? ((await lockUsageCounters(trx, dialect, [counter])).get(counterId(counter)) ?? 0n) : 0n;

@@ -12,10 +12,10 @@ export type HoldRow = HoldsTable;
  */
 export async function placeHold(
   storage: Storage,
-  input: { walletId: string; amount: bigint; reference: string; ttlMs: number; now?: Date; unwritten?: UnwrittenHolds },
+  input: { walletId: string; amount: bigint; reference: string; ttlMs: number; now: Date; unwritten?: UnwrittenHolds },
 ): Promise<{ holdId: string } | { insufficient: { available: bigint } }> {
   if (input.amount < 0n) throw new RangeError('a hold cannot be negative');
-  const now = input.now ?? new Date();
+  const now = input.now;
   return storage.db.transaction().execute(async (trx) => {
     const wallet = (await lockWallets(trx, storage.dialect, [input.walletId])).get(input.walletId);
     if (!wallet) throw new RangeError(`no wallet ${input.walletId}`);
@@ -114,7 +114,7 @@ type ExpiryOptions = {
  * Crash safety: holds past their TTL are released, batch after batch (one transaction each) until
  * a batch comes back short. Returns the references of the expired holds.
  */
-export async function expireHolds(storage: Storage, now = new Date(), options: ExpiryOptions = {}): Promise<string[]> {
+export async function expireHolds(storage: Storage, now: Date, options: ExpiryOptions = {}): Promise<string[]> {
   const batchSize = options.batchSize ?? EXPIRY_BATCH;
   const expired: string[] = [];
   for (;;) {

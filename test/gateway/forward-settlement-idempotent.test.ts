@@ -26,6 +26,7 @@ describe.each(databasesUnderTest())('forward gateway admission and holds on %s',
         recordId,
         holdIds,
         billing,
+        now: new Date(),
         usage: { inputTokens: 100, outputTokens: 50, inputCharacters: 0, outputCharacters: 0, inputSeconds: '0', outputSeconds: '0' },
         model: 'gpt-4o',
         prices: lookupBasePrices('openai', 'gpt-4o', { overrides: t.config.priceOverrides }),
@@ -55,7 +56,7 @@ describe.each(databasesUnderTest())('forward gateway admission and holds on %s',
       expect(transactions).toBe(1);
 
       expect((await settleRequest(t.storage, await settleInput(token, recordId, holdIds))).outcome).toBe('duplicate');
-      await failRequest(t.storage, { recordId, holdIds });
+      await failRequest(t.storage, { now: new Date(), recordId, holdIds });
       expect((await wallet(customerWalletId)).balance).toBe(balance);
       expect((await wallet(customerWalletId)).held).toBe(0n);
       expect(await transactionsFor(recordId)).toBe(1);
@@ -70,7 +71,7 @@ describe.each(databasesUnderTest())('forward gateway admission and holds on %s',
       const billing = await resolveForwardCredential(t.storage, merchant.secretKey, new Date());
       const { walletId } = pricingFor(billing);
       const recordId = newId('request');
-      const admitted = await admitRequest(t.storage, {
+      const admitted = await admitRequest(t.storage, { now: new Date(),
         requestId: recordId,
         billing,
         walletId,
@@ -108,7 +109,7 @@ describe.each(databasesUnderTest())('forward gateway admission and holds on %s',
       const before = await wallet(merchant.walletId);
       const holdIds = (await t.storage.db.selectFrom('holds').select('id').where('reference', '=', recordId).execute()).map((h) => h.id);
       expect((await settleRequest(t.storage, await settleInput(merchant.secretKey, recordId, holdIds))).outcome).toBe('duplicate');
-      await failRequest(t.storage, { recordId, holdIds });
+      await failRequest(t.storage, { now: new Date(), recordId, holdIds });
       const after = await wallet(merchant.walletId);
       expect(after.balance).toBe(before.balance);
       expect(after.held).toBe(0n);

@@ -178,7 +178,7 @@ describe.each(databasesUnderTest())('gateway writer on %s', (dialect) => {
     expect((await settleRequest(t.storage, settlement(alone))).outcome).toBe('recorded');
     const outcomes = await t.storage.db.transaction().execute((trx) => SETTLE_JOB.inTransaction!(trx, t.storage.dialect, batched.map(settlement)));
     expect(outcomes.map((o) => o.outcome)).toEqual(['recorded', 'recorded']);
-    await failRequest(t.storage, { recordId: failed.recordId, holdIds: failed.holdIds });
+    await failRequest(t.storage, { now: new Date(), recordId: failed.recordId, holdIds: failed.holdIds });
 
     const rows = await t.storage.db
       .selectFrom('requests')

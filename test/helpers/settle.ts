@@ -28,7 +28,8 @@ export function admissionOf(
     estimate: { wallet: parseMoney(given.hold), merchant: 0n },
     ttlMs: given.ttlMs ?? 60_000,
     record: { ...(given.facts ?? CHAT_FACTS), model: 'gpt-4o' },
-    ...(given.now ? { now: given.now } : {}),
+    // A test that does not move time admits at the wall clock's now.
+    now: given.now ?? new Date(),
   };
 }
 
@@ -55,6 +56,7 @@ export function settlementOf(
     serviceChargeRate: 0n,
     responseId: null,
     usageEstimated: false,
+    now: new Date(),
     ...rest,
     // What the pending record says is what its admission wrote.
     ...(record ? { record: { ...record, created_at: admitted.createdAt } } : {}),

@@ -119,7 +119,7 @@ describe.each(databasesUnderTest())('every admission path decides as the in-tran
       if (spec.balance > 0n) await creditWallet(t.storage, walletIds[i]!, spec.balance);
       if (spec.overrun) await t.storage.db.updateTable('wallets').set({ overrun: OVERRUN_RATE }).where('id', '=', walletIds[i]!).execute();
       if (spec.held === 0n) continue;
-      const placed = await placeHold(t.storage, { walletId: walletIds[i]!, amount: spec.held, reference: newId('request'), ttlMs: 3_600_000 });
+      const placed = await placeHold(t.storage, { now: new Date(), walletId: walletIds[i]!, amount: spec.held, reference: newId('request'), ttlMs: 3_600_000 });
       if (!('holdId' in placed)) throw new Error('could not place the scenario hold');
     }
     return { walletIds, billings, keyBilling };
@@ -137,6 +137,7 @@ describe.each(databasesUnderTest())('every admission path decides as the in-tran
         estimate: { wallet: r.wallet, merchant: r.merchant },
         ttlMs: 3_600_000,
         record: { ...CHAT_FACTS, model: 'gpt-4o' },
+        now: new Date(),
       };
     });
   }

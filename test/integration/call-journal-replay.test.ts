@@ -162,8 +162,8 @@ describe.each(databasesUnderTest())('call journal replay (%s)', (dialect) => {
             if (admitted.outcome !== 'admitted') throw new Error(admitted.outcome);
             if (settled && end.usage) {
               const u = end.usage;
-              await settleRequest(t.storage, { recordId: call.id, holdIds: admitted.holdIds, billing: call.billing, usage: u.usage, model: u.model, requestedModel: u.requestedModel ?? null, prices: null, baseCostCharged: false, serviceChargeRate: 0n, responseId: u.responseId, usageEstimated: false });
-            } else if (settled) await failRequest(t.storage, { recordId: call.id, holdIds: admitted.holdIds });
+              await settleRequest(t.storage, { now: new Date(), recordId: call.id, holdIds: admitted.holdIds, billing: call.billing, usage: u.usage, model: u.model, requestedModel: u.requestedModel ?? null, prices: null, baseCostCharged: false, serviceChargeRate: 0n, responseId: u.responseId, usageEstimated: false });
+            } else if (settled) await failRequest(t.storage, { now: new Date(), recordId: call.id, holdIds: admitted.holdIds });
           }
           if (state.finished === 'billed') expected.push({ id: call.id, status: 'completed', cost: PER_REQUEST, estimated: false });
           else if (state.finished === 'failed') expected.push({ id: call.id, status: 'error', cost: 0n, estimated: false });

@@ -113,7 +113,7 @@ describe.each(databasesUnderTest())('the charge core on %s', (dialect) => {
     );
 
     // POST /requests: the same usage for the other customer, charged together in one batch (CHARGE_JOB).
-    const input = async (i: number): Promise<ChargeInput> => ({
+    const input = async (i: number): Promise<ChargeInput> => ({ now: new Date(),
       merchant: (await findMerchant(t.storage, m.merchantId))!,
       connection: (await findConnection(t.storage, m.merchantId, recorded.id))!,
       meter: (await findMeter(t.storage, m.merchantId, meter.meter_id))!,
@@ -169,7 +169,7 @@ describe.each(databasesUnderTest())('the charge core on %s', (dialect) => {
     const writer = chargeWriter(t.storage);
     const inputs: ChargeInput[] = [];
     for (let i = 0; i < 5; i++) {
-      inputs.push({
+      inputs.push({ now: new Date(),
         merchant: (await findMerchant(t.storage, m.merchantId))!,
         connection: (await findConnection(t.storage, m.merchantId, customer.id))!,
         meter: (await findMeter(t.storage, m.merchantId, meter.meter_id))!,

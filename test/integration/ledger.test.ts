@@ -59,7 +59,7 @@ describe.each(databasesUnderTest())('ledger on %s', (dialect) => {
         payload: { request_id: requestId, customer_id: customer.customer_id, meter_slug: meter.meter_slug },
       });
     /** The ChargeInput a forwarded request would settle with (as the gateway builds it). */
-    const chargeInput = async (requestId: string, extra: Partial<ChargeInput> = {}): Promise<ChargeInput> => ({
+    const chargeInput = async (requestId: string, extra: Partial<ChargeInput> = {}): Promise<ChargeInput> => ({ now: new Date(),
       merchant: (await findMerchant(t.storage, m.merchantId))!,
       connection: (await findConnection(t.storage, m.merchantId, customer.customer_id))!,
       meter: (await findMeter(t.storage, m.merchantId, meter.meter_id))!,
@@ -81,7 +81,7 @@ describe.each(databasesUnderTest())('ledger on %s', (dialect) => {
   describe('holds', () => {
     it('a hold reduces the available balance: a request that needs more than balance − held gets 402', async () => {
       const s = await setup({ fund: '1', rate: '0.5' });
-      const hold = await placeHold(t.storage, { walletId: s.walletId, amount: usd('0.7'), reference: 'h-avail', ttlMs: MINUTE });
+      const hold = await placeHold(t.storage, { now: new Date(), walletId: s.walletId, amount: usd('0.7'), reference: 'h-avail', ttlMs: MINUTE });
       expect(hold).toEqual({ holdId: expect.any(String) });
       expect(await s.wallet()).toMatchObject({ balance: usd('1'), held: usd('0.7') });
 
@@ -90,7 +90,7 @@ describe.each(databasesUnderTest())('ledger on %s', (dialect) => {
       expect(refused.statusCode).toBe(402);
       expect(refused.json().error.code).toBe('insufficient_balance');
       // A second hold larger than what is left is refused too, and reports the available amount.
-      expect(await placeHold(t.storage, { walletId: s.walletId, amount: usd('0.31'), reference: 'h-2', ttlMs: MINUTE })).toEqual({
+      expect(await placeHold(t.storage, { now: new Date(), walletId: s.walletId, amount: usd('0.31'), reference: 'h-2', ttlMs: MINUTE })).toEqual({
         insufficient: { available: usd('0.3') },
       });
       expect((await s.wallet()).held).toBe(usd('0.7'));
@@ -98,7 +98,7 @@ describe.each(databasesUnderTest())('ledger on %s', (dialect) => {
 
     it('releasing a hold restores the available balance, and a hold is released only once', async () => {
       const s = await setup({ fund: '1', rate: '0.5' });
-      const hold = await placeHold(t.storage, { walletId: s.walletId, amount: usd('0.7'), reference: 'h-release', ttlMs: MINUTE });
+      const hold = await placeHold(t.storage, { now: new Date(), walletId: s.walletId, amount: usd('0.7'), reference: 'h-release', ttlMs: MINUTE });
       if (!('holdId' in hold)) throw new Error('hold refused');
       expect((await s.post()).statusCode).toBe(402);
 
@@ -117,10 +117,10 @@ describe.each(databasesUnderTest())('ledger on %s', (dialect) => {
 
     it('a wallet at or below zero cannot place even an empty hold', async () => {
       const s = await setup({ fund: '0', rate: '0.5' });
-      expect(await placeHold(t.storage, { walletId: s.walletId, amount: 0n, reference: 'h-zero', ttlMs: MINUTE })).toEqual({
+      expect(await placeHold(t.storage, { now: new Date(), walletId: s.walletId, amount: 0n, reference: 'h-zero', ttlMs: MINUTE })).toEqual({
         insufficient: { available: 0n },
       });
-      await expect(placeHold(t.storage, { walletId: s.walletId, amount: -1n, reference: 'h-neg', ttlMs: MINUTE })).rejects.toThrow(RangeError);
+      await expect(placeHold(t.storage, { now: new Date(), walletId: s.walletId, amount: -1n, reference: 'h-neg', ttlMs: MINUTE })).rejects.toThrow(RangeError);
     });
 
     it('expireHolds releases only the holds past their expiry', async () => {
@@ -194,7 +194,7 @@ describe.each(databasesUnderTest())('ledger on %s', (dialect) => {
 
     it('a charge settles its hold once, may exceed it, and a second settlement of the same hold does nothing', async () => {
       const s = await setup({ fund: '0.4', rate: '0.5' });
-      const hold = await placeHold(t.storage, { walletId: s.walletId, amount: usd('0.3'), reference: 'fwd-1', ttlMs: MINUTE });
+      const hold = await placeHold(t.storage, { now: new Date(), walletId: s.walletId, amount: usd('0.3'), reference: 'fwd-1', ttlMs: MINUTE });
       if (!('holdId' in hold)) throw new Error('hold refused');
 
       // Actual cost 0.5 > hold 0.3 and > available 0.1: admitted at the hold, so it is charged in full.
@@ -216,7 +216,7 @@ describe.each(databasesUnderTest())('ledger on %s', (dialect) => {
 
       // A wallet at or below zero gets 402 until it is credited.
       expect((await s.post()).statusCode).toBe(402);
-      expect(await placeHold(t.storage, { walletId: s.walletId, amount: 0n, reference: 'h-after', ttlMs: MINUTE })).toEqual({
+      expect(await placeHold(t.storage, { now: new Date(), walletId: s.walletId, amount: 0n, reference: 'h-after', ttlMs: MINUTE })).toEqual({
         insufficient: { available: -usd('0.1') },
       });
     });
@@ -225,7 +225,7 @@ describe.each(databasesUnderTest())('ledger on %s', (dialect) => {
       const s = await setup({ fund: '1', rate: '0.5' });
       const t0 = new Date('2020-02-01T00:00:00.000Z');
       const expiring = await placeHold(t.storage, { walletId: s.walletId, amount: usd('0.5'), reference: 'late-1', ttlMs: MINUTE, now: t0 });
-      const released = await placeHold(t.storage, { walletId: s.walletId, amount: usd('0.5'), reference: 'late-2', ttlMs: MINUTE });
+      const released = await placeHold(t.storage, { now: new Date(), walletId: s.walletId, amount: usd('0.5'), reference: 'late-2', ttlMs: MINUTE });
       if (!('holdId' in expiring) || !('holdId' in released)) throw new Error('hold refused');
       expect(await expireHolds(t.storage, new Date(t0.getTime() + MINUTE))).toContain('late-1');
       expect(await releaseHold(t.storage, released.holdId)).toBe(true);

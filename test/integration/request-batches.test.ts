@@ -65,7 +65,7 @@ describe.each(databasesUnderTest())('batched request charges on %s', (dialect) =
     }
     const balance = async (i: number) => (await findWallet(t.storage, customers[i]!.walletId))!.balance;
     /** The input POST /requests hands the writer, as the route builds it. */
-    const input = async (customer: number, usage = tokens(0), requestId = `batch-${++sequence}`): Promise<ChargeInput> => ({
+    const input = async (customer: number, usage = tokens(0), requestId = `batch-${++sequence}`): Promise<ChargeInput> => ({ now: new Date(),
       merchant: (await findMerchant(t.storage, m.merchantId))!,
       connection: (await findConnection(t.storage, m.merchantId, customers[customer]!.id))!,
       meter: (await findMeter(t.storage, m.merchantId, meter.meter_id))!,

@@ -77,7 +77,7 @@ describe.each(databasesUnderTest())('usage rollups per metadata pair on %s', (di
       if (fund !== '0') await creditWallet(t.storage, c.wallet.wallet_id, parseMoney(fund));
       customers.push(c.customer_id);
     }
-    const input = async (i: number, customer: number): Promise<ChargeInput> => ({
+    const input = async (i: number, customer: number): Promise<ChargeInput> => ({ now: new Date(),
       merchant: (await findMerchant(t.storage, m.merchantId))!,
       connection: (await findConnection(t.storage, m.merchantId, customers[customer]!))!,
       meter: (await findMeter(t.storage, m.merchantId, meter.meter_id))!,
@@ -131,7 +131,7 @@ describe.each(databasesUnderTest())('usage rollups per metadata pair on %s', (di
     expect((await settleRequest(t.storage, settlement(alone!))).outcome).toBe('recorded');
     const outcomes = await t.storage.db.transaction().execute((trx) => SETTLE_JOB.inTransaction!(trx, t.storage.dialect, batched.map(settlement)));
     expect(outcomes.map((o) => o.outcome)).toEqual(batched.map(() => 'recorded'));
-    await failRequest(t.storage, { recordId: failed!.recordId, holdIds: failed!.holdIds });
+    await failRequest(t.storage, { now: new Date(), recordId: failed!.recordId, holdIds: failed!.holdIds });
 
     const stored = await storedMetadataRollups(t.storage.db, [merchantId]);
     expect(stored).toEqual(await recountMetadataRollups(t.storage.db, [merchantId]));

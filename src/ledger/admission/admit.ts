@@ -37,7 +37,7 @@ export type AdmitInput = {
   spendKeyRequest?: SpendKeyRequest;
   /** The app's holds admitted in process and not written yet (SQLite), which the decision subtracts. */
   unwritten?: UnwrittenHolds;
-  now?: Date;
+  now: Date;
 };
 
 export type AdmitOutcome =
@@ -52,7 +52,7 @@ export type AdmitOutcome =
  * when a wallet that would pay anything is at or below zero.
  */
 export async function admitRequest(storage: Storage, input: AdmitInput): Promise<AdmitOutcome> {
-  const now = input.now ?? new Date();
+  const now = input.now;
   return storage.db.transaction().execute(async (trx) => {
     const wallets = await lockWallets(trx, storage.dialect, [input.walletId, input.billing.merchantWalletId]);
     // A key that is no longer valid is refused as such, whatever its wallet holds.
@@ -115,7 +115,7 @@ export async function admitInTransaction(
   const records: RequestRow[] = [];
   for (const [i, input] of inputs.entries()) {
     const parts = partsOf[i]!;
-    const now = input.now ?? new Date();
+    const now = input.now;
     const key = await lockedSpendKey(trx, dialect, input, now);
     if (key && isSpendKeyRefusal(key)) {
       outcomes.push({ outcome: 'spend_key_refused', refusal: key });
@@ -165,7 +165,7 @@ async function admitInOneStatement(storage: Storage, inputs: AdmitInput[]): Prom
   const records: RequestRow[] = [];
   const outcomes: AdmitOutcome[] = [];
   for (const input of inputs) {
-    const now = input.now ?? new Date();
+    const now = input.now;
     const createdAt = now.toISOString();
     const rows = holdRowsOf(holdParts(input.walletId, input.billing.merchantWalletId, input.estimate), input.requestId, now, input.ttlMs);
     for (const hold of rows) need.set(hold.wallet_id, (need.get(hold.wallet_id) ?? 0n) + hold.amount);

@@ -118,7 +118,7 @@ export function releaseDeferredHolds(write: AdmissionWrite): void {
  */
 export async function admitDeferred(storage: Storage, writes: DeferredWrites, input: AdmitInput, leases?: WalletLeases): Promise<DeferredAdmission> {
   const parts = holdParts(input.walletId, input.billing.merchantWalletId, input.estimate);
-  const now = input.now ?? new Date();
+  const now = input.now;
   const createdAt = now.toISOString();
   const recordId = input.requestId;
   const holds = holdRowsOf(parts, recordId, now, input.ttlMs);

@@ -206,12 +206,11 @@ function completedFromEstimate(row: RequestRow, estimate: KeptEstimate, at: stri
  * answered 503 without knowing whether it committed): its pending record, if it was written, is
  * failed and its holds released. Provably never reached: the instance saw it.
  */
-export async function releaseUnsentAdmission(storage: Storage, recordId: string): Promise<void> {
+export async function releaseUnsentAdmission(storage: Storage, recordId: string, now: Date): Promise<void> {
   await storage.db.transaction().execute(async (trx) => {
     const holds = await trx.selectFrom('holds').select(['id', 'wallet_id']).where('reference', '=', recordId).where('status', '=', 'active').execute();
     const wallets = holds.length > 0 ? await lockWallets(trx, storage.dialect, holds.map((hold) => hold.wallet_id)) : new Map();
     for (const hold of holds) await releaseHoldInTransaction(trx, hold.id, 'released', wallets);
-    const now = new Date();
     if (await failPendingRecord(trx, storage.dialect, recordId, now.toISOString())) await finishReservation(trx, storage.dialect, recordId, 0n, now);
   });
 }

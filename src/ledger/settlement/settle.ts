@@ -66,8 +66,8 @@ export type SettleInput = {
    * settled record is inserted directly, and its holds were never rows.
    */
   merged?: AdmissionWrite;
-  /** When the request is settled, by the app's clock (default: the system clock). */
-  now?: Date;
+  /** When the request is settled, by the app's clock. */
+  now: Date;
 };
 
 export type PendingFacts = Pick<RequestRow, 'provider' | 'endpoint' | 'provider_key_type' | 'created_at'> & { metadata: Record<string, string> };
@@ -334,7 +334,7 @@ export async function failRequest(storage: Storage, input: FailInput): Promise<v
   await storage.db.transaction().execute((trx) => failInTransaction(trx, storage.dialect, [input]));
 }
 
-export type FailInput = { recordId: string; holdIds: string[]; /** By the app's clock (default: the system clock). */ now?: Date };
+export type FailInput = { recordId: string; holdIds: string[]; /** By the app's clock. */ now: Date };
 
 async function failInTransaction(trx: Transaction<Database>, dialect: Storage['dialect'], inputs: FailInput[]): Promise<void[]> {
   const now = batchTime(inputs);
