@@ -115,6 +115,7 @@ const configSchema = z.object({
   WEBHOOK_TIMEOUT_MS: z.coerce.number().int().min(100).max(60_000).default(10_000),
   /** Webhook deliveries in flight at once in this process, over all endpoints. */
   WEBHOOK_MAX_CONCURRENCY: z.coerce.number().int().min(1).max(1024).default(64),
+  WEBHOOK_RETENTION_DAYS: z.coerce.number().int().min(1).max(3650).default(30),
   /** Whether anyone reaching the dashboard may create a merchant account (sign-up page). */
   DASHBOARD_SIGNUP: flag.default(false),
   /**
@@ -163,7 +164,7 @@ export type Config = {
   publicBaseUrl: string | undefined;
   /** Null when V8 keeps its own heap growing factor. */
   heapGrowingPercent: number | null;
-  webhooks: { allowHttpLoopback: boolean; timeoutMs: number; maxConcurrency: number };
+  webhooks: { allowHttpLoopback: boolean; timeoutMs: number; maxConcurrency: number; retentionDays: number };
   dashboardSignup: boolean;
   /** Fastify's trustProxy: whom X-Forwarded-For/-Proto are believed from. */
   trustProxy: boolean | number | string[];
@@ -242,6 +243,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
       allowHttpLoopback: c.WEBHOOK_ALLOW_HTTP_LOOPBACK,
       timeoutMs: c.WEBHOOK_TIMEOUT_MS,
       maxConcurrency: c.WEBHOOK_MAX_CONCURRENCY,
+      retentionDays: c.WEBHOOK_RETENTION_DAYS,
     },
     dashboardSignup: c.DASHBOARD_SIGNUP,
     trustProxy: trustProxyOf(c.TRUST_PROXY),

@@ -141,6 +141,7 @@ function startWebhookDispatcher(config: Config, storage: Storage, app: App, cloc
     policy: { allowHttpLoopback: config.webhooks.allowHttpLoopback },
     timeoutMs: config.webhooks.timeoutMs,
     maxConcurrency: config.webhooks.maxConcurrency,
+    retentionDays: config.webhooks.retentionDays,
     log: app.log.child({ component: 'webhooks' }),
     registry: app.metrics,
   });

@@ -3,6 +3,7 @@ import { Counter, Gauge, type Registry } from 'prom-client';
 import type { Dispatcher as HttpDispatcher } from 'undici';
 import type { Storage } from '../storage/db.ts';
 import { claimDueDeliveries, fanOutEvents, oldestDueAt, recordOutcome, type ClaimedDelivery } from '../storage/webhook-deliveries.ts';
+import { pruneDeliveredEvents } from '../storage/webhook-retention.ts';
 import { payloadText } from './events.ts';
 import { retryDelayMs, shouldDisable } from './schedule.ts';
 import { createDeliveryAgent, sendDelivery } from './sender.ts';
@@ -12,7 +13,13 @@ import { systemResolver, type Resolver, type UrlPolicy } from './url-safety.ts';
 /** Deliveries in flight to one endpoint from one process: a slow endpoint holds at most these. */
 const PER_ENDPOINT_CONCURRENCY = 4;
 const DEFAULT_POLL_MS = 100;
+export const DEFAULT_RETENTION_DAYS = 30;
 const ERROR_RETRY_MS = 2_000;
+const DAY_MS = 86_400_000;
+/** How often a process looks for delivered events past their retention. */
+const PRUNE_EVERY_MS = 10 * 60_000;
+/** Batches one round deletes at most, so pruning a large backlog never holds up deliveries for long. */
+const PRUNE_BATCHES_PER_ROUND = 10;
 
 export type DispatcherOptions = {
   storage: Storage;
@@ -29,6 +36,8 @@ export type DispatcherOptions = {
   random?: () => number;
   resolve?: Resolver;
   pollIntervalMs?: number;
+  /** Events whose deliveries are all final are deleted, with them, this many days after (WEBHOOK_RETENTION_DAYS). */
+  retentionDays?: number;
 };
 
 /**
@@ -46,6 +55,8 @@ export class WebhookDispatcher {
   private timer: NodeJS.Timeout | null = null;
   private ticking: Promise<void> | null = null;
   private again = false;
+  /** The clock's time of the last prune that found nothing more to delete (null: none yet). */
+  private prunedAt: number | null = null;
   /** Until start(), rounds run only when tick() is called (tests drive them by hand). */
   private stopped = true;
 
@@ -55,6 +66,7 @@ export class WebhookDispatcher {
       random: Math.random,
       resolve: systemResolver,
       pollIntervalMs: DEFAULT_POLL_MS,
+      retentionDays: DEFAULT_RETENTION_DAYS,
       ...options,
     };
     this.agent = createDeliveryAgent(this.opts.policy, this.opts.resolve, this.opts.timeoutMs);
@@ -133,6 +145,7 @@ export class WebhookDispatcher {
 
   private async round(): Promise<void> {
     this.again = false;
+    await this.pruneIfDue();
     const at = this.nowIso();
     const fannedOut = await fanOutEvents(this.opts.storage, at);
     const room = this.opts.maxConcurrency - this.sends.size;
@@ -147,6 +160,30 @@ export class WebhookDispatcher {
     });
     for (const delivery of claimed) this.startSend(delivery);
     if (fannedOut.events > 0 || claimed.length === room) this.again = true;
+  }
+
+  /**
+   * Deletes delivered (and finally failed) events past the retention period with their
+   * deliveries, a bounded number of batches per round; a backlog continues in the next rounds.
+   * A failure is logged and retried at the next interval: it never stops deliveries.
+   */
+  private async pruneIfDue(): Promise<void> {
+    const nowMs = this.opts.now();
+    if (this.prunedAt !== null && nowMs - this.prunedAt < PRUNE_EVERY_MS) return;
+    const before = new Date(nowMs - this.opts.retentionDays * DAY_MS).toISOString();
+    try {
+      for (let batch = 0; batch < PRUNE_BATCHES_PER_ROUND; batch++) {
+        const { full } = await pruneDeliveredEvents(this.opts.storage, before);
+        if (!full) {
+          this.prunedAt = nowMs;
+          return;
+        }
+      }
+      this.again = true;
+    } catch (err) {
+      this.prunedAt = nowMs;
+      this.opts.log.error({ err }, 'pruning delivered webhook events failed');
+    }
   }
 
   /** A claimed delivery falls due again after this, should this process die before recording it. */
