@@ -1,4 +1,6 @@
+import { sql } from 'kysely';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { PRUNE_BATCH, pruneDeliveredEvents } from '../../src/storage/webhook-retention.ts';
 import { WebhookDispatcher } from '../../src/webhooks/dispatcher.ts';
 import { MAX_ATTEMPTS } from '../../src/webhooks/schedule.ts';
 import { startTestApp, type Merchant, type TestApp } from '../helpers/app.ts';
@@ -98,5 +100,29 @@ describe.each(databasesUnderTest())('webhook event retention on %s', (dialect) =
     } finally {
       await d.stop();
     }
+  });
+
+  it('prunes a large backlog in bounded batches, oldest first', async () => {
+    const m = await t.newMerchant();
+    const hook = await api(m, 'POST', '/v1/webhooks', { name: 'backlog', url: (await receiverAnswering(200)).url });
+    const count = 2 * PRUNE_BATCH + 200;
+    const at = '2020-01-01T00:00:00.000Z';
+    const pad = (e: ReturnType<typeof sql>) => (dialect === 'postgres' ? sql`lpad((${e})::text, 6, '0')` : sql`printf('%06d', ${e})`);
+    const numbers = sql`with recursive n(i) as (select 0 union all select i + 1 from n where i < ${sql.lit(count - 1)})`;
+    // Ids sort before any real event's: their time part is all zeros but for the sequence.
+    await sql`${numbers} insert into events (id, merchant_id, type, payload, created_at, dispatched_at)
+      select 'evt_0000000000' || ${pad(sql`i`)}, ${m.merchantId}, 'customer.created', '{}', ${at}, ${at} from n`.execute(t.storage.db);
+    await sql`${numbers} insert into webhook_deliveries (id, webhook_id, event_id, event_type, state, attempts, last_attempt_at, last_status_code, created_at)
+      select 'whd_backlog' || ${pad(sql`i`)}, ${hook.webhook_id}, 'evt_0000000000' || ${pad(sql`i`)}, 'customer.created', 'succeeded', 1, ${at}, 200, ${at} from n`.execute(t.storage.db);
+
+    const before = '2021-01-01T00:00:00.000Z';
+    expect(await pruneDeliveredEvents(t.storage, before)).toEqual({ deleted: PRUNE_BATCH, full: true });
+    const left = await eventsOf(m);
+    expect(left).toHaveLength(count - PRUNE_BATCH);
+    expect(left.map((e) => e.id).sort()[0]).toBe(`evt_0000000000${String(PRUNE_BATCH).padStart(6, '0')}`);
+    expect(await pruneDeliveredEvents(t.storage, before)).toEqual({ deleted: PRUNE_BATCH, full: true });
+    expect(await pruneDeliveredEvents(t.storage, before)).toEqual({ deleted: 200, full: false });
+    expect(await eventsOf(m)).toEqual([]);
+    expect(await deliveriesOf(m)).toEqual([]);
   });
 });
