@@ -252,14 +252,14 @@ export async function waitForSettlements(storage: Storage, merchantId: string): 
 
 /** A merchant, a customer with a funded wallet and a meter: the forward URL and headers that bill them. */
 export async function forwardClient(storage: Storage, serverUrl: string) {
-  const { secretKey, merchant } = await createMerchant(storage, { name: 'Gateway bench' });
-  await creditWallet(storage, merchant.wallet_id, parseMoney('1000000'));
+  const { secretKey, merchant } = await createMerchant(storage, { name: 'Gateway bench' }, new Date().toISOString());
+  await creditWallet(storage, merchant.wallet_id, parseMoney('1000000'), new Date().toISOString());
   const h = { authorization: `Bearer ${secretKey}`, 'content-type': 'application/json' };
   const post = async (path: string, b: object) =>
     (await (await fetch(`${serverUrl}/v1${path}`, { method: 'POST', headers: h, body: JSON.stringify(b) })).json()) as unknown;
   const customer = (await post('/customers', {})) as { customer_id: string; wallet: { wallet_id: string } };
   const meter = (await post('/meters', { name: 'Bench chat', rate_type: 'fixed', tiers: [{ start: '0', rate: '1' }] })) as { meter_slug: string };
-  await creditWallet(storage, customer.wallet.wallet_id, parseMoney('1000000'));
+  await creditWallet(storage, customer.wallet.wallet_id, parseMoney('1000000'), new Date().toISOString());
   const token = Buffer.from(JSON.stringify({ secret_key: secretKey, customer_id: customer.customer_id, meter_slug: meter.meter_slug })).toString('base64');
   return {
     forwardUrl: `${serverUrl}/v1/forward?u=${encodeURIComponent('https://api.openai.com/v1/chat/completions')}`,

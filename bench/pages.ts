@@ -84,7 +84,7 @@ async function signIn(page: Page, base: string): Promise<void> {
 
 /** A merchant with a meter, ten funded customers and `requests` recorded requests spread over them. */
 async function seedMerchant(storage: Storage, url: string, requests: number): Promise<void> {
-  const { secretKey } = await createMerchant(storage, { name: 'Pages bench', email: EMAIL, password: PASSWORD });
+  const { secretKey } = await createMerchant(storage, { name: 'Pages bench', email: EMAIL, password: PASSWORD }, new Date().toISOString());
   const headers = { authorization: `Bearer ${secretKey}`, 'content-type': 'application/json' };
   const post = async (path: string, body: object): Promise<Record<string, unknown>> => {
     const res = await fetch(`${url}/v1${path}`, { method: 'POST', headers, body: JSON.stringify(body) });
@@ -95,7 +95,7 @@ async function seedMerchant(storage: Storage, url: string, requests: number): Pr
   const customers: string[] = [];
   for (let i = 0; i < 10; i++) {
     const customer = (await post('/customers', { reference_id: `pages-${i}` })) as { customer_id: string; wallet: { wallet_id: string } };
-    await creditWallet(storage, customer.wallet.wallet_id, parseMoney('1000'));
+    await creditWallet(storage, customer.wallet.wallet_id, parseMoney('1000'), new Date().toISOString());
     customers.push(customer.customer_id);
   }
   for (let i = 0; i < requests; i++) {

@@ -169,7 +169,7 @@ async function startServer(databaseUrl: string, mockUrl: string, env: Record<str
 }
 
 async function setUpMerchant(storage: Storage, url: string, customers: number) {
-  const { secretKey, merchant } = await createMerchant(storage, { name: 'Bench' });
+  const { secretKey, merchant } = await createMerchant(storage, { name: 'Bench' }, new Date().toISOString());
   const headers = { authorization: `Bearer ${secretKey}`, 'content-type': 'application/json' };
   const post = async (path: string, body: object) =>
     (await (await fetch(`${url}/v1${path}`, { method: "POST", headers, body: JSON.stringify(body) })).json()) as unknown;
@@ -182,7 +182,7 @@ async function setUpMerchant(storage: Storage, url: string, customers: number) {
   const ids: { customerId: string; walletId: string }[] = [];
   for (let i = 0; i < customers; i++) {
     const c = (await post('/customers', { reference_id: `bench-${i}` })) as { customer_id: string; wallet: { wallet_id: string } };
-    await creditWallet(storage, c.wallet.wallet_id, parseMoney('1000000'));
+    await creditWallet(storage, c.wallet.wallet_id, parseMoney('1000000'), new Date().toISOString());
     ids.push({ customerId: c.customer_id, walletId: c.wallet.wallet_id });
   }
   return { headers, meter, customers: ids, merchantId: merchant.id, secretKey };

@@ -41,7 +41,7 @@ export async function benchWebhooks(opts: { engine: string; storage: Storage; se
     });
 
   try {
-    const { merchant, secretKey } = await createMerchant(opts.storage, { name: 'Webhook bench' });
+    const { merchant, secretKey } = await createMerchant(opts.storage, { name: 'Webhook bench' }, new Date().toISOString());
     for (let i = 0; i < WEBHOOKS; i++) {
       const res = await fetch(`${opts.serverUrl}/v1/webhooks`, {
         method: 'POST',

@@ -172,7 +172,7 @@ export async function buildApp(options: AppOptions): Promise<App> {
 async function authenticateAndLimit(deps: AppDeps, request: FastifyRequest, reply: FastifyReply): Promise<void> {
   if (request.routeOptions.config.public) return;
   // A merchant secret key, or a wallet key on the routes that admit one.
-  request.principal = await authenticateApiKey(deps.storage, request);
+  request.principal = await authenticateApiKey(deps.storage, request, deps.clock);
   const now = deps.clock.now();
   const decision = await deps.rateLimiter.hit(
     principalOf(request).keyId,

@@ -7,6 +7,7 @@ import { findMerchant, MIN_PASSWORD_LENGTH, normalizedEmail, setMerchantEmail, s
 import { migrateToLatest } from '../storage/migrate.ts';
 import { createPasswordReset, PASSWORD_RESET_TTL_MS } from '../storage/password-resets.ts';
 import { deleteMerchantSessions } from '../storage/sessions.ts';
+import { systemClock } from '../domain/clock.ts';
 
 type Tools = {
   withStorage(work: (storage: Storage) => Promise<void>): Promise<void>;
@@ -58,7 +59,7 @@ export function accountCommands({ withStorage, config, fail }: Tools): Command[]
         if (!merchant) return fail(`No merchant with id ${opts.merchant}.`);
         if (!merchant.email && opts.email === undefined) fail(`Merchant ${opts.merchant} has no sign-in email; give one with --email.`);
         if (opts.email !== undefined) await setMerchantEmail(storage, opts.merchant, opts.email).catch(takenEmail(opts.email));
-        const token = await createPasswordReset(storage, opts.merchant, Date.now());
+        const token = await createPasswordReset(storage, opts.merchant, systemClock.now());
         const link = new URL('/dashboard/reset-password', base);
         link.searchParams.set('token', token);
         console.log(link.toString());

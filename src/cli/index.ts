@@ -15,6 +15,7 @@ import { billingCommands } from './billing.ts';
 import { commerceCommands } from './commerce.ts';
 import { webhookCommands } from './webhooks.ts';
 import { sessionCommands } from './login.ts';
+import { dateOf, systemClock } from '../domain/clock.ts';
 
 const program = new Command()
   .name('tollgate')
@@ -57,7 +58,7 @@ admin
     if (opts.email !== undefined && !isValidEmail(opts.email.trim())) fail(`${opts.email} is not a valid email address.`);
     await withStorage(async (storage) => {
       await migrateToLatest(storage);
-      const { merchant, secretKey } = await createMerchant(storage, opts).catch((e: unknown) => {
+      const { merchant, secretKey } = await createMerchant(storage, opts, dateOf(systemClock).toISOString()).catch((e: unknown) => {
         // The only unique value a new merchant brings is its e-mail.
         if (isUniqueViolation(e)) fail(`A merchant with the email ${normalizedEmail(opts.email!)} already exists.`);
         throw e;
@@ -86,7 +87,7 @@ admin
   .action(async (opts: { wallet: string; amount: bigint; bucket: Bucket }) => {
     await withStorage(async (storage) => {
       await migrateToLatest(storage);
-      const balance = await creditWallet(storage, opts.wallet, opts.amount, opts.bucket).catch((e: unknown) => {
+      const balance = await creditWallet(storage, opts.wallet, opts.amount, dateOf(systemClock).toISOString(), opts.bucket).catch((e: unknown) => {
         if (e instanceof WalletBalanceLimitError) fail(`The credit would take the wallet above its maximum balance, ${formatMoney(e.ceiling)}.`);
         throw e;
       });

@@ -261,7 +261,7 @@ async function customerForReference(trx: Transaction<Database>, session: Checkou
       .executeTakeFirst();
     if (taken) return taken;
   }
-  return insertConnectionIn(trx, session.merchant_id, { reference_id: session.reference_id, metadata: null, ...input.contact }, input.customerEventData);
+  return insertConnectionIn(trx, session.merchant_id, { reference_id: session.reference_id, metadata: null, ...input.contact }, input.customerEventData, input.at.toISOString());
 }
 
 /** The session's effects, in the transaction that records its payment as succeeded. */

@@ -6,6 +6,7 @@ import { coalesced, type Coalesced } from '../storage/coalesce.ts';
 import { findActiveKeysByHash, type ActiveKeyRow } from '../storage/secret-keys.ts';
 import { findActiveWalletKeyByHash, markWalletKeyUsed, type ActiveWalletKeyRow, type WalletRef } from '../storage/wallet-keys.ts';
 import { ApiError } from './errors.ts';
+import { dateOf, type Clock } from '../domain/clock.ts';
 
 export type Principal = {
   merchantId: string;
@@ -44,14 +45,14 @@ export function bearerToken(request: FastifyRequest): string | null {
  * Authenticates the bearer key of a standard endpoint: a merchant secret key, or a wallet key on
  * the routes that admit one (403 `forbidden` elsewhere).
  */
-export async function authenticateApiKey(storage: Storage, request: FastifyRequest): Promise<Principal> {
+export async function authenticateApiKey(storage: Storage, request: FastifyRequest, clock: Clock): Promise<Principal> {
   const token = bearerToken(request);
   if (token === null || !token.startsWith(SECRET_PREFIX.walletKey)) return authenticateSecretKey(storage, token);
   const row = await authenticateWalletKey(storage, token);
   if (!request.routeOptions.config.walletKeyAllowed) {
     throw new ApiError('forbidden', "A wallet key may only manage its own wallet's spend keys.");
   }
-  await markWalletKeyUsed(storage, row.id);
+  await markWalletKeyUsed(storage, row.id, dateOf(clock).toISOString());
   request.walletKeyScope = { walletId: row.wallet_id, connectionId: row.connection_id };
   return {
     merchantId: row.merchant_id,

@@ -2,7 +2,6 @@ import type { Transaction } from 'kysely';
 import { formatMoney, MAX_WALLET_BALANCE_UNITS } from '../domain/money.ts';
 import type { Storage } from '../storage/db.ts';
 import type { Database, WalletsTable } from '../storage/schema.ts';
-import { nowIso } from '../storage/time.ts';
 import { BUCKET_ORDER, creditGrantsAccount, operatorFundingAccount, walletAccount, type Bucket } from './accounts.ts';
 import { appendTransaction, type Leg } from './postings.ts';
 import { recordBalanceEvent } from './events.ts';
@@ -186,13 +185,12 @@ export async function creditRoom(trx: Transaction<Database>, walletId: string): 
  * The operator adds money to one bucket of a wallet (`tollgate admin credit-wallet`): prepaid by
  * default; subscription cycles and bundle purchases credit `cycle` and `bundle` through here.
  */
-export async function creditWallet(storage: Storage, walletId: string, units: bigint, bucket: Bucket = 'prepaid'): Promise<bigint | null> {
+export async function creditWallet(storage: Storage, walletId: string, units: bigint, at: string, bucket: Bucket = 'prepaid'): Promise<bigint | null> {
   if (units <= 0n) throw new RangeError('a credit must be positive');
   return storage.db.transaction().execute(async (trx) => {
     const wallet = await trx.selectFrom('wallets').select(['merchant_id']).where('id', '=', walletId).executeTakeFirst();
     if (!wallet) return null;
     const balance = await applyCredit(trx, walletId, units, bucket);
-    const at = nowIso();
     await appendTransaction(trx, {
       kind: 'operator_credit',
       merchantId: wallet.merchant_id,
@@ -211,13 +209,13 @@ export async function creditWallet(storage: Storage, walletId: string, units: bi
 /** A merchant grants credit to its own customer's wallet (POST /customers/{id}/credits). */
 export async function grantCredit(
   storage: Storage,
-  input: { merchantId: string; walletId: string; amount: bigint; description: string | null },
+  input: { merchantId: string; walletId: string; amount: bigint; description: string | null; at: string },
 ): Promise<{ transactionId: string; balance: bigint; at: string }> {
   if (input.amount <= 0n) throw new RangeError('a credit must be positive');
   return storage.db.transaction().execute(async (trx) => {
     const balance = await applyCredit(trx, input.walletId, input.amount);
     if (balance === null) throw new RangeError(`no wallet ${input.walletId}`);
-    const at = nowIso();
+    const at = input.at;
     const transactionId = await appendTransaction(trx, {
       kind: 'credit_grant',
       merchantId: input.merchantId,

@@ -25,9 +25,9 @@ import { liveSubscriptionSummaries, type SubscriptionSummary } from '../storage/
 import { merchantHasRow } from '../storage/pages.ts';
 
 /** The customer as the API shows it, with its subscription read now. */
-async function presentWithSubscription(storage: AppDeps['storage'], row: ConnectionWithBalance): Promise<Customer> {
+async function presentWithSubscription(storage: AppDeps['storage'], row: ConnectionWithBalance, now: Date): Promise<Customer> {
   const summaries = await liveSubscriptionSummaries(storage.db, [row.id]);
-  return presentCustomer(row, new Date(), summaries.get(row.id) ?? null);
+  return presentCustomer(row, now, summaries.get(row.id) ?? null);
 }
 
 const text = (max: number) => z.string().trim().min(1).max(max);
@@ -94,7 +94,7 @@ export type Customer = z.infer<typeof customerSchema>;
 const customerListQuery = pageQuery.extend({ reference_id: z.string().min(1).max(255).optional() });
 
 /** `subscription`: the customer's subscription that is not cancelled (liveSubscriptionSummaries), if any. */
-export function presentCustomer(row: ConnectionWithBalance, now = new Date(), subscription: SubscriptionSummary | null = null): Customer {
+export function presentCustomer(row: ConnectionWithBalance, now: Date, subscription: SubscriptionSummary | null = null): Customer {
   const contact = { phone: row.phone, email: row.email, first_name: row.first_name, last_name: row.last_name };
   const periodStart = Date.UTC(now.getUTCFullYear(), now.getUTCMonth(), 1);
   const nextPeriod = Date.UTC(now.getUTCFullYear(), now.getUTCMonth() + 1, 1);
@@ -152,7 +152,7 @@ export function registerCustomerRoutes(app: App, deps: AppDeps): void {
       const reference = request.body.reference_id;
       const holder = () => (reference ? findConnection(storage, merchantId, reference) : Promise.resolve(undefined));
       const existing = await holder();
-      if (existing) return reply.status(200).send(await presentWithSubscription(storage, existing));
+      if (existing) return reply.status(200).send(await presentWithSubscription(storage, existing, dateOf(deps.clock)));
       const fields: ConnectionFields = {
         reference_id: null,
         first_name: null,
@@ -162,14 +162,14 @@ export function registerCustomerRoutes(app: App, deps: AppDeps): void {
         metadata: null,
         ...toFields(request.body),
       };
-      const row = await insertConnection(storage, merchantId, fields, (row) => presentCustomer(row));
+      const row = await insertConnection(storage, merchantId, fields, (row) => presentCustomer(row, dateOf(deps.clock)), nowIsoOf(deps));
       if (row === 'reference_taken') {
         // A concurrent create took the reference first: that one is the customer.
         const winner = await holder();
         if (!winner) throw referenceTaken();
-        return reply.status(200).send(await presentWithSubscription(storage, winner));
+        return reply.status(200).send(await presentWithSubscription(storage, winner, dateOf(deps.clock)));
       }
-      return reply.status(201).send(presentCustomer(row));
+      return reply.status(201).send(presentCustomer(row, dateOf(deps.clock)));
     },
   );
 
@@ -195,7 +195,7 @@ export function registerCustomerRoutes(app: App, deps: AppDeps): void {
       if (!customer) throw notFound('customer', request.params.id);
       const amount = parseMoney(request.body.amount);
       const description = request.body.description ?? null;
-      const grant = await grantCredit(storage, { merchantId, walletId: customer.wallet_id, amount, description }).catch((e: unknown) => {
+      const grant = await grantCredit(storage, { merchantId, walletId: customer.wallet_id, amount, description, at: nowIsoOf(deps) }).catch((e: unknown) => {
         if (e instanceof WalletBalanceLimitError) throw new ApiError('wallet_balance_limit');
         throw e;
       });
@@ -218,7 +218,7 @@ export function registerCustomerRoutes(app: App, deps: AppDeps): void {
       const row = await updateConnection(storage, principalOf(request).merchantId, request.params.id, toFields(request.body));
       if (row === 'reference_taken') throw referenceTaken();
       if (!row) throw notFound('customer', request.params.id);
-      return presentWithSubscription(storage, row);
+      return presentWithSubscription(storage, row, dateOf(deps.clock));
     },
   );
 }
@@ -236,7 +236,7 @@ export function registerCustomerReadRoutes(app: App, deps: AppDeps, base: string
       const { cursor, limit, reference_id } = request.query;
       await assertCursor(cursor, (id) => merchantHasRow(storage, 'connections', merchantId, id));
       const rows = await listConnections(storage, merchantId, { cursor, limit, referenceId: reference_id });
-      const now = new Date();
+      const now = dateOf(deps.clock);
       const summaries = await liveSubscriptionSummaries(storage.db, rows.map((row) => row.id));
       return toPage(rows, limit, (row) => presentCustomer(row, now, summaries.get(row.id) ?? null));
     },
@@ -248,7 +248,7 @@ export function registerCustomerReadRoutes(app: App, deps: AppDeps, base: string
     async (request) => {
       const row = await findConnection(storage, principalOf(request).merchantId, request.params.id);
       if (!row) throw notFound(noun, request.params.id);
-      return presentWithSubscription(storage, row);
+      return presentWithSubscription(storage, row, dateOf(deps.clock));
     },
   );
 

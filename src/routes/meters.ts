@@ -18,7 +18,7 @@ import { principalOf } from '../http/auth.ts';
 import { ApiError, notFound, validationError } from '../http/errors.ts';
 import { assertCursor, pageQuery, pageResponse, toPage } from '../http/pagination.ts';
 import { deletedResponse, idParams, optionalBody, standardErrors } from '../http/schemas.ts';
-import type { App, AppDeps } from '../http/types.ts';
+import { nowIsoOf, type App, type AppDeps } from '../http/types.ts';
 import {
   findMeter,
   insertMeter,
@@ -27,7 +27,6 @@ import {
   updateMeter,
   type MeterRow,
 } from '../storage/meters.ts';
-import { nowIso } from '../storage/time.ts';
 import { merchantHasRow } from '../storage/pages.ts';
 
 const tierInput = z.object({
@@ -104,7 +103,8 @@ function checkedTiers(input: z.infer<typeof tiersInput>): Tier[] {
   );
 }
 
-export function registerMeterRoutes(app: App, { storage }: AppDeps): void {
+export function registerMeterRoutes(app: App, deps: AppDeps): void {
+  const { storage } = deps;
   app.get(
     '/meters',
     { schema: { tags, querystring: pageQuery, response: { 200: pageResponse(meterSchema), ...standardErrors } } },
@@ -134,7 +134,7 @@ export function registerMeterRoutes(app: App, { storage }: AppDeps): void {
         base_cost_payer: body.base_cost_payer,
         service_charge_payer: body.service_charge_payer,
         tiers: serializeTiers(tiers),
-        created_at: nowIso(),
+        created_at: nowIsoOf(deps),
         deleted_at: null,
       };
       const row = await insertWithSlug(storage, base, body.meter_slug);
@@ -171,7 +171,7 @@ export function registerMeterRoutes(app: App, { storage }: AppDeps): void {
     '/meters/:id',
     { schema: { tags, params: idParams, response: { 200: deletedResponse, ...standardErrors } } },
     async (request) => {
-      const deleted = await softDeleteMeter(storage, principalOf(request).merchantId, request.params.id, nowIso());
+      const deleted = await softDeleteMeter(storage, principalOf(request).merchantId, request.params.id, nowIsoOf(deps));
       if (!deleted) throw notFound('meter', request.params.id);
       return { id: request.params.id, deleted: true as const };
     },

@@ -1,3 +1,4 @@
+import { dateOf } from '../domain/clock.ts';
 import { z } from 'zod';
 import { processProviderEvent } from '../commerce/provider-events.ts';
 import type { PurchaseDeps } from '../commerce/subscriptions.ts';
@@ -67,7 +68,7 @@ export function registerPaymentWebhookRoutes(app: App, deps: PurchaseDeps): void
       } catch (e) {
         throw new ApiError('webhook_signature_invalid', e instanceof Error ? e.message : undefined);
       }
-      const result = await processProviderEvent(deps, event, (row) => presentCustomer(row));
+      const result = await processProviderEvent(deps, event, (row) => presentCustomer(row, dateOf(deps.clock)));
       return { received: true as const, result };
     },
   );

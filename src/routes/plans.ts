@@ -4,7 +4,7 @@ import { principalOf } from '../http/auth.ts';
 import { ApiError, notFound, validationError, type Issue } from '../http/errors.ts';
 import { assertCursor, pageQuery, pageResponse, toPage } from '../http/pagination.ts';
 import { deletedResponse, errorResponse, idParams, nonNegativeDecimal, optionalBody, positiveDecimal, standardErrors } from '../http/schemas.ts';
-import type { App, AppDeps } from '../http/types.ts';
+import { nowIsoOf, type App, type AppDeps } from '../http/types.ts';
 import {
   countLiveSubscriptions,
   existingMeterIds,
@@ -126,7 +126,8 @@ async function checkMeterIds(storage: Storage, merchantId: string, ids: string[]
 
 const tags = ['plans'];
 
-export function registerPlanRoutes(app: App, { storage }: AppDeps): void {
+export function registerPlanRoutes(app: App, deps: AppDeps): void {
+  const { storage } = deps;
   app.get(
     '/plans',
     { schema: { tags, querystring: pageQuery, response: { 200: pageResponse(planSchema), ...standardErrors } } },
@@ -142,7 +143,7 @@ export function registerPlanRoutes(app: App, { storage }: AppDeps): void {
     '/plans',
     { schema: { tags, body: planCreateBody, response: { 201: planSchema, ...standardErrors } } },
     async (request, reply) => {
-      const plan = await createPlan(storage, principalOf(request).merchantId, request.body);
+      const plan = await createPlan(storage, principalOf(request).merchantId, request.body, nowIsoOf(deps));
       return reply.status(201).send(presentPlan(plan));
     },
   );
@@ -165,7 +166,7 @@ export function registerPlanRoutes(app: App, { storage }: AppDeps): void {
       const current = await findPlan(storage, merchantId, request.params.id);
       if (!current) throw notFound('plan', request.params.id);
       const changes = await planChanges(storage, merchantId, current, request.body);
-      const plan = await updatePlan(storage, merchantId, current.id, changes);
+      const plan = await updatePlan(storage, merchantId, current.id, changes, nowIsoOf(deps));
       if (!plan) throw notFound('plan', request.params.id);
       return presentPlan(plan);
     },
@@ -185,14 +186,14 @@ export function registerPlanRoutes(app: App, { storage }: AppDeps): void {
       const plan = await findPlan(storage, merchantId, request.params.id);
       if (!plan) throw notFound('plan', request.params.id);
       if ((await countLiveSubscriptions(storage, plan.id)) > 0) throw new ApiError('plan_in_use');
-      await softDeletePlan(storage, merchantId, plan.id);
+      await softDeletePlan(storage, merchantId, plan.id, nowIsoOf(deps));
       return { id: plan.id, deleted: true as const };
     },
   );
 }
 
 /** A plan as POST /plans creates it (the dashboard's plan form too); validation errors name the field. */
-export async function createPlan(storage: Storage, merchantId: string, body: z.infer<typeof planCreateBody>): Promise<PlanWithParts> {
+export async function createPlan(storage: Storage, merchantId: string, body: z.infer<typeof planCreateBody>, createdAt: string): Promise<PlanWithParts> {
   const index = body.default_auto_top_up_bundle_index ?? null;
   if (index !== null && index >= body.credit_bundles.length) {
     throw validationError([{ path: ['default_auto_top_up_bundle_index'], message: 'must be the index of one of credit_bundles' }]);
@@ -211,7 +212,7 @@ export async function createPlan(storage: Storage, merchantId: string, body: z.i
     bundles: body.credit_bundles.map((b) => ({ name: b.name, cost: parseMoney(b.cost), credit_amount: parseMoney(b.credit_amount) })),
     meterIds: body.meter_ids,
     defaultBundleIndex: index,
-  });
+  }, createdAt);
 }
 
 /** Checks a PATCH body against the plan it changes and turns it into storage changes. */

@@ -3,7 +3,7 @@ import { principalOf } from '../http/auth.ts';
 import { ApiError, notFound } from '../http/errors.ts';
 import { assertCursor, pageQuery, pageResponse, toPage } from '../http/pagination.ts';
 import { deletedResponse, errorResponse, idParams, optionalBody, standardErrors } from '../http/schemas.ts';
-import type { App, AppDeps } from '../http/types.ts';
+import { nowIsoOf, type App, type AppDeps } from '../http/types.ts';
 import {
   insertSecretKey,
   listSecretKeys,
@@ -27,7 +27,8 @@ function present(row: SecretKeyRow): z.infer<typeof secretKeySchema> {
   return { secret_key_id: row.id, name: row.name, secret_key_hint: row.key_hint, created_at: row.created_at };
 }
 
-export function registerSecretKeyRoutes(app: App, { storage }: AppDeps): void {
+export function registerSecretKeyRoutes(app: App, deps: AppDeps): void {
+  const { storage } = deps;
   app.get(
     '/secret_keys',
     { schema: { tags, querystring: pageQuery, response: { 200: pageResponse(secretKeySchema), ...standardErrors } } },
@@ -44,7 +45,7 @@ export function registerSecretKeyRoutes(app: App, { storage }: AppDeps): void {
     { schema: { tags, body: createBody, response: { 201: createdSecretKeySchema, ...standardErrors } } },
     async (request, reply) => {
       const { merchantId } = principalOf(request);
-      const { row, secret } = await insertSecretKey(storage.db, merchantId, request.body.name);
+      const { row, secret } = await insertSecretKey(storage.db, merchantId, request.body.name, nowIsoOf(deps));
       return reply.status(201).send({ ...present(row), secret_key: secret });
     },
   );
@@ -60,7 +61,7 @@ export function registerSecretKeyRoutes(app: App, { storage }: AppDeps): void {
     },
     async (request) => {
       const { merchantId } = principalOf(request);
-      const outcome = await revokeSecretKey(storage, merchantId, request.params.id);
+      const outcome = await revokeSecretKey(storage, merchantId, request.params.id, nowIsoOf(deps));
       if (outcome === 'not_found') throw notFound('secret key', request.params.id);
       if (outcome === 'last_key') throw new ApiError('last_secret_key');
       return { id: request.params.id, deleted: true as const };

@@ -7,7 +7,7 @@ import { principalOf } from '../http/auth.ts';
 import { notFound } from '../http/errors.ts';
 import { assertCursor, pageQuery, pageResponse, toPage } from '../http/pagination.ts';
 import { customerRef, idParams, optionalBody, standardErrors, successResponse } from '../http/schemas.ts';
-import type { App, AppDeps } from '../http/types.ts';
+import { nowIsoOf, type App, type AppDeps } from '../http/types.ts';
 import {
   insertWalletKey,
   listWalletKeys,
@@ -51,7 +51,8 @@ function present(row: WalletKeyRow): z.infer<typeof walletKeySchema> {
   };
 }
 
-export function registerWalletKeyRoutes(app: App, { storage }: AppDeps): void {
+export function registerWalletKeyRoutes(app: App, deps: AppDeps): void {
+  const { storage } = deps;
   app.get(
     '/wallet_keys',
     { schema: { tags, querystring: pageQuery, response: { 200: pageResponse(walletKeySchema), ...standardErrors } } },
@@ -69,7 +70,7 @@ export function registerWalletKeyRoutes(app: App, { storage }: AppDeps): void {
     async (request, reply) => {
       const { name, ...walletFields } = request.body;
       const wallet = await walletForNewKey(storage, request, walletFields);
-      const { row, secret } = await insertWalletKey(storage.db, { merchantId: principalOf(request).merchantId, wallet, name });
+      const { row, secret } = await insertWalletKey(storage.db, { merchantId: principalOf(request).merchantId, wallet, name, at: nowIsoOf(deps) });
       return reply.status(201).send({ ...present(row), key: secret });
     },
   );
@@ -78,7 +79,7 @@ export function registerWalletKeyRoutes(app: App, { storage }: AppDeps): void {
     '/wallet_keys/:id',
     { schema: { tags, params: idParams, response: { 200: successResponse, ...standardErrors } } },
     async (request) => {
-      if (!(await revokeWalletKey(storage, principalOf(request).merchantId, request.params.id))) {
+      if (!(await revokeWalletKey(storage, principalOf(request).merchantId, request.params.id, nowIsoOf(deps)))) {
         throw notFound('wallet key', request.params.id);
       }
       return { success: true as const };

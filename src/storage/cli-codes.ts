@@ -60,11 +60,12 @@ export async function exchangeCliCode(storage: Storage, code: string, now: numbe
       .executeTakeFirst();
     if (Number(spent.numUpdatedRows) !== 1) return { outcome: 'used' };
     const label = `CLI login ${nowIso.slice(0, 16).replace('T', ' ')} UTC`;
-    const secretKey = await insertSecretKey(trx, row.merchant_id, label);
+    const secretKey = await insertSecretKey(trx, row.merchant_id, label, nowIso);
     const walletKey = await insertWalletKey(trx, {
       merchantId: row.merchant_id,
       wallet: { walletId: row.wallet_id, connectionId: null },
       name: label,
+      at: nowIso,
     });
     return {
       outcome: 'ok',

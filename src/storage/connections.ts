@@ -6,7 +6,6 @@ import { enqueueEvent } from '../webhooks/outbox.ts';
 import type { Kysely, Transaction } from 'kysely';
 import type { ConnectionsTable, Database } from './schema.ts';
 import { liveSubscriptionSummaries, type SubscriptionSummary } from './subscriptions.ts';
-import { nowIso } from './time.ts';
 import { newestFirstPage } from './pages.ts';
 
 export type ConnectionRow = ConnectionsTable;
@@ -29,9 +28,10 @@ export async function insertConnection(
   merchantId: string,
   fields: ConnectionFields,
   eventData: CustomerEventData,
+  createdAt: string,
 ): Promise<ConnectionWithBalance | 'reference_taken'> {
   try {
-    return await storage.db.transaction().execute((trx) => insertConnectionIn(trx, merchantId, fields, eventData));
+    return await storage.db.transaction().execute((trx) => insertConnectionIn(trx, merchantId, fields, eventData, createdAt));
   } catch (e) {
     if (isUniqueViolation(e)) return 'reference_taken';
     throw e;
@@ -44,8 +44,8 @@ export async function insertConnectionIn(
   merchantId: string,
   fields: ConnectionFields,
   eventData: CustomerEventData,
+  createdAt: string,
 ): Promise<ConnectionWithBalance> {
-  const createdAt = nowIso();
   const wallet = await insertWallet(trx, { merchantId, ownerType: 'connection', createdAt });
   const row: ConnectionRow = {
     id: newId('connection'),

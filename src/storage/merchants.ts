@@ -4,7 +4,6 @@ import { newId } from '../domain/ids.ts';
 import type { Storage } from './db.ts';
 import type { MerchantsTable } from './schema.ts';
 import { insertSecretKey } from './secret-keys.ts';
-import { nowIso } from './time.ts';
 import { insertWallet } from './wallets.ts';
 
 export type MerchantRow = MerchantsTable;
@@ -15,10 +14,10 @@ export type NewMerchant = { name: string; email?: string; password?: string };
 export async function createMerchant(
   storage: Storage,
   input: NewMerchant,
+  createdAt: string,
 ): Promise<{ merchant: MerchantRow; secretKey: string; secretKeyId: string }> {
   return storage.db.transaction().execute(async (trx) => {
     const merchantId = newId('merchant');
-    const createdAt = nowIso();
     const wallet = await insertWallet(trx, { merchantId, ownerType: 'merchant', createdAt });
     const merchant: MerchantRow = {
       id: merchantId,
@@ -30,7 +29,7 @@ export async function createMerchant(
       created_at: createdAt,
     };
     await trx.insertInto('merchants').values(merchant).execute();
-    const { row, secret } = await insertSecretKey(trx, merchantId, 'Default');
+    const { row, secret } = await insertSecretKey(trx, merchantId, 'Default', createdAt);
     return { merchant, secretKey: secret, secretKeyId: row.id };
   });
 }

@@ -2,7 +2,6 @@ import type { Transaction } from 'kysely';
 import { newId } from '../domain/ids.ts';
 import type { Storage } from './db.ts';
 import type { CreditBundlesTable, Database, PlansTable } from './schema.ts';
-import { nowIso } from './time.ts';
 import { newestFirstPage } from './pages.ts';
 
 export type PlanRow = PlansTable;
@@ -25,9 +24,9 @@ export async function insertPlan(
   storage: Storage,
   merchantId: string,
   input: { fields: PlanFields; bundles: NewBundle[]; meterIds: string[]; defaultBundleIndex: number | null },
+  createdAt: string,
 ): Promise<PlanWithParts> {
   const planId = await storage.db.transaction().execute(async (trx) => {
-    const createdAt = nowIso();
     const id = newId('plan');
     await trx
       .insertInto('plans')
@@ -132,11 +131,10 @@ export type PlanChanges = {
  * Applies a plan update in one transaction. Bundles named by id are updated (or deleted with
  * `is_deleted`), the others are created. The caller has checked that the named ids are this plan's.
  */
-export async function updatePlan(storage: Storage, merchantId: string, id: string, changes: PlanChanges): Promise<PlanWithParts | undefined> {
+export async function updatePlan(storage: Storage, merchantId: string, id: string, changes: PlanChanges, at: string): Promise<PlanWithParts | undefined> {
   const found = await storage.db.transaction().execute(async (trx) => {
     const plan = await trx.selectFrom('plans').select('id').where('merchant_id', '=', merchantId).where('id', '=', id).where('deleted_at', 'is', null).executeTakeFirst();
     if (!plan) return false;
-    const at = nowIso();
     for (const b of changes.bundles ?? []) {
       if (b.credit_bundle_id === undefined) {
         await insertBundles(trx, merchantId, id, [{ name: b.name, cost: b.cost, credit_amount: b.credit_amount }], at);
@@ -159,10 +157,10 @@ export async function updatePlan(storage: Storage, merchantId: string, id: strin
   return found ? findPlan(storage, merchantId, id) : undefined;
 }
 
-export async function softDeletePlan(storage: Storage, merchantId: string, id: string): Promise<boolean> {
+export async function softDeletePlan(storage: Storage, merchantId: string, id: string, at: string): Promise<boolean> {
   const result = await storage.db
     .updateTable('plans')
-    .set({ deleted_at: nowIso() })
+    .set({ deleted_at: at })
     .where('merchant_id', '=', merchantId)
     .where('id', '=', id)
     .where('deleted_at', 'is', null)

@@ -3,7 +3,6 @@ import { newId, newSecret, SECRET_PREFIX } from '../domain/ids.ts';
 import { hashSecret, secretHint } from '../domain/secrets.ts';
 import type { Storage } from './db.ts';
 import type { Database, SecretKeysTable } from './schema.ts';
-import { nowIso } from './time.ts';
 import { newestFirstPage } from './pages.ts';
 
 export type SecretKeyRow = SecretKeysTable;
@@ -12,6 +11,7 @@ export async function insertSecretKey(
   db: Kysely<Database> | Transaction<Database>,
   merchantId: string,
   name: string,
+  createdAt: string,
 ): Promise<{ row: SecretKeyRow; secret: string }> {
   const secret = newSecret('secretKey');
   const row: SecretKeyRow = {
@@ -20,7 +20,7 @@ export async function insertSecretKey(
     name,
     key_hash: hashSecret(secret),
     key_hint: secretHint(secret, SECRET_PREFIX.secretKey),
-    created_at: nowIso(),
+    created_at: createdAt,
     revoked_at: null,
   };
   await db.insertInto('secret_keys').values(row).execute();
@@ -54,6 +54,7 @@ export async function revokeSecretKey(
   { db, dialect }: Storage,
   merchantId: string,
   keyId: string,
+  at: string,
 ): Promise<'revoked' | 'not_found' | 'last_key'> {
   return db.transaction().execute(async (trx) => {
     const active = await trx
@@ -65,7 +66,7 @@ export async function revokeSecretKey(
       .execute();
     if (!active.some((k) => k.id === keyId)) return 'not_found';
     if (active.length <= 1) return 'last_key';
-    await trx.updateTable('secret_keys').set({ revoked_at: nowIso() }).where('id', '=', keyId).execute();
+    await trx.updateTable('secret_keys').set({ revoked_at: at }).where('id', '=', keyId).execute();
     return 'revoked';
   });
 }

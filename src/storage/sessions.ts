@@ -50,10 +50,10 @@ export async function deleteMerchantSessions(storage: Storage, merchantId: strin
  * A secret generated once per installation and shared by every instance through the database. Of
  * instances starting together, the first insert wins and the others read it back.
  */
-export async function serverSecret(storage: Storage, name: string): Promise<string> {
+export async function serverSecret(storage: Storage, name: string, createdAt: string): Promise<string> {
   await storage.db
     .insertInto('server_secrets')
-    .values({ name, value: randomBytes(32).toString('base64url'), created_at: new Date().toISOString() })
+    .values({ name, value: randomBytes(32).toString('base64url'), created_at: createdAt })
     .onConflict((oc) => oc.column('name').doNothing())
     .execute();
   const row = await storage.db.selectFrom('server_secrets').select('value').where('name', '=', name).executeTakeFirstOrThrow();

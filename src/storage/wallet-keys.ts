@@ -4,7 +4,6 @@ import type { Storage } from './db.ts';
 import { isCustomerId } from './connections.ts';
 import type { Kysely, Transaction } from 'kysely';
 import type { Database, WalletKeysTable } from './schema.ts';
-import { nowIso } from './time.ts';
 import { newestFirstPage } from './pages.ts';
 
 export type WalletKeyRow = WalletKeysTable;
@@ -39,7 +38,7 @@ export async function findMerchantWallet(
 
 export async function insertWalletKey(
   db: Kysely<Database> | Transaction<Database>,
-  input: { merchantId: string; wallet: WalletRef; name: string },
+  input: { merchantId: string; wallet: WalletRef; name: string; at: string },
 ): Promise<{ row: WalletKeyRow; secret: string }> {
   const secret = newSecret('walletKey');
   const row: WalletKeyRow = {
@@ -51,7 +50,7 @@ export async function insertWalletKey(
     key_hash: hashSecret(secret),
     key_preview: secretHint(secret, SECRET_PREFIX.walletKey),
     last_used_at: null,
-    created_at: nowIso(),
+    created_at: input.at,
     revoked_at: null,
   };
   await db.insertInto('wallet_keys').values(row).execute();
@@ -68,10 +67,10 @@ export async function listWalletKeys(storage: Storage, merchantId: string, curso
     .execute();
 }
 
-export async function revokeWalletKey(storage: Storage, merchantId: string, id: string): Promise<boolean> {
+export async function revokeWalletKey(storage: Storage, merchantId: string, id: string, at: string): Promise<boolean> {
   const result = await storage.db
     .updateTable('wallet_keys')
-    .set({ revoked_at: nowIso() })
+    .set({ revoked_at: at })
     .where('id', '=', id)
     .where('merchant_id', '=', merchantId)
     .where('revoked_at', 'is', null)
@@ -112,8 +111,8 @@ export async function findActiveWalletKeyByHash(storage: Storage, keyHash: strin
 }
 
 /** Stamps last_used_at: called once a wallet key's call is allowed, not when it is refused. */
-export async function markWalletKeyUsed(storage: Storage, id: string): Promise<void> {
-  await storage.db.updateTable('wallet_keys').set({ last_used_at: nowIso() }).where('id', '=', id).execute();
+export async function markWalletKeyUsed(storage: Storage, id: string, at: string): Promise<void> {
+  await storage.db.updateTable('wallet_keys').set({ last_used_at: at }).where('id', '=', id).execute();
 }
 
 /** A live wallet key with its merchant's wallet and service-charge rate. */

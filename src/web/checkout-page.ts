@@ -153,7 +153,7 @@ async function payInput(deps: CheckoutPageDeps, session: CheckoutSessionRow, for
     amount,
     details,
     contact: { first_name: first ?? null, last_name: rest.length ? rest.join(' ') : null, email: email || null, phone: null },
-    customerEventData: (row) => presentCustomer(row),
+    customerEventData: (row) => presentCustomer(row, dateOf(deps.clock)),
     at: dateOf(deps.clock),
   };
 }

@@ -1,7 +1,7 @@
 import fastifyCookie from '@fastify/cookie';
 import fastifyFormbody from '@fastify/formbody';
 import type { FastifyInstance } from 'fastify';
-import type { AppDeps } from '../http/types.ts';
+import { nowIsoOf, type AppDeps } from '../http/types.ts';
 import { serverSecret } from '../storage/sessions.ts';
 import { registerAssetRoutes } from './assets.ts';
 import { registerCliConnectRoutes } from './cli-connect.ts';
@@ -21,7 +21,7 @@ const FORM_BODY_LIMIT = 64 * 1024;
  * not JSON envelopes; forms are URL-encoded and carry a CSRF token.
  */
 export async function registerWebRoutes(app: FastifyInstance, deps: AppDeps): Promise<void> {
-  const cookieSecret = await serverSecret(deps.storage, 'cookie_signing');
+  const cookieSecret = await serverSecret(deps.storage, 'cookie_signing', nowIsoOf(deps));
   await app.register(async (web) => {
     // Pages are not API operations: none of them belongs in the OpenAPI document.
     // Pages take URL-encoded forms and nothing else: any other body is refused (415) unread, and

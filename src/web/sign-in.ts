@@ -1,6 +1,6 @@
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { isValidEmail } from '../domain/email.ts';
-import { nowOf, type AppDeps } from '../http/types.ts';
+import { nowIsoOf, nowOf, type AppDeps } from '../http/types.ts';
 import { isUniqueViolation } from '../storage/errors.ts';
 import { createMerchant, findMerchantByEmail, MIN_PASSWORD_LENGTH, normalizedEmail, verifyPassword } from '../storage/merchants.ts';
 import { html } from './html.ts';
@@ -135,7 +135,7 @@ export function registerSignInRoutes(app: FastifyInstance, deps: AppDeps): void 
           ? `Choose a password of at least ${MIN_PASSWORD_LENGTH} characters.`
           : null;
     if (problem) return credentialsPage(request, reply, deps, 'sign-up', { error: problem, email, status: 400 });
-    const created = await createMerchant(deps.storage, { name, email, password }).catch((e: unknown) => {
+    const created = await createMerchant(deps.storage, { name, email, password }, nowIsoOf(deps)).catch((e: unknown) => {
       if (isUniqueViolation(e)) return null;
       throw e;
     });

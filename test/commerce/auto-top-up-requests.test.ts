@@ -81,7 +81,7 @@ describe.each(databasesUnderTest())('auto top-up on the request path on %s', (di
   it('POST /v1/requests: cycle credit, then prepaid, then one bundle bought for 20 concurrent requests; all 20 recorded', async () => {
     const m = await meter(PER_REQUEST);
     const c = await subscribed({ cycle: '1', meterIds: [m.meter_id], bundle: { cost: '4', credit_amount: '4.5' } });
-    await creditWallet(t.storage, c.walletId, parseMoney('0.5'));
+    await creditWallet(t.storage, c.walletId, parseMoney('0.5'), new Date().toISOString());
 
     // Four requests spend the cycle credit first; the prepaid balance is untouched.
     for (let i = 0; i < 4; i++) expect((await recordUsage(c.customerId, m.meter_slug)).status).toBe(201);

@@ -96,7 +96,7 @@ describe.each(databasesUnderTest())('checkout sessions on %s', (dialect) => {
     const plan = await createPlan(t, { name: 'Near max', period_amount: '0', billing_interval: 'month', credit_bundles: [{ name: 'Nine', cost: '8', credit_amount: '9' }] });
     const { customerId, walletId } = await createCustomer(t);
     await subscribe(t, customerId, plan.plan_id);
-    await creditWallet(t.storage, walletId, MAX_WALLET_BALANCE_UNITS - parseMoney('8'));
+    await creditWallet(t.storage, walletId, MAX_WALLET_BALANCE_UNITS - parseMoney('8'), new Date().toISOString());
     const charges = t.payments.charges.length;
     const bundle = (await create({ checkout_mode: 'credit_bundle', customer_id: customerId, credit_bundle_id: plan.credit_bundles[0].credit_bundle_id })).json();
     const refusedBundle = await pay(bundle.checkout_session_token, { card_number: '4242424242424242' });

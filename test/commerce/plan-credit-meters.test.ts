@@ -54,8 +54,8 @@ describe.each(setups)('plan credit and the meters a plan links on $name', ({ dia
     const plan = await createPlan(t, { name: 'Metered', period_amount: '0', included_credit: buckets.cycle, billing_interval: 'month', meter_ids: [linked] });
     const customer = await createCustomer(t);
     expect((await subscribe(t, customer.customerId, plan.plan_id)).statusCode).toBe(201);
-    if (parseMoney(buckets.bundle) > 0n) await creditWallet(t.storage, customer.walletId, parseMoney(buckets.bundle), 'bundle');
-    if (parseMoney(buckets.prepaid) > 0n) await creditWallet(t.storage, customer.walletId, parseMoney(buckets.prepaid));
+    if (parseMoney(buckets.bundle) > 0n) await creditWallet(t.storage, customer.walletId, parseMoney(buckets.bundle), new Date().toISOString(), 'bundle');
+    if (parseMoney(buckets.prepaid) > 0n) await creditWallet(t.storage, customer.walletId, parseMoney(buckets.prepaid), new Date().toISOString());
     return customer;
   }
 
@@ -111,8 +111,8 @@ describe.each(setups)('plan credit and the meters a plan links on $name', ({ dia
   it('POST /v1/requests: a customer without a subscription has no linked meter; plan credit it kept is not spent', async () => {
     const m = await meter(PER_REQUEST);
     const c = await createCustomer(t);
-    await creditWallet(t.storage, c.walletId, parseMoney('1'), 'bundle');
-    await creditWallet(t.storage, c.walletId, parseMoney('0.25'));
+    await creditWallet(t.storage, c.walletId, parseMoney('1'), new Date().toISOString(), 'bundle');
+    await creditWallet(t.storage, c.walletId, parseMoney('0.25'), new Date().toISOString());
     expect((await recordUsage(c.customerId, m.meter_slug)).statusCode).toBe(201);
     expect((await recordUsage(c.customerId, m.meter_slug)).statusCode).toBe(402);
     expect(await bucketsOf(c.walletId)).toEqual({ cycle: 0, bundle: 1, prepaid: 0 });
@@ -173,7 +173,7 @@ describe.each(setups)('plan credit and the meters a plan links on $name', ({ dia
     if (env.WALLET_LEASE_HOT_AFTER) {
       // Leases are on (a wallet of prepaid money only gets one), but a wallet with plan credit is never leased.
       const plain = await createCustomer(t);
-      await creditWallet(t.storage, plain.walletId, hold * 4n);
+      await creditWallet(t.storage, plain.walletId, hold * 4n, new Date().toISOString());
       expect((await forwardAndSettle(tokenOf(plain.customerId, unlinked.meter_slug))).status).toBe(200);
       expect(await leaseRows(plain.walletId)).toHaveLength(1);
       expect(await leaseRows(c.walletId)).toEqual([]);

@@ -48,7 +48,7 @@ describe.each(databasesUnderTest())('the cycle engine on %s', (dialect) => {
 
   it('rollover full keeps unused cycle and bundle credit and adds the next cycle credit, charging the period once', async () => {
     const s = await subscribed({ name: 'Full', period_amount: '10', included_credit: '5', billing_interval: 'month' });
-    await creditWallet(t.storage, s.walletId, parseMoney('2'), 'bundle');
+    await creditWallet(t.storage, s.walletId, parseMoney('2'), new Date().toISOString(), 'bundle');
     await spend(s.customerId, 3); // 3 of the 5 cycle credit
     const before = t.payments.charges.length;
     expect(await runAt(new Date(s.end.getTime() - 1))).not.toContainEqual(expect.objectContaining({ subscriptionId: s.sub.subscription_id }));
@@ -66,7 +66,7 @@ describe.each(databasesUnderTest())('the cycle engine on %s', (dialect) => {
   it("a cycle's credit fills the wallet up to its maximum balance and no further", async () => {
     const s = await subscribed({ name: 'Capped', period_amount: '0', included_credit: '5', billing_interval: 'day', rollover_type: 'full' });
     // 5 of cycle credit from the first cycle, and prepaid up to 2 below the maximum.
-    await creditWallet(t.storage, s.walletId, MAX_WALLET_BALANCE_UNITS - parseMoney('7'));
+    await creditWallet(t.storage, s.walletId, MAX_WALLET_BALANCE_UNITS - parseMoney('7'), new Date().toISOString());
     expect(await runAt(s.end)).toContainEqual({ subscriptionId: s.sub.subscription_id, outcome: 'renewed' });
     const buckets = await walletBuckets(t.storage, s.walletId);
     expect(buckets).toMatchObject({ cycle: parseMoney('7'), prepaid: MAX_WALLET_BALANCE_UNITS - parseMoney('7') });
@@ -75,8 +75,8 @@ describe.each(databasesUnderTest())('the cycle engine on %s', (dialect) => {
 
   it('rollover none expires unused cycle and bundle credit before granting the new cycle', async () => {
     const s = await subscribed({ name: 'None', period_amount: '0', included_credit: '5', billing_interval: 'day', rollover_type: 'none', bundle_rollover_type: 'none' });
-    await creditWallet(t.storage, s.walletId, parseMoney('2'), 'bundle');
-    await creditWallet(t.storage, s.walletId, parseMoney('1'), 'prepaid');
+    await creditWallet(t.storage, s.walletId, parseMoney('2'), new Date().toISOString(), 'bundle');
+    await creditWallet(t.storage, s.walletId, parseMoney('1'), new Date().toISOString(), 'prepaid');
     await spend(s.customerId, 1);
     await runAt(s.end);
     expect(await walletBuckets(t.storage, s.walletId)).toMatchObject({ cycle: parseMoney('5'), bundle: 0n, prepaid: parseMoney('1') });
@@ -100,7 +100,7 @@ describe.each(databasesUnderTest())('the cycle engine on %s', (dialect) => {
 
   it("deleting a customer cancels its subscription at once: cycle credit gone, nothing renewed or charged at the cycle's end", async () => {
     const s = await subscribed({ name: 'Deleted with its customer', period_amount: '4', included_credit: '3', billing_interval: 'week' });
-    await creditWallet(t.storage, s.walletId, parseMoney('2'), 'bundle');
+    await creditWallet(t.storage, s.walletId, parseMoney('2'), new Date().toISOString(), 'bundle');
     expect((await t.app.inject({ method: 'DELETE', url: `/v1/customers/${s.customerId}`, headers: t.auth() })).statusCode).toBe(200);
 
     const row = await stored(s.sub.subscription_id);

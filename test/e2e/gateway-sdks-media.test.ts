@@ -31,7 +31,7 @@ describe.each(databasesUnderTest())('media calls priced by their unit on %s', (d
       providerKeys: { openai: 'sk-openai-managed' },
       env: { PRICE_OVERRIDES_FILE: priceOverridesFile(OVERRIDES) },
     }));
-    await creditWallet(t.storage, t.merchant.walletId, parseMoney('5'));
+    await creditWallet(t.storage, t.merchant.walletId, parseMoney('5'), new Date().toISOString());
   });
   afterAll(async () => {
     await t?.close();

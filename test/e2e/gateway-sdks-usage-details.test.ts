@@ -24,7 +24,7 @@ describe.each(databasesUnderTest())('usage details on request records on %s', (d
 
   beforeAll(async () => {
     ({ upstream, t, base } = await startGatewayOnMock(dialect, THREE_PROVIDERS));
-    await creditWallet(t.storage, t.merchant.walletId, parseMoney('5'));
+    await creditWallet(t.storage, t.merchant.walletId, parseMoney('5'), new Date().toISOString());
     lava = new Lava(t.merchant.secretKey, { baseUrl: `${base}/v1/` });
   });
   afterAll(async () => {

@@ -24,7 +24,7 @@ describe.each(databasesUnderTest())('published client billing calls on %s', (dia
       tiers: [{ start: '0', rate: '10' }],
     });
     const wallet = (customer as unknown as { wallet: { wallet_id: string } }).wallet.wallet_id;
-    await creditWallet(t.storage, wallet, parseMoney('5'));
+    await creditWallet(t.storage, wallet, parseMoney('5'), new Date().toISOString());
   });
   afterAll(async () => t?.close());
 

@@ -92,7 +92,7 @@ describe.each(databasesUnderTest())('published Lava client: customers by referen
 
   it('takes a reference_id for the customer of subscriptions, checkout sessions, spend keys, recorded requests, filters and the forward token', async () => {
     const c = await lava.customers.create({ reference_id: 'ref-everywhere' });
-    await creditWallet(g.t.storage, walletOf(c), parseMoney('5'));
+    await creditWallet(g.t.storage, walletOf(c), parseMoney('5'), new Date().toISOString());
     const meter = await lava.meters.create({ name: 'By reference', rate_type: 'fixed', tier_type: 'tokens_1m', tiers: [{ start: '0', rate: '1' }] });
 
     const plan = await lava.subscriptions.createPlan({ name: 'Free by ref', period_amount: '0', billing_interval: 'month', credit_bundles: [{ name: 'B', cost: '1', credit_amount: '1' }] });

@@ -26,7 +26,7 @@ describe.each(databasesUnderTest())('call journal in the forward path (%s)', (di
     journal = new CallJournal(dir);
     ({ upstream, t, base } = await startGatewayOnMock(dialect, { providerHosts: ['api.openai.com'], providerKeys: { openai: 'sk-managed-openai' }, journal }));
     customer = await t.customerWithMeter({ credit: '10' });
-    await creditWallet(t.storage, t.merchant.walletId, parseMoney('10'));
+    await creditWallet(t.storage, t.merchant.walletId, parseMoney('10'), new Date().toISOString());
   });
   let closed = false;
   afterAll(async () => {

@@ -62,7 +62,7 @@ describe.each(databasesUnderTest())('credential cache invalidation on %s', (dial
       providerHosts: ['api.openai.com'],
       providerKeys: { openai: 'sk-managed' },
     }));
-    await creditWallet(t.storage, t.merchant.walletId, parseMoney('50'));
+    await creditWallet(t.storage, t.merchant.walletId, parseMoney('50'), new Date().toISOString());
   });
   afterAll(async () => {
     await t?.close();
@@ -111,14 +111,14 @@ describe.each(databasesUnderTest())('credential cache invalidation on %s', (dial
   it('a deleted customer and a deleted meter are refused on the next request', async () => {
     const customer = await api('POST', '/v1/customers', {});
     const meter = await api('POST', '/v1/meters', { name: 'Chat', rate_type: 'fixed', tiers: [{ start: '0', rate: '1' }] });
-    await creditWallet(t.storage, (customer.wallet as { wallet_id: string }).wallet_id, parseMoney('5'));
+    await creditWallet(t.storage, (customer.wallet as { wallet_id: string }).wallet_id, parseMoney('5'), new Date().toISOString());
     const token = b64({ secret_key: t.merchant.secretKey, customer_id: customer.customer_id, meter_slug: meter.meter_slug });
     await cached(token);
     await api('DELETE', `/v1/customers/${customer.customer_id as string}`);
     expect((await forward(token)).status).toBe(401);
 
     const other = await api('POST', '/v1/customers', {});
-    await creditWallet(t.storage, (other.wallet as { wallet_id: string }).wallet_id, parseMoney('5'));
+    await creditWallet(t.storage, (other.wallet as { wallet_id: string }).wallet_id, parseMoney('5'), new Date().toISOString());
     const second = b64({ secret_key: t.merchant.secretKey, customer_id: other.customer_id, meter_slug: meter.meter_slug });
     await cached(second);
     await api('DELETE', `/v1/meters/${meter.meter_id as string}`);
@@ -155,7 +155,7 @@ describe.each(databasesUnderTest())('credential cache invalidation on %s', (dial
     const plan = await api('POST', '/v1/plans', { name: 'Free', period_amount: '0', included_credit: '5', billing_interval: 'month', meter_ids: [meter.meter_id] });
     const customer = await api('POST', '/v1/customers', {});
     const walletId = (customer.wallet as { wallet_id: string }).wallet_id;
-    await creditWallet(t.storage, walletId, parseMoney('5'));
+    await creditWallet(t.storage, walletId, parseMoney('5'), new Date().toISOString());
     const token = b64({ secret_key: t.merchant.secretKey, customer_id: customer.customer_id, meter_slug: meter.meter_slug });
     await cached(token);
     const drawsPlanCredit = async () => (await resolveCredential(t.storage, cache, token, new Date())).drawsPlanCredit;

@@ -29,7 +29,7 @@ describe.each(databasesUnderTest())('drop-in provider endpoints on %s', (dialect
         GOOGLE_API_KEY: 'google-managed',
       },
     }));
-    await creditWallet(t.storage, t.merchant.walletId, parseMoney('5'));
+    await creditWallet(t.storage, t.merchant.walletId, parseMoney('5'), new Date().toISOString());
   });
   afterAll(async () => {
     await t?.close();

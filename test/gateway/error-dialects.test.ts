@@ -100,7 +100,7 @@ describe('errors after the relay began, and on the rewrite proxy, in the callerâ
       ...THREE_PROVIDERS,
       env: { UPSTREAM_TIMEOUT_MS: '300' },
     }));
-    await creditWallet(t.storage, t.merchant.walletId, parseMoney('5'));
+    await creditWallet(t.storage, t.merchant.walletId, parseMoney('5'), new Date().toISOString());
   });
   afterAll(async () => {
     await t?.close();

@@ -73,7 +73,7 @@ describe.each(databasesUnderTest())('forward gateway admission and holds on %s',
       expect(hold).toBeGreaterThan(0n);
       // Room for `affordable` holds and half of another: never two more.
       const funded = hold * BigInt(affordable) + hold / 2n;
-      await creditWallet(t.storage, walletId, funded);
+      await creditWallet(t.storage, walletId, funded, new Date().toISOString());
 
       // Slow answers: no admitted request settles (freeing hold − actual) while the others queue.
       upstream.setNext({ path: '/chat/completions', delayMs: 800, times: 20 });
@@ -143,7 +143,7 @@ describe.each(databasesUnderTest())('forward gateway admission and holds on %s',
     const large = JSON.stringify({ model: 'gpt-4o', max_tokens: 100_000, messages: [{ role: 'user', content: 'hi' }] });
     const smallHold = await holdFor(merchant.secretKey, small);
     expect(await holdFor(merchant.secretKey, large)).toBeGreaterThan(smallHold * 2n);
-    await creditWallet(t.storage, merchant.walletId, smallHold * 2n);
+    await creditWallet(t.storage, merchant.walletId, smallHold * 2n, new Date().toISOString());
     const before = upstream.requests.length;
     const refused = await post(merchant.secretKey, large);
     expect(refused.status).toBe(402);
@@ -160,7 +160,7 @@ describe.each(databasesUnderTest())('forward gateway admission and holds on %s',
     // The hold bounds what the request can cost; a provider reporting 40 times its usage costs more.
     const costly = JSON.stringify({ model: 'gpt-4o', max_tokens: 10, messages: [{ role: 'user', content: Array(300).fill('a').join(' ') }] });
     const hold = await holdFor(merchant.secretKey, costly);
-    await creditWallet(t.storage, merchant.walletId, hold);
+    await creditWallet(t.storage, merchant.walletId, hold, new Date().toISOString());
 
     upstream.setNext({ path: '/chat/completions', overReport: 40 });
     const res = await post(merchant.secretKey, costly);
@@ -182,7 +182,7 @@ describe.each(databasesUnderTest())('forward gateway admission and holds on %s',
     await refused.arrayBuffer();
     expect(upstream.requests.length).toBe(before);
 
-    await creditWallet(t.storage, merchant.walletId, actual - hold + (await holdFor(merchant.secretKey, small)) * 2n);
+    await creditWallet(t.storage, merchant.walletId, actual - hold + (await holdFor(merchant.secretKey, small)) * 2n, new Date().toISOString());
     const ok = await post(merchant.secretKey, small);
     expect(ok.status).toBe(200);
     await ok.arrayBuffer();
@@ -228,7 +228,7 @@ describe.each(databasesUnderTest())('forward gateway admission and holds on %s',
     const { merchant } = await freshPayers();
     const small = JSON.stringify({ model: 'gpt-4o', max_tokens: 5, messages: [{ role: 'user', content: 'x' }] });
     const hold = await holdFor(merchant.secretKey, small);
-    await creditWallet(t.storage, merchant.walletId, hold * 1000n);
+    await creditWallet(t.storage, merchant.walletId, hold * 1000n, new Date().toISOString());
     const { slow, answerSlow } = await overrunWithOneInFlight(merchant, small, hold);
     try {
       await expectAdmittedWhileFunded(merchant, small, slow, answerSlow);
@@ -243,7 +243,7 @@ describe.each(databasesUnderTest())('forward gateway admission and holds on %s',
     const small = JSON.stringify({ model: 'gpt-4o', max_tokens: 5, messages: [{ role: 'user', content: 'x' }] });
     const hold = await holdFor(merchant.secretKey, small);
     // Enough for the two holds; the overrun then takes the wallet below what the rule lets admit.
-    await creditWallet(t.storage, merchant.walletId, hold * 2n);
+    await creditWallet(t.storage, merchant.walletId, hold * 2n, new Date().toISOString());
     const { slow, answerSlow } = await overrunWithOneInFlight(merchant, small, hold);
     try {
       const after = await wallet(merchant.walletId);
@@ -253,14 +253,14 @@ describe.each(databasesUnderTest())('forward gateway admission and holds on %s',
       const allowance = ((after.held + hold) * perThousand + 999n) / 1_000n;
       const available = after.balance - after.held;
       // Short by one unit of what an admission needs: refused.
-      await creditWallet(t.storage, merchant.walletId, allowance + hold - 1n - available);
+      await creditWallet(t.storage, merchant.walletId, allowance + hold - 1n - available, new Date().toISOString());
       const before = upstream.requests.length;
       const refused = await post(merchant.secretKey, small);
       expect(refused.status).toBe(402);
       expect(((await refused.json()) as { error: { code: string } }).error.code).toBe('insufficient_balance');
       expect(upstream.requests.length).toBe(before);
       // One unit more: admitted.
-      await creditWallet(t.storage, merchant.walletId, 1n);
+      await creditWallet(t.storage, merchant.walletId, 1n, new Date().toISOString());
       const admitted = await post(merchant.secretKey, small);
       expect(admitted.status).toBe(200);
       await t.settledRecord(admitted.headers.get('x-tollgate-request-id')!, t.auth(merchant.secretKey));
@@ -279,7 +279,7 @@ describe.each(databasesUnderTest())('forward gateway admission and holds on %s',
     // The document counts the allowance, 10,000 input tokens at gpt-4o's 2.5 per million, on top of the text.
     const textOnly = await holdFor(merchant.secretKey, JSON.stringify({ model: 'gpt-4o', max_tokens: 5, messages: [{ role: 'user', content: [text] }] }));
     expect(hold - textOnly).toBeGreaterThanOrEqual(parseMoney('0.025'));
-    await creditWallet(t.storage, merchant.walletId, hold * 1000n);
+    await creditWallet(t.storage, merchant.walletId, hold * 1000n, new Date().toISOString());
 
     let answerSlow!: () => void;
     upstream.setNext({ path: '/chat/completions', releasedBy: new Promise<void>((resolve) => (answerSlow = resolve)) });

@@ -32,8 +32,8 @@ describe.each(databasesUnderTest())('forward gateway basics on %s', (dialect) =>
         payload: { name: 'Chat', rate_type: 'fixed', tier_type: 'tokens_1m', tiers: [{ start: '0', rate: '100' }] },
       })
     ).json();
-    await creditWallet(t.storage, customer.wallet.wallet_id, parseMoney('10'));
-    await creditWallet(t.storage, t.merchant.walletId, parseMoney('10'));
+    await creditWallet(t.storage, customer.wallet.wallet_id, parseMoney('10'), new Date().toISOString());
+    await creditWallet(t.storage, t.merchant.walletId, parseMoney('10'), new Date().toISOString());
   });
   afterAll(async () => {
     await t?.close();

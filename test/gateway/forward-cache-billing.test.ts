@@ -27,7 +27,7 @@ describe.each(databasesUnderTest())('prompt-cache billing on %s', (dialect) => {
     ({ upstream, t, base } = await startGatewayOnMock(dialect, {
       ...THREE_PROVIDERS,
     }));
-    await creditWallet(t.storage, t.merchant.walletId, parseMoney('10'));
+    await creditWallet(t.storage, t.merchant.walletId, parseMoney('10'), new Date().toISOString());
   });
   afterAll(async () => {
     await t?.close();

@@ -63,8 +63,8 @@ describe.each(databasesUnderTest())('forward gateway credentials on %s', (dialec
     ).json();
     const stranger = await t.newMerchant('Stranger');
     strangerCustomer = (await t.app.inject({ method: 'POST', url: '/v1/customers', headers: t.auth(stranger.secretKey), payload: {} })).json();
-    await creditWallet(t.storage, customer.wallet.wallet_id, parseMoney('10'));
-    await creditWallet(t.storage, t.merchant.walletId, parseMoney('10'));
+    await creditWallet(t.storage, customer.wallet.wallet_id, parseMoney('10'), new Date().toISOString());
+    await creditWallet(t.storage, t.merchant.walletId, parseMoney('10'), new Date().toISOString());
   });
   afterAll(async () => {
     await t?.close();

@@ -48,7 +48,7 @@ describe('forward gateway edges', () => {
       },
     });
     base = await t.listen();
-    await creditWallet(t.storage, t.merchant.walletId, parseMoney('50'));
+    await creditWallet(t.storage, t.merchant.walletId, parseMoney('50'), new Date().toISOString());
     token = t.merchant.secretKey;
   });
   afterAll(async () => {
@@ -122,7 +122,7 @@ describe('shutdown with a forwarded response in flight', () => {
       },
     });
     const base = await t.listen();
-    await creditWallet(t.storage, t.merchant.walletId, parseMoney('50'));
+    await creditWallet(t.storage, t.merchant.walletId, parseMoney('50'), new Date().toISOString());
     const agent = new Agent({ keepAliveTimeout: 600_000, keepAliveMaxTimeout: 600_000, connections: 4 });
     const h = { authorization: `Bearer ${t.merchant.secretKey}`, 'content-type': 'application/json' };
     try {

@@ -25,7 +25,7 @@ describe.each(databasesUnderTest())('ElevenLabs billing on %s', (dialect) => {
       providerKeys: { elevenlabs: 'xi-managed' },
     }));
     customer = (await t.app.inject({ method: 'POST', url: '/v1/customers', headers: t.auth(), payload: {} })).json();
-    await creditWallet(t.storage, customer.wallet.wallet_id, parseMoney('5'));
+    await creditWallet(t.storage, customer.wallet.wallet_id, parseMoney('5'), new Date().toISOString());
   });
   afterAll(async () => {
     await t?.close();

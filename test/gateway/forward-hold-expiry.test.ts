@@ -24,7 +24,7 @@ describe.each(databasesUnderTest())('forward gateway admission and holds on %s',
    */
   async function heldAtProvider() {
     const { merchant } = await freshPayers();
-    await creditWallet(t.storage, merchant.walletId, parseMoney('5'));
+    await creditWallet(t.storage, merchant.walletId, parseMoney('5'), new Date().toISOString());
     const before = await wallet(merchant.walletId);
     let answer!: () => void;
     upstream.setNext({ path: '/chat/completions', releasedBy: new Promise<void>((resolve) => (answer = resolve)) });

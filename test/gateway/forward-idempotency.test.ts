@@ -25,7 +25,7 @@ describe.each(databasesUnderTest())('Idempotency-Key on forwarded calls on %s', 
       providerHosts: ['api.openai.com'],
       providerKeys: { openai: 'sk-openai-managed' },
     }));
-    await creditWallet(t.storage, t.merchant.walletId, parseMoney('5'));
+    await creditWallet(t.storage, t.merchant.walletId, parseMoney('5'), new Date().toISOString());
   });
   afterAll(async () => {
     await t?.close();

@@ -49,7 +49,7 @@ describe('forward: every providers.* base URL works as a base URL', () => {
     ({ upstream, t, base } = await startGatewayOnMock('sqlite', { providerHosts: hosts, providerKeys: keys }));
     const lava = new Lava(t.merchant.secretKey, { baseUrl: `${base}/v1/` });
     providers = Object.entries(lava.providers);
-    await creditWallet(t.storage, t.merchant.walletId, parseMoney('10'));
+    await creditWallet(t.storage, t.merchant.walletId, parseMoney('10'), new Date().toISOString());
   });
   afterAll(async () => {
     await t?.close();

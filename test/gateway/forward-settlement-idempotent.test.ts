@@ -41,7 +41,7 @@ describe.each(databasesUnderTest())('forward gateway admission and holds on %s',
 
     it('settling a forwarded request again charges nothing more', async () => {
       const { merchant, token, customerWalletId } = await freshPayers();
-      await creditWallet(t.storage, customerWalletId, parseMoney('5'));
+      await creditWallet(t.storage, customerWalletId, parseMoney('5'), new Date().toISOString());
       const res = await post(token, body);
       expect(res.status).toBe(200);
       await res.arrayBuffer();
@@ -67,7 +67,7 @@ describe.each(databasesUnderTest())('forward gateway admission and holds on %s',
 
     it('two concurrent settlements of one admitted request charge once', async () => {
       const { merchant } = await freshPayers();
-      await creditWallet(t.storage, merchant.walletId, parseMoney('5'));
+      await creditWallet(t.storage, merchant.walletId, parseMoney('5'), new Date().toISOString());
       const billing = await resolveForwardCredential(t.storage, merchant.secretKey, new Date());
       const { walletId } = pricingFor(billing);
       const recordId = newId('request');
@@ -99,7 +99,7 @@ describe.each(databasesUnderTest())('forward gateway admission and holds on %s',
 
     it('a failed request stays failed: a late settlement and a second failure change nothing', async () => {
       const { merchant } = await freshPayers();
-      await creditWallet(t.storage, merchant.walletId, parseMoney('5'));
+      await creditWallet(t.storage, merchant.walletId, parseMoney('5'), new Date().toISOString());
       upstream.setNext({ path: '/chat/completions', status: 500 });
       const res = await post(merchant.secretKey, body);
       expect(res.status).toBe(500);

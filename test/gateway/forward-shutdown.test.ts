@@ -20,7 +20,7 @@ async function gatewayWithGrace(dialect: 'sqlite' | 'postgres', graceMs: number)
     providerKeys: { openai: 'sk-managed-openai' },
     env: { SHUTDOWN_GRACE_MS: String(graceMs) },
   });
-  await creditWallet(gw.t.storage, gw.t.merchant.walletId, parseMoney('10'));
+  await creditWallet(gw.t.storage, gw.t.merchant.walletId, parseMoney('10'), new Date().toISOString());
   return gw;
 }
 

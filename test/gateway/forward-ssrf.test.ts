@@ -28,7 +28,7 @@ describe.each(databasesUnderTest())('forward gateway SSRF wall and targets on %s
       providerKeys: { openai: 'sk-managed-openai', anthropic: 'sk-managed-anthropic' },
     }));
     port = new URL(upstream.url).port;
-    await creditWallet(t.storage, t.merchant.walletId, parseMoney('10'));
+    await creditWallet(t.storage, t.merchant.walletId, parseMoney('10'), new Date().toISOString());
   });
   afterAll(async () => {
     await t?.close();

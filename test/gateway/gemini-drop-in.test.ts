@@ -25,7 +25,7 @@ describe.each(databasesUnderTest())('the native Gemini drop-in on %s', (dialect)
       providerHosts: ['generativelanguage.googleapis.com'],
       providerKeys: { google: 'google-managed' },
     }));
-    await creditWallet(t.storage, t.merchant.walletId, parseMoney('5'));
+    await creditWallet(t.storage, t.merchant.walletId, parseMoney('5'), new Date().toISOString());
   });
   afterAll(async () => {
     await t?.close();

@@ -25,7 +25,7 @@ describe.each(databasesUnderTest())('Google price overrides on the OpenAI-compat
       providerKeys: { google: 'google-managed' },
       env: { PRICE_OVERRIDES_FILE: priceOverridesFile(OVERRIDES) },
     }));
-    await creditWallet(t.storage, t.merchant.walletId, parseMoney('5'));
+    await creditWallet(t.storage, t.merchant.walletId, parseMoney('5'), new Date().toISOString());
   });
   afterAll(async () => {
     await t?.close();
@@ -61,7 +61,7 @@ describe.each(databasesUnderTest())('Google price overrides on the OpenAI-compat
     const post = (url: string, payload: object) => t.app.inject({ method: 'POST', url, headers: t.auth(), payload });
     const meter = (await post('/v1/meters', { name: 'Free', rate_type: 'fixed', tiers: [{ start: '0', rate: '0' }] })).json();
     const customer = (await post('/v1/customers', { name: 'Gemini user' })).json();
-    await creditWallet(t.storage, customer.wallet.wallet_id, parseMoney('1'));
+    await creditWallet(t.storage, customer.wallet.wallet_id, parseMoney('1'), new Date().toISOString());
     const res = await post('/v1/requests', {
       request_id: 'gemini-compat-1',
       customer_id: customer.customer_id,

@@ -35,7 +35,7 @@ describe.each(databasesUnderTest())('hostile input on %s', (dialect) => {
         payload: { name: 'm', rate_type: 'fixed', tier_type: 'requests', tiers: [{ start: 0, rate: '0.01' }] },
       })
     ).json();
-    await creditWallet(gw.t.storage, customer.wallet.wallet_id, parseMoney('5'));
+    await creditWallet(gw.t.storage, customer.wallet.wallet_id, parseMoney('5'), new Date().toISOString());
   });
   afterAll(async () => {
     await gw.t.close();

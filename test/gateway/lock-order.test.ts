@@ -83,7 +83,7 @@ describe.skipIf(!process.env.TEST_DATABASE_URL)('lock order of the gateway write
 
   it('a settlement locks its wallets before it writes rollups, as a charge does, so the two do not deadlock', async () => {
     const merchant = await t.newMerchant('Rollups');
-    await creditWallet(t.storage, merchant.walletId, parseMoney('5'));
+    await creditWallet(t.storage, merchant.walletId, parseMoney('5'), new Date().toISOString());
     const billing = await resolveForwardCredential(t.storage, merchant.secretKey, new Date());
     const { writer, warnings } = watchedWriter();
     const admit = async () => admitted(await writer.run(ADMIT_JOB, admissionOf(billing, merchant.walletId, { hold: '0.01' })));

@@ -45,7 +45,7 @@ describe.each(databasesUnderTest())('holds for provider-side context, through th
   /** A merchant of its own, its wallet funded with WALLET, paying with its secret key. */
   async function fundedMerchant(name: string) {
     const merchant = await t.newMerchant(name);
-    await creditWallet(t.storage, merchant.walletId, WALLET);
+    await creditWallet(t.storage, merchant.walletId, WALLET, new Date().toISOString());
     const openai = new OpenAI({ apiKey: merchant.secretKey, baseURL: `${base}/v1/forward?u=https://api.openai.com/v1`, maxRetries: 0 });
     const genai = new GoogleGenAI({ apiKey: merchant.secretKey, httpOptions: { baseUrl: `${base}/v1/forward?u=https://generativelanguage.googleapis.com` } });
     return { merchant, openai, genai };

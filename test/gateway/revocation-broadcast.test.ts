@@ -33,7 +33,7 @@ describe.runIf(postgres && redis)('credential revocation across two instances wi
   });
 
   it(`a key revoked on one instance is refused by the other within ${BOUND_MS} ms`, async () => {
-    await creditWallet(a.t.storage, a.t.merchant.walletId, parseMoney('10'));
+    await creditWallet(a.t.storage, a.t.merchant.walletId, parseMoney('10'), new Date().toISOString());
     const created = (await a.t.app.inject({ method: 'POST', url: '/v1/secret_keys', headers: a.t.auth(), payload: { name: 'soon revoked' } })).json();
     const forwardOnB = () =>
       fetch(`${b.base}/v1/forward?u=${encodeURIComponent(OPENAI_CHAT)}`, {

@@ -22,7 +22,7 @@ describe.each(databasesUnderTest())('the served model on request records on %s',
     ({ upstream, t, base } = await startGatewayOnMock(dialect, {
       ...THREE_PROVIDERS,
     }));
-    await creditWallet(t.storage, t.merchant.walletId, parseMoney('5'));
+    await creditWallet(t.storage, t.merchant.walletId, parseMoney('5'), new Date().toISOString());
   });
   afterAll(async () => {
     await t?.close();

@@ -31,7 +31,7 @@ describe('refusals no retry can fix, with each client at its default retries', (
     ({ upstream, t, base } = await startGatewayOnMock('sqlite', {
       ...THREE_PROVIDERS,
     }));
-    await creditWallet(t.storage, t.merchant.walletId, parseMoney('5'));
+    await creditWallet(t.storage, t.merchant.walletId, parseMoney('5'), new Date().toISOString());
   });
   afterAll(async () => {
     await t?.close();

@@ -97,7 +97,7 @@ describe.skipIf(!process.env.TEST_DATABASE_URL)('wallet leases on postgres', () 
     const merchant = await t.newMerchant(name);
     const hold = await holdFor(merchant, body);
     const funded = hold * 1000n;
-    await creditWallet(t.storage, merchant.walletId, funded);
+    await creditWallet(t.storage, merchant.walletId, funded, new Date().toISOString());
     return { merchant, hold, funded };
   }
 
@@ -123,7 +123,7 @@ describe.skipIf(!process.env.TEST_DATABASE_URL)('wallet leases on postgres', () 
 
   it('a wallet admitting fast gets top-ups sized to its rate (about 100 ms of it), not 64 requests at a time', async () => {
     const { merchant, hold } = await merchantFundedFor1000Holds('Fast');
-    await creditWallet(t.storage, merchant.walletId, hold * 100_000n);
+    await creditWallet(t.storage, merchant.walletId, hold * 100_000n, new Date().toISOString());
     const keeper = new HoldKeeper(t.storage, 60_000, t.app.log, t.clock);
     const leases = new WalletLeases(t.storage, keeper, { hotAfter: 0, idleMs: 600_000, ttlMs: 60_000 }, t.app.log, t.clock);
     try {
@@ -185,7 +185,7 @@ describe.skipIf(!process.env.TEST_DATABASE_URL)('wallet leases on postgres', () 
       // Room for 3 holds and half of another: a lease never takes more than a quarter of what is
       // available beyond what its request needs, so each instance's leases grow one hold at a time.
       const funded = hold * 3n + hold / 2n;
-      await creditWallet(t.storage, merchant.walletId, funded);
+      await creditWallet(t.storage, merchant.walletId, funded, new Date().toISOString());
 
       upstream.setNext({ path: '/chat/completions', delayMs: 500, times: 20 });
       const before = upstream.requests.length;
@@ -210,7 +210,7 @@ describe.skipIf(!process.env.TEST_DATABASE_URL)('wallet leases on postgres', () 
   it('a request costing more than its hold overruns its wallet: its lease is given back and the next admission is decided in the database, which ends the overrun', async () => {
     const merchant = await t.newMerchant('Overrun');
     const hold = await holdFor(merchant, costly);
-    await creditWallet(t.storage, merchant.walletId, hold * 1000n);
+    await creditWallet(t.storage, merchant.walletId, hold * 1000n, new Date().toISOString());
 
     upstream.setNext({ path: '/chat/completions', overReport: 40 });
     const actual = await settledCost(merchant, await post(base, merchant.secretKey, costly));
@@ -233,7 +233,7 @@ describe.skipIf(!process.env.TEST_DATABASE_URL)('wallet leases on postgres', () 
   it('a request still running after the write delay gets its own hold, carved out of the lease', async () => {
     const merchant = await t.newMerchant('Slow');
     const hold = await holdFor(merchant, body);
-    await creditWallet(t.storage, merchant.walletId, hold * 1000n);
+    await creditWallet(t.storage, merchant.walletId, hold * 1000n, new Date().toISOString());
 
     upstream.setNext({ path: '/chat/completions', delayMs: 400, times: 1 });
     const pending = post(base, merchant.secretKey, body);
@@ -262,7 +262,7 @@ describe.skipIf(!process.env.TEST_DATABASE_URL)('wallet leases on postgres', () 
     const merchant = await t.newMerchant('Expired');
     const hold = await holdFor(merchant, body);
     const funded = hold * 1000n;
-    await creditWallet(t.storage, merchant.walletId, funded);
+    await creditWallet(t.storage, merchant.walletId, funded, new Date().toISOString());
     let charged = await settledCost(merchant, await post(base, merchant.secretKey, body));
     const [first] = await leasesOf(merchant.walletId);
 
@@ -285,7 +285,7 @@ describe.skipIf(!process.env.TEST_DATABASE_URL)('wallet leases on postgres', () 
 
   it('a request its lease cannot cover is decided in the database, not refused: admitted once the wallet can pay, charged once', async () => {
     const merchant = await t.newMerchant('Fallback');
-    await creditWallet(t.storage, merchant.walletId, parseMoney('10'));
+    await creditWallet(t.storage, merchant.walletId, parseMoney('10'), new Date().toISOString());
     // The customer pays a fixed 0.01 a request and the merchant the rest: each request holds on both wallets.
     const fee = parseMoney('0.01');
     const customer = await t.customerWithMeter({
@@ -327,7 +327,7 @@ describe.skipIf(!process.env.TEST_DATABASE_URL)('wallet leases on postgres', () 
       await until(async () => answered !== undefined || (await waiting()), 'the admission waits for the merchant wallet');
       // Not answered (a refusal would have been, at once): it waits to be decided in the database.
       expect(answered?.status).toBeUndefined();
-      await creditWallet(t.storage, customer.walletId, fee);
+      await creditWallet(t.storage, customer.walletId, fee, new Date().toISOString());
       unlock();
       const res = await second;
       expect(res.status).toBe(200);
@@ -352,7 +352,7 @@ describe.skipIf(!process.env.TEST_DATABASE_URL)('wallet leases on postgres', () 
     // Room for 3 holds and a half, all of it in the dead instance's lease: with nothing left
     // available, no background refill can grow the lease after this test reads it.
     const funded = hold * 3n + hold / 2n;
-    await creditWallet(t.storage, merchant.walletId, funded);
+    await creditWallet(t.storage, merchant.walletId, funded, new Date().toISOString());
 
     // Another instance leases the wallet, then dies: its keeper stops renewing, nothing is given back.
     const leaseTtlMs = t.config.walletLeaseTtlMs;
@@ -382,7 +382,7 @@ describe.skipIf(!process.env.TEST_DATABASE_URL)('wallet leases on postgres', () 
     try {
       const coolBase = await cool.listen();
       const merchant = await t.newMerchant('Warming');
-      await creditWallet(t.storage, merchant.walletId, parseMoney('100'));
+      await creditWallet(t.storage, merchant.walletId, parseMoney('100'), new Date().toISOString());
       // Sent one after the other, well within the one-second window; settled afterwards.
       const responses: Response[] = [];
       for (let i = 0; i < 5; i++) {
@@ -410,7 +410,7 @@ describe.skipIf(!process.env.TEST_DATABASE_URL)('wallet leases on postgres', () 
     });
     try {
       const merchant = await gateway.t.newMerchant('Closing');
-      await creditWallet(gateway.t.storage, merchant.walletId, parseMoney('100'));
+      await creditWallet(gateway.t.storage, merchant.walletId, parseMoney('100'), new Date().toISOString());
       const res = await post(gateway.base, merchant.secretKey, body);
       expect(res.status).toBe(200);
       await res.arrayBuffer();

@@ -24,7 +24,7 @@ describe.each(databasesUnderTest())('gateway writer on %s', (dialect) => {
 
   it.runIf(dialect === 'postgres')('the one-statement admission writes everything, or nothing when a wallet cannot cover the batch', async () => {
     const merchant = await t.newMerchant('One statement');
-    await creditWallet(t.storage, merchant.walletId, parseMoney('0.05'));
+    await creditWallet(t.storage, merchant.walletId, parseMoney('0.05'), new Date().toISOString());
     const billing = await resolveForwardCredential(t.storage, merchant.secretKey, new Date());
     const input = () => admissionOf(billing, merchant.walletId, { hold: '0.02', facts: { ...CHAT_FACTS, metadata: { k: 'v' } } });
     const fast = ADMIT_JOB.wholeBatch!;
@@ -45,7 +45,7 @@ describe.each(databasesUnderTest())('gateway writer on %s', (dialect) => {
 
   it('admissions in one batch never hold more than the wallet has', async () => {
     const merchant = await t.newMerchant('Tight');
-    await creditWallet(t.storage, merchant.walletId, parseMoney('0.05'));
+    await creditWallet(t.storage, merchant.walletId, parseMoney('0.05'), new Date().toISOString());
     const billing = await resolveForwardCredential(t.storage, merchant.secretKey, new Date());
     const writer = new GroupCommitWriter(t.storage);
     const outcomes = await Promise.all(
@@ -138,7 +138,7 @@ describe.each(databasesUnderTest())('gateway writer on %s', (dialect) => {
 
       // Until the settlement's caller ends the reservation it still counts; then only the balance does.
       releaseDeferredHolds(admitted.deferred!);
-      await creditWallet(t.storage, customer.walletId, parseMoney('0.24'));
+      await creditWallet(t.storage, customer.walletId, parseMoney('0.24'), new Date().toISOString());
       expect((await admitDeferred(t.storage, writes, admission('0.01'))).outcome).toBe('admitted');
       await background.drain();
     },
@@ -183,7 +183,7 @@ describe.each(databasesUnderTest())('gateway writer on %s', (dialect) => {
       // This process does not see another's writes: its last read of the wallet says 0.04 is left.
       const cli = openStorage(t.database.url);
       try {
-        await creditWallet(cli, customer.walletId, parseMoney('1'));
+        await creditWallet(cli, customer.walletId, parseMoney('1'), new Date().toISOString());
       } finally {
         await cli.close();
       }

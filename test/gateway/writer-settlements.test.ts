@@ -24,7 +24,7 @@ describe.each(databasesUnderTest())('gateway writer on %s', (dialect) => {
 
   it('a batch of settlements with a duplicate member: the others settle, the duplicate charges nothing', async () => {
     const { merchant, secretKey } = await t.newMerchant('Batch').then((m) => ({ merchant: m, secretKey: m.secretKey }));
-    await creditWallet(t.storage, merchant.walletId, parseMoney('5'));
+    await creditWallet(t.storage, merchant.walletId, parseMoney('5'), new Date().toISOString());
     const billing = await resolveForwardCredential(t.storage, secretKey, new Date());
     const { walletId } = pricingFor(billing);
     const writer = new GroupCommitWriter(t.storage);
@@ -69,7 +69,7 @@ describe.each(databasesUnderTest())('gateway writer on %s', (dialect) => {
 
   it('a batch of 256 settlements (an embedded instance\'s largest) is written in one transaction, each charged once', async () => {
     const merchant = await t.newMerchant('Big batch');
-    await creditWallet(t.storage, merchant.walletId, parseMoney('100'));
+    await creditWallet(t.storage, merchant.walletId, parseMoney('100'), new Date().toISOString());
     const billing = await resolveForwardCredential(t.storage, merchant.secretKey, new Date());
     const { walletId } = pricingFor(billing);
     const record = { provider: 'openai', endpoint: 'POST https://api.openai.com/v1/chat/completions', provider_key_type: 'managed' as const, metadata: { team: 'a' } };
@@ -115,7 +115,7 @@ describe.each(databasesUnderTest())('gateway writer on %s', (dialect) => {
         payload: { name: 'Tiered', rate_type: 'fixed', tier_type: 'tokens_1m', tiers: [{ start: '0', rate: '100' }, { start: '300', rate: '50' }] },
       })
     ).json();
-    await creditWallet(t.storage, customer.wallet.wallet_id, parseMoney('5'));
+    await creditWallet(t.storage, customer.wallet.wallet_id, parseMoney('5'), new Date().toISOString());
     const token = forwardToken(t.merchant.secretKey, customer.customer_id, meter.meter_slug);
     const billing = await resolveForwardCredential(t.storage, token, new Date());
     const writer = new GroupCommitWriter(t.storage);
@@ -151,7 +151,7 @@ describe.each(databasesUnderTest())('gateway writer on %s', (dialect) => {
 
   it('a request admitted before midnight and settled after it counts on its admission day, filtered or not', async () => {
     const merchant = await t.newMerchant('Midnight');
-    await creditWallet(t.storage, merchant.walletId, parseMoney('5'));
+    await creditWallet(t.storage, merchant.walletId, parseMoney('5'), new Date().toISOString());
     const billing = await resolveForwardCredential(t.storage, merchant.secretKey, new Date());
     const record = { provider: 'openai', endpoint: 'POST x', provider_key_type: 'managed' as const, metadata: { team: 'night' } };
     const admit = async (at: string) => {
@@ -204,7 +204,7 @@ describe.each(databasesUnderTest())('gateway writer on %s', (dialect) => {
 
   it('the hold sweeper fails every expired request, batch after batch, its holds and records together', async () => {
     const merchant = await t.newMerchant('Sweep');
-    await creditWallet(t.storage, merchant.walletId, parseMoney('5'));
+    await creditWallet(t.storage, merchant.walletId, parseMoney('5'), new Date().toISOString());
     const billing = await resolveForwardCredential(t.storage, merchant.secretKey, new Date());
     // Admitted on a clock before every other test's, so only these are due at the sweep.
     const t0 = new Date('2019-05-01T00:00:00.000Z');

@@ -97,7 +97,7 @@ export async function startTestApp(
   await app.ready();
 
   const newMerchant = async (name = 'Test merchant'): Promise<Merchant> => {
-    const { merchant, secretKey } = await createMerchant(storage, { name });
+    const { merchant, secretKey } = await createMerchant(storage, { name }, new Date().toISOString());
     return { merchantId: merchant.id, secretKey, walletId: merchant.wallet_id };
   };
   const merchant = await newMerchant('Acme');
@@ -120,7 +120,7 @@ export async function startTestApp(
   const customerWithMeter = async (opts: { credit?: string; meter?: Record<string, unknown>; secretKey?: string }) => {
     const headers = auth(opts.secretKey);
     const customer = (await app.inject({ method: 'POST', url: '/v1/customers', headers, payload: {} })).json();
-    if (opts.credit !== undefined) await creditWallet(storage, customer.wallet.wallet_id, parseMoney(opts.credit));
+    if (opts.credit !== undefined) await creditWallet(storage, customer.wallet.wallet_id, parseMoney(opts.credit), new Date().toISOString());
     const meter = (await app.inject({ method: 'POST', url: '/v1/meters', headers, payload: opts.meter ?? PER_REQUEST_METER })).json();
     return { customerId: customer.customer_id, walletId: customer.wallet.wallet_id, meterId: meter.meter_id, meterSlug: meter.meter_slug } as CustomerWithMeter;
   };

@@ -91,7 +91,7 @@ export function useClientHarness() {
 
   async function newCustomer(credit: string): Promise<Customer> {
     const created = (await lava.customers.create({ name: 'Client user' })) as unknown as { customer_id: string; wallet: { wallet_id: string } };
-    if (credit !== '0') await creditWallet(t.storage, created.wallet.wallet_id, parseMoney(credit));
+    if (credit !== '0') await creditWallet(t.storage, created.wallet.wallet_id, parseMoney(credit), new Date().toISOString());
     return { customerId: created.customer_id, walletId: created.wallet.wallet_id, spendKeys: new Map() };
   }
 

@@ -51,7 +51,7 @@ export async function signedInDashboard(
     t = await startTestApp('sqlite', opts.env ? { env: opts.env } : {});
     base = await t.listen();
   }
-  const { merchant, secretKey } = await createMerchant(t.storage, { name: 'Dash Shop', email, password: PASSWORD });
+  const { merchant, secretKey } = await createMerchant(t.storage, { name: 'Dash Shop', email, password: PASSWORD }, new Date().toISOString());
   const browser = await launchChromium();
   const context = await browser.newContext();
   const page = await context.newPage();
@@ -114,7 +114,7 @@ async function signIn(page: Page, base: string, email: string): Promise<void> {
 
 /** Another merchant, signed in in its own browser context (for proving one merchant cannot reach another's things). */
 export async function otherMerchantPage(d: DashboardSession, email: string): Promise<{ page: Page; close(): Promise<void> }> {
-  await createMerchant(d.t.storage, { name: 'Other Shop', email, password: PASSWORD });
+  await createMerchant(d.t.storage, { name: 'Other Shop', email, password: PASSWORD }, new Date().toISOString());
   const context = await d.browser.newContext();
   const page = await context.newPage();
   await signIn(page, d.base, email);

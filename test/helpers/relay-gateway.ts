@@ -54,7 +54,7 @@ export function useRelayGateway(dialect: TestDatabase['dialect'], opts: { shortT
     base = await t.listen();
     customer = await t.customerWithMeter({ credit: '10', meter: { name: 'Chat', rate_type: 'fixed', tier_type: 'tokens_1m', tiers: [{ start: '0', rate: '100' }] } });
     customerToken = forwardToken(t.merchant.secretKey, customer.customerId, customer.meterSlug);
-    await creditWallet(t.storage, t.merchant.walletId, parseMoney('10'));
+    await creditWallet(t.storage, t.merchant.walletId, parseMoney('10'), new Date().toISOString());
     if (!opts.shortTimeouts) return;
 
     tt = await startTestApp(dialect, {
@@ -66,7 +66,7 @@ export function useRelayGateway(dialect: TestDatabase['dialect'], opts: { shortT
       },
     });
     timeoutBase = await tt.listen();
-    await creditWallet(tt.storage, tt.merchant.walletId, parseMoney('10'));
+    await creditWallet(tt.storage, tt.merchant.walletId, parseMoney('10'), new Date().toISOString());
   });
   afterAll(async () => {
     await tt?.close();

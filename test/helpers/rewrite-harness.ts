@@ -83,7 +83,7 @@ export function useRewriteHarness(dialect: TestDatabase['dialect']): RewriteHarn
     upstream.reset();
     const created = (await lava.customers.create({ name: 'Rewrite user' })) as unknown as { customer_id: string; wallet: { wallet_id: string } };
     customer = { customer_id: created.customer_id, walletId: created.wallet.wallet_id };
-    await creditWallet(t.storage, customer.walletId, parseMoney('10'));
+    await creditWallet(t.storage, customer.walletId, parseMoney('10'), new Date().toISOString());
   });
 
   const customerRecords = async (): Promise<{ request_id: string }[]> => {

@@ -111,7 +111,7 @@ export function useSdkGateway(dialect: TestDatabase['dialect']) {
     }));
     lava = new Lava(t.merchant.secretKey, { baseUrl: `${base}/v1/` });
     meter = await lava.meters.create({ name: 'Tokens', rate_type: 'fixed', tier_type: 'tokens_1m', tiers: [{ start: '0', rate: FEE_RATE }] });
-    await creditWallet(t.storage, t.merchant.walletId, parseMoney('10'));
+    await creditWallet(t.storage, t.merchant.walletId, parseMoney('10'), new Date().toISOString());
   });
   afterAll(async () => {
     await t?.close();
@@ -122,7 +122,7 @@ export function useSdkGateway(dialect: TestDatabase['dialect']) {
     // A fresh customer per test: its wallet only ever moves by this test's requests.
     const created = (await lava.customers.create({ name: 'SDK user' })) as unknown as { customer_id: string; wallet: { wallet_id: string } };
     customer = { customer_id: created.customer_id, walletId: created.wallet.wallet_id };
-    await creditWallet(t.storage, customer.walletId, parseMoney('10'));
+    await creditWallet(t.storage, customer.walletId, parseMoney('10'), new Date().toISOString());
   });
 
   const customerToken = () => lava.generateForwardToken({ customer_id: customer.customer_id, meter_slug: meter.meter_slug });

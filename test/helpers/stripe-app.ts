@@ -34,7 +34,7 @@ export async function startAppOnStripeStandIn(
   await migrateToLatest(storage);
   const app = await buildApp({ config, storage, clock, rateLimiter: new MemoryRateLimiter() });
   await app.ready();
-  const secretKey = (await createMerchant(storage, { name: 'Stripe shop' })).secretKey;
+  const secretKey = (await createMerchant(storage, { name: 'Stripe shop' }, new Date().toISOString())).secretKey;
   return { stripeApi, config, storage, app, secretKey };
 }
 

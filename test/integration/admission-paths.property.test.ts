@@ -116,7 +116,7 @@ describe.each(databasesUnderTest())('every admission path decides as the in-tran
     const spendKey = (await t.app.inject({ method: 'POST', url: '/v1/spend_keys', headers, payload: { name: 'property', ...limits } })).json<{ key: string }>();
     const keyBilling = await resolveForwardCredential(t.storage, spendKey.key, new Date());
     for (const [i, spec] of wallets.entries()) {
-      if (spec.balance > 0n) await creditWallet(t.storage, walletIds[i]!, spec.balance);
+      if (spec.balance > 0n) await creditWallet(t.storage, walletIds[i]!, spec.balance, new Date().toISOString());
       if (spec.overrun) await t.storage.db.updateTable('wallets').set({ overrun: OVERRUN_RATE }).where('id', '=', walletIds[i]!).execute();
       if (spec.held === 0n) continue;
       const placed = await placeHold(t.storage, { now: new Date(), walletId: walletIds[i]!, amount: spec.held, reference: newId('request'), ttlMs: 3_600_000 });

@@ -36,7 +36,7 @@ describe.each(databasesUnderTest())('concurrent request recording on %s', (diale
       tier_type: 'requests',
       tiers: [{ start: '0', rate: '0.02' }],
     });
-    await creditWallet(first.storage, customer.wallet.wallet_id, parseMoney('0.02') * BigInt(requestsItCanPay));
+    await creditWallet(first.storage, customer.wallet.wallet_id, parseMoney('0.02') * BigInt(requestsItCanPay), new Date().toISOString());
     return { headers, customer, meter };
   }
 

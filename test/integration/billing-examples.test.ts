@@ -99,7 +99,7 @@ describe.each(databasesUnderTest())('billing examples through POST /v1/requests 
     expect(meterRes.statusCode, meterRes.body).toBe(201);
     const meter = meterRes.json<{ meter_id: string; meter_slug: string; product_secret: string }>();
     const fund = opts.fund ?? '100';
-    if (parseMoney(fund) > 0n) await creditWallet(app.storage, customer.wallet.wallet_id, parseMoney(fund));
+    if (parseMoney(fund) > 0n) await creditWallet(app.storage, customer.wallet.wallet_id, parseMoney(fund), new Date().toISOString());
     const post = (body: object) =>
       app.app.inject({
         method: 'POST',
@@ -323,7 +323,7 @@ describe.each(databasesUnderTest())('billing examples through POST /v1/requests 
 
     // The position is per customer: another customer of the same meter starts at tier 0 again.
     const other = (await s.app.app.inject({ method: 'POST', url: '/v1/customers', headers: s.headers, payload: {} })).json();
-    await creditWallet(s.app.storage, other.wallet.wallet_id, parseMoney('1'));
+    await creditWallet(s.app.storage, other.wallet.wallet_id, parseMoney('1'), new Date().toISOString());
     const fresh = await s.app.app.inject({
       method: 'POST',
       url: '/v1/requests',
@@ -341,7 +341,7 @@ describe.each(databasesUnderTest())('billing examples through POST /v1/requests 
       base_cost_payer: 'merchant',
       tiers: [{ start: 0, rate: '1' }],
     });
-    await creditWallet(t.storage, s.merchant.walletId, parseMoney('1'));
+    await creditWallet(t.storage, s.merchant.walletId, parseMoney('1'), new Date().toISOString());
     const r = await s.charge({ provider: 'openai', model: 'gpt-4o', input_tokens: 10_000, output_tokens: 2_000 });
     // base: 10 000 × 2.5 / 1M = 0.025 ; 2 000 × 10 / 1M = 0.02 ; total 0.045 → merchant
     // fee: 12 000 × 1 / 1M = 0.012 → wallet ; request = 0.057
@@ -364,7 +364,7 @@ describe.each(databasesUnderTest())('billing examples through POST /v1/requests 
       ],
     });
     // 0.04 is short of the 0.045 base cost below.
-    await creditWallet(t.storage, s.merchant.walletId, parseMoney('0.04'));
+    await creditWallet(t.storage, s.merchant.walletId, parseMoney('0.04'), new Date().toISOString());
     const before = await verifyLedger(t.storage);
     const refused = await s.post({ request_id: 'merchant-short', provider: 'openai', model: 'gpt-4o', input_tokens: 10_000, output_tokens: 2_000 });
     expect(refused.statusCode).toBe(402);
@@ -386,7 +386,7 @@ describe.each(databasesUnderTest())('billing examples through POST /v1/requests 
 
     // The refused request did not advance the tier position: after funding, 12 000 tokens still
     // start at position 0 → [0, 5000) × 1 + [5000, 12000) × 100 = 0.005 + 0.7 = 0.705
-    await creditWallet(t.storage, s.merchant.walletId, parseMoney('1'));
+    await creditWallet(t.storage, s.merchant.walletId, parseMoney('1'), new Date().toISOString());
     const r = await s.charge({ request_id: 'merchant-short', provider: 'openai', model: 'gpt-4o', input_tokens: 10_000, output_tokens: 2_000 });
     expect(r.fee.breakdown.map((b) => [b.tier.start, b.tokens, b.cost])).toEqual([
       [0, 5_000, '0.0050000000'],
@@ -402,7 +402,7 @@ describe.each(databasesUnderTest())('billing examples through POST /v1/requests 
       { name: 'Calls', rate_type: 'fixed', tier_type: 'requests', service_charge_payer: 'merchant', tiers: [{ start: 0, rate: '2' }] },
       { app: configured },
     );
-    await creditWallet(configured.storage, s.merchant.walletId, parseMoney('1'));
+    await creditWallet(configured.storage, s.merchant.walletId, parseMoney('1'), new Date().toISOString());
     const r = await s.charge({});
     // fee 2 → wallet ; service charge 10 % × 2 = 0.2 → merchant ; request 2.2
     expect(r.service_charge).toEqual({ amount: '0.2000000000', payer: 'merchant' });

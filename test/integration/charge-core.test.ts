@@ -36,7 +36,7 @@ describe.each(databasesUnderTest())('the charge core on %s', (dialect) => {
   /** A merchant with a tiered meter whose base cost falls on the merchant, and funded customers. */
   async function setup(customers: number) {
     const m = await t.newMerchant('Charge core');
-    await creditWallet(t.storage, m.walletId, parseMoney('10'));
+    await creditWallet(t.storage, m.walletId, parseMoney('10'), new Date().toISOString());
     const headers = t.auth(m.secretKey);
     const tiers = [{ start: 0, rate: '100' }, { start: 200, rate: '50' }];
     const meter = (
@@ -50,7 +50,7 @@ describe.each(databasesUnderTest())('the charge core on %s', (dialect) => {
     const made: { id: string; walletId: string }[] = [];
     for (let i = 0; i < customers; i++) {
       const c = (await t.app.inject({ method: 'POST', url: '/v1/customers', headers, payload: {} })).json<{ customer_id: string; wallet: { wallet_id: string } }>();
-      await creditWallet(t.storage, c.wallet.wallet_id, parseMoney('1'));
+      await creditWallet(t.storage, c.wallet.wallet_id, parseMoney('1'), new Date().toISOString());
       made.push({ id: c.customer_id, walletId: c.wallet.wallet_id });
     }
     return { m, meter, customers: made };

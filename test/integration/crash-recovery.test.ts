@@ -31,8 +31,8 @@ describe('crash recovery at start on sqlite', () => {
     // The previous process: a request admitted (hold and pending record written), then SIGKILL.
     const storage = openStorage(databaseUrl);
     await migrateToLatest(storage);
-    const { merchant, secretKey } = await createMerchant(storage, { name: 'Recovery' });
-    await creditWallet(storage, merchant.wallet_id, parseMoney('5'));
+    const { merchant, secretKey } = await createMerchant(storage, { name: 'Recovery' }, new Date().toISOString());
+    await creditWallet(storage, merchant.wallet_id, parseMoney('5'), new Date().toISOString());
     const billing = await resolveForwardCredential(storage, secretKey, new Date());
     const body = { model: 'gpt-4o', max_tokens: 200, messages: [{ role: 'user', content: 'the answer may have reached the client' }] };
     const estimate = estimateHold({

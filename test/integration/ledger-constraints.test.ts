@@ -20,7 +20,7 @@ describe.each(databasesUnderTest())('ledger constraints on %s', (dialect) => {
   beforeAll(async () => {
     t = await startTestApp(dialect);
     walletId = t.merchant.walletId;
-    await creditWallet(t.storage, walletId, parseMoney('5'));
+    await creditWallet(t.storage, walletId, parseMoney('5'), new Date().toISOString());
     transactionId = (await t.storage.db.selectFrom('ledger_transactions').select('id').executeTakeFirstOrThrow()).id;
     const h = t.auth();
     const { customerId, meterSlug } = await t.customerWithMeter({

@@ -48,7 +48,7 @@ describe.each(databasesUnderTest())('ledger on %s', (dialect) => {
         payload: { name: 'Calls', rate_type: 'fixed', tier_type: 'requests', tiers: [{ start: 0, rate: opts.rate }] },
       })
     ).json<{ meter_id: string; meter_slug: string }>();
-    if (usd(opts.fund) > 0n) await creditWallet(t.storage, customer.wallet.wallet_id, usd(opts.fund));
+    if (usd(opts.fund) > 0n) await creditWallet(t.storage, customer.wallet.wallet_id, usd(opts.fund), new Date().toISOString());
     const walletId = customer.wallet.wallet_id;
     const wallet = async () => (await findWallet(t.storage, walletId))!;
     const post = (requestId = `ledger-${++sequence}`) =>
@@ -260,7 +260,7 @@ describe.each(databasesUnderTest())('ledger on %s', (dialect) => {
       });
       const subscribed = await t.app.inject({ method: 'POST', url: '/v1/subscriptions', headers: s.headers, payload: { customer_id: s.customer.customer_id, plan_id: plan.json().plan_id } });
       expect(subscribed.statusCode, subscribed.body).toBe(201);
-      await creditWallet(t.storage, s.walletId, usd('2'), 'bundle');
+      await creditWallet(t.storage, s.walletId, usd('2'), new Date().toISOString(), 'bundle');
       expect(await s.wallet()).toMatchObject({ balance: usd('13'), cycle_credit: usd('1'), bundle_credit: usd('2') });
       expect((await verifyLedger(t.storage)).problems).toEqual([]);
 
@@ -318,7 +318,7 @@ describe.each(databasesUnderTest())('ledger on %s', (dialect) => {
       const storage = openStorage(url);
       try {
         await migrateToLatest(storage);
-        const { merchant } = await createMerchant(storage, { name: 'Buckets' });
+        const { merchant } = await createMerchant(storage, { name: 'Buckets' }, new Date().toISOString());
         const credit = (amount: string, ...bucket: string[]) =>
           tollgate(['admin', 'credit-wallet', '--wallet', merchant.wallet_id, '--amount', amount, ...bucket], { DATABASE_URL: url });
         for (const [amount, bucket] of [['1', ['--bucket', 'cycle']], ['2', ['--bucket', 'bundle']], ['4', []], ['8', ['--bucket', 'prepaid']]] as const) {
@@ -355,8 +355,8 @@ describe.each(databasesUnderTest())('ledger on %s', (dialect) => {
       const storage = openStorage(url);
       try {
         await migrateToLatest(storage);
-        const { merchant } = await createMerchant(storage, { name: 'CLI' });
-        await creditWallet(storage, merchant.wallet_id, usd('5'));
+        const { merchant } = await createMerchant(storage, { name: 'CLI' }, new Date().toISOString());
+        await creditWallet(storage, merchant.wallet_id, usd('5'), new Date().toISOString());
 
         const clean = await tollgate(['admin', 'verify-ledger'], { DATABASE_URL: url });
         expect(clean.code, clean.stderr).toBe(0);

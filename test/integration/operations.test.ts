@@ -179,7 +179,7 @@ describe('graceful shutdown of startServer', () => {
     const { databaseUrl, config } = freshConfig();
     const server = await startServer(config);
     const side = openStorage(databaseUrl);
-    const { secretKey } = await createMerchant(side, { name: 'Shutdown' });
+    const { secretKey } = await createMerchant(side, { name: 'Shutdown' }, new Date().toISOString());
     await side.close();
     return { server, secretKey, port: Number(new URL(server.url).port) };
   }
@@ -229,7 +229,7 @@ describe.each(databasesUnderTest())('requests arriving during shutdown on %s', (
     const database = await freshDatabase(dialect);
     const storage = openStorage(database.url);
     await migrateToLatest(storage);
-    const { secretKey } = await createMerchant(storage, { name: 'Closing' });
+    const { secretKey } = await createMerchant(storage, { name: 'Closing' }, new Date().toISOString());
     const config = loadConfig({ LOG_LEVEL: 'silent', DATABASE_URL: database.url });
     const app = await buildApp({ config, storage, rateLimiter: new MemoryRateLimiter() });
     // Holds shutdown open while the port still accepts, as a slow drain would.

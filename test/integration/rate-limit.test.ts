@@ -141,7 +141,7 @@ for (const [label, factory, skip] of suites) {
     it('counts per API key: other keys, of this merchant or another, are unaffected', async () => {
       await awayFromWindowEdge();
       const m = await t.newMerchant();
-      const sibling = await insertSecretKey(t.storage.db, m.merchantId, 'Sibling');
+      const sibling = await insertSecretKey(t.storage.db, m.merchantId, 'Sibling', new Date().toISOString());
       const other = await t.newMerchant();
       for (let i = 0; i <= LIMIT; i++) await get(t, m.secretKey);
       expect((await get(t, m.secretKey)).statusCode).toBe(429);
@@ -198,7 +198,7 @@ describe.each(databasesUnderTest())('rate limits while Redis is unreachable, on 
       { clock },
     );
     const side = openStorage(database.url);
-    ({ secretKey } = await createMerchant(side, { name: 'No Redis' }));
+    ({ secretKey } = await createMerchant(side, { name: 'No Redis' }, new Date().toISOString()));
     await side.close();
   });
   afterAll(async () => server?.stop());

@@ -60,7 +60,7 @@ describe.each(databasesUnderTest())('batched request charges on %s', (dialect) =
         customer_id: string;
         wallet: { wallet_id: string };
       }>();
-      if (usd(fund) > 0n) await creditWallet(t.storage, c.wallet.wallet_id, usd(fund));
+      if (usd(fund) > 0n) await creditWallet(t.storage, c.wallet.wallet_id, usd(fund), new Date().toISOString());
       customers.push({ id: c.customer_id, walletId: c.wallet.wallet_id });
     }
     const balance = async (i: number) => (await findWallet(t.storage, customers[i]!.walletId))!.balance;
@@ -171,7 +171,7 @@ describe.each(databasesUnderTest())('batched request charges on %s', (dialect) =
     const s = await setup(['1', '1']);
     const stale = await s.input(0, tokens(1000));
     const current = await s.input(1, tokens(1000));
-    await t.storage.db.transaction().execute((trx) => softDeleteConnection(trx, s.m.merchantId, s.customers[0]!.id, new Date().toISOString(), (row) => presentCustomer(row)));
+    await t.storage.db.transaction().execute((trx) => softDeleteConnection(trx, s.m.merchantId, s.customers[0]!.id, new Date().toISOString(), (row) => presentCustomer(row, new Date())));
     await updateMeter(t.storage, s.m.merchantId, s.meter.meter_id, { tiers: serializeTiers([{ start: 0, rate: usd('10') }]) });
 
     const outcomes = await chargeBatch(t.storage, [stale, current]);

@@ -29,7 +29,7 @@ describe.each(databasesUnderTest())('GET /v1/requests on %s', (dialect) => {
     const merchant = await t.newMerchant();
     const customer = async () => {
       const c = (await post(merchant, '/v1/customers', {})).json();
-      await creditWallet(t.storage, c.wallet.wallet_id, parseMoney('100'));
+      await creditWallet(t.storage, c.wallet.wallet_id, parseMoney('100'), new Date().toISOString());
       return c.customer_id as string;
     };
     const meter = async (name: string, rate: string) => {

@@ -21,7 +21,7 @@ describe.each(databasesUnderTest())('POST /v1/requests on %s', (dialect) => {
         payload: { name: 'Per request', rate_type: 'fixed', tier_type: 'requests', tiers: [{ start: '0', rate: '0.25' }] },
       })
     ).json();
-    await creditWallet(t.storage, customer.wallet.wallet_id, parseMoney('1'));
+    await creditWallet(t.storage, customer.wallet.wallet_id, parseMoney('1'), new Date().toISOString());
   });
   afterAll(async () => t?.close());
 
@@ -69,7 +69,7 @@ describe.each(databasesUnderTest())('POST /v1/requests on %s', (dialect) => {
     const base = (request_id: string) => ({ request_id, customer_id: customer.customer_id, meter_slug: meter.meter_slug });
     let funded = false;
     const fund = async () => {
-      if (!funded) await creditWallet(t.storage, customer.wallet.wallet_id, parseMoney('10'));
+      if (!funded) await creditWallet(t.storage, customer.wallet.wallet_id, parseMoney('10'), new Date().toISOString());
       funded = true;
     };
 

@@ -20,7 +20,7 @@ describe.each(databasesUnderTest())('usage leaders on %s', (dialect) => {
   it("ranks customers by total cost with each one's GET /usage totals, and groups records by model", async () => {
     const a = await t.customerWithMeter({ credit: '50' });
     const b = (await t.app.inject({ method: 'POST', url: '/v1/customers', headers: t.auth(), payload: {} })).json();
-    await creditWallet(t.storage, b.wallet.wallet_id, parseMoney('50'));
+    await creditWallet(t.storage, b.wallet.wallet_id, parseMoney('50'), new Date().toISOString());
     const record = async (id: string, customer: string, extra: Record<string, unknown> = {}) => {
       const res = await t.app.inject({
         method: 'POST',

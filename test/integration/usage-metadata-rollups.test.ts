@@ -37,7 +37,7 @@ describe.each(databasesUnderTest())('usage rollups per metadata pair on %s', (di
   async function forwardingMerchant(name: string, metadataOf: (i: number) => Record<string, string>) {
     const merchant = await t.newMerchant(name);
     merchants.push(merchant.merchantId);
-    await creditWallet(t.storage, merchant.walletId, parseMoney('50'));
+    await creditWallet(t.storage, merchant.walletId, parseMoney('50'), new Date().toISOString());
     const billing = await resolveForwardCredential(t.storage, merchant.secretKey, new Date());
     const record = (i: number) => ({ provider: 'openai', endpoint: 'POST x', provider_key_type: 'managed' as const, metadata: metadataOf(i) });
     const admit = async (i: number, at: string) => {
@@ -74,7 +74,7 @@ describe.each(databasesUnderTest())('usage rollups per metadata pair on %s', (di
     const customers: string[] = [];
     for (const fund of ['100', '100', '0']) {
       const c = (await t.app.inject({ method: 'POST', url: '/v1/customers', headers, payload: {} })).json<{ customer_id: string; wallet: { wallet_id: string } }>();
-      if (fund !== '0') await creditWallet(t.storage, c.wallet.wallet_id, parseMoney(fund));
+      if (fund !== '0') await creditWallet(t.storage, c.wallet.wallet_id, parseMoney(fund), new Date().toISOString());
       customers.push(c.customer_id);
     }
     const input = async (i: number, customer: number): Promise<ChargeInput> => ({ now: new Date(),

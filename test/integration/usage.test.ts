@@ -151,10 +151,10 @@ describe.each(databasesUnderTest())('GET /v1/usage on %s', (dialect) => {
       (await t.app.inject({ method: 'POST', url, headers: t.auth(merchant.secretKey), payload })).json();
     const customer = async () => {
       const c = await post('/v1/customers', {});
-      await creditWallet(t.storage, c.wallet.wallet_id, parseMoney('1000'));
+      await creditWallet(t.storage, c.wallet.wallet_id, parseMoney('1000'), new Date().toISOString());
       return c.customer_id as string;
     };
-    await creditWallet(t.storage, merchant.walletId, parseMoney('1000'));
+    await creditWallet(t.storage, merchant.walletId, parseMoney('1000'), new Date().toISOString());
     // Tokens: the merchant pays base cost and service charge; calls: the wallet pays everything.
     const tokens = await post('/v1/meters', {
       name: 'Tokens',

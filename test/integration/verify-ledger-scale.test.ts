@@ -20,7 +20,7 @@ describe.each(databasesUnderTest())('verify-ledger over a large ledger on %s', (
     // The seed and the tampering below write postings directly; PostgreSQL's own triggers would
     // refuse the unbalanced one, and this proves the check that does not rely on them.
     if (dialect === 'postgres') await sql`alter table ledger_postings disable trigger user`.execute(storage.db);
-    const { merchant } = await createMerchant(storage, { name: 'Scale' });
+    const { merchant } = await createMerchant(storage, { name: 'Scale' }, new Date().toISOString());
     await seed(storage, dialect, merchant.id);
   }, 120_000);
   afterAll(async () => storage?.close());

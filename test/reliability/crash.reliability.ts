@@ -50,15 +50,15 @@ describe.runIf(postgres).each(MODES)('crash test: SIGKILL mid-load on postgres, 
 
   it('charges nothing twice across a SIGKILL and a restart', async () => {
     const { storage, base } = suite;
-    const { merchant, secretKey } = await createMerchant(storage, { name: 'Crash' });
+    const { merchant, secretKey } = await createMerchant(storage, { name: 'Crash' }, new Date().toISOString());
     await start();
     const auth = { authorization: `Bearer ${secretKey}`, 'content-type': 'application/json' };
     const json = async (path: string, body: unknown) => (await fetch(`${base}${path}`, { method: 'POST', headers: auth, body: JSON.stringify(body) })).json();
     const customer = await json('/v1/customers', { name: 'Crash customer' });
     const meter = await json('/v1/meters', { name: 'm', rate_type: 'fixed', tier_type: 'requests', tiers: [{ start: 0, rate: '0.01' }] });
     const GRANT = parseMoney('1000');
-    await creditWallet(storage, customer.wallet.wallet_id, GRANT);
-    await creditWallet(storage, merchant.wallet_id, parseMoney('1000'));
+    await creditWallet(storage, customer.wallet.wallet_id, GRANT, new Date().toISOString());
+    await creditWallet(storage, merchant.wallet_id, parseMoney('1000'), new Date().toISOString());
     const token = forwardToken(secretKey, customer.customer_id, meter.meter_slug);
 
     const answeredRecords = new Set<string>();

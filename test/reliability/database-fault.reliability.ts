@@ -40,7 +40,7 @@ describe.runIf(postgres)('database fault under load on postgres', () => {
 
   it('answers 2xx or a clean 503 through terminated connections and an outage, then recovers with the ledger intact', async () => {
     const { t, base } = gw;
-    await creditWallet(t.storage, t.merchant.walletId, parseMoney('1000'));
+    await creditWallet(t.storage, t.merchant.walletId, parseMoney('1000'), new Date().toISOString());
     const customer = await t.customerWithMeter({ credit: '1000' });
     const { proxy } = behind;
     const terminate = () => behind.terminateConnections();

@@ -47,13 +47,13 @@ describe.each(databasesUnderTest())('graceful stop: SIGTERM mid-load on %s', (di
     const { storage, upstream, env, base } = suite;
     // Streams are the Responses API's, each word CHUNK_DELAY_MS apart; chat completions answer at once.
     upstream.setNext({ path: '/responses', chunkDelayMs: CHUNK_DELAY_MS, times: Infinity });
-    const { merchant, secretKey } = await createMerchant(storage, { name: 'Graceful' });
+    const { merchant, secretKey } = await createMerchant(storage, { name: 'Graceful' }, new Date().toISOString());
     const serve = (suite.serve = await startServe(env, base));
     const auth = { authorization: `Bearer ${secretKey}`, 'content-type': 'application/json' };
     const json = async (path: string, body: unknown) => (await fetch(`${base}${path}`, { method: 'POST', headers: auth, body: JSON.stringify(body) })).json();
     const customer = await json('/v1/customers', { name: 'Graceful customer' });
     const meter = await json('/v1/meters', { name: 'm', rate_type: 'fixed', tier_type: 'tokens_1m', tiers: [{ start: 0, rate: '100' }] });
-    await creditWallet(storage, customer.wallet.wallet_id, GRANT);
+    await creditWallet(storage, customer.wallet.wallet_id, GRANT, new Date().toISOString());
     const token = forwardToken(secretKey, customer.customer_id, meter.meter_slug);
     const forwardHeaders = { authorization: `Bearer ${token}`, 'content-type': 'application/json' };
     const forwardTo = (endpoint: string, body: unknown) =>
@@ -217,13 +217,13 @@ describe.each(databasesUnderTest())('graceful stop: SIGTERM mid-load on %s', (di
       base,
     ));
     try {
-      const { merchant, secretKey } = await createMerchant(storage, { name: 'Overlapping deadlines' });
+      const { merchant, secretKey } = await createMerchant(storage, { name: 'Overlapping deadlines' }, new Date().toISOString());
       const auth = { authorization: `Bearer ${secretKey}`, 'content-type': 'application/json' };
       const post = async (path: string, body: unknown) => (await fetch(`${base}${path}`, { method: 'POST', headers: auth, body: JSON.stringify(body) })).json();
       await post('/v1/webhooks', { name: 'hangs', url: receiver.url, events: ['customer.created'] });
       const customer = await post('/v1/customers', { name: 'Overlap customer' });
       const meter = await post('/v1/meters', { name: 'm', rate_type: 'fixed', tier_type: 'tokens_1m', tiers: [{ start: 0, rate: '100' }] });
-      await creditWallet(storage, customer.wallet.wallet_id, GRANT);
+      await creditWallet(storage, customer.wallet.wallet_id, GRANT, new Date().toISOString());
       await receiver.waitFor(1, 10_000);
       const token = forwardToken(secretKey, customer.customer_id, meter.meter_slug);
       const stream = await fetch(`${base}/v1/forward?u=${encodeURIComponent(`${OPENAI}/responses`)}`, {

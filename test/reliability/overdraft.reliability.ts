@@ -186,7 +186,7 @@ describe.runIf(postgres)('spend-key limit against a provider over-reporting 40 t
     const { t } = instances[0]!;
     await logRowUpdates(t.storage, 'spend_keys');
     // The wallet has far more than the limit: the key's limit is what stops it.
-    await creditWallet(t.storage, t.merchant.walletId, parseMoney('100'));
+    await creditWallet(t.storage, t.merchant.walletId, parseMoney('100'), new Date().toISOString());
     const created = await t.app.inject({ method: 'POST', url: '/v1/spend_keys', headers: t.auth(), payload: { name: 'overdraft', spend_limit: { amount: KEY_LIMIT, cycle: 'total' } } });
     expect(created.statusCode).toBe(201);
     const key = created.json() as { key: string; spend_key_id: string };

@@ -62,8 +62,8 @@ describe.each(databasesUnderTest())('a frozen Redis (SIGSTOP) with tollgate serv
 
   it('costs each call a few ms while frozen (degraded as when Redis is down), and Redis counts again after SIGCONT', async () => {
     const { storage, base, env } = suite;
-    const { merchant, secretKey } = await createMerchant(storage, { name: 'Redis freeze' });
-    await creditWallet(storage, merchant.wallet_id, parseMoney('100'));
+    const { merchant, secretKey } = await createMerchant(storage, { name: 'Redis freeze' }, new Date().toISOString());
+    await creditWallet(storage, merchant.wallet_id, parseMoney('100'), new Date().toISOString());
     suite.serve = await startServe(env, base);
     const standardHeaders = { authorization: `Bearer ${secretKey}`, 'content-type': 'application/json' };
     const created = await fetch(`${base}/v1/spend_keys`, {

@@ -30,15 +30,15 @@ describe.each(ENGINES)('crash test: calls served before a SIGKILL are charged af
 
   it('leaves no served call without its one charge, over repeated kills', async () => {
     const { storage, base, upstream } = suite;
-    const { merchant, secretKey } = await createMerchant(storage, { name: 'Served calls' });
+    const { merchant, secretKey } = await createMerchant(storage, { name: 'Served calls' }, new Date().toISOString());
     suite.serve = await startServe(suite.env, base);
     const auth = { authorization: `Bearer ${secretKey}`, 'content-type': 'application/json' };
     const json = async (path: string, body: unknown) => (await fetch(`${base}${path}`, { method: 'POST', headers: auth, body: JSON.stringify(body) })).json();
     const customer = await json('/v1/customers', { name: 'Served calls customer' });
     const meter = await json('/v1/meters', { name: 'm', rate_type: 'fixed', tier_type: 'requests', tiers: [{ start: 0, rate: '0.01' }] });
     const GRANT = parseMoney('1000');
-    await creditWallet(storage, customer.wallet.wallet_id, GRANT);
-    await creditWallet(storage, merchant.wallet_id, parseMoney('1000'));
+    await creditWallet(storage, customer.wallet.wallet_id, GRANT, new Date().toISOString());
+    await creditWallet(storage, merchant.wallet_id, parseMoney('1000'), new Date().toISOString());
     const token = forwardToken(secretKey, customer.customer_id, meter.meter_slug);
     upstream.reset();
 

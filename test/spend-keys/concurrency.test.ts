@@ -36,7 +36,7 @@ for (const [label, bucketEnv] of buckets) {
       a = await startTestApp(dialect, { env });
       b = await startTestApp(dialect, { env, database: a.database });
       bases = [await a.listen(), await b.listen()];
-      await creditWallet(a.storage, a.merchant.walletId, parseMoney('10000'));
+      await creditWallet(a.storage, a.merchant.walletId, parseMoney('10000'), new Date().toISOString());
     });
     afterAll(async () => {
       await b?.close();

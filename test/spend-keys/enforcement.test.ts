@@ -21,7 +21,7 @@ describe.each(databasesUnderTest())('spend key enforcement on %s', (dialect) => 
       providerHosts: ['api.openai.com', 'api.anthropic.com', 'api.mistral.ai'],
       providerKeys: { openai: 'sk-openai-managed', anthropic: 'sk-ant-managed', mistral: 'mistral-managed' },
     }));
-    await creditWallet(t.storage, t.merchant.walletId, parseMoney('50'));
+    await creditWallet(t.storage, t.merchant.walletId, parseMoney('50'), new Date().toISOString());
   });
   afterAll(async () => {
     await t?.close();
@@ -463,7 +463,7 @@ describe.each(databasesUnderTest())('spend key rate limits while Redis is unreac
       providerKeys: { openai: 'sk-openai-managed' },
       env: { REDIS_URL: 'redis://127.0.0.1:1' },
     }));
-    await creditWallet(t.storage, t.merchant.walletId, parseMoney('5'));
+    await creditWallet(t.storage, t.merchant.walletId, parseMoney('5'), new Date().toISOString());
   });
   afterAll(async () => {
     await t?.close();

@@ -31,7 +31,7 @@ describe.each(databasesUnderTest())('spend key reservations on %s', (dialect) =>
       },
     });
     base = await t.listen();
-    await creditWallet(t.storage, t.merchant.walletId, parseMoney('50'));
+    await creditWallet(t.storage, t.merchant.walletId, parseMoney('50'), new Date().toISOString());
   });
   afterAll(async () => {
     await t?.close();

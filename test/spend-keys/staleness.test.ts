@@ -27,7 +27,7 @@ describe.each(databasesUnderTest())('spend key changes made on another instance,
     a = await startTestApp(dialect, { env });
     b = await startTestApp(dialect, { env, database: a.database });
     baseB = await b.listen();
-    await creditWallet(a.storage, a.merchant.walletId, parseMoney('100'));
+    await creditWallet(a.storage, a.merchant.walletId, parseMoney('100'), new Date().toISOString());
   });
   afterAll(async () => {
     await b?.close();

@@ -19,7 +19,7 @@ describe('CLI login with the published client (Chromium)', () => {
 
   beforeAll(async () => {
     t = await startTestApp('sqlite');
-    await createMerchant(t.storage, { name: 'CLI Owner', email: EMAIL, password: PASSWORD });
+    await createMerchant(t.storage, { name: 'CLI Owner', email: EMAIL, password: PASSWORD }, new Date().toISOString());
     baseUrl = await t.listen();
     browser = await launchChromium();
     dir = mkdtempSync(join(tmpdir(), 'tollgate-cli-login-'));

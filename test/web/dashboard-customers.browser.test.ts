@@ -28,9 +28,9 @@ describe('dashboard customers (Chromium)', () => {
 
   it('lists customers with their balance split into prepaid, cycle and bundle credit', async () => {
     customer = (await d.api('POST', '/v1/customers', { name: 'Ada Lovelace', email: 'ada@example.com', reference_id: 'user-42' })).body;
-    await creditWallet(d.t.storage, customer.wallet.wallet_id, parseMoney('10'));
-    await creditWallet(d.t.storage, customer.wallet.wallet_id, parseMoney('3.5'), 'cycle');
-    await creditWallet(d.t.storage, customer.wallet.wallet_id, parseMoney('0.25'), 'bundle');
+    await creditWallet(d.t.storage, customer.wallet.wallet_id, parseMoney('10'), new Date().toISOString());
+    await creditWallet(d.t.storage, customer.wallet.wallet_id, parseMoney('3.5'), new Date().toISOString(), 'cycle');
+    await creditWallet(d.t.storage, customer.wallet.wallet_id, parseMoney('0.25'), new Date().toISOString(), 'bundle');
     await d.visit('/dashboard/customers', 'customers');
     const [row] = await tableRows(d.page, 'table');
     expect(row).toEqual([customer.customer_id, 'Ada Lovelace', 'user-42', await balanceOverApi(), '10.0000000000', '3.5000000000', '0.2500000000']);

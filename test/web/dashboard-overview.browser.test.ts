@@ -32,7 +32,7 @@ describe('dashboard overview leaders (Chromium)', () => {
   it('ranks customers and models by total cost, with the numbers of GET /v1/usage and GET /v1/requests', async () => {
     const big = await d.t.customerWithMeter({ credit: '100', secretKey: d.secretKey });
     const small = (await d.api('POST', '/v1/customers', {})).body;
-    await creditWallet(d.t.storage, small.wallet.wallet_id, parseMoney('100'));
+    await creditWallet(d.t.storage, small.wallet.wallet_id, parseMoney('100'), new Date().toISOString());
     const record = async (id: string, customer: string, extra: Record<string, unknown>) => {
       const res = await d.api('POST', '/v1/requests', { request_id: id, customer_id: customer, meter_slug: big.meterSlug, ...extra });
       expect(res.status, JSON.stringify(res.body)).toBe(201);

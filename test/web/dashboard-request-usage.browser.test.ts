@@ -16,7 +16,7 @@ describe('request detail page: usage details (Chromium)', () => {
     d = await signedInDashboard('usage@shop.example', {
       gateway: { providerHosts: ['api.openai.com'], providerKeys: { openai: 'sk-openai-managed' } },
     });
-    await creditWallet(d.t.storage, d.walletId, parseMoney('1'));
+    await creditWallet(d.t.storage, d.walletId, parseMoney('1'), new Date().toISOString());
   });
   afterAll(async () => {
     await d?.close();

@@ -17,7 +17,7 @@ describe('dashboard spend keys (Chromium)', () => {
 
   beforeAll(async () => {
     d = await signedInDashboard('spend@shop.example', { gateway: { providerHosts: ['api.openai.com'], providerKeys: { openai: 'sk-openai-managed' } } });
-    await creditWallet(d.t.storage, d.walletId, parseMoney('20'));
+    await creditWallet(d.t.storage, d.walletId, parseMoney('20'), new Date().toISOString());
   });
   afterAll(async () => {
     await d?.close();

@@ -140,7 +140,7 @@ describe('merchant dashboard (Chromium)', () => {
     const keys = (await t.app.inject({ method: 'GET', url: '/v1/secret_keys?limit=100', headers: t.auth(secretKey) })).json();
     expect(keys.data.map((k: { name: string }) => k.name)).not.toContain('sneaky');
 
-    await createMerchant(t.storage, { name: 'Other', email: 'other@elsewhere.example', password: PASSWORD });
+    await createMerchant(t.storage, { name: 'Other', email: 'other@elsewhere.example', password: PASSWORD }, new Date().toISOString());
     const other = await browser.newContext();
     const otherPage = await other.newPage();
     await otherPage.goto(`${base}/dashboard/sign-in`);

@@ -18,7 +18,7 @@ describe('the requests CSV export', () => {
   });
 
   it('exports request ids that look like formulas as text', async () => {
-    const { secretKey } = await createMerchant(t.storage, { name: 'CSV', email: EMAIL, password: PASSWORD });
+    const { secretKey } = await createMerchant(t.storage, { name: 'CSV', email: EMAIL, password: PASSWORD }, new Date().toISOString());
     const customer = await t.customerWithMeter({ credit: '5', secretKey });
     for (const [i, id] of ['-1+1', '@SUM(A1)', '=HYPERLINK("x")'].entries()) {
       const res = await t.app.inject({

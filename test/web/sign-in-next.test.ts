@@ -41,7 +41,7 @@ describe('the sign-in destination (next)', () => {
   ];
 
   it('redirects to the path, percent-encoded, after signing in and when already signed in', async () => {
-    await createMerchant(t.storage, { name: 'Next', email: EMAIL, password: PASSWORD });
+    await createMerchant(t.storage, { name: 'Next', email: EMAIL, password: PASSWORD }, new Date().toISOString());
     const base = await t.listen();
     // Signing in is limited to a few attempts per account: three of them, then the signed-in session.
     let cookie = '';

@@ -64,7 +64,7 @@ describe('dashboard sign-in protection', () => {
   const t = useTestApp('sqlite', { env: { TRUST_PROXY: '127.0.0.1' } });
 
   it('counts only failures: many correct sign-ins in a row all succeed', async () => {
-    await createMerchant(t.storage, { name: 'Often', email: 'often@acme.example', password: PASSWORD });
+    await createMerchant(t.storage, { name: 'Often', email: 'often@acme.example', password: PASSWORD }, new Date().toISOString());
     for (let i = 0; i < 8; i++) {
       const answer = await visitor(t, '203.0.113.7').signIn('often@acme.example', PASSWORD);
       expect(answer.status, `sign-in ${i + 1}`).toBe(303);
@@ -72,7 +72,7 @@ describe('dashboard sign-in protection', () => {
   });
 
   it('forgets the failures once the right password is given', async () => {
-    await createMerchant(t.storage, { name: 'Typo', email: 'typo@acme.example', password: PASSWORD });
+    await createMerchant(t.storage, { name: 'Typo', email: 'typo@acme.example', password: PASSWORD }, new Date().toISOString());
     const fromHere = () => visitor(t, '203.0.113.8');
     for (let round = 0; round < 3; round++) {
       for (let i = 0; i < 4; i++) expect((await fromHere().signIn('typo@acme.example', 'wrong password!')).status).toBe(401);
@@ -81,7 +81,7 @@ describe('dashboard sign-in protection', () => {
   });
 
   it('after 5 wrong passwords refuses that account from that address only, until the window passes', async () => {
-    await createMerchant(t.storage, { name: 'Owner', email: 'owner@acme.example', password: PASSWORD });
+    await createMerchant(t.storage, { name: 'Owner', email: 'owner@acme.example', password: PASSWORD }, new Date().toISOString());
     const stranger = visitor(t, '127.0.0.1', { forwardedFor: '198.51.100.9' });
     for (let i = 0; i < 5; i++) expect((await stranger.signIn('owner@acme.example', `guess number ${i}`)).status).toBe(401);
     const refused = await stranger.signIn('owner@acme.example', PASSWORD);
@@ -97,7 +97,7 @@ describe('dashboard sign-in protection', () => {
   });
 
   it('after 20 failures from one address refuses every account from it, not from others', async () => {
-    await createMerchant(t.storage, { name: 'Sprayed', email: 'sprayed@acme.example', password: PASSWORD });
+    await createMerchant(t.storage, { name: 'Sprayed', email: 'sprayed@acme.example', password: PASSWORD }, new Date().toISOString());
     const sprayer = visitor(t, '127.0.0.1', { forwardedFor: '198.51.100.77' });
     for (let i = 0; i < 20; i++) expect((await sprayer.signIn(`victim${i}@acme.example`, 'password123456')).status).toBe(401);
     const refused = await sprayer.signIn('sprayed@acme.example', PASSWORD);
@@ -108,7 +108,7 @@ describe('dashboard sign-in protection', () => {
   });
 
   it('marks the session cookie Secure when the trusted proxy says the visitor came over https', async () => {
-    await createMerchant(t.storage, { name: 'Tls', email: 'tls@acme.example', password: PASSWORD });
+    await createMerchant(t.storage, { name: 'Tls', email: 'tls@acme.example', password: PASSWORD }, new Date().toISOString());
     const viaHttps = await visitor(t, '127.0.0.1', { forwardedFor: '192.0.2.50', forwardedProto: 'https' }).signIn('tls@acme.example', PASSWORD);
     expect(viaHttps.setCookie.find((c) => c.startsWith('tollgate_session='))).toMatch(/; Secure/);
     const plain = await visitor(t, '127.0.0.1', { forwardedFor: '192.0.2.51' }).signIn('tls@acme.example', PASSWORD);
@@ -120,7 +120,7 @@ describe('without TRUST_PROXY', () => {
   const t = useTestApp('sqlite');
 
   it('believes neither X-Forwarded-For nor X-Forwarded-Proto', async () => {
-    await createMerchant(t.storage, { name: 'Direct', email: 'direct@acme.example', password: PASSWORD });
+    await createMerchant(t.storage, { name: 'Direct', email: 'direct@acme.example', password: PASSWORD }, new Date().toISOString());
     // Five failures claiming five different addresses are five failures from the one real address.
     for (let i = 0; i < 5; i++) {
       const liar = visitor(t, '203.0.113.20', { forwardedFor: `198.51.100.${i}` });
@@ -137,7 +137,7 @@ describe.each(databasesUnderTest())('operator password commands on %s', (dialect
   it('reset-link gives a merchant without email a sign-in: the link works once, then sign-in works', async () => {
     const t = await startTestApp(dialect);
     try {
-      const { merchant } = await createMerchant(t.storage, { name: 'No login' });
+      const { merchant } = await createMerchant(t.storage, { name: 'No login' }, new Date().toISOString());
       const env = { DATABASE_URL: t.database.url };
       const issued = await tollgate(['admin', 'reset-link', '--merchant', merchant.id, '--email', 'Late@Acme.example', '--base-url', 'https://gate.acme.example'], env);
       expect(issued.code, issued.stderr).toBe(0);
@@ -174,8 +174,8 @@ describe.each(databasesUnderTest())('operator password commands on %s', (dialect
   it('set-password sets password and email, ends sessions, and refuses what it cannot do with a message', async () => {
     const t = await startTestApp(dialect);
     try {
-      const { merchant } = await createMerchant(t.storage, { name: 'Set' });
-      await createMerchant(t.storage, { name: 'Taken', email: 'taken@acme.example', password: PASSWORD });
+      const { merchant } = await createMerchant(t.storage, { name: 'Set' }, new Date().toISOString());
+      await createMerchant(t.storage, { name: 'Taken', email: 'taken@acme.example', password: PASSWORD }, new Date().toISOString());
       const env = { DATABASE_URL: t.database.url };
       const [noEmail, short, taken, unknown] = await Promise.all([
         tollgate(['admin', 'set-password', '--merchant', merchant.id, '--password', 'long enough!'], env),

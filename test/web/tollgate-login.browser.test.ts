@@ -21,7 +21,7 @@ describe('tollgate login, whoami, logout (Chromium)', () => {
 
   beforeAll(async () => {
     t = await startTestApp('sqlite');
-    merchantId = (await createMerchant(t.storage, { name: 'Terminal Co', email: EMAIL, password: PASSWORD })).merchant.id;
+    merchantId = (await createMerchant(t.storage, { name: 'Terminal Co', email: EMAIL, password: PASSWORD }, new Date().toISOString())).merchant.id;
     baseUrl = await t.listen();
     browser = await launchChromium();
     dir = mkdtempSync(join(tmpdir(), 'tollgate-login-'));

@@ -47,7 +47,7 @@ describe('a server killed with deliveries due', () => {
   it('delivers every event at least once after SIGKILL and a restart', async () => {
     const storage = openStorage(database.url);
     await migrateToLatest(storage);
-    const { secretKey } = await createMerchant(storage, { name: 'Crash' });
+    const { secretKey } = await createMerchant(storage, { name: 'Crash' }, new Date().toISOString());
     await storage.close();
 
     const first = await serve(database.url);

@@ -2,7 +2,7 @@ import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { presentSubscription } from '../../commerce/subscription-view.ts';
 import { formatMoney, MAX_WALLET_BALANCE_UNITS, parseMoney } from '../../domain/money.ts';
 import { positiveDecimal } from '../../http/schemas.ts';
-import type { AppDeps } from '../../http/types.ts';
+import { nowIsoOf, type AppDeps } from '../../http/types.ts';
 import { walletBuckets, walletCredits, type WalletBuckets, type WalletCredit } from '../../ledger/wallet-history.ts';
 import { grantCredit, WalletBalanceLimitError } from '../../ledger/wallets.ts';
 import { findConnection, listConnections, type ConnectionWithBalance } from '../../storage/connections.ts';
@@ -67,7 +67,7 @@ ${next ? html`<p><a class="button secondary" href="/dashboard/customers?cursor=$
       return customerPage(deps, request, reply, { grant: { ...form, error: `Keep the description under ${MAX_DESCRIPTION} characters.` }, status: 400 });
     }
     // The same ledger operation as POST /v1/customers/{id}/credits.
-    const grant = await grantCredit(deps.storage, { merchantId, walletId: customer.wallet_id, amount, description: form.description || null }).catch(
+    const grant = await grantCredit(deps.storage, { merchantId, walletId: customer.wallet_id, amount, description: form.description || null, at: nowIsoOf(deps) }).catch(
       (e: unknown) => {
         if (e instanceof WalletBalanceLimitError) return null;
         throw e;

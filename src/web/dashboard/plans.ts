@@ -1,6 +1,6 @@
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { ApiError } from '../../http/errors.ts';
-import type { AppDeps } from '../../http/types.ts';
+import { nowIsoOf, type AppDeps } from '../../http/types.ts';
 import { BILLING_INTERVALS, createPlan, planCreateBody, presentPlan, ROLLOVER_TYPES } from '../../routes/plans.ts';
 import { listPlans } from '../../storage/plans.ts';
 import { plainIssues } from '../form-issues.ts';
@@ -70,7 +70,7 @@ ${planForm(request, reply, flash)}`,
     const parsed = planCreateBody.safeParse(bodyOf(form));
     if (!parsed.success) return plansPage(request, reply, { error: issueText(parsed.error.issues), form, status: 400 });
     try {
-      const plan = await createPlan(deps.storage, merchantOf(request), parsed.data);
+      const plan = await createPlan(deps.storage, merchantOf(request), parsed.data, nowIsoOf(deps));
       return plansPage(request, reply, { message: `Plan “${plan.name}” created.`, status: 201 });
     } catch (e) {
       if (e instanceof ApiError && e.issues) return plansPage(request, reply, { error: issueText(e.issues), form, status: 400 });

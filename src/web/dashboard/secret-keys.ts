@@ -1,5 +1,5 @@
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
-import type { AppDeps } from '../../http/types.ts';
+import { nowIsoOf, type AppDeps } from '../../http/types.ts';
 import { insertSecretKey, listSecretKeys, revokeSecretKey } from '../../storage/secret-keys.ts';
 import { html } from '../html.ts';
 import { assertCsrf } from '../session.ts';
@@ -48,13 +48,13 @@ ${keys.slice(0, LIST_LIMIT).map(
   app.post('/dashboard/secret-keys', async (request, reply) => {
     assertCsrf(request);
     const name = String((request.body as Record<string, unknown>).name ?? '').trim().slice(0, 255) || 'Secret key';
-    const { secret } = await insertSecretKey(deps.storage.db, merchantOf(request), name);
+    const { secret } = await insertSecretKey(deps.storage.db, merchantOf(request), name, nowIsoOf(deps));
     return page(request, reply, { created: secret, status: 201 });
   });
 
   app.post<{ Params: { id: string } }>('/dashboard/secret-keys/:id/revoke', async (request, reply) => {
     assertCsrf(request);
-    const outcome = await revokeSecretKey(deps.storage, merchantOf(request), request.params.id);
+    const outcome = await revokeSecretKey(deps.storage, merchantOf(request), request.params.id, nowIsoOf(deps));
     return page(request, reply, { message: REVOKE_MESSAGES[outcome], status: outcome === 'revoked' ? 200 : 409 });
   });
 }
