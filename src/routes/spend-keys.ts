@@ -7,7 +7,7 @@ import { z } from 'zod';
 import { formatMoney, parseMoney } from '../domain/money.ts';
 import { currentValue, CYCLES } from '../domain/spend-limits.ts';
 import { principalOf } from '../http/auth.ts';
-import { ApiError, notFound, validationError } from '../http/errors.ts';
+import { ApiError, notFound, validationError, type Issue } from '../http/errors.ts';
 import { assertCursor, pageQuery, pageResponse, toPage } from '../http/pagination.ts';
 import { customerRef, idParams, optionalBody, positiveDecimal, standardErrors, successResponse } from '../http/schemas.ts';
 import { nowOf, type App, type AppDeps } from '../http/types.ts';
@@ -46,7 +46,6 @@ const settingsFields = {
   rate_limit: z.strictObject({ rpm: positiveInt(1_000_000), burst: positiveInt(1_000_000).nullish() }).nullable(),
   expires_at: z.iso
     .datetime({ offset: true, error: 'must be an ISO 8601 date-time' })
-    .refine((v) => Date.parse(v) > Date.now(), 'must be in the future')
     .nullable(),
 };
 
@@ -131,6 +130,17 @@ export function presentSpendKey(row: SpendKeyRow, now: Date): z.infer<typeof spe
 
 type SettingsInput = z.infer<typeof updateBody>;
 
+/** An expiry must lie ahead of the app's clock (checked here, not in the schema, which has no clock). */
+export function pastExpiryIssue(expiresAt: string | null | undefined, now: Date): Issue | null {
+  if (expiresAt === undefined || expiresAt === null || Date.parse(expiresAt) > now.getTime()) return null;
+  return { path: ['expires_at'], message: 'must be in the future' };
+}
+
+function assertExpiryAhead(expiresAt: string | null | undefined, now: Date): void {
+  const issue = pastExpiryIssue(expiresAt, now);
+  if (issue) throw validationError([issue]);
+}
+
 function toSettings(body: SettingsInput): SpendKeySettings {
   const { spend_limit, rate_limit, expires_at, ...rest } = body;
   const out: SpendKeySettings = { ...rest };
@@ -204,8 +214,9 @@ export function registerSpendKeyRoutes(app: App, deps: AppDeps): void {
       { config, schema: { tags, body: createBody, response: { 201: withKey, ...standardErrors } } },
       async (request, reply) => {
         const { customer_id, connection_id, wallet_id, ...settings } = request.body;
-        const wallet = await walletForNewKey(storage, request, { customer_id, connection_id, wallet_id });
         const at = now();
+        assertExpiryAhead(settings.expires_at, at);
+        const wallet = await walletForNewKey(storage, request, { customer_id, connection_id, wallet_id });
         const { row, secret } = await insertSpendKey(storage.db, {
           merchantId: principalOf(request).merchantId,
           walletId: wallet.walletId,
@@ -234,6 +245,7 @@ export function registerSpendKeyRoutes(app: App, deps: AppDeps): void {
         schema: { tags, params: idParams, body: updateBody, response: { 200: spendKeySchema, ...standardErrors } },
         handler: async (request) => {
           const at = now();
+          assertExpiryAhead(request.body.expires_at, at);
           const row = await updateSpendKey(storage, scopeOf(request), request.params.id, toSettings(request.body), at);
           if (!row) throw notFound('spend key', request.params.id);
           return presentSpendKey(row, at);

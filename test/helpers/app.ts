@@ -97,7 +97,7 @@ export async function startTestApp(
   await app.ready();
 
   const newMerchant = async (name = 'Test merchant'): Promise<Merchant> => {
-    const { merchant, secretKey } = await createMerchant(storage, { name }, new Date().toISOString());
+    const { merchant, secretKey } = await createMerchant(storage, { name }, new Date(clock.now()).toISOString());
     return { merchantId: merchant.id, secretKey, walletId: merchant.wallet_id };
   };
   const merchant = await newMerchant('Acme');

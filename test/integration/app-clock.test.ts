@@ -49,4 +49,31 @@ describe.each(databasesUnderTest())("routes stamp times from the app's clock on 
     const until = Date.parse(rotated.json<{ previous_secret_expires_at: string }>().previous_secret_expires_at);
     expect(Math.abs(until - (t.clock.now() + 60_000))).toBeLessThan(10_000);
   });
+
+  it("a customer, a credit grant's ledger row, a secret key and a plan", async () => {
+    const customer = await t.app.inject({ method: 'POST', url: '/v1/customers', headers: t.auth(), payload: { reference_id: 'clock-customer' } });
+    expect(customer.statusCode).toBe(201);
+    const { customer_id, created_at } = customer.json<{ customer_id: string; created_at: string }>();
+    expectAppTime(created_at);
+    const grant = await t.app.inject({ method: 'POST', url: `/v1/customers/${customer_id}/credits`, headers: t.auth(), payload: { amount: '1' } });
+    expect(grant.statusCode).toBe(201);
+    const row = await t.storage.db.selectFrom('ledger_transactions').select('created_at').where('kind', '=', 'credit_grant').orderBy('created_at', 'desc').executeTakeFirstOrThrow();
+    expectAppTime(row.created_at);
+    const key = await t.app.inject({ method: 'POST', url: '/v1/secret_keys', headers: t.auth(), payload: { name: 'clock' } });
+    expect(key.statusCode).toBe(201);
+    expectAppTime(key.json<{ created_at: string }>().created_at);
+    const plan = await t.app.inject({ method: 'POST', url: '/v1/plans', headers: t.auth(), payload: { name: 'Clock', period_amount: '1', billing_interval: 'month' } });
+    expect(plan.statusCode).toBe(201);
+    expectAppTime(plan.json<{ created_at: string }>().created_at);
+  });
+
+  it("a spend key's expiry must lie ahead of the app's clock, not the system's", async () => {
+    const create = (expires_at: string) => t.app.inject({ method: 'POST', url: '/v1/spend_keys', headers: t.auth(), payload: { name: 'clock', expires_at } });
+    // A month ahead of the system clock is eleven months behind the app's.
+    const behind = await create(new Date(t.clock.now() - 300 * 86_400_000).toISOString());
+    expect(behind.statusCode).toBe(400);
+    expect(behind.json().error).toMatchObject({ code: 'validation_error', issues: [{ path: ['expires_at'], message: 'must be in the future' }] });
+    const ahead = await create(new Date(t.clock.now() + 3_600_000).toISOString());
+    expect(ahead.statusCode).toBe(201);
+  });
 });

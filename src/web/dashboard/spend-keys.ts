@@ -1,7 +1,7 @@
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { CYCLES } from '../../domain/spend-limits.ts';
 import { nowOf, type AppDeps } from '../../http/types.ts';
-import { presentSpendKey, spendKeyCreateBody, spendKeySettingsOf, spendKeyUpdateBody } from '../../routes/spend-keys.ts';
+import { pastExpiryIssue, presentSpendKey, spendKeyCreateBody, spendKeySettingsOf, spendKeyUpdateBody } from '../../routes/spend-keys.ts';
 import { findConnection } from '../../storage/connections.ts';
 import { findMerchant } from '../../storage/merchants.ts';
 import { findSpendKey, insertSpendKey, listSpendKeys, revokeSpendKey, rotateSpendKey, updateSpendKey, type SpendKeyScope } from '../../storage/spend-keys.ts';
@@ -96,6 +96,8 @@ ${createForm(request, reply, flash)}`,
     const form = (request.body ?? {}) as Form;
     const parsed = spendKeyCreateBody.safeParse(bodyOf(form));
     if (!parsed.success) return page(request, reply, { error: issueText(parsed.error.issues), form, status: 400 });
+    const pastExpiry = pastExpiryIssue(parsed.data.expires_at, new Date(nowOf(deps)));
+    if (pastExpiry) return page(request, reply, { error: issueText([pastExpiry]), form, status: 400 });
     const { customer_id, connection_id: _c, wallet_id: _w, ...settings } = parsed.data;
     let wallet: { walletId: string; connectionId: string | null };
     if (customer_id) {
@@ -148,6 +150,8 @@ ${limitInputs(flash.form ?? formOfKey(k))}
     const form = (request.body ?? {}) as Form;
     const parsed = spendKeyUpdateBody.safeParse(limitsBody(form, 'null'));
     if (!parsed.success) return detailPage(request, reply, { error: issueText(parsed.error.issues), form, status: 400 });
+    const pastExpiry = pastExpiryIssue(parsed.data.expires_at, new Date(nowOf(deps)));
+    if (pastExpiry) return detailPage(request, reply, { error: issueText([pastExpiry]), form, status: 400 });
     // The same update as PATCH /v1/spend_keys/{id}: counters carry over as the API's do.
     const row = await updateSpendKey(deps.storage, scopeOf(request), request.params.id, spendKeySettingsOf(parsed.data), new Date(nowOf(deps)));
     if (!row) throw new WebError(404, `No spend key with id ${request.params.id}.`);
