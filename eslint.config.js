@@ -25,9 +25,6 @@ export default tseslint.config(
       // them by name), which needs the wall clock: a test clock starting over would sort a new
       // segment before an old one. Nothing is charged or expired by them.
       'src/ledger/journal/journal.ts',
-      // Not yet threaded through: the provider-time plausibility bound (the meter context carries
-      // no clock yet).
-      'src/providers/usage.ts',
     ],
     rules: {
       'no-restricted-syntax': [

@@ -501,7 +501,7 @@ async function forward(deps: AppDeps, gateway: Gateway, plan: ForwardPlan, res: 
       headers: plan.headers,
       body: plan.body,
       provider: plan.target.provider,
-      meterContext: { url: plan.target.publicUrl, requestBody: plan.requestJson },
+      meterContext: { url: plan.target.publicUrl, requestBody: plan.requestJson, now: deps.clock.now() },
       hideInjectedUsage: plan.hideInjectedUsage,
       extraHeaders: requestIdHeaders(plan.requestId),
       res,

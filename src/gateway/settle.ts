@@ -51,7 +51,7 @@ export class Settlements {
   }
 
   settle(deps: AppDeps, plan: ForwardPlan, outcome: RelayOutcome): void {
-    const billed = billedUsage(plan, outcome);
+    const billed = billedUsage(plan, outcome, deps.clock.now());
     // The provider's own counts tell how large the context it keeps is; an estimate does not.
     if (billed?.usage && !billed.estimated) {
       const responseBody = outcome.kind === 'answered' ? outcome.responseBody : null;
@@ -244,11 +244,11 @@ type BilledUsage = { usage: UsageReport | null; estimated: boolean };
  * answer, the answer's body was cut, a generation answer carried no usage — the usage is
  * estimated from what was seen (see providers/estimate.ts) and flagged: never free.
  */
-function billedUsage(plan: ForwardPlan, outcome: RelayOutcome): BilledUsage | null {
+function billedUsage(plan: ForwardPlan, outcome: RelayOutcome, now: number): BilledUsage | null {
   if (outcome.kind === 'failed') return null;
   if (outcome.kind === 'abandoned') {
     // Nothing of the answer was seen: the prompt is billed, output the provider may have made is not known.
-    const usage = outcome.requestSent ? estimatedUsage(plan, 0) : null;
+    const usage = outcome.requestSent ? estimatedUsage(plan, 0, now) : null;
     return usage ? { usage, estimated: true } : null;
   }
   if (outcome.status >= 400) return null;
@@ -256,13 +256,13 @@ function billedUsage(plan: ForwardPlan, outcome: RelayOutcome): BilledUsage | nu
   const outputTokens = outcome.cutBody
     ? estimateTokensFromCharacters(outcome.cutBody.characters)
     : estimateOutputTokensFromResponse(outcome.responseBody);
-  const usage = estimatedUsage(plan, outputTokens);
+  const usage = estimatedUsage(plan, outputTokens, now);
   return usage ? { usage, estimated: true } : { usage: null, estimated: false };
 }
 
 /** Usage known from the request (speech characters), else tokens estimated for a usage-billed endpoint. */
-function estimatedUsage(plan: ForwardPlan, outputTokens: number): UsageReport | null {
-  const fromRequest = plan.target.provider.usageFromRequest({ url: plan.target.publicUrl, requestBody: plan.requestJson });
+function estimatedUsage(plan: ForwardPlan, outputTokens: number, now: number): UsageReport | null {
+  const fromRequest = plan.target.provider.usageFromRequest({ url: plan.target.publicUrl, requestBody: plan.requestJson, now });
   if (fromRequest) return fromRequest;
   if (!isUsageBilledRequest(plan.method, plan.target.publicUrl)) return null;
   return {

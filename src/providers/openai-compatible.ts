@@ -66,7 +66,7 @@ function usageFromJson(body: unknown, ctx: MeterContext): UsageReport | null {
   const usage = usageObjectOf(body);
   const report = withMediaUsage(usage ? reportFromUsageObject(usage) : null, body, ctx.url);
   if (!report) return null;
-  const completedAt = timestampFromUnixSeconds(responseTime(body));
+  const completedAt = timestampFromUnixSeconds(responseTime(body), ctx.now);
   if (completedAt !== undefined) report.completedAt = completedAt;
   return withIdentity(report, modelFrom(ctx.requestBody, ctx.url, body), stringAt(body, 'id') ?? null);
 }
@@ -186,7 +186,7 @@ function createOpenAIStreamMeter(ctx: MeterContext) {
     // [DONE] only marks the stream complete, which nothing put aside can change.
     if (aside.length === 0 || data.trim() === '[DONE]') return meterEventData(data, tally);
     const chunk = parseJson(data);
-    if (isObject(chunk) && overridesChunksBefore(chunk)) dropAside();
+    if (isObject(chunk) && overridesChunksBefore(chunk, ctx.now)) dropAside();
     else meterAside(tally);
     meterChunk(chunk, tally);
   };
@@ -203,10 +203,10 @@ function mayBePutAside(data: string): boolean {
 }
 
 /** A chat chunk that reports an output count and a believable time: what came before it no longer counts. */
-function overridesChunksBefore(chunk: JsonObject): boolean {
+function overridesChunksBefore(chunk: JsonObject, now: number): boolean {
   if (isTypedEvent(chunk)) return false;
   const usage = usageObjectOf(chunk);
-  return usage !== undefined && tokensFromUsageObject(usage).outputTokens !== undefined && plausibleProviderMs(countAt(chunk, 'created')) !== undefined;
+  return usage !== undefined && tokensFromUsageObject(usage).outputTokens !== undefined && plausibleProviderMs(countAt(chunk, 'created'), now) !== undefined;
 }
 
 /** Meters one event's data on arrival: what the stream meter does, as if it put nothing aside. */

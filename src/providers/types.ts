@@ -55,6 +55,8 @@ export type MeterContext = {
   url: URL;
   /** The parsed JSON request body (or parsed form fields); undefined when there is none. */
   requestBody: unknown;
+  /** The gateway's clock (Unix milliseconds), which bounds the provider times believed. */
+  now: number;
 };
 
 /**

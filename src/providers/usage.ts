@@ -81,7 +81,7 @@ export function createUsageTally(ctx: MeterContext): UsageTally {
       responseId ??= value || undefined;
     },
     noteCompletedAt(value) {
-      completedAtMs = plausibleProviderMs(value) ?? completedAtMs;
+      completedAtMs = plausibleProviderMs(value, ctx.now) ?? completedAtMs;
     },
     markComplete() {
       complete = true;
@@ -145,13 +145,13 @@ const EARLIEST_PROVIDER_TIME_MS = Date.UTC(2015, 0, 1);
 const PROVIDER_CLOCK_SKEW_MS = 24 * 60 * 60 * 1000;
 
 /** A provider's Unix-seconds time as ISO 8601; undefined when absent or implausible. */
-export function timestampFromUnixSeconds(seconds: number | undefined, now = Date.now()): string | undefined {
+export function timestampFromUnixSeconds(seconds: number | undefined, now: number): string | undefined {
   const ms = plausibleProviderMs(seconds, now);
   return ms === undefined ? undefined : new Date(ms).toISOString();
 }
 
 /** A provider's Unix-seconds time in milliseconds; undefined when absent or implausible. */
-export function plausibleProviderMs(seconds: number | undefined, now = Date.now()): number | undefined {
+export function plausibleProviderMs(seconds: number | undefined, now: number): number | undefined {
   if (seconds === undefined || !Number.isFinite(seconds)) return undefined;
   const ms = Math.round(seconds * 1000);
   if (ms < EARLIEST_PROVIDER_TIME_MS || ms > now + PROVIDER_CLOCK_SKEW_MS) return undefined;

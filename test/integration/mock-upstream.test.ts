@@ -24,7 +24,7 @@ const post = (path: string, body: unknown, init: RequestInit = {}) =>
 const provider = (publicUrl: string): ProviderModule => findProvider(new URL(publicUrl))!;
 
 async function meterStream(res: Response, module: ProviderModule, publicUrl: string, requestBody: unknown): Promise<StreamUsage> {
-  const meter = module.createStreamMeter({ url: new URL(publicUrl), requestBody });
+  const meter = module.createStreamMeter({ now: Date.now(), url: new URL(publicUrl), requestBody });
   for await (const chunk of res.body!) meter.push(chunk);
   return meter.finish();
 }
@@ -42,7 +42,7 @@ describe('OpenAI', () => {
       usage: { prompt_tokens: 4, completion_tokens: 7, total_tokens: 11, prompt_tokens_details: { cached_tokens: 0 } },
     });
     const url = 'https://api.openai.com/v1/chat/completions';
-    expect(provider(url).usageFromJson(body, { url: new URL(url), requestBody: chat })).toMatchObject({
+    expect(provider(url).usageFromJson(body, { now: Date.now(), url: new URL(url), requestBody: chat })).toMatchObject({
       inputTokens: 4,
       outputTokens: 7,
     });
@@ -141,7 +141,7 @@ describe('Anthropic', () => {
     mock.setNext({ cachedTokens: 1 });
     const body = (await (await post('/v1/messages', message)).json()) as { usage: unknown };
     expect(body.usage).toMatchObject({ input_tokens: 3, cache_read_input_tokens: 1, output_tokens: 6 });
-    expect(provider(url).usageFromJson(body, { url: new URL(url), requestBody: message })).toMatchObject({
+    expect(provider(url).usageFromJson(body, { now: Date.now(), url: new URL(url), requestBody: message })).toMatchObject({
       inputTokens: 4,
       cachedInputTokens: 1,
       outputTokens: 6,
@@ -178,7 +178,7 @@ describe('Gemini', () => {
     const body = (await (await post(path, request)).json()) as { usageMetadata: unknown };
     expect(body.usageMetadata).toEqual({ promptTokenCount: 5, candidatesTokenCount: 4, totalTokenCount: 9 });
     const url = `https://generativelanguage.googleapis.com${path}`;
-    expect(provider(url).usageFromJson(body, { url: new URL(url), requestBody: request })).toMatchObject({
+    expect(provider(url).usageFromJson(body, { now: Date.now(), url: new URL(url), requestBody: request })).toMatchObject({
       inputTokens: 5,
       outputTokens: 4,
       model: 'gemini-2.5-flash',
@@ -271,7 +271,7 @@ describe('behaviours', () => {
     const url = 'https://api.openai.com/v1/chat/completions';
     const requestBody = { ...chat, stream: true, max_tokens: 10, stream_options: { include_usage: true } };
     const res = await post('/v1/chat/completions', requestBody);
-    const meter = provider(url).createStreamMeter({ url: new URL(url), requestBody });
+    const meter = provider(url).createStreamMeter({ now: Date.now(), url: new URL(url), requestBody });
     const received: string[] = [];
     await expect(
       (async () => {

@@ -93,7 +93,7 @@ describe('audio input tokens', () => {
     const url = new URL('https://generativelanguage.googleapis.com/v1beta/models/gemini-2.5-flash:generateContent');
     const usage = google.usageFromJson(
       { usageMetadata: { promptTokenCount: 130, candidatesTokenCount: 5, promptTokensDetails: [{ modality: 'TEXT', tokenCount: 10 }, { modality: 'AUDIO', tokenCount: 120 }] } },
-      { url, requestBody: {} },
+      { now: Date.now(), url, requestBody: {} },
     );
     expect(usage).toMatchObject({ inputTokens: 130, audioInputTokens: 120, outputTokens: 5 });
   });

@@ -131,7 +131,7 @@ function provider(url: string): ProviderModule {
 }
 
 function meter(fixture: Fixture, chunks: (string | Uint8Array)[]): StreamUsage {
-  const m = provider(fixture.url).createStreamMeter({ url: new URL(fixture.url), requestBody: fixture.request });
+  const m = provider(fixture.url).createStreamMeter({ now: Date.now(), url: new URL(fixture.url), requestBody: fixture.request });
   for (const piece of chunks) m.push(piece);
   return m.finish();
 }
@@ -271,7 +271,7 @@ describe('stream quirks', () => {
       'data: {"id":"chatcmpl-1","object":"chat.completion.chunk","model":"llama-3.3-70b-versatile","choices":[{"index":0,"delta":{},"finish_reason":"stop"}],"x_groq":{"id":"req_01","usage":{"prompt_tokens":40,"completion_tokens":2,"total_tokens":42}}}',
       'data: [DONE]',
     ]);
-    const m = provider(url).createStreamMeter({ url: new URL(url), requestBody: { model: 'llama-3.3-70b-versatile' } });
+    const m = provider(url).createStreamMeter({ now: Date.now(), url: new URL(url), requestBody: { model: 'llama-3.3-70b-versatile' } });
     m.push(stream);
     expect(m.finish()).toMatchObject({ inputTokens: 40, outputTokens: 2, complete: true, estimated: false });
   });
@@ -282,7 +282,7 @@ describe('stream quirks', () => {
       'data: {"id":"1","model":"deepseek-reasoner","choices":[{"index":0,"delta":{"reasoning_content":"12345678"}}]}',
       'data: {"id":"1","model":"deepseek-reasoner","choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"function":{"arguments":"{\\"a\\":1}"}}]}}]}',
     ]);
-    const m = provider(url).createStreamMeter({ url: new URL(url), requestBody: {} });
+    const m = provider(url).createStreamMeter({ now: Date.now(), url: new URL(url), requestBody: {} });
     m.push(stream);
     expect(m.finish()).toMatchObject({ complete: false, estimated: true, outputTokens: Math.ceil((8 + 7) / 4) });
   });
@@ -291,7 +291,7 @@ describe('stream quirks', () => {
     const url = 'https://api.mistral.ai/v1/chat/completions';
     const stream = encode(sse([`data: {"id":"1","choices":[{"index":0,"delta":{"content":"${'ö'.repeat(8)}"}}]}`, 'data: [DONE]']));
     for (let offset = 0; offset <= stream.length; offset++) {
-      const m = provider(url).createStreamMeter({ url: new URL(url), requestBody: {} });
+      const m = provider(url).createStreamMeter({ now: Date.now(), url: new URL(url), requestBody: {} });
       for (const piece of splitAt(stream, [offset])) m.push(piece);
       // 8 characters, 16 bytes: a broken decode would see 9 or more characters and say 3 tokens.
       expect(m.finish().outputTokens).toBe(2);
@@ -312,7 +312,7 @@ describe('stream quirks', () => {
 
   it('ElevenLabs audio streams are metered from the request, never incomplete', () => {
     const url = 'https://api.elevenlabs.io/v1/text-to-speech/voice123/stream';
-    const m = provider(url).createStreamMeter({ url: new URL(url), requestBody: { text: 'Hello there', model_id: 'eleven_flash_v2_5' } });
+    const m = provider(url).createStreamMeter({ now: Date.now(), url: new URL(url), requestBody: { text: 'Hello there', model_id: 'eleven_flash_v2_5' } });
     m.push(new Uint8Array([0xff, 0xfb, 0x90, 0x00]));
     expect(m.finish()).toMatchObject({ inputCharacters: 11, complete: true, estimated: false, model: 'eleven_flash_v2_5' });
   });

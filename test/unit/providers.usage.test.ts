@@ -12,7 +12,7 @@ function providerFor(target: string): { provider: ProviderModule; url: URL } {
 
 function usage(target: string, requestBody: unknown, responseBody: unknown) {
   const { provider, url } = providerFor(target);
-  const ctx: MeterContext = { url, requestBody };
+  const ctx: MeterContext = { url, requestBody, now: Date.now() };
   return provider.usageFromJson(responseBody, ctx);
 }
 
@@ -109,12 +109,12 @@ describe('OpenAI-compatible usage from JSON', () => {
 
   it('bills OpenAI text-to-speech (an audio response) by input characters from the request', () => {
     const { provider, url } = providerFor('https://api.openai.com/v1/audio/speech');
-    expect(provider.usageFromRequest({ url, requestBody: { model: 'tts-1', input: 'héllo 👋', voice: 'alloy' } })).toMatchObject({
+    expect(provider.usageFromRequest({ now: Date.now(), url, requestBody: { model: 'tts-1', input: 'héllo 👋', voice: 'alloy' } })).toMatchObject({
       inputCharacters: 7,
       model: 'tts-1',
     });
     const chat = providerFor('https://api.openai.com/v1/chat/completions');
-    expect(chat.provider.usageFromRequest({ url: chat.url, requestBody: { input: 'x' } })).toBeNull();
+    expect(chat.provider.usageFromRequest({ now: Date.now(), url: chat.url, requestBody: { input: 'x' } })).toBeNull();
   });
 });
 
@@ -203,7 +203,7 @@ describe('ElevenLabs usage', () => {
   it('bills text-to-speech by input characters (code points), whatever the response', () => {
     const target = 'https://api.elevenlabs.io/v1/text-to-speech/JBFqnCBsd6RMkjVDRZzb/stream';
     const { provider, url } = providerFor(target);
-    const ctx = { url, requestBody: { text: 'Hello 🌍!', model_id: 'eleven_multilingual_v2' } };
+    const ctx = { url, requestBody: { text: 'Hello 🌍!', model_id: 'eleven_multilingual_v2' }, now: Date.now() };
     expect(provider.usageFromRequest(ctx)).toMatchObject({ inputCharacters: 8, model: 'eleven_multilingual_v2' });
     // /with-timestamps answers JSON; the unit is still the request's characters.
     expect(provider.usageFromJson({ audio_base64: 'AAAA', alignment: {} }, ctx)).toMatchObject({ inputCharacters: 8 });
@@ -212,7 +212,7 @@ describe('ElevenLabs usage', () => {
   it('bills text-to-dialogue by the characters of every input', () => {
     const { provider, url } = providerFor('https://api.elevenlabs.io/v1/text-to-dialogue');
     const requestBody = { inputs: [{ text: 'Hi.', voice_id: 'a' }, { text: 'Hello!', voice_id: 'b' }] };
-    expect(provider.usageFromRequest({ url, requestBody })).toMatchObject({ inputCharacters: 9 });
+    expect(provider.usageFromRequest({ now: Date.now(), url, requestBody })).toMatchObject({ inputCharacters: 9 });
   });
 
   it('bills speech-to-text by seconds: the last word end when no duration is given', () => {
@@ -263,5 +263,14 @@ describe('provider times', () => {
     expect(timestampFromUnixSeconds(1_700_000_000_000, now)).toBeUndefined();
     expect(timestampFromUnixSeconds(now / 1000 + 2 * 86_400, now)).toBeUndefined();
     expect(timestampFromUnixSeconds(now / 1000 + 60, now)).toBe(new Date(now + 60_000).toISOString());
+  });
+
+  it("bounds a response's time by the gateway's clock the meter context carries, not the system's", () => {
+    const { provider, url } = providerFor('https://api.openai.com/v1/chat/completions');
+    const created = now / 1000 + 60;
+    const body = { id: 'chatcmpl-1', model: 'gpt-4o', created, usage: { prompt_tokens: 1, completion_tokens: 1 } };
+    // A year before `created`, the time is not believed; a minute before, it is.
+    expect(provider.usageFromJson(body, { url, requestBody: {}, now: now - 366 * 86_400_000 })?.completedAt).toBeUndefined();
+    expect(provider.usageFromJson(body, { url, requestBody: {}, now })?.completedAt).toBe(new Date(now + 60_000).toISOString());
   });
 });

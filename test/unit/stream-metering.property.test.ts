@@ -13,7 +13,7 @@ import { createSseMeter, createSseReader } from '../../src/providers/sse.ts';
  */
 
 const URL_ = new URL('https://api.openai.com/v1/chat/completions');
-const ctx: MeterContext = { url: URL_, requestBody: { model: 'gpt-4o', stream: true, messages: [{ role: 'user', content: 'Hi there' }] } };
+const ctx: MeterContext = { url: URL_, now: Date.now(), requestBody: { model: 'gpt-4o', stream: true, messages: [{ role: 'user', content: 'Hi there' }] } };
 const openai = findProvider(URL_)!;
 const NOW_S = Math.floor(Date.now() / 1000);
 
