@@ -16,7 +16,7 @@ export default tseslint.config(
   layer('src/storage/**', ['ledger', 'gateway', 'http', 'routes', 'web', 'commerce', 'providers', 'payments', 'cli', 'app.ts', 'main.ts'], 'storage imports only storage and domain (and the events outbox)'),
   layer('src/ledger/**', ['gateway', 'http', 'routes', 'web', 'commerce', 'providers', 'payments', 'cli', 'app.ts', 'main.ts'], 'the ledger imports only ledger, storage and domain (and the events outbox)'),
   // Time comes from the one injected clock (src/domain/clock.ts, AppDeps.clock), so a test moves it
-  // instead of waiting for it: nothing else in src/ reads the system clock.
+  // instead of waiting for it: nothing else in src/ reads the system clock (decision 0032).
   {
     files: ['src/**'],
     ignores: [
