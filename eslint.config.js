@@ -21,10 +21,6 @@ export default tseslint.config(
     files: ['src/**'],
     ignores: [
       'src/domain/clock.ts',
-      // Call-journal segment names order the segments across restarts of the process (replay reads
-      // them by name), which needs the wall clock: a test clock starting over would sort a new
-      // segment before an old one. Nothing is charged or expired by them.
-      'src/ledger/journal/journal.ts',
     ],
     rules: {
       'no-restricted-syntax': [

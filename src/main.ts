@@ -87,7 +87,7 @@ export async function startServer(
  */
 async function openCallJournal(config: Config, storage: Storage, clock: Clock): Promise<{ journal: CallJournal | null; replayed: ReplaySummary | null }> {
   if (config.callJournalDir === null) return { journal: null, replayed: null };
-  const journal = new CallJournal(config.callJournalDir);
+  const journal = new CallJournal(config.callJournalDir, { clock });
   if (journal.leftover.length === 0) return { journal, replayed: null };
   const replayed = await replayCallJournal(storage, journal.leftover, dateOf(clock));
   // Only once all of it is in the database: a replay cut short runs again at the next start.

@@ -42,6 +42,24 @@ describe('call journal segments', () => {
     expect(existsSync(dir)).toBe(false);
   });
 
+  it("names segments by the journal's clock, and a clock that stands still never makes a new journal write into a leftover segment", () => {
+    const dir = runTempDir();
+    const clock = { now: () => 1_000_000 };
+    const journal = new CallJournal(dir, { clock });
+    journal.admitted('request_a', 'left');
+    journal.close();
+    // Same process, same clock reading, same first sequence number: the same name would come next.
+    const next = new CallJournal(dir, { clock });
+    expect(segments(dir).every((name) => name.startsWith((1_000_000).toString(36).padStart(10, '0')))).toBe(true);
+    const b = next.admitted('request_b', 'new');
+    expect(readSegmentLines(next.leftover)).toEqual(['left']);
+    next.discard(next.leftover);
+    expect(readSegmentLines(segmentsIn(dir))).toEqual(['new']);
+    next.done(b);
+    next.close();
+    expect(existsSync(dir)).toBe(false);
+  });
+
   it('refuses a directory another live process journals in, and takes over one whose process is gone', () => {
     const dir = runTempDir();
     writeFileSync(join(dir, 'lock'), String(process.ppid));

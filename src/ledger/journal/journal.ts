@@ -10,8 +10,12 @@
  */
 import { closeSync, fsync, fsyncSync, mkdirSync, rmdirSync, openSync, readdirSync, readFileSync, unlinkSync, writeFileSync, writeSync, close } from 'node:fs';
 import { join } from 'node:path';
+import { systemClock, type Clock } from '../../domain/clock.ts';
 
-/** Segments are named so their order of creation is their name's order (replay does not need it, a reader does). */
+/**
+ * Segments are named for the clock's time, the process and a sequence, so a reader sees them in
+ * about the order they were made; replay does not need any order (it gathers entries by call).
+ */
 const SEGMENT_SUFFIX = '.calls';
 const LOCK_FILE = 'lock';
 /** A segment is rotated past this size; kept small so an idle instance's journal stays small too. */
@@ -36,6 +40,7 @@ export class CallJournal {
   /** Segments left by an earlier process in this directory, for replay.ts; deleted by `discard`. */
   readonly leftover: string[];
   readonly #segmentBytes: number;
+  readonly #clock: Clock;
   #current: Segment;
   #sequence = 0;
   #dirty = false;
@@ -47,9 +52,10 @@ export class CallJournal {
    * process; a directory whose lock names another live process is refused, since replaying or
    * deleting a live instance's segments would take over calls it is still serving.
    */
-  constructor(dir: string, opts: { segmentBytes?: number } = {}) {
+  constructor(dir: string, opts: { segmentBytes?: number; clock?: Clock } = {}) {
     this.dir = dir;
     this.#segmentBytes = opts.segmentBytes ?? DEFAULT_SEGMENT_BYTES;
+    this.#clock = opts.clock ?? systemClock;
     mkdirSync(dir, { recursive: true });
     takeLock(dir);
     openHere.add(dir);
@@ -135,9 +141,17 @@ export class CallJournal {
   }
 
   #newSegment(): Segment {
-    const name = `${Date.now().toString(36).padStart(10, '0')}-${process.pid}-${String(this.#sequence++).padStart(6, '0')}${SEGMENT_SUFFIX}`;
-    const path = join(this.dir, name);
-    return { path, fd: openSync(path, 'a'), bytes: 0, open: 0 };
+    // Created exclusively: a clock that stands still (a test's) or a reused pid could repeat a name,
+    // and appending to a leftover segment would have it discarded with the calls it now holds.
+    for (;;) {
+      const name = `${this.#clock.now().toString(36).padStart(10, '0')}-${process.pid}-${String(this.#sequence++).padStart(6, '0')}${SEGMENT_SUFFIX}`;
+      const path = join(this.dir, name);
+      try {
+        return { path, fd: openSync(path, 'ax'), bytes: 0, open: 0 };
+      } catch (err) {
+        if ((err as NodeJS.ErrnoException).code !== 'EEXIST') throw err;
+      }
+    }
   }
 
   #remove(segment: Segment): void {
