@@ -2,7 +2,7 @@ import { spawn, type ChildProcess } from 'node:child_process';
 import { chmodSync, existsSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
-import type { Browser } from 'playwright-core';
+import type { Browser, BrowserContext, Page } from 'playwright-core';
 
 /**
  * Stands in for the desktop's `xdg-open`: a script, first on PATH, that writes the URL a login
@@ -39,19 +39,28 @@ export function runCollecting(args: string[], env: NodeJS.ProcessEnv): { child: 
 }
 
 /**
+ * Opens an authorization URL in `context`, signs in on the page a visitor is sent to first, and
+ * returns the consent page it comes back to, and whether the sign-in page came first.
+ */
+export async function signInToConsent(context: BrowserContext, authUrl: string, email: string, password: string): Promise<{ page: Page; signInFirst: boolean }> {
+  const page = await context.newPage();
+  await page.goto(authUrl);
+  const signInFirst = new URL(page.url()).pathname === '/dashboard/sign-in';
+  await page.getByLabel('Email').fill(email);
+  await page.getByLabel('Password').fill(password);
+  await page.getByRole('button', { name: 'Sign in' }).click();
+  await page.waitForURL((u) => u.pathname === '/auth/connect');
+  return { page, signInFirst };
+}
+
+/**
  * Opens an authorization URL in a fresh browser context, signs in (the page sends a visitor there
  * first), approves, and returns the text the login command's listener answered with.
  */
 export async function signInAndApprove(browser: Browser, authUrl: string, email: string, password: string): Promise<{ signInFirst: boolean; shownMerchant: string; callbackText: string }> {
   const context = await browser.newContext();
   try {
-    const page = await context.newPage();
-    await page.goto(authUrl);
-    const signInFirst = new URL(page.url()).pathname === '/dashboard/sign-in';
-    await page.getByLabel('Email').fill(email);
-    await page.getByLabel('Password').fill(password);
-    await page.getByRole('button', { name: 'Sign in' }).click();
-    await page.waitForURL((u) => u.pathname === '/auth/connect');
+    const { page, signInFirst } = await signInToConsent(context, authUrl, email, password);
     const shownMerchant = (await page.textContent('main')) ?? '';
     await page.getByRole('button', { name: 'Approve' }).click();
     await page.waitForURL((u) => u.pathname === '/callback');

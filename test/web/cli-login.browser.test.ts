@@ -6,7 +6,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createMerchant } from '../../src/storage/merchants.ts';
 import { startTestApp, type TestApp } from '../helpers/app.ts';
 import { launchChromium, loadWithWeight, overflowAtPhoneWidth, screenshotBothWidths, seriousAccessibilityViolations } from '../helpers/browser.ts';
-import { fakeBrowserOpener, runCollecting, signInAndApprove } from '../helpers/cli-login.ts';
+import { fakeBrowserOpener, runCollecting, signInAndApprove, signInToConsent } from '../helpers/cli-login.ts';
 
 const EMAIL = 'Owner@CLI.example';
 const PASSWORD = 'correct horse battery';
@@ -66,12 +66,7 @@ await Lava.login({ baseUrl: ${JSON.stringify(baseUrl)} });`;
     );
     const context = await browser.newContext();
     try {
-      const page = await context.newPage();
-      await page.goto(await opener.opened());
-      await page.getByLabel('Email').fill(EMAIL);
-      await page.getByLabel('Password').fill(PASSWORD);
-      await page.getByRole('button', { name: 'Sign in' }).click();
-      await page.waitForURL((u) => u.pathname === '/auth/connect');
+      const { page } = await signInToConsent(context, await opener.opened(), EMAIL, PASSWORD);
       const cancelledAt = Date.now();
       await page.getByRole('button', { name: 'Cancel' }).click();
       const outcome = await ended;

@@ -7,7 +7,7 @@ import { createMerchant } from '../../src/storage/merchants.ts';
 import { startTestApp, type TestApp } from '../helpers/app.ts';
 import { launchChromium } from '../helpers/browser.ts';
 import { tollgate } from '../helpers/cli.ts';
-import { fakeBrowserOpener, runCollecting, signInAndApprove } from '../helpers/cli-login.ts';
+import { fakeBrowserOpener, runCollecting, signInAndApprove, signInToConsent } from '../helpers/cli-login.ts';
 
 const EMAIL = 'ops@terminal.example';
 const PASSWORD = 'terminal password 1';
@@ -44,12 +44,7 @@ describe('tollgate login, whoami, logout (Chromium)', () => {
     const keysBefore = await t.storage.db.selectFrom('secret_keys').select('id').where('merchant_id', '=', merchantId).execute();
     const context = await browser.newContext();
     try {
-      const page = await context.newPage();
-      await page.goto(await opener.opened());
-      await page.getByLabel('Email').fill(EMAIL);
-      await page.getByLabel('Password').fill(PASSWORD);
-      await page.getByRole('button', { name: 'Sign in' }).click();
-      await page.waitForURL((u) => u.pathname === '/auth/connect');
+      const { page } = await signInToConsent(context, await opener.opened(), EMAIL, PASSWORD);
       const cancelledAt = Date.now();
       await page.getByRole('button', { name: 'Cancel' }).click();
       await page.waitForURL((u) => u.pathname === '/callback' && u.searchParams.get('error') === 'access_denied');
