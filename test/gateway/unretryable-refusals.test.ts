@@ -46,19 +46,23 @@ describe('refusals no retry can fix, with each client at its default retries', (
   const createKey = async (shape: Shape, extra: Json = {}) =>
     (await api('POST', '/v1/spend_keys', { name: 'k', request_shape: shape, ...extra })) as { key: string; spend_key_id: string };
 
+  /** Spends the one request a limit of 1 allows, so the next request is refused. */
+  async function useTheOneAllowedRequest(key: string, shape: Shape): Promise<void> {
+    const used = await fetch(`${base}/v1/${shape === 'anthropic' ? 'messages' : 'chat/completions'}`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json' },
+      body: JSON.stringify({ model: shape === 'anthropic' ? 'claude-haiku-4-5' : 'gpt-4o-mini', max_tokens: 1, messages: [{ role: 'user', content: 'hi' }] }),
+    });
+    expect(used.status).toBe(200);
+    await used.arrayBuffer();
+  }
+
   /** A spend key refused for `reason`, of the shape the client speaks. */
   async function refusedKey(reason: Refusal, shape: Shape): Promise<string> {
     if (reason === 'model_not_allowed') return (await createKey(shape, { allowed_models: ['some-other-model'] })).key;
     if (reason === 'request_limit_exhausted') {
       const key = await createKey(shape, { request_limit: { count: 1, cycle: 'total' } });
-      // The one request the limit allows.
-      const used = await fetch(`${base}/v1/${shape === 'anthropic' ? 'messages' : 'chat/completions'}`, {
-        method: 'POST',
-        headers: { authorization: `Bearer ${key.key}`, 'content-type': 'application/json' },
-        body: JSON.stringify({ model: shape === 'anthropic' ? 'claude-haiku-4-5' : 'gpt-4o-mini', max_tokens: 1, messages: [{ role: 'user', content: 'hi' }] }),
-      });
-      expect(used.status).toBe(200);
-      await used.arrayBuffer();
+      await useTheOneAllowedRequest(key.key, shape);
       return key.key;
     }
     const key = await createKey(shape);
@@ -119,13 +123,7 @@ describe('refusals no retry can fix, with each client at its default retries', (
   /** A key whose daily request limit of 1 is used up, of the shape the client speaks. */
   async function usedUpDailyKey(shape: Shape): Promise<string> {
     const key = await createKey(shape, { request_limit: { count: 1, cycle: 'daily' } });
-    const used = await fetch(`${base}/v1/${shape === 'anthropic' ? 'messages' : 'chat/completions'}`, {
-      method: 'POST',
-      headers: { authorization: `Bearer ${key.key}`, 'content-type': 'application/json' },
-      body: JSON.stringify({ model: shape === 'anthropic' ? 'claude-haiku-4-5' : 'gpt-4o-mini', max_tokens: 1, messages: [{ role: 'user', content: 'hi' }] }),
-    });
-    expect(used.status).toBe(200);
-    await used.arrayBuffer();
+    await useTheOneAllowedRequest(key.key, shape);
     return key.key;
   }
   const DAY_MS = 86_400_000;
