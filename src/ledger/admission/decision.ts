@@ -64,8 +64,12 @@ export function overrunOf(cost: bigint, held: bigint): number {
  */
 export function admittableOf(wallet: AdmissionWallet, unwritten: UnwrittenHolds | null | undefined, drawsPlanCredit: boolean, amount = 0n): bigint {
   const available = availableFor(wallet, unwritten, drawsPlanCredit);
-  const inFlight = BigInt(wallet.balance) - availableOf(wallet, unwritten);
-  return available - overrunAllowance(wallet.overrun, inFlight, amount);
+  return available - overrunAllowance(wallet.overrun, inFlightOn(wallet, unwritten), amount);
+}
+
+/** What requests in flight on a wallet hold: in the database, or admitted by this process and not written yet. */
+function inFlightOn(wallet: AdmissionWallet, unwritten: UnwrittenHolds | null | undefined): bigint {
+  return BigInt(wallet.balance) - availableOf(wallet, unwritten);
 }
 
 /**
@@ -90,7 +94,7 @@ export function overrunsEnded(
 ): string[] {
   return [...new Set(parts.map((part) => part.walletId))].filter((walletId) => {
     const wallet = walletOf(walletId);
-    return wallet !== undefined && Number(wallet.overrun ?? 0) !== 0 && BigInt(wallet.balance) - availableOf(wallet, unwritten) <= 0n;
+    return wallet !== undefined && Number(wallet.overrun ?? 0) !== 0 && inFlightOn(wallet, unwritten) <= 0n;
   });
 }
 
