@@ -47,11 +47,15 @@ export async function replayCallJournal(storage: Storage, paths: readonly string
       summary.alreadySettled++;
       continue;
     }
-    if (status === undefined) summary.admissionsWritten++;
-    const holdIds = status === undefined ? await writeAdmission(storage, admitted) : await activeHoldIds(storage, admitted.id);
+    const written = status === undefined ? await writeAdmission(storage, admitted) : null;
+    if (written) summary.admissionsWritten++;
     if (!finished) {
+      // The recovery finds and releases the record's active holds itself.
       summary.chargedEstimate += await recoverUnsettled(storage, [admitted.id], now.toISOString());
-    } else if (finished.usage) {
+      continue;
+    }
+    const holdIds = written ?? (await activeHoldIds(storage, admitted.id));
+    if (finished.usage) {
       const outcome = await settleRequest(storage, settleInputOf(admitted, finished, holdIds));
       if (outcome.outcome === 'recorded') summary.settled++;
     } else {
