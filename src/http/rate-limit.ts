@@ -85,18 +85,17 @@ export class RedisRateLimiter implements RateLimiter {
   }
 
   async hit(key: string, limit: number, windowMs: number, now: number): Promise<RateDecision> {
-    const { start, resetAt } = windowOf(now, windowMs);
-    const redisKey = `${this.#prefix}${key}:${start}`;
+    const redisKey = this.#windowKey(key, windowMs, now);
     try {
       const count = await this.#breaker.run((redis) => increment(redis, redisKey, windowMs));
-      return decide(count, limit, resetAt);
+      return decide(count, limit, windowOf(now, windowMs).resetAt);
     } catch {
       return this.#local.hit(key, limit, windowMs, now);
     }
   }
 
   async count(key: string, windowMs: number, now: number): Promise<number> {
-    const redisKey = `${this.#prefix}${key}:${windowOf(now, windowMs).start}`;
+    const redisKey = this.#windowKey(key, windowMs, now);
     try {
       return Number((await this.#breaker.run((redis) => redis.get(redisKey))) ?? 0);
     } catch {
@@ -105,7 +104,7 @@ export class RedisRateLimiter implements RateLimiter {
   }
 
   async clear(key: string, windowMs: number, now: number): Promise<void> {
-    const redisKey = `${this.#prefix}${key}:${windowOf(now, windowMs).start}`;
+    const redisKey = this.#windowKey(key, windowMs, now);
     await this.#local.clear(key, windowMs, now);
     await this.#breaker.run((redis) => redis.del(redisKey)).catch(() => undefined);
   }
@@ -121,6 +120,11 @@ export class RedisRateLimiter implements RateLimiter {
 
   async close(): Promise<void> {
     this.#breaker.close();
+  }
+
+  /** The Redis key of `key`'s window holding `now`: a new window starts a new key. */
+  #windowKey(key: string, windowMs: number, now: number): string {
+    return `${this.#prefix}${key}:${windowOf(now, windowMs).start}`;
   }
 }
 
