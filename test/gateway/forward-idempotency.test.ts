@@ -4,6 +4,7 @@ import { parseMoney } from '../../src/domain/money.ts';
 import { creditWallet, findWallet } from '../../src/ledger/wallets.ts';
 import type { TestApp } from '../helpers/app.ts';
 import { databasesUnderTest } from '../helpers/databases.ts';
+import { REPLAY_LIMIT_BYTES } from '../../src/gateway/forward-idempotency.ts';
 import { startGatewayOnMock } from '../helpers/gateway.ts';
 import type { MockUpstream } from '../helpers/mock-upstream.ts';
 
@@ -132,6 +133,23 @@ describe.each(databasesUnderTest())('Idempotency-Key on forwarded calls on %s', 
     expect(response.headers.get('idempotent-replayed')).toBeNull();
     await t.settledRecord(response.headers.get('x-tollgate-request-id'));
     expect(before - (await balance())).toBe(ONE_CALL);
+  });
+
+  it('an answer over 8 MiB reaches the client whole but is not kept: a retry gets 409 idempotent_answer_not_kept', async () => {
+    expect(REPLAY_LIMIT_BYTES).toBe(8 * 1024 * 1024);
+    // "tok" and then " tok" per output token: just over 8 MiB of content.
+    const outputTokens = Math.ceil(REPLAY_LIMIT_BYTES / 4) + 1000;
+    await creditWallet(t.storage, t.merchant.walletId, parseMoney('30'), new Date().toISOString());
+    upstream.setNext({ path: '/chat/completions', outputTokens });
+    const key = `too-big-${dialect}`;
+    const calls = upstreamCalls();
+    const first = await viaForward().chat.completions.create(chat, withKey(key)).withResponse();
+    expect(first.data.choices[0]!.message.content).toHaveLength(4 * outputTokens - 1);
+    await t.settledRecord(first.response.headers.get('x-tollgate-request-id'));
+    const retry = await onceWritten(() => viaForward().chat.completions.create(chat, withKey(key))).catch((err: unknown) => err);
+    expect(retry).toBeInstanceOf(OpenAI.ConflictError);
+    expect((retry as InstanceType<typeof OpenAI.ConflictError>).error).toMatchObject({ code: 'idempotent_answer_not_kept' });
+    expect(upstreamCalls() - calls).toBe(1);
   });
 
   it('an answer cut by the provider was charged but not kept: a retry gets 409 idempotent_answer_not_kept', async () => {
