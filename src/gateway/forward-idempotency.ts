@@ -14,16 +14,10 @@ import type { FastifyReply, FastifyRequest } from 'fastify';
 import { dateOf, type Clock } from '../domain/clock.ts';
 import { ApiError } from '../http/errors.ts';
 import { isMetadataHeader } from '../http/metadata.ts';
-import { IDEMPOTENCY_TTL_MS, inUse, readKey } from '../http/idempotency.ts';
+import { claimKey, IDEMPOTENCY_TTL_MS, readKey } from '../http/idempotency.ts';
 import { openResponse, sealResponse, type SealContext } from '../http/sealed-response.ts';
 import type { Storage } from '../storage/db.ts';
-import {
-  claimIdempotencyKey,
-  completeIdempotencyKey,
-  findIdempotencyKey,
-  releaseIdempotencyKey,
-  type IdempotencyClaim,
-} from '../storage/idempotency.ts';
+import { completeIdempotencyKey, releaseIdempotencyKey, type IdempotencyClaim } from '../storage/idempotency.ts';
 import type { RelayOutcome } from './relay.ts';
 
 /** The largest answer kept for replays (an image generation's base64 fits; a long audio file may not). */
@@ -54,24 +48,11 @@ export async function claimForwardKey(
   // Keys are the caller's own: scoped by its credential, as the standard endpoints scope them by key.
   const scope = `forward:${createHash('sha256').update(call.credential).digest('hex')}`;
   const seal: SealContext = { credential: call.credential, scope, key };
-  const now = dateOf(clock);
-  const claim: IdempotencyClaim = { scope, key, created_at: now.toISOString() };
-  const requestHash = fingerprint(request);
   // A forwarded call may relay for as long as its hold lives: the claim is kept that long, so a
   // retry during a long stream cannot take the key over and call the provider a second time.
-  const claimed = await claimIdempotencyKey(storage.db, {
-    ...claim,
-    request_hash: requestHash,
-    expires_at: new Date(now.getTime() + call.leaseMs).toISOString(),
-  });
-  if (claimed) return { claim, seal };
-  const existing = await findIdempotencyKey(storage.db, scope, key);
-  if (!existing) throw inUse(1, 'This Idempotency-Key was just released; retry.');
-  if (existing.request_hash !== requestHash) throw new ApiError('idempotency_key_reused');
-  if (existing.state !== 'done' || existing.response_body === null) {
-    throw inUse(Math.ceil((Date.parse(existing.expires_at) - now.getTime()) / 1000));
-  }
-  const opened = openResponse(existing.response_body, seal);
+  const { claim, finished } = await claimKey(storage, { scope, key, requestHash: fingerprint(request), leaseMs: call.leaseMs, now: dateOf(clock) });
+  if (!finished) return { claim, seal };
+  const opened = openResponse(finished.response_body, seal);
   if (opened === null) throw new ApiError('internal_error', 'The stored answer of this Idempotency-Key cannot be read.');
   const answer = JSON.parse(opened) as StoredAnswer;
   if (answer.body === null) throw new ApiError('idempotent_answer_not_kept');

@@ -44,33 +44,52 @@ export async function beginIdempotentRequest(
 ): Promise<'proceed' | 'replayed'> {
   const key = readKey(request);
   if (key === null) return 'proceed';
-  const requestHash = fingerprint(request);
-  const now = dateOf(clock);
-  const claim: IdempotencyClaim = { scope, key, created_at: now.toISOString() };
-  const claimed = await claimIdempotencyKey(storage.db, {
-    ...claim,
-    request_hash: requestHash,
-    expires_at: new Date(now.getTime() + IDEMPOTENCY_LEASE_MS).toISOString(),
-  });
-  if (claimed) {
+  const claimed = await claimKey(storage, { scope, key, requestHash: fingerprint(request), leaseMs: IDEMPOTENCY_LEASE_MS, now: dateOf(clock) });
+  const { claim, finished } = claimed;
+  if (!finished) {
     request.idempotencyClaim = claim;
     return 'proceed';
   }
-  const existing = await findIdempotencyKey(storage.db, scope, key);
-  if (!existing) throw inUse(1, 'This Idempotency-Key was just released; retry.');
-  if (existing.request_hash !== requestHash) throw new ApiError('idempotency_key_reused');
-  if (existing.state !== 'done' || existing.response_status === null) {
-    throw inUse(Math.ceil((Date.parse(existing.expires_at) - now.getTime()) / 1000));
-  }
-  const body = openResponse(existing.response_body ?? '', sealContext(request, claim));
+  const body = openResponse(finished.response_body, sealContext(request, claim));
   if (body === null) throw new ApiError('internal_error', 'The stored response of this Idempotency-Key cannot be read.');
   // SQLite runs with safe integers, so the stored status may arrive as a bigint.
   await reply
-    .status(Number(existing.response_status))
+    .status(Number(finished.response_status))
     .header('idempotent-replayed', 'true')
     .type('application/json; charset=utf-8')
     .send(body);
   return 'replayed';
+}
+
+/** A finished key's stored response, its body sealed. */
+export type FinishedKey = { response_status: number; response_body: string };
+
+/**
+ * Claims `key` in `scope` for the request fingerprinted `requestHash`, held `leaseMs` from `now`:
+ * `finished` is null when the key was free and is now claimed, else the response the same request
+ * finished with (`claim` then names the key, for unsealing). A key still in flight or just released is refused with 409, a key
+ * reused for another request with 422. The standard endpoints and forwarded calls share it.
+ */
+export async function claimKey(
+  storage: Storage,
+  { scope, key, requestHash, leaseMs, now }: { scope: string; key: string; requestHash: string; leaseMs: number; now: Date },
+): Promise<{ claim: IdempotencyClaim; finished: FinishedKey | null }> {
+  const claim: IdempotencyClaim = { scope, key, created_at: now.toISOString() };
+  const claimed = await claimIdempotencyKey(storage.db, {
+    ...claim,
+    request_hash: requestHash,
+    expires_at: new Date(now.getTime() + leaseMs).toISOString(),
+  });
+  if (claimed) return { claim, finished: null };
+  const existing = await findIdempotencyKey(storage.db, scope, key);
+  if (!existing) throw inUse(1, 'This Idempotency-Key was just released; retry.');
+  if (existing.request_hash !== requestHash) throw new ApiError('idempotency_key_reused');
+  const { response_status, response_body } = existing;
+  // A finished key has both (completeIdempotencyKey writes them together).
+  if (existing.state !== 'done' || response_status === null || response_body === null) {
+    throw inUse(Math.ceil((Date.parse(existing.expires_at) - now.getTime()) / 1000));
+  }
+  return { claim, finished: { response_status, response_body } };
 }
 
 /** 409 with the seconds until the running claim's lease ends, when a retry may take the key over. */
