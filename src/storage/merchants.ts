@@ -49,7 +49,11 @@ export async function findMerchant(storage: Storage, id: string): Promise<Mercha
 /** scrypt with a per-password salt; stored as `scrypt$<salt>$<hash>`. */
 function hashPassword(password: string): string {
   const salt = randomBytes(16);
-  return `scrypt$${salt.toString('base64')}$${scryptSync(password, salt, 32).toString('base64')}`;
+  return storedHash(salt, scryptSync(password, salt, 32));
+}
+
+function storedHash(salt: Buffer, hash: Buffer): string {
+  return `scrypt$${salt.toString('base64')}$${hash.toString('base64')}`;
 }
 
 const scryptAsync = promisify(scrypt) as (password: string, salt: Buffer, keylen: number) => Promise<Buffer>;
@@ -105,7 +109,7 @@ export async function setMerchantEmail(storage: Storage, merchantId: string, ema
 
 async function hashPasswordAsync(password: string): Promise<string> {
   const salt = randomBytes(16);
-  return `scrypt$${salt.toString('base64')}$${(await scryptAsync(password, salt, 32)).toString('base64')}`;
+  return storedHash(salt, await scryptAsync(password, salt, 32));
 }
 
 /** Per-merchant service-charge override (percent of the fee, 1e-10 units); null = operator default. */
