@@ -107,6 +107,22 @@ describe('dashboard sign-in protection', () => {
     t.clock.advance(FIFTEEN_MINUTES);
   });
 
+  it('after 5 wrong current passwords the change-password form refuses even the right one, until the window passes', async () => {
+    await createMerchant(t.storage, { name: 'Borrowed', email: 'borrowed@acme.example', password: PASSWORD }, new Date().toISOString());
+    const session = visitor(t, '203.0.113.40');
+    expect((await session.signIn('borrowed@acme.example', PASSWORD)).status).toBe(303);
+    const change = (current: string) => session.post('/dashboard/account/password', { current_password: current, new_password: 'a newer long password', confirm_password: 'a newer long password' });
+    for (let i = 0; i < 5; i++) expect((await change(`guess number ${i}`)).status, `guess ${i + 1}`).toBe(400);
+    const refused = await change(PASSWORD);
+    expect(refused.status).toBe(429);
+    expect(refused.body).toContain('Too many wrong current passwords');
+
+    t.clock.advance(FIFTEEN_MINUTES);
+    const changed = await change(PASSWORD);
+    expect(changed.status).toBe(200);
+    expect(changed.body).toContain('Password changed');
+  });
+
   it('marks the session cookie Secure when the trusted proxy says the visitor came over https', async () => {
     await createMerchant(t.storage, { name: 'Tls', email: 'tls@acme.example', password: PASSWORD }, new Date().toISOString());
     const viaHttps = await visitor(t, '127.0.0.1', { forwardedFor: '192.0.2.50', forwardedProto: 'https' }).signIn('tls@acme.example', PASSWORD);
