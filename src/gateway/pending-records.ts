@@ -10,26 +10,28 @@ export type PendingSource = { requestId: string; admission: AdmitInput; admitted
  * later, or never when the settlement takes it over (decision 0011); until the record is in the
  * database, GET /v1/requests/{id} answers from here, with the same pending record the database
  * would hold. An entry lives from admission until the settlement's write has committed (or was
- * given up), so a reader that finds neither the entry nor the row is early, not late.
+ * given up), so a reader that finds neither the entry nor the row is early, not late. The row is
+ * built only when read: every forwarded request is added, few are ever looked up.
  */
 export class PendingRecords {
-  readonly #rows = new Map<string, RequestRow>();
+  readonly #sources = new Map<string, PendingSource>();
 
-  add(source: PendingSource): void {
-    const row = pendingRecord(source.admission, source.requestId, source.admittedAt);
-    this.#rows.set(keyOf(row.merchant_id, row.request_id), row);
+  add({ requestId, admission, admittedAt }: PendingSource): void {
+    // Only what the row is made from: the plan itself carries the request's body.
+    this.#sources.set(keyOf(admission.billing.merchantId, requestId), { requestId, admission, admittedAt });
   }
 
   delete(source: PendingSource): void {
-    this.#rows.delete(keyOf(source.admission.billing.merchantId, source.requestId));
+    this.#sources.delete(keyOf(source.admission.billing.merchantId, source.requestId));
   }
 
   find(merchantId: string, requestId: string): RequestRow | undefined {
-    return this.#rows.get(keyOf(merchantId, requestId));
+    const source = this.#sources.get(keyOf(merchantId, requestId));
+    return source && pendingRecord(source.admission, source.requestId, source.admittedAt);
   }
 
   get size(): number {
-    return this.#rows.size;
+    return this.#sources.size;
   }
 }
 
