@@ -64,6 +64,23 @@ describe.each(databasesUnderTest())('verify-ledger over a large ledger on %s', (
       await storage.db.updateTable('wallets').set({ balance: sql`balance - 1` }).where('id', '=', wallet).execute();
     }
   }, 120_000);
+
+  it('keeps the first 1,000 problems in memory, streams and counts them all', async () => {
+    // The unbalanced posting added above stays (postings are append-only): counted on top of.
+    const before = (await verifyLedger(storage)).problemCount;
+    const seeded = storage.db.updateTable('wallets').where('id', 'like', 'wal_scale_%');
+    await seeded.set({ balance: sql`balance + 1` }).execute();
+    let streamed = 0;
+    try {
+      const result = await verifyLedger(storage, { onProblem: () => (streamed += 1) });
+      expect(result.problems).toHaveLength(1_000);
+      expect(result.problems.filter((p) => p.kind === 'wallet_mismatch')).toHaveLength(1_000 - before);
+      expect(result.problemCount).toBe(before + WALLETS);
+      expect(streamed).toBe(before + WALLETS);
+    } finally {
+      await seeded.set({ balance: sql`balance - 1` }).execute();
+    }
+  }, 120_000);
 });
 
 /**
