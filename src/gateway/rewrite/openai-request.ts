@@ -133,7 +133,8 @@ function readUserContent(content: unknown, path: (string | number)[], problems: 
   return parts;
 }
 
-function imageSource(url: string): ImageSource {
+/** An OpenAI image URL (Chat Completions and Responses alike): inline base64 from a data URL, else the URL. */
+export function imageSource(url: string): ImageSource {
   const data = DATA_URL.exec(url);
   return data ? { kind: 'base64', mediaType: data[1]!, data: data[2]! } : { kind: 'url', url };
 }

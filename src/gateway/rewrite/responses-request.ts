@@ -18,12 +18,12 @@ import {
   parseArguments,
   Untranslatable,
   type ChatRequest,
-  type ImageSource,
   type JsonObject,
   type Part,
   type Tool,
   type ToolChoice,
 } from './canonical.ts';
+import { imageSource } from './openai-request.ts';
 
 const REQUEST_MEMBERS = new Set([
   'model',
@@ -41,7 +41,6 @@ const REQUEST_MEMBERS = new Set([
   'text',
 ]);
 const MESSAGE_MEMBERS = new Set(['type', 'role', 'content', 'id', 'status']);
-const DATA_URL = /^data:([^;,]+);base64,(.*)$/s;
 
 type Path = (string | number)[];
 
@@ -154,11 +153,6 @@ function contentParts(content: unknown, path: Path, problems: Untranslatable): P
     }
   });
   return parts;
-}
-
-function imageSource(url: string): ImageSource {
-  const data = DATA_URL.exec(url);
-  return data ? { kind: 'base64', mediaType: data[1]!, data: data[2]! } : { kind: 'url', url };
 }
 
 /** A tool's output: a string, or input_text parts. */
