@@ -102,6 +102,41 @@ describe.each(databasesUnderTest())('webhook event retention on %s', (dialect) =
     }
   });
 
+  it('a dispatcher prunes at most every 10 minutes of its clock', async () => {
+    const m = await t.newMerchant();
+    const hook = await api(m, 'POST', '/v1/webhooks', { name: 'cadence', url: (await receiverAnswering(200)).url });
+    let nowMs = Date.parse('2030-01-01T00:00:00.000Z');
+    const d = new WebhookDispatcher({ storage: t.storage, policy: { allowHttpLoopback: true }, timeoutMs: 2_000, maxConcurrency: 16, log: t.app.log, now: () => nowMs, random: () => 0.5, retentionDays: 30 });
+    /** One delivered event, long past retention (an id sorting before any real event's, as below). */
+    const oldDeliveredEvent = async (id: string) => {
+      const at = '2020-01-01T00:00:00.000Z';
+      await t.storage.db.insertInto('events').values({ id, merchant_id: m.merchantId, type: 'customer.created', payload: '{}', created_at: at, dispatched_at: at }).execute();
+      await t.storage.db
+        .insertInto('webhook_deliveries')
+        .values({ id: `whd_${id}`, webhook_id: hook.webhook_id, event_id: id, event_type: 'customer.created', state: 'succeeded', attempts: 1, last_attempt_at: at, last_status_code: 200, created_at: at })
+        .execute();
+    };
+    const round = async () => {
+      await d.tick();
+      await d.drain();
+    };
+    try {
+      await oldDeliveredEvent('evt_0000000000cad001');
+      await round();
+      expect(await eventsOf(m)).toEqual([]);
+
+      await oldDeliveredEvent('evt_0000000000cad002');
+      nowMs += 10 * 60_000 - 1;
+      await round();
+      expect((await eventsOf(m)).map((e) => e.id)).toEqual(['evt_0000000000cad002']);
+      nowMs += 1;
+      await round();
+      expect(await eventsOf(m)).toEqual([]);
+    } finally {
+      await d.stop();
+    }
+  });
+
   it('prunes a large backlog in bounded batches, oldest first', async () => {
     const m = await t.newMerchant();
     const hook = await api(m, 'POST', '/v1/webhooks', { name: 'backlog', url: (await receiverAnswering(200)).url });
