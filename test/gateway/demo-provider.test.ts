@@ -54,14 +54,21 @@ describe.each(databasesUnderTest())('the offline demo provider on %s', (dialect)
       .withResponse();
     let text = '';
     let chunks = 0;
+    const pieces: string[] = [];
+    const roles: string[] = [];
     let usage: OpenAI.CompletionUsage | null | undefined;
     for await (const chunk of stream) {
       chunks += 1;
       text += chunk.choices[0]?.delta.content ?? '';
+      if (chunk.choices[0]?.delta.content) pieces.push(chunk.choices[0].delta.content);
+      if (chunk.choices[0]?.delta.role) roles.push(chunk.choices[0].delta.role);
       usage = chunk.usage ?? usage;
     }
     expect(text).toBe(answer);
     expect(chunks).toBeGreaterThan(3);
+    // A role chunk first, then the content in 16-character pieces (the last one shorter).
+    expect(roles).toEqual(['assistant']);
+    expect(pieces.map((p) => p.length)).toEqual([16, 16, 16, 16, answer.length - 64]);
     expect(usage).toEqual({ prompt_tokens: 7, completion_tokens: 19, total_tokens: 26 });
     const record = await t.settledRecord(response.headers.get('x-tollgate-request-id'));
     expect(record).toMatchObject({ status: 'completed', provider: 'demo', usage_estimated: false });
