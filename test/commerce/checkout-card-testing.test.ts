@@ -65,6 +65,10 @@ describe.each(databasesUnderTest())('card-testing limits on the hosted checkout 
   };
   const chargesAtProvider = () => t.payments.charges.length;
 
+  it('the limits below are the ones README.md and decision 0031 state: 5 a session, 10 an address per clock hour', () => {
+    expect({ DECLINES_PER_SESSION, DECLINES_PER_ADDRESS, ADDRESS_WINDOW_MS }).toEqual({ DECLINES_PER_SESSION: 5, DECLINES_PER_ADDRESS: 10, ADDRESS_WINDOW_MS: 3_600_000 });
+  });
+
   it(`a session is locked after ${DECLINES_PER_SESSION} declines: a hundred tries reach the provider ${DECLINES_PER_SESSION} times, and then even a good card cannot pay it`, async () => {
     startOfNextWindow();
     const { token, walletId } = await topUpSession();
