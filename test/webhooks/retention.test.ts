@@ -140,6 +140,7 @@ describe.each(databasesUnderTest())('webhook event retention on %s', (dialect) =
   it('prunes a large backlog in bounded batches, oldest first', async () => {
     const m = await t.newMerchant();
     const hook = await api(m, 'POST', '/v1/webhooks', { name: 'backlog', url: (await receiverAnswering(200)).url });
+    expect(PRUNE_BATCH).toBe(500); // the batch decision 0033 states
     const count = 2 * PRUNE_BATCH + 200;
     const at = '2020-01-01T00:00:00.000Z';
     const pad = (e: ReturnType<typeof sql>) => (dialect === 'postgres' ? sql`lpad((${e})::text, 6, '0')` : sql`printf('%06d', ${e})`);
