@@ -111,6 +111,24 @@ describe.each(databasesUnderTest())('Idempotency-Key on forwarded calls on %s', 
     expect(upstreamCalls() - calls).toBe(1);
   });
 
+  it("a call still at the provider past a standard endpoint's 60 s lease keeps its key: a retry gets 409 idempotency_key_in_use", async () => {
+    let answer!: () => void;
+    upstream.setNext({ path: '/chat/completions', releasedBy: new Promise<void>((resolve) => (answer = resolve)) });
+    const calls = upstreamCalls();
+    const key = `long-call-${dialect}`;
+    const first = viaForward().chat.completions.create(chat, withKey(key));
+    await vi.waitFor(() => expect(upstreamCalls()).toBeGreaterThan(calls));
+
+    t.clock.advance(61_000);
+    const retry = await viaForward().chat.completions.create(chat, withKey(key)).catch((err: unknown) => err);
+    expect(retry).toBeInstanceOf(OpenAI.ConflictError);
+    expect((retry as InstanceType<typeof OpenAI.ConflictError>).error).toMatchObject({ code: 'idempotency_key_in_use' });
+    answer();
+    const { response } = await first.withResponse();
+    await t.settledRecord(response.headers.get('x-tollgate-request-id'));
+    expect(upstreamCalls() - calls).toBe(1);
+  });
+
   it('the same key with another body is refused with 422 idempotency_key_reused before the provider is called', async () => {
     const key = `reused-${dialect}`;
     const { response } = await viaForward().chat.completions.create(chat, withKey(key)).withResponse();
