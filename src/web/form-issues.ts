@@ -44,7 +44,7 @@ function plainPhrase(issue: Issue): string | null {
 }
 
 /** One issue as a sentence about the field `label` names. */
-export function plainIssue(issue: Issue, label: string): string {
+function plainIssue(issue: Issue, label: string): string {
   if (!GENERIC_MESSAGE.test(issue.message)) return `${label}: ${issue.message}`;
   return `${label} ${plainPhrase(issue) ?? 'is not valid'}.`;
 }
