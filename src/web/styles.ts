@@ -42,6 +42,7 @@ fieldset{border:1px solid #d0d0cc;border-radius:.25rem;margin:.75rem 0;padding:.
 table{border-collapse:collapse;width:100%;background:#fff}
 th,td{text-align:left;padding:.4rem .5rem;border-bottom:1px solid #d0d0cc;white-space:nowrap}
 td.num,th.num{text-align:right;font-variant-numeric:tabular-nums}
+data.rounded{text-decoration:underline dotted;text-underline-offset:.2em}
 .filters{display:flex;flex-wrap:wrap;gap:.5rem 1rem;align-items:flex-end}
 .filters label{margin:0}
 .filters input,.filters select{width:12rem}

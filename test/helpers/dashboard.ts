@@ -127,3 +127,29 @@ export async function tableRows(page: Page, selector: string): Promise<string[][
     rows.map((r) => Array.from(r.querySelectorAll('th,td')).map((c) => (c.textContent ?? '').trim())),
   );
 }
+
+/**
+ * The text of an element as the API would write it: each formatted amount ("$1,234.5678") is
+ * replaced by the exact value it carries (`<data value="1234.5678123456">`), so a page's figures
+ * can be compared with the API's to the last unit.
+ */
+export async function exactText(page: Page, selector: string): Promise<string> {
+  return page.$eval(selector, (el) => {
+    const copy = el.cloneNode(true) as Element;
+    copy.querySelectorAll('data[value]').forEach((d) => d.replaceWith(d.getAttribute('value') ?? ''));
+    return (copy.textContent ?? '').trim();
+  });
+}
+
+/** Like tableRows, with every formatted amount replaced by its exact value (see exactText). */
+export async function tableValues(page: Page, selector: string): Promise<string[][]> {
+  return page.$$eval(`${selector} tbody tr`, (rows) =>
+    rows.map((r) =>
+      Array.from(r.querySelectorAll('th,td')).map((c) => {
+        const copy = c.cloneNode(true) as Element;
+        copy.querySelectorAll('data[value]').forEach((d) => d.replaceWith(d.getAttribute('value') ?? ''));
+        return (copy.textContent ?? '').trim();
+      }),
+    ),
+  );
+}

@@ -1,7 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { parseMoney } from '../../src/domain/money.ts';
 import { creditWallet } from '../../src/ledger/wallets.ts';
-import { otherMerchantPage, signedInDashboard, tableRows, type DashboardSession } from '../helpers/dashboard.ts';
+import { exactText, otherMerchantPage, signedInDashboard, tableValues, type DashboardSession } from '../helpers/dashboard.ts';
 
 /**
  * The customers pages in real Chromium: the list with wallet buckets, a customer's detail with
@@ -32,7 +32,7 @@ describe('dashboard customers (Chromium)', () => {
     await creditWallet(d.t.storage, customer.wallet.wallet_id, parseMoney('3.5'), new Date().toISOString(), 'cycle');
     await creditWallet(d.t.storage, customer.wallet.wallet_id, parseMoney('0.25'), new Date().toISOString(), 'bundle');
     await d.visit('/dashboard/customers', 'customers');
-    const [row] = await tableRows(d.page, 'table');
+    const [row] = await tableValues(d.page, 'table');
     expect(row).toEqual([customer.customer_id, 'Ada Lovelace', 'user-42', await balanceOverApi(), '10.0000000000', '3.5000000000', '0.2500000000']);
     expect(await balanceOverApi()).toBe('13.7500000000');
   });
@@ -41,15 +41,18 @@ describe('dashboard customers (Chromium)', () => {
     await d.page.getByRole('link', { name: customer.customer_id }).click();
     await d.page.waitForURL((u) => u.pathname === `/dashboard/customers/${customer.customer_id}`);
     await d.visit(`/dashboard/customers/${customer.customer_id}`, 'customer');
-    expect(await d.page.textContent('#wallet-cycle')).toBe('3.5000000000');
+    expect(await exactText(d.page, '#wallet-cycle')).toBe('3.5000000000');
+    expect(await d.page.textContent('#wallet-cycle')).toBe('$3.50');
     await d.page.getByLabel('Amount').fill('12.3456789012');
     await d.page.getByLabel('Description (optional)').fill('Welcome credit');
     await d.page.getByRole('button', { name: 'Grant credit' }).click();
     await d.page.waitForSelector('#grant-notice');
     expect(await balanceOverApi()).toBe('26.0956789012');
-    expect(await d.page.textContent('#wallet-balance')).toBe('26.0956789012');
-    expect(await d.page.textContent('#grant-notice')).toContain('Granted 12.3456789012');
-    const credits = await tableRows(d.page, '#credits');
+    expect(await exactText(d.page, '#wallet-balance')).toBe('26.0956789012');
+    expect(await d.page.textContent('#wallet-balance')).toBe('$26.0957');
+    expect(await d.page.getAttribute('#wallet-balance data', 'title')).toBe('26.0956789012 USD');
+    expect(await exactText(d.page, '#grant-notice')).toContain('Granted 12.3456789012');
+    const credits = await tableValues(d.page, '#credits');
     expect(credits[0]!.slice(1)).toEqual(['Granted by you', 'prepaid', '12.3456789012', 'Welcome credit']);
     expect(credits.map((c) => c[3])).toEqual(expect.arrayContaining(['10.0000000000', '3.5000000000', '0.2500000000']));
     await d.visit(`/dashboard/customers/${customer.customer_id}`, 'customer-granted');
@@ -93,11 +96,11 @@ describe('dashboard customers (Chromium)', () => {
     expect(overApi).toHaveLength(52);
 
     await d.page.goto(`${d.base}/dashboard/customers`);
-    const first = (await tableRows(d.page, 'table')).map((row) => row[0]);
+    const first = (await tableValues(d.page, 'table')).map((row) => row[0]);
     expect(first).toHaveLength(50);
     await d.page.getByRole('link', { name: 'More customers' }).click();
     await d.page.waitForURL((u) => u.searchParams.has('cursor'));
-    const second = (await tableRows(d.page, 'table')).map((row) => row[0]);
+    const second = (await tableValues(d.page, 'table')).map((row) => row[0]);
     expect(second).toHaveLength(2);
     expect(await d.page.getByRole('link', { name: 'More customers' }).count()).toBe(0);
     expect([...first, ...second]).toEqual(overApi);

@@ -1,5 +1,5 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { signedInDashboard, tableRows, type DashboardSession } from '../helpers/dashboard.ts';
+import { exactText, signedInDashboard, tableRows, type DashboardSession } from '../helpers/dashboard.ts';
 
 const PER_MINUTE = { name: 'Voice', rate_type: 'fixed', tier_type: 'minutes', tiers: [{ start: 0, rate: '0.05' }] };
 
@@ -37,12 +37,12 @@ describe('dashboard with a per-minute meter (Chromium)', () => {
     const main = (await d.page.textContent('main')) ?? '';
     expect(main).toContain('(input 60, output 30)');
     expect(main).not.toContain('Input tokens');
-    expect(await d.page.textContent('#detail-fee')).toContain(record.fee.amount);
+    expect(await exactText(d.page, '#detail-fee')).toContain(record.fee.amount);
   });
 
   it('previews the price of ten minutes by default', async () => {
     await d.visit(`/dashboard/meters/${meterId}`, 'meter-voice');
     expect(await d.page.getByLabel(/Usage of one request/).inputValue()).toBe('10');
-    expect(await d.page.textContent('#preview-fee')).toBe('0.5000000000');
+    expect(await exactText(d.page, '#preview-fee')).toBe('0.5000000000');
   });
 });

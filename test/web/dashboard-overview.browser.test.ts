@@ -1,7 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { parseMoney } from '../../src/domain/money.ts';
 import { creditWallet } from '../../src/ledger/wallets.ts';
-import { signedInDashboard, tableRows, type DashboardSession } from '../helpers/dashboard.ts';
+import { signedInDashboard, tableValues, type DashboardSession } from '../helpers/dashboard.ts';
 
 /**
  * The overview's top customers and top models in real Chromium: every row is the number the API
@@ -44,19 +44,21 @@ describe('dashboard overview leaders (Chromium)', () => {
     await record('lead-3', small.customer_id, { input_tokens: 10, output_tokens: 5 });
 
     await d.visit(`/dashboard?start=${today}&end=${today}&tz=%2B00:00`, 'overview-leaders');
-    const customers = await tableRows(d.page, '#top-customers');
-    expect(customers.map((r) => r[0])).toEqual([big.customerId, small.customer_id]);
-    for (const [customerId, requests, tokens, fee, total] of customers) {
+    const customers = await tableValues(d.page, '#top-customers');
+    const customerIds = await d.page.$$eval('#top-customers tbody th a', (links) => links.map((a) => a.getAttribute('title')));
+    expect(customerIds).toEqual([big.customerId, small.customer_id]);
+    for (const [i, [, requests, tokens, fee, total]] of customers.entries()) {
+      const customerId = customerIds[i]!;
       const usage = (await d.api('GET', `/v1/usage?start=${today}&end=${today}&customer_id=${customerId}`)).body.totals;
       expect([requests, tokens, fee, total]).toEqual([
-        String(usage.total_requests),
-        String(usage.total_usage_tokens),
+        usage.total_requests.toLocaleString('en-US'),
+        usage.total_usage_tokens.toLocaleString('en-US'),
         usage.total_fee_amount,
         usage.total_request_cost,
       ]);
     }
 
-    const models = await tableRows(d.page, '#top-models');
+    const models = await tableValues(d.page, '#top-models');
     const records = (await d.api('GET', '/v1/requests?limit=100')).body.data as { model: string | null; total_request_cost: string; fee: { amount: string } }[];
     const expected = new Map<string, { requests: number; fee: bigint; total: bigint }>();
     for (const r of records) {
@@ -72,6 +74,11 @@ describe('dashboard overview leaders (Chromium)', () => {
 
     // The customer link opens that customer's page.
     expect(await d.page.getAttribute('#top-customers tbody tr:first-child a', 'href')).toBe(`/dashboard/customers/${big.customerId}`);
+
+    // The request log names the customer the same way: a link to its page, the id on hover.
+    await d.visit('/dashboard/requests', 'requests-named');
+    const link = d.page.locator('tr', { hasText: 'lead-1' }).locator(`a[href="/dashboard/customers/${big.customerId}"]`);
+    expect(await link.getAttribute('title')).toBe(big.customerId);
   });
 
   it('shows no leaders for a range without requests', async () => {

@@ -1,6 +1,6 @@
 import { newId } from '../../src/domain/ids.ts';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { signedInDashboard, tableRows, type DashboardSession } from '../helpers/dashboard.ts';
+import { exactText, signedInDashboard, tableRows, tableValues, type DashboardSession } from '../helpers/dashboard.ts';
 
 /**
  * Plans and subscriptions from the dashboard in real Chromium: a plan (with a credit bundle)
@@ -81,7 +81,8 @@ describe('dashboard plans and subscriptions (Chromium)', () => {
     });
     planId = plan.plan_id;
     await d.visit('/dashboard/plans', 'plans');
-    expect(await tableRows(d.page, `#plan-${planId} table`)).toEqual([['Top-up', '10.0000000000', '12.0000000001']]);
+    expect(await tableValues(d.page, `#plan-${planId} table`)).toEqual([['Top-up', '10.0000000000', '12.0000000001']]);
+    expect(await tableRows(d.page, `#plan-${planId} table`)).toEqual([['Top-up', '$10.00', '$12.00']]);
   });
 
   it('lists subscriptions with their credits, and cancels one at cycle end from the page', async () => {
@@ -90,9 +91,10 @@ describe('dashboard plans and subscriptions (Chromium)', () => {
     expect(started.status).toBe(201);
     subscriptionId = started.body.subscription.subscription_id;
     await d.visit('/dashboard/subscriptions', 'subscriptions');
-    const [row] = await tableRows(d.page, '#subscriptions');
+    const [row] = await tableValues(d.page, '#subscriptions');
     const api = (await d.api('GET', `/v1/subscriptions/${subscriptionId}`)).body;
-    expect(row!.slice(0, 3)).toEqual([customer.customer_id, 'Starter', 'active']);
+    expect(row!.slice(0, 3)).toEqual(['sub@example.com', 'Starter', 'active']);
+    expect(await d.page.getAttribute(`#sub-${subscriptionId} th a`, 'title')).toBe(customer.customer_id);
     expect(row!.slice(4, 7)).toEqual([api.credits.total_remaining, api.credits.cycle_remaining, api.credits.bundle_remaining]);
     expect(api.credits.cycle_remaining).toBe('5.5000000000');
 
@@ -106,6 +108,6 @@ describe('dashboard plans and subscriptions (Chromium)', () => {
 
     // The customer's page shows the plan's cycle credit in its bucket.
     await d.visit(`/dashboard/customers/${customer.customer_id}`, 'customer-subscribed');
-    expect(await d.page.textContent('#wallet-cycle')).toBe('5.5000000000');
+    expect(await exactText(d.page, '#wallet-cycle')).toBe('5.5000000000');
   });
 });

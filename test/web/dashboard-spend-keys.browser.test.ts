@@ -1,7 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { parseMoney } from '../../src/domain/money.ts';
 import { creditWallet } from '../../src/ledger/wallets.ts';
-import { signedInDashboard, type DashboardSession } from '../helpers/dashboard.ts';
+import { exactText, signedInDashboard, type DashboardSession } from '../helpers/dashboard.ts';
 
 type Key = { spend_key_id: string; name: string; key_preview: string; status: string; current_spend: string; current_requests: number; total_requests: number };
 
@@ -40,7 +40,7 @@ describe('dashboard spend keys (Chromium)', () => {
     }
     throw new Error('the spend key never settled');
   }
-  const cell = (selector: string) => d.page.textContent(`#key-${keyId} ${selector}`);
+  const cell = (selector: string) => exactText(d.page, `#key-${keyId} ${selector}`);
   const clickRowButton = async (name: RegExp) => {
     await Promise.all([d.page.waitForResponse((r) => r.request().method() === 'POST'), d.page.getByRole('button', { name }).click()]);
   };
@@ -132,7 +132,7 @@ describe('dashboard spend keys (Chromium)', () => {
     await d.visit(`/dashboard/spend-keys/${keyId}`, 'spend-key');
     const api = (await d.api('GET', `/v1/spend_keys/${keyId}`)).body;
     expect(await d.page.textContent('#current-requests')).toBe(`${api.current_requests} of 100 (daily)`);
-    expect(await d.page.textContent('#current-spend')).toBe(`${api.current_spend} of 5.0000000000 (daily)`);
+    expect(await exactText(d.page, '#current-spend')).toBe(`${api.current_spend} of 5.0000000000 (daily)`);
 
     await d.page.getByLabel('Spend limit', { exact: true }).fill('-1');
     await clickRowButton(/^Save limits$/);
@@ -146,7 +146,7 @@ describe('dashboard spend keys (Chromium)', () => {
     await d.page.waitForSelector('#limits-saved');
     const after = (await d.api('GET', `/v1/spend_keys/${keyId}`)).body;
     expect(after).toMatchObject({ spend_limit: { amount: '7.5000000000', cycle: 'weekly' }, request_limit: null, rate_limit: { rpm: 60 } });
-    expect(await d.page.textContent('#current-spend')).toBe(`${after.current_spend} of 7.5000000000 (weekly)`);
+    expect(await exactText(d.page, '#current-spend')).toBe(`${after.current_spend} of 7.5000000000 (weekly)`);
     expect(await d.page.textContent('#current-requests')).toBe(`${after.current_requests} (no limit)`);
   });
 });

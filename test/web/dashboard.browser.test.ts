@@ -93,7 +93,8 @@ describe('merchant dashboard (Chromium)', () => {
     // 2M tokens from a fresh period: 1M at 3.00 and 1M at 1.50.
     await page.getByLabel(/Usage of one request/).fill('2000000');
     await page.getByRole('button', { name: 'Preview' }).click();
-    expect(await page.textContent('#preview-fee')).toBe('4.5000000000');
+    expect(await page.textContent('#preview-fee')).toBe('$4.50');
+    expect(await page.getAttribute('#preview-fee data', 'value')).toBe('4.5000000000');
     await page.getByLabel(/One tier a line/).fill('5 1.00');
     await page.getByRole('button', { name: 'Save tiers' }).click();
     expect(await page.textContent('#tiers-error')).toContain('the first tier must start at 0');
@@ -119,15 +120,15 @@ describe('merchant dashboard (Chromium)', () => {
     expect((await csv.text()).split('\r\n')[1]).toContain(requestId);
 
     await visit(`/dashboard/requests/${requestId}`, 'request-detail');
-    expect(await page.textContent('#detail-total')).toBe(record.total_request_cost);
-    expect(await page.textContent('#detail-fee')).toContain(record.fee.amount);
+    expect(await page.getAttribute('#detail-total data', 'value')).toBe(record.total_request_cost);
+    expect(await page.getAttribute('#detail-fee data', 'value')).toBe(record.fee.amount);
 
     const today = new Date().toISOString().slice(0, 10);
     await visit(`/dashboard?start=${today}&end=${today}&tz=%2B00:00`, 'overview');
     const usage = (await t.app.inject({ method: 'GET', url: `/v1/usage?start=${today}T00:00:00%2B00:00&end=${today}T00:00:00%2B00:00`, headers: t.auth(secretKey) })).json();
-    expect(await page.textContent('#total-requests')).toBe(String(usage.totals.total_requests));
-    expect(await page.textContent('#total-fee')).toBe(usage.totals.total_fee_amount);
-    expect(await page.textContent('#total-cost')).toBe(usage.totals.total_request_cost);
+    expect(await page.textContent('#total-requests')).toBe(usage.totals.total_requests.toLocaleString('en-US'));
+    expect(await page.getAttribute('#total-fee data', 'value')).toBe(usage.totals.total_fee_amount);
+    expect(await page.getAttribute('#total-cost data', 'value')).toBe(usage.totals.total_request_cost);
     expect(usage.totals.total_request_cost).toBe(record.total_request_cost);
     // The charts were drawn by the locally served chart library.
     await page.waitForSelector('#revenue-chart .uplot');

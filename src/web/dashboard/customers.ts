@@ -1,12 +1,13 @@
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { presentSubscription } from '../../commerce/subscription-view.ts';
-import { formatMoney, MAX_WALLET_BALANCE_UNITS, parseMoney } from '../../domain/money.ts';
+import { MAX_WALLET_BALANCE_UNITS, parseMoney } from '../../domain/money.ts';
 import { positiveDecimal } from '../../http/schemas.ts';
 import { nowIsoOf, type AppDeps } from '../../http/types.ts';
 import { walletBuckets, walletCredits, type WalletBuckets, type WalletCredit } from '../../ledger/wallet-history.ts';
 import { grantCredit, WalletBalanceLimitError } from '../../ledger/wallets.ts';
 import { findConnection, listConnections, type ConnectionWithBalance } from '../../storage/connections.ts';
 import { findCustomerSubscriptionView } from '../../storage/subscriptions.ts';
+import { formatsFor, type Formats } from '../format.ts';
 import { html } from '../html.ts';
 import { assertCsrf, WebError } from '../session.ts';
 import { csrfField, merchantOf, sendDashboardPage } from './shell.ts';
@@ -46,7 +47,7 @@ export function registerCustomerPages(app: FastifyInstance, deps: AppDeps): void
     return sendDashboardPage(request, reply, '/dashboard/customers', {
       title: 'Customers',
       main: html`<h1>Customers</h1>
-${page.length === 0 && !cursor ? emptyCustomers() : customerTable(page, buckets)}
+${page.length === 0 && !cursor ? emptyCustomers() : customerTable(page, buckets, formatsFor(deps.config.currency))}
 ${next ? html`<p><a class="button secondary" href="/dashboard/customers?cursor=${encodeURIComponent(next)}" rel="next">More customers</a></p>` : ''}`,
     });
   });
@@ -74,7 +75,7 @@ ${next ? html`<p><a class="button secondary" href="/dashboard/customers?cursor=$
       },
     );
     if (!grant) {
-      const error = `This grant would take the balance above the most a wallet may hold, ${formatMoney(MAX_WALLET_BALANCE_UNITS)}.`;
+      const error = `This grant would take the balance above the most a wallet may hold, ${formatsFor(deps.config.currency).moneyText(MAX_WALLET_BALANCE_UNITS)}.`;
       return customerPage(deps, request, reply, { grant: { ...form, error }, status: 422 });
     }
     return reply.redirect(`/dashboard/customers/${encodeURIComponent(customer.id)}?granted=${encodeURIComponent(grant.transactionId)}`, 303);
@@ -104,18 +105,19 @@ async function customerPage(
   const granted = opts.granted ? credits.find((c) => c.transactionId === opts.granted) : undefined;
   const sub = subscription && subscription.status !== 'cancelled' ? presentSubscription(subscription) : null;
   const error = opts.grant.error;
+  const fmt = formatsFor(deps.config.currency);
   return sendDashboardPage(request, reply, '/dashboard/customers', {
     title: `Customer ${customer.id}`,
     status: opts.status,
     main: html`<h1>Customer <span class="secret">${customer.id}</span></h1>
-${granted ? html`<p class="notice" role="status" id="grant-notice">Granted ${formatMoney(granted.amount)}. The balance is now ${formatMoney(wallet.balance)}.</p>` : ''}
+${granted ? html`<p class="notice" role="status" id="grant-notice">Granted ${fmt.money(granted.amount)}. The balance is now ${fmt.money(wallet.balance)}.</p>` : ''}
 <div class="card"><h2>Details</h2><dl class="kv">
 <dt>Name</dt><dd>${displayName(customer)}</dd><dt>Email</dt><dd>${customer.email ?? '—'}</dd>
 <dt>Reference</dt><dd>${customer.reference_id ?? '—'}</dd><dt>Wallet</dt><dd><code>${customer.wallet_id}</code></dd>
 <dt>Subscription</dt><dd>${sub ? html`<a href="/dashboard/subscriptions">${sub.plan.name}</a> (${sub.status}${sub.pending_change ? html`, ${sub.pending_change.type} at cycle end` : ''})` : 'none'}</dd>
 <dt>Created</dt><dd>${customer.created_at}</dd>
 </dl></div>
-${walletCard(wallet)}
+${walletCard(wallet, fmt)}
 <form class="card" method="post" action="/dashboard/customers/${customer.id}/credits" novalidate>
 ${csrfField(request, reply)}
 <h2>Grant credit</h2>
@@ -127,23 +129,23 @@ ${error ? html`<p class="error" role="alert" id="grant-error">${error}</p>` : ''
 <input id="grant-description" name="description" maxlength="${MAX_DESCRIPTION}" value="${opts.grant.description}">
 <button type="submit">Grant credit</button>
 </form>
-${creditsCard(credits)}
+${creditsCard(credits, fmt)}
 <p><a href="/dashboard/requests?customer=${encodeURIComponent(customer.id)}">This customer's requests</a> · <a href="/dashboard/customers">All customers</a></p>`,
   });
 }
 
-function walletCard(w: WalletBuckets) {
+function walletCard(w: WalletBuckets, fmt: Formats) {
   return html`<div class="card"><h2>Wallet</h2><dl class="kv" id="wallet-buckets">
-<dt>Balance</dt><dd id="wallet-balance">${formatMoney(w.balance)}</dd>
-<dt>Prepaid</dt><dd id="wallet-prepaid">${formatMoney(w.prepaid)}</dd>
-<dt>Plan cycle credit</dt><dd id="wallet-cycle">${formatMoney(w.cycle)}</dd>
-<dt>Bundle credit</dt><dd id="wallet-bundle">${formatMoney(w.bundle)}</dd>
-<dt>Held by requests in flight</dt><dd>${formatMoney(w.held)}</dd>
-<dt>Available</dt><dd>${formatMoney(w.available)}</dd>
+<dt>Balance</dt><dd id="wallet-balance">${fmt.money(w.balance)}</dd>
+<dt>Prepaid</dt><dd id="wallet-prepaid">${fmt.money(w.prepaid)}</dd>
+<dt>Plan cycle credit</dt><dd id="wallet-cycle">${fmt.money(w.cycle)}</dd>
+<dt>Bundle credit</dt><dd id="wallet-bundle">${fmt.money(w.bundle)}</dd>
+<dt>Held by requests in flight</dt><dd>${fmt.money(w.held)}</dd>
+<dt>Available</dt><dd>${fmt.money(w.available)}</dd>
 </dl></div>`;
 }
 
-function creditsCard(credits: WalletCredit[]) {
+function creditsCard(credits: WalletCredit[], fmt: Formats) {
   return html`<div class="card"><h2 id="credits-title">Credit grants</h2>
 ${
   credits.length === 0
@@ -151,12 +153,12 @@ ${
     : html`<div class="table-wrap"><table id="credits" aria-labelledby="credits-title">
 <thead><tr><th scope="col">Date (UTC)</th><th scope="col">Source</th><th scope="col">Bucket</th><th scope="col" class="num">Amount</th><th scope="col">Description</th></tr></thead>
 <tbody>${credits.map(
-        (c) => html`<tr><td>${c.createdAt.slice(0, 19).replace('T', ' ')}</td><td>${CREDIT_KIND_LABELS[c.kind] ?? c.kind}</td><td>${c.bucket}</td><td class="num">${formatMoney(c.amount)}</td><td>${c.description ?? ''}</td></tr>`,
+        (c) => html`<tr><td>${c.createdAt.slice(0, 19).replace('T', ' ')}</td><td>${CREDIT_KIND_LABELS[c.kind] ?? c.kind}</td><td>${c.bucket}</td><td class="num">${fmt.money(c.amount)}</td><td>${c.description ?? ''}</td></tr>`,
       )}</tbody></table></div>`
 }</div>`;
 }
 
-function customerTable(rows: ConnectionWithBalance[], buckets: Map<string, WalletBuckets>) {
+function customerTable(rows: ConnectionWithBalance[], buckets: Map<string, WalletBuckets>, fmt: Formats) {
   return html`<div class="card table-wrap"><table>
 <caption class="visually-hidden">Customers, newest first, with their wallet buckets</caption>
 <thead><tr><th scope="col">Customer</th><th scope="col">Name</th><th scope="col">Reference</th><th scope="col" class="num">Balance</th><th scope="col" class="num">Prepaid</th><th scope="col" class="num">Cycle</th><th scope="col" class="num">Bundle</th></tr></thead>
@@ -164,7 +166,7 @@ function customerTable(rows: ConnectionWithBalance[], buckets: Map<string, Walle
 ${rows.map((c) => {
   const w = buckets.get(c.wallet_id);
   return html`<tr><th scope="row"><a href="/dashboard/customers/${c.id}">${c.id}</a></th><td>${displayName(c)}</td><td>${c.reference_id ?? '—'}</td>
-<td class="num">${formatMoney(c.balance)}</td><td class="num">${w ? formatMoney(w.prepaid) : '—'}</td><td class="num">${w ? formatMoney(w.cycle) : '—'}</td><td class="num">${w ? formatMoney(w.bundle) : '—'}</td></tr>`;
+<td class="num">${fmt.money(c.balance)}</td><td class="num">${w ? fmt.money(w.prepaid) : '—'}</td><td class="num">${w ? fmt.money(w.cycle) : '—'}</td><td class="num">${w ? fmt.money(w.bundle) : '—'}</td></tr>`;
 })}
 </tbody></table></div>`;
 }

@@ -4,15 +4,19 @@ import { formatMoney } from '../../domain/money.ts';
 import { priceRequest, tierStartUnits, toSeconds } from '../../domain/pricing.ts';
 import type { AppDeps } from '../../http/types.ts';
 import { findMeter, listMeters, updateMeter, type MeterRow } from '../../storage/meters.ts';
-import { html } from '../html.ts';
+import { formatsFor, type Formats } from '../format.ts';
+import { html, type SafeHtml } from '../html.ts';
 import { assertCsrf, WebError } from '../session.ts';
 import { csrfField, merchantOf, sendDashboardPage } from './shell.ts';
 
 const RATE_UNIT = { tokens_1m: 'per 1M tokens', characters_1m: 'per 1M characters', minutes: 'per minute', requests: 'per request' } as const;
 
-/** The tiers textarea: one tier a line, `start rate` (space or comma between). */
+/**
+ * The tiers textarea: one tier a line, `start rate` (space or comma between). The rate is exact,
+ * without the zeros past the cents ("2.50", "0.000125"), so it can be saved back unchanged.
+ */
 function tiersText(tiers: Tier[]): string {
-  return tiers.map((t) => `${t.start} ${formatMoney(t.rate)}`).join('\n');
+  return tiers.map((t) => `${t.start} ${formatMoney(t.rate).replace(/(\.\d\d\d*?)0+$/, '$1')}`).join('\n');
 }
 
 function parseTiersText(text: string): Tier[] | string {
@@ -32,7 +36,7 @@ type Preview = { units: string; used: string };
 const DEFAULT_PREVIEW_UNITS: Record<MeterRow['tier_type'], string> = { tokens_1m: '1000000', characters_1m: '1000000', minutes: '10', requests: '1' };
 
 /** What one request of `units` would pay at each tier, after `used` units this period: the real pricing code. */
-function previewOf(meter: MeterRow, tiers: Tier[], preview: Preview): string | null {
+function previewOf(meter: MeterRow, tiers: Tier[], preview: Preview, fmt: Formats): SafeHtml | null {
   const units = Number(preview.units);
   const used = Number(preview.used || '0');
   if (!Number.isSafeInteger(units) || units < 0 || !Number.isSafeInteger(used) || used < 0) return null;
@@ -52,10 +56,11 @@ function previewOf(meter: MeterRow, tiers: Tier[], preview: Preview): string | n
     serviceChargeRate: 0n,
     baseCostCharged: false,
   });
-  return formatMoney(priced.fee.amount);
+  return fmt.money(priced.fee.amount);
 }
 
 export function registerMeterPages(app: FastifyInstance, deps: AppDeps): void {
+  const fmt = formatsFor(deps.config.currency);
   app.get('/dashboard/meters', async (request, reply) => {
     const meters = await listMeters(deps.storage, merchantOf(request), undefined, 100);
     return sendDashboardPage(request, reply, '/dashboard/meters', {
@@ -76,7 +81,7 @@ ${meters.slice(0, 100).map((m) => html`<tr><td><a href="/dashboard/meters/${m.id
 
   app.get<{ Params: { id: string }; Querystring: Partial<Preview> }>('/dashboard/meters/:id', async (request, reply) => {
     const meter = await meterOf(deps, request);
-    return meterPage(request, reply, meter, { preview: { units: request.query.units ?? DEFAULT_PREVIEW_UNITS[meter.tier_type], used: request.query.used ?? '0' } });
+    return meterPage(request, reply, fmt, meter, { preview: { units: request.query.units ?? DEFAULT_PREVIEW_UNITS[meter.tier_type], used: request.query.used ?? '0' } });
   });
 
   app.post<{ Params: { id: string } }>('/dashboard/meters/:id', async (request, reply) => {
@@ -84,9 +89,9 @@ ${meters.slice(0, 100).map((m) => html`<tr><td><a href="/dashboard/meters/${m.id
     const meter = await meterOf(deps, request);
     const text = String((request.body as Record<string, unknown>).tiers ?? '');
     const tiers = parseTiersText(text);
-    if (typeof tiers === 'string') return meterPage(request, reply, meter, { error: tiers, text, status: 400 });
+    if (typeof tiers === 'string') return meterPage(request, reply, fmt, meter, { error: tiers, text, status: 400 });
     const updated = await updateMeter(deps.storage, merchantOf(request), meter.id, { tiers: serializeTiers(tiers) });
-    return meterPage(request, reply, updated ?? meter, { message: 'Tiers saved.' });
+    return meterPage(request, reply, fmt, updated ?? meter, { message: 'Tiers saved.' });
   });
 }
 
@@ -99,12 +104,13 @@ async function meterOf(deps: AppDeps, request: FastifyRequest<{ Params: { id: st
 function meterPage(
   request: FastifyRequest,
   reply: FastifyReply,
+  fmt: Formats,
   meter: MeterRow,
   opts: { error?: string; message?: string; text?: string; status?: number; preview?: Preview },
 ): FastifyReply {
   const tiers = deserializeTiers(meter.tiers);
   const preview = opts.preview ?? { units: DEFAULT_PREVIEW_UNITS[meter.tier_type], used: '0' };
-  const fee = previewOf(meter, tiers, preview);
+  const fee = previewOf(meter, tiers, preview, fmt);
   return sendDashboardPage(request, reply, '/dashboard/meters', {
     title: `Meter ${meter.name}`,
     status: opts.status,

@@ -3,6 +3,8 @@ import { ApiError } from '../../http/errors.ts';
 import type { AppDeps } from '../../http/types.ts';
 import { nowOf } from '../../http/types.ts';
 import { usageLeaders, usageReport, type UsageLeaderRow, type UsageLeaders, type UsageReport } from '../../routes/usage.ts';
+import { customerNames } from '../../storage/customer-names.ts';
+import { customerLink, formatsFor, type Formats } from '../format.ts';
 import { html, jsonIsland } from '../html.ts';
 import { merchantOf, sendDashboardPage } from './shell.ts';
 
@@ -35,15 +37,20 @@ export function registerOverviewPage(app: FastifyInstance, deps: AppDeps): void 
     const start = isDate(q.start) ? q.start : new Date(now - (DEFAULT_DAYS - 1) * DAY_MS).toISOString().slice(0, 10);
     let report: UsageReport | null = null;
     let leaders: UsageLeaders | null = null;
+    let names: Map<string, string> = new Map();
     let problem: string | null = null;
     try {
       const range = { start: `${start}T00:00:00${tz}`, end: `${end}T00:00:00${tz}` };
       report = await usageReport(deps.storage, merchantOf(request), range, new Date(now));
-      if (report.totals.total_requests > 0) leaders = await usageLeaders(deps.storage, merchantOf(request), range, new Date(now), LEADERS);
+      if (report.totals.total_requests > 0) {
+        leaders = await usageLeaders(deps.storage, merchantOf(request), range, new Date(now), LEADERS);
+        names = await customerNames(deps.storage, merchantOf(request), leaders.customers.map((c) => c.key));
+      }
     } catch (e) {
       if (!(e instanceof ApiError)) throw e;
       problem = e.message;
     }
+    const fmt = formatsFor(deps.config.currency);
     return sendDashboardPage(request, reply, '/dashboard', {
       title: 'Overview',
       scripts: report && report.totals.total_requests > 0 ? ['/assets/uplot.js', '/assets/dashboard.js'] : [],
@@ -58,13 +65,13 @@ ${OFFSETS.map((o) => html`<option value="${o}"${o === tz ? html` selected` : ''}
 <div><button type="submit">Show</button></div>
 </form>
 ${problem ? html`<p class="error" role="alert">${problem}</p>` : ''}
-${report ? reportSection(report) : ''}
-${leaders ? leadersSection(leaders) : ''}`,
+${report ? reportSection(report, fmt) : ''}
+${leaders ? leadersSection(leaders, fmt, names) : ''}`,
     });
   });
 }
 
-function reportSection(report: UsageReport) {
+function reportSection(report: UsageReport, fmt: Formats) {
   const t = report.totals;
   if (t.total_requests === 0) {
     return html`<div class="card"><h2>No requests in this range yet</h2>
@@ -80,10 +87,10 @@ function reportSection(report: UsageReport) {
     revenue: report.items.map((i) => Number(i.total_fee_amount)),
   };
   return html`<div class="card stats" aria-label="Totals">
-<div><h2>Requests</h2><p class="num" id="total-requests">${t.total_requests}</p></div>
-<div><h2>Revenue (fees)</h2><p class="num" id="total-fee">${t.total_fee_amount}</p></div>
-<div><h2>Total request cost</h2><p class="num" id="total-cost">${t.total_request_cost}</p></div>
-<div><h2>Tokens</h2><p class="num">${t.total_usage_tokens}</p></div>
+<div><h2>Requests</h2><p class="num" id="total-requests">${fmt.count(t.total_requests)}</p></div>
+<div><h2>Revenue (fees)</h2><p class="num" id="total-fee">${fmt.money(t.total_fee_amount)}</p></div>
+<div><h2>Total request cost</h2><p class="num" id="total-cost">${fmt.money(t.total_request_cost)}</p></div>
+<div><h2>Tokens</h2><p class="num">${fmt.count(t.total_usage_tokens)}</p></div>
 </div>
 <div class="card"><h2 id="requests-chart-title">Requests per day</h2><div class="chart" id="requests-chart" role="img" aria-labelledby="requests-chart-title"></div></div>
 <div class="card"><h2 id="revenue-chart-title">Revenue per day</h2><div class="chart" id="revenue-chart" role="img" aria-labelledby="revenue-chart-title"></div></div>
@@ -93,24 +100,24 @@ ${jsonIsland('usage-data', chartData)}
 <thead><tr><th scope="col">Date</th><th scope="col" class="num">Requests</th><th scope="col" class="num">Tokens</th><th scope="col" class="num">Base cost</th><th scope="col" class="num">Fees</th><th scope="col" class="num">Service charge</th><th scope="col" class="num">Total</th></tr></thead>
 <tbody>
 ${report.items.map(
-  (i) => html`<tr><th scope="row">${i.date}</th><td class="num">${i.total_requests}</td><td class="num">${i.total_usage_tokens}</td><td class="num">${i.total_usage_cost}</td><td class="num">${i.total_fee_amount}</td><td class="num">${i.total_service_charge_amount}</td><td class="num">${i.total_request_cost}</td></tr>`,
+  (i) => html`<tr><th scope="row">${i.date}</th><td class="num">${fmt.count(i.total_requests)}</td><td class="num">${fmt.count(i.total_usage_tokens)}</td><td class="num">${fmt.money(i.total_usage_cost)}</td><td class="num">${fmt.money(i.total_fee_amount)}</td><td class="num">${fmt.money(i.total_service_charge_amount)}</td><td class="num">${fmt.money(i.total_request_cost)}</td></tr>`,
 )}
 </tbody></table></div></div>`;
 }
 
-function leadersTable(id: string, title: string, keyHeader: string, rows: UsageLeaderRow[], keyCell: (key: string) => ReturnType<typeof html>) {
+function leadersTable(fmt: Formats, id: string, title: string, keyHeader: string, rows: UsageLeaderRow[], keyCell: (key: string) => ReturnType<typeof html>) {
   return html`<div class="card"><h2 id="${id}-title">${title}</h2>
 ${rows.length === 0 ? html`<p>None in this range.</p>` : html`<div class="table-wrap"><table id="${id}" aria-labelledby="${id}-title">
 <thead><tr><th scope="col">${keyHeader}</th><th scope="col" class="num">Requests</th><th scope="col" class="num">Tokens</th><th scope="col" class="num">Fees</th><th scope="col" class="num">Total</th></tr></thead>
 <tbody>
 ${rows.map(
-  (r) => html`<tr><th scope="row">${keyCell(r.key)}</th><td class="num">${r.total_requests}</td><td class="num">${r.total_usage_tokens}</td><td class="num">${r.total_fee_amount}</td><td class="num">${r.total_request_cost}</td></tr>`,
+  (r) => html`<tr><th scope="row">${keyCell(r.key)}</th><td class="num">${fmt.count(r.total_requests)}</td><td class="num">${fmt.count(r.total_usage_tokens)}</td><td class="num">${fmt.money(r.total_fee_amount)}</td><td class="num">${fmt.money(r.total_request_cost)}</td></tr>`,
 )}
 </tbody></table></div>`}</div>`;
 }
 
 /** Top customers and models for the same days as the totals above (ranked by total request cost). */
-function leadersSection(leaders: UsageLeaders) {
-  return html`${leadersTable('top-customers', 'Top customers', 'Customer', leaders.customers, (key) => html`<a href="/dashboard/customers/${key}">${key}</a>`)}
-${leadersTable('top-models', 'Top models', 'Model', leaders.models, (key) => (key ? html`<code>${key}</code>` : html`<span class="muted">no model given</span>`))}`;
+function leadersSection(leaders: UsageLeaders, fmt: Formats, names: Map<string, string>) {
+  return html`${leadersTable(fmt, 'top-customers', 'Top customers', 'Customer', leaders.customers, (key) => customerLink(key, names))}
+${leadersTable(fmt, 'top-models', 'Top models', 'Model', leaders.models, (key) => (key ? html`<code>${key}</code>` : html`<span class="muted">no model given</span>`))}`;
 }

@@ -4,6 +4,7 @@ import { nowIsoOf, type AppDeps } from '../../http/types.ts';
 import { BILLING_INTERVALS, createPlan, planCreateBody, presentPlan, ROLLOVER_TYPES } from '../../routes/plans.ts';
 import { listPlans } from '../../storage/plans.ts';
 import { plainIssues } from '../form-issues.ts';
+import { formatsFor, type Formats } from '../format.ts';
 import { html } from '../html.ts';
 import { assertCsrf } from '../session.ts';
 import { csrfField, merchantOf, sendDashboardPage } from './shell.ts';
@@ -57,7 +58,7 @@ export function registerPlanPages(app: FastifyInstance, deps: AppDeps): void {
       status: flash.status,
       main: html`<h1>Plans</h1>
 ${flash.message ? html`<p class="notice" role="status" id="plan-message">${flash.message}</p>` : ''}
-${plans.length === 0 ? emptyPlans() : plans.map(planCard)}
+${plans.length === 0 ? emptyPlans() : plans.map((p) => planCard(p, formatsFor(deps.config.currency)))}
 ${planForm(request, reply, flash)}`,
     });
   };
@@ -79,14 +80,14 @@ ${planForm(request, reply, flash)}`,
   });
 }
 
-function planCard(p: Plan) {
+function planCard(p: Plan, fmt: Formats) {
   return html`<div class="card plan" id="plan-${p.plan_id}"><h2>${p.name}</h2>
-<dl class="kv"><dt>Price</dt><dd>${p.period_amount} per ${p.billing_interval}</dd><dt>Credit included</dt><dd>${p.included_credit}</dd>
+<dl class="kv"><dt>Price</dt><dd>${fmt.money(p.period_amount)} per ${p.billing_interval}</dd><dt>Credit included</dt><dd>${fmt.money(p.included_credit)}</dd>
 <dt>Unused credit</dt><dd>${p.rollover_type === 'full' ? 'rolls over' : 'expires at cycle end'}</dd><dt>Plan id</dt><dd><code>${p.plan_id}</code></dd>
 <dt>Meters</dt><dd>${p.linked_meters.length === 0 ? 'all' : p.linked_meters.map((m) => m.name).join(', ')}</dd></dl>
 ${p.credit_bundles.length === 0 ? html`<p class="muted">No credit bundles.</p>` : html`<div class="table-wrap"><table><caption>Credit bundles of ${p.name}</caption>
 <thead><tr><th scope="col">Bundle</th><th scope="col" class="num">Price</th><th scope="col" class="num">Credit</th></tr></thead>
-<tbody>${p.credit_bundles.map((b) => html`<tr><th scope="row">${b.name}</th><td class="num">${b.cost}</td><td class="num">${b.credit_amount}</td></tr>`)}</tbody></table></div>`}
+<tbody>${p.credit_bundles.map((b) => html`<tr><th scope="row">${b.name}</th><td class="num">${fmt.money(b.cost)}</td><td class="num">${fmt.money(b.credit_amount)}</td></tr>`)}</tbody></table></div>`}
 </div>`;
 }
 

@@ -4,6 +4,8 @@ import { presentRequest, type RequestRecord } from '../../routes/requests.ts';
 import { findMeter, listMeters, type MeterRow } from '../../storage/meters.ts';
 import { listRequests, type RequestFilters } from '../../storage/request-queries.ts';
 import { findRequestByRequestId, type RequestRow } from '../../storage/requests.ts';
+import { customerNames } from '../../storage/customer-names.ts';
+import { customerLink, formatsFor, type Formats } from '../format.ts';
 import { html } from '../html.ts';
 import { WebError } from '../session.ts';
 import { merchantOf, sendDashboardPage } from './shell.ts';
@@ -51,6 +53,8 @@ export function registerRequestPages(app: FastifyInstance, deps: AppDeps): void 
     const page = rows.slice(0, PAGE_SIZE);
     const next = rows.length > PAGE_SIZE ? page[page.length - 1]!.id : null;
     const meters = await listMeters(deps.storage, merchantId, undefined, 100);
+    const names = await customerNames(deps.storage, merchantId, page.map((r) => r.connection_id));
+    const fmt = formatsFor(deps.config.currency);
     return sendDashboardPage(request, reply, '/dashboard/requests', {
       title: 'Requests',
       main: html`<h1>Requests</h1>
@@ -65,7 +69,7 @@ ${STATUSES.map((s) => html`<option${s === q.status ? html` selected` : ''}>${s}<
 <div><label for="f-to">To (UTC)</label><input id="f-to" name="to" type="date" value="${q.to ?? ''}"></div>
 <div><button type="submit">Filter</button><a class="button secondary" href="/dashboard/requests.csv?${queryString(q)}">Export CSV</a></div>
 </form>
-${page.length === 0 ? emptyLog(queryString(q) !== '' || Boolean(filled(q.cursor))) : logTable(page)}
+${page.length === 0 ? emptyLog(queryString(q) !== '' || Boolean(filled(q.cursor))) : logTable(page, fmt, names)}
 ${next ? html`<p><a class="button secondary" href="/dashboard/requests?${queryString(q, { cursor: next })}" rel="next">Older requests</a></p>` : ''}`,
     });
   });
@@ -92,7 +96,9 @@ ${next ? html`<p><a class="button secondary" href="/dashboard/requests?${querySt
     const row = await findRequestByRequestId(deps.storage.db, merchantOf(request), request.params.id);
     if (!row) throw new WebError(404, `No request with id ${request.params.id}.`);
     const meter = row.meter_id ? await findMeter(deps.storage, merchantOf(request), row.meter_id) : undefined;
-    return sendDashboardPage(request, reply, '/dashboard/requests', { title: `Request ${row.request_id}`, main: detail(presentRequest(row), meter?.tier_type ?? null) });
+    const names = await customerNames(deps.storage, merchantOf(request), [row.connection_id]);
+    const main = detail(presentRequest(row), { tierType: meter?.tier_type ?? null, meterName: meter?.name ?? null, fmt: formatsFor(deps.config.currency), names });
+    return sendDashboardPage(request, reply, '/dashboard/requests', { title: `Request ${row.request_id}`, main });
   });
 }
 
@@ -110,15 +116,15 @@ function emptyLog(filtered: boolean) {
 <p>It needs a <a href="/dashboard/meters">meter</a> and a <a href="/dashboard/customers">customer</a>.</p></div>`;
 }
 
-function logTable(rows: RequestRow[]) {
+function logTable(rows: RequestRow[], fmt: Formats, names: Map<string, string>) {
   return html`<div class="card table-wrap"><table>
 <caption class="visually-hidden">Requests, newest first</caption>
 <thead><tr><th scope="col">Request</th><th scope="col">Status</th><th scope="col">Customer</th><th scope="col">Model</th><th scope="col" class="num">Usage</th><th scope="col" class="num">Fee</th><th scope="col" class="num">Total cost</th><th scope="col">Created (UTC)</th></tr></thead>
 <tbody>
 ${rows.map((row) => {
   const r = presentRequest(row);
-  return html`<tr><td><a href="/dashboard/requests/${encodeURIComponent(r.request_id)}">${r.request_id}</a></td><td>${r.status}</td><td>${r.customer_id ?? '—'}</td><td>${r.model ?? '—'}</td>
-<td class="num">${usageCell(r)}</td><td class="num">${r.fee.amount}</td><td class="num">${r.total_request_cost}</td><td>${r.created_at.slice(0, 19).replace('T', ' ')}</td></tr>`;
+  return html`<tr><td><a href="/dashboard/requests/${encodeURIComponent(r.request_id)}">${r.request_id}</a></td><td>${r.status}</td><td>${customerLink(r.customer_id, names)}</td><td>${r.model ?? '—'}</td>
+<td class="num">${usageCell(r, fmt)}</td><td class="num">${fmt.money(r.fee.amount)}</td><td class="num">${fmt.money(r.total_request_cost)}</td><td>${r.created_at.slice(0, 19).replace('T', ' ')}</td></tr>`;
 })}
 </tbody></table></div>`;
 }
@@ -134,48 +140,53 @@ function tokensApply(r: RequestRecord, tierType: TierType | null): boolean {
 }
 
 /** The usage cell of the log: tokens, or the unit the record was used in. */
-function usageCell(r: RequestRecord): string {
+function usageCell(r: RequestRecord, fmt: Formats): string {
   const u = r.model_usage;
-  if (tokensApply(r, null)) return String(u.total_tokens);
-  if (u.total_seconds > 0) return `${u.total_seconds} s`;
-  if (u.total_characters > 0) return `${u.total_characters} characters`;
-  return `${u.output_images} images`;
+  if (tokensApply(r, null)) return fmt.count(u.total_tokens);
+  if (u.total_seconds > 0) return `${fmt.count(u.total_seconds)} s`;
+  if (u.total_characters > 0) return `${fmt.count(u.total_characters)} characters`;
+  return `${fmt.count(u.output_images)} images`;
 }
 
 /** Seconds of audio (always on a per-minute meter), characters and images, shown on records that have them. */
-function mediaUsage(r: RequestRecord, tierType: TierType | null) {
+function mediaUsage(r: RequestRecord, tierType: TierType | null, fmt: Formats) {
   const u = r.model_usage;
-  const split = u.input_seconds > 0 && u.output_seconds > 0 ? ` (input ${u.input_seconds}, output ${u.output_seconds})` : '';
-  return html`${u.total_seconds > 0 || tierType === 'minutes' ? html`<dt>Audio seconds</dt><dd><span id="detail-seconds">${u.total_seconds}</span>${split}</dd>` : ''}${
-    u.total_characters > 0 || tierType === 'characters_1m' ? html`<dt>Characters</dt><dd id="detail-characters">${u.total_characters}</dd>` : ''
-  }${u.output_images > 0 ? html`<dt>Images</dt><dd id="detail-images">${u.output_images}</dd>` : ''}`;
+  const split = u.input_seconds > 0 && u.output_seconds > 0 ? ` (input ${fmt.count(u.input_seconds)}, output ${fmt.count(u.output_seconds)})` : '';
+  return html`${u.total_seconds > 0 || tierType === 'minutes' ? html`<dt>Audio seconds</dt><dd><span id="detail-seconds">${fmt.count(u.total_seconds)}</span>${split}</dd>` : ''}${
+    u.total_characters > 0 || tierType === 'characters_1m' ? html`<dt>Characters</dt><dd id="detail-characters">${fmt.count(u.total_characters)}</dd>` : ''
+  }${u.output_images > 0 ? html`<dt>Images</dt><dd id="detail-images">${fmt.count(u.output_images)}</dd>` : ''}`;
 }
 
-function tokenRows(r: RequestRecord) {
-  return html`<dt>Input tokens</dt><dd>${r.model_usage.input_tokens}</dd>
-<dt>of which cached (read)</dt><dd id="detail-cached">${r.model_usage.cached_input_tokens}</dd>
-<dt>of which cache writes</dt><dd id="detail-cache-write">${r.model_usage.cache_write_input_tokens}</dd>
-<dt>Output tokens</dt><dd>${r.model_usage.output_tokens}</dd>
-<dt>of which reasoning</dt><dd id="detail-reasoning">${r.model_usage.reasoning_tokens}</dd>
+function tokenRows(r: RequestRecord, fmt: Formats) {
+  const u = r.model_usage;
+  return html`<dt>Input tokens</dt><dd>${fmt.count(u.input_tokens)}</dd>
+<dt>of which cached (read)</dt><dd id="detail-cached">${fmt.count(u.cached_input_tokens)}</dd>
+<dt>of which cache writes</dt><dd id="detail-cache-write">${fmt.count(u.cache_write_input_tokens)}</dd>
+<dt>Output tokens</dt><dd>${fmt.count(u.output_tokens)}</dd>
+<dt>of which reasoning</dt><dd id="detail-reasoning">${fmt.count(u.reasoning_tokens)}</dd>
 `;
 }
 
-function detail(r: RequestRecord, tierType: TierType | null) {
+type DetailContext = { tierType: TierType | null; meterName: string | null; fmt: Formats; names: Map<string, string> };
+
+function detail(r: RequestRecord, { tierType, meterName, fmt, names }: DetailContext) {
+  const money = fmt.money;
+  const rate = (value: string) => (r.fee.rate_type === 'percentage' ? fmt.percent(value) : money(value));
   return html`<h1>Request <span class="secret">${r.request_id}</span></h1>
 <div class="card"><h2>Summary</h2><dl class="kv">
-<dt>Status</dt><dd>${r.status}</dd><dt>Customer</dt><dd>${r.customer_id ?? '—'}</dd><dt>Meter</dt><dd>${r.meter_id ?? '—'}</dd>
+<dt>Status</dt><dd>${r.status}</dd><dt>Customer</dt><dd>${customerLink(r.customer_id, names)}</dd><dt>Meter</dt><dd>${r.meter_id ? html`<a href="/dashboard/meters/${r.meter_id}" title="${r.meter_id}">${meterName ?? r.meter_id}</a>` : '—'}</dd>
 <dt>Provider / model</dt><dd>${r.provider ?? '—'} / ${r.model ?? '—'}</dd><dt>Created</dt><dd>${r.created_at}</dd>
 <dt>Metadata</dt><dd>${Object.entries(r.metadata).map(([k, v]) => html`<code>${k}=${v}</code> `)}</dd>
 </dl></div>
 <div class="card"><h2>Cost breakdown</h2><dl class="kv">
-${tokensApply(r, tierType) ? tokenRows(r) : ''}${mediaUsage(r, tierType)}<dt>Base cost</dt><dd>${r.model_usage.total_cost} (${r.model_usage.price_unit ? `priced by ${r.model_usage.price_unit}, ` : ''}paid by ${r.model_usage.payer})</dd>
-<dt>Fee</dt><dd id="detail-fee">${r.fee.amount} (${r.fee.rate_type}, paid by the wallet)</dd>
-<dt>Service charge</dt><dd>${r.service_charge.amount} (paid by ${r.service_charge.payer})</dd>
-<dt>Customer wallet pays</dt><dd>${r.total_wallet_cost}</dd><dt>Merchant pays</dt><dd>${r.total_merchant_cost}</dd>
-<dt>Total</dt><dd id="detail-total">${r.total_request_cost}</dd>
+${tokensApply(r, tierType) ? tokenRows(r, fmt) : ''}${mediaUsage(r, tierType, fmt)}<dt>Base cost</dt><dd>${money(r.model_usage.total_cost)} (${r.model_usage.price_unit ? `priced by ${r.model_usage.price_unit}, ` : ''}paid by ${r.model_usage.payer})</dd>
+<dt>Fee</dt><dd id="detail-fee">${money(r.fee.amount)} (${r.fee.rate_type}, paid by the wallet)</dd>
+<dt>Service charge</dt><dd>${money(r.service_charge.amount)} (paid by ${r.service_charge.payer})</dd>
+<dt>Customer wallet pays</dt><dd>${money(r.total_wallet_cost)}</dd><dt>Merchant pays</dt><dd>${money(r.total_merchant_cost)}</dd>
+<dt>Total</dt><dd id="detail-total">${money(r.total_request_cost)}</dd>
 </dl>
 ${r.fee.breakdown.length > 0 ? html`<h3>Fee tiers</h3><div class="table-wrap"><table><thead><tr><th scope="col">Tier start</th><th scope="col">Rate</th><th scope="col" class="num">Cost</th></tr></thead><tbody>
-${r.fee.breakdown.map((b) => html`<tr><td>${b.tier.start}</td><td>${b.tier.rate}</td><td class="num">${b.cost}</td></tr>`)}
+${r.fee.breakdown.map((b) => html`<tr><td>${fmt.count(b.tier.start)}</td><td>${rate(b.tier.rate)}</td><td class="num">${money(b.cost)}</td></tr>`)}
 </tbody></table></div>` : ''}
 </div>
 <p><a href="/dashboard/requests">All requests</a></p>`;

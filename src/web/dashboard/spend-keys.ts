@@ -6,7 +6,8 @@ import { findConnection } from '../../storage/connections.ts';
 import { findMerchant } from '../../storage/merchants.ts';
 import { findSpendKey, insertSpendKey, listSpendKeys, revokeSpendKey, rotateSpendKey, updateSpendKey, type SpendKeyScope } from '../../storage/spend-keys.ts';
 import { plainIssues } from '../form-issues.ts';
-import { html } from '../html.ts';
+import { formatsFor, type Formats } from '../format.ts';
+import { html, type SafeHtml } from '../html.ts';
 import { assertCsrf, WebError } from '../session.ts';
 import { csrfField, merchantOf, sendDashboardPage } from './shell.ts';
 
@@ -83,7 +84,7 @@ export function registerSpendKeyPages(app: FastifyInstance, deps: AppDeps): void
 ${flash.created ? html`<div class="card notice" role="status"><p><strong>Copy the key of “${flash.created.name}” now; it is not shown again.</strong></p>
 <p class="secret" id="new-spend-key">${flash.created.key}</p></div>` : ''}
 ${flash.message ? html`<p role="status" class="notice" id="spend-key-message">${flash.message}</p>` : ''}
-${keys.length === 0 ? emptyState() : keyTable(request, reply, keys)}
+${keys.length === 0 ? emptyState() : keyTable(request, reply, keys, formatsFor(deps.config.currency))}
 ${createForm(request, reply, flash)}`,
     });
   };
@@ -117,6 +118,7 @@ ${createForm(request, reply, flash)}`,
     const row = await findSpendKey(deps.storage, scopeOf(request), request.params.id);
     if (!row) throw new WebError(404, `No spend key with id ${request.params.id}.`);
     const k = presentSpendKey(row, new Date(nowOf(deps)));
+    const fmt = formatsFor(deps.config.currency);
     return sendDashboardPage(request, reply, '/dashboard/spend-keys', {
       title: `Spend key ${k.name}`,
       status: flash.status,
@@ -125,8 +127,8 @@ ${flash.saved ? html`<p class="notice" role="status" id="limits-saved">Limits sa
 <div class="card"><dl class="kv" id="counters">
 <dt>Key</dt><dd><code>${k.key_preview}</code></dd><dt>Status</dt><dd>${k.status}</dd>
 <dt>Bills</dt><dd>${k.customer_id ? html`customer <a href="/dashboard/customers/${k.customer_id}">${k.customer_id}</a>` : 'your own wallet'}</dd>
-<dt>Spend this cycle</dt><dd id="current-spend">${limitText(k.current_spend, k.spend_limit)}</dd><dt>Spend in total</dt><dd>${k.total_spend}</dd>
-<dt>Requests this cycle</dt><dd id="current-requests">${limitText(k.current_requests, k.request_limit ? { count: k.request_limit.count, cycle: k.request_limit.cycle } : null)}</dd><dt>Requests in total</dt><dd>${k.total_requests}</dd>
+<dt>Spend this cycle</dt><dd id="current-spend">${spendText(fmt, k)}</dd><dt>Spend in total</dt><dd>${fmt.money(k.total_spend)}</dd>
+<dt>Requests this cycle</dt><dd id="current-requests">${requestsText(fmt, k)}</dd><dt>Requests in total</dt><dd>${fmt.count(k.total_requests)}</dd>
 <dt>Rate limit</dt><dd>${k.rate_limit ? `${k.rate_limit.rpm} per minute` : 'none'}</dd><dt>Last used</dt><dd>${k.last_used_at ?? 'never'}</dd>
 </dl></div>
 <form class="card" method="post" action="/dashboard/spend-keys/${k.spend_key_id}" novalidate>
@@ -180,10 +182,16 @@ ${limitInputs(flash.form ?? formOfKey(k))}
   });
 }
 
-const limitText = (current: string | number, limit: { amount?: unknown; count?: number; cycle: string } | null) =>
-  limit ? html`${current} of ${String(limit.amount ?? limit.count)} (${limit.cycle})` : html`${current} <span class="muted">(no limit)</span>`;
+const limitText = (current: SafeHtml | string, limit: { of: SafeHtml | string; cycle: string } | null) =>
+  limit ? html`${current} of ${limit.of} (${limit.cycle})` : html`${current} <span class="muted">(no limit)</span>`;
 
-function keyTable(request: FastifyRequest, reply: FastifyReply, keys: SpendKey[]) {
+const spendText = (fmt: Formats, k: SpendKey) =>
+  limitText(fmt.money(k.current_spend), k.spend_limit ? { of: fmt.money(String(k.spend_limit.amount)), cycle: k.spend_limit.cycle } : null);
+
+const requestsText = (fmt: Formats, k: SpendKey) =>
+  limitText(fmt.count(k.current_requests), k.request_limit ? { of: fmt.count(k.request_limit.count), cycle: k.request_limit.cycle } : null);
+
+function keyTable(request: FastifyRequest, reply: FastifyReply, keys: SpendKey[], fmt: Formats) {
   const action = (k: SpendKey, path: string, label: string, extra = html``, cls = 'secondary') =>
     html`<form method="post" action="/dashboard/spend-keys/${k.spend_key_id}/${path}">${csrfField(request, reply)}${extra}<button class="${cls}" type="submit" aria-label="${label} ${k.name} (${k.key_preview})">${label}</button></form>`;
   return html`<div class="card table-wrap"><table id="spend-keys">
@@ -193,8 +201,8 @@ function keyTable(request: FastifyRequest, reply: FastifyReply, keys: SpendKey[]
 ${keys.map(
   (k) => html`<tr id="key-${k.spend_key_id}"><th scope="row"><a href="/dashboard/spend-keys/${k.spend_key_id}">${k.name}</a></th><td><code>${k.key_preview}</code></td><td>${k.status}</td>
 <td>${k.customer_id ? html`<a href="/dashboard/customers/${k.customer_id}">${k.customer_id}</a>` : html`<span class="muted">your wallet</span>`}</td>
-<td class="spend">${limitText(k.current_spend, k.spend_limit)}</td><td class="requests">${limitText(k.current_requests, k.request_limit ? { count: k.request_limit.count, cycle: k.request_limit.cycle } : null)}</td>
-<td>${k.rate_limit ? `${k.rate_limit.rpm}/min` : '—'}</td><td class="num">${k.total_spend}</td>
+<td class="spend">${spendText(fmt, k)}</td><td class="requests">${requestsText(fmt, k)}</td>
+<td>${k.rate_limit ? `${fmt.count(k.rate_limit.rpm)}/min` : '—'}</td><td class="num">${fmt.money(k.total_spend)}</td>
 <td class="actions">${action(k, 'status', k.status === 'active' ? 'Pause' : 'Resume', html`<input type="hidden" name="status" value="${k.status === 'active' ? 'paused' : 'active'}">`)}
 ${action(k, 'rotate', 'Rotate')}${action(k, 'revoke', 'Revoke', html``, 'danger')}</td></tr>`,
 )}

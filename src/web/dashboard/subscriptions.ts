@@ -5,6 +5,8 @@ import { ID_PREFIX } from '../../domain/ids.ts';
 import type { AppDeps } from '../../http/types.ts';
 import { cancelAtCycleEnd } from '../../routes/subscriptions.ts';
 import { listSubscriptionViews } from '../../storage/subscriptions.ts';
+import { customerNames } from '../../storage/customer-names.ts';
+import { customerLink, formatsFor, type Formats } from '../format.ts';
 import { html } from '../html.ts';
 import { assertCsrf, WebError } from '../session.ts';
 import { csrfField, merchantOf, sendDashboardPage } from './shell.ts';
@@ -15,12 +17,13 @@ export function registerSubscriptionPages(app: FastifyInstance, deps: AppDeps): 
   const subscriptionsPage = async (request: FastifyRequest, reply: FastifyReply, flash: { message?: string; status?: number } = {}) => {
     const rows = await listSubscriptionViews(deps.storage, merchantOf(request), { status: 'all', limit: LIST_LIMIT });
     const subs = rows.slice(0, LIST_LIMIT).map(presentSubscription);
+    const names = await customerNames(deps.storage, merchantOf(request), subs.map((s) => s.customer_id));
     return sendDashboardPage(request, reply, '/dashboard/subscriptions', {
       title: 'Subscriptions',
       status: flash.status,
       main: html`<h1>Subscriptions</h1>
 ${flash.message ? html`<p class="notice" role="status" id="subscription-message">${flash.message}</p>` : ''}
-${subs.length === 0 ? emptySubscriptions() : subscriptionTable(request, reply, subs)}`,
+${subs.length === 0 ? emptySubscriptions() : subscriptionTable(request, reply, subs, { fmt: formatsFor(deps.config.currency), names })}`,
     });
   };
 
@@ -39,14 +42,14 @@ ${subs.length === 0 ? emptySubscriptions() : subscriptionTable(request, reply, s
   });
 }
 
-function subscriptionTable(request: FastifyRequest, reply: FastifyReply, subs: PresentedSubscription[]) {
+function subscriptionTable(request: FastifyRequest, reply: FastifyReply, subs: PresentedSubscription[], { fmt, names }: { fmt: Formats; names: Map<string, string> }) {
   return html`<div class="card table-wrap"><table id="subscriptions">
 <caption class="visually-hidden">Subscriptions, newest first</caption>
 <thead><tr><th scope="col">Customer</th><th scope="col">Plan</th><th scope="col">Status</th><th scope="col">Cycle ends (UTC)</th><th scope="col" class="num">Credit left</th><th scope="col" class="num">Cycle</th><th scope="col" class="num">Bundle</th><th scope="col">Pending change</th><th scope="col"><span class="visually-hidden">Actions</span></th></tr></thead>
 <tbody>
 ${subs.map(
-  (s) => html`<tr id="sub-${s.subscription_id}"><th scope="row"><a href="/dashboard/customers/${s.customer_id}">${s.customer_id}</a></th><td>${s.plan.name}</td><td class="status">${s.status}</td>
-<td>${s.cycle_end_at?.slice(0, 16).replace('T', ' ') ?? '—'}</td><td class="num credit-total">${s.credits.total_remaining}</td><td class="num">${s.credits.cycle_remaining}</td><td class="num">${s.credits.bundle_remaining}</td>
+  (s) => html`<tr id="sub-${s.subscription_id}"><th scope="row">${customerLink(s.customer_id, names)}</th><td>${s.plan.name}</td><td class="status">${s.status}</td>
+<td>${s.cycle_end_at?.slice(0, 16).replace('T', ' ') ?? '—'}</td><td class="num credit-total">${fmt.money(s.credits.total_remaining)}</td><td class="num">${fmt.money(s.credits.cycle_remaining)}</td><td class="num">${fmt.money(s.credits.bundle_remaining)}</td>
 <td class="pending">${s.pending_change ? `${s.pending_change.type}${s.pending_change.effective_at ? ` at ${s.pending_change.effective_at.slice(0, 16).replace('T', ' ')}` : ''}` : '—'}</td>
 <td>${s.status !== 'cancelled' && s.pending_change?.type !== 'cancellation' ? html`<form method="post" action="/dashboard/subscriptions/${s.subscription_id}/cancel">${csrfField(request, reply)}<button class="danger" type="submit" aria-label="Cancel at cycle end: the subscription of ${s.customer_id}">Cancel at cycle end</button></form>` : ''}</td></tr>`,
 )}
