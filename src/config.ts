@@ -37,6 +37,11 @@ const configSchema = z.object({
       message: 'must start with sqlite: or postgres://',
     })
     .optional(),
+  /** A streaming replica of DATABASE_URL (PostgreSQL) that report reads go to (decision 0041). */
+  DATABASE_READ_URL: z
+    .string()
+    .refine((v) => /^postgres(ql)?:\/\//.test(v), { message: 'must start with postgres://' })
+    .optional(),
   REDIS_URL: z
     .string()
     .refine((v) => /^rediss?:\/\//.test(v), { message: 'must start with redis:// or rediss://' })
@@ -136,6 +141,8 @@ export type Config = {
   port: number;
   host: string;
   databaseUrl: string;
+  /** Where reports read (a streaming replica); undefined reads everything from databaseUrl. */
+  databaseReadUrl: string | undefined;
   redisUrl: string | undefined;
   logLevel: z.infer<typeof logLevel>;
   /** Percent of the fee, in 1e-10 units. */
@@ -209,6 +216,9 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
   if (c.STRIPE_CURRENCY !== undefined && c.STRIPE_CURRENCY.toUpperCase() !== currency) {
     throw new ConfigError(`Invalid configuration:\n  STRIPE_CURRENCY (${c.STRIPE_CURRENCY}) differs from CURRENCY (${currency}): amounts are in one currency; set one of them.`);
   }
+  if (c.DATABASE_READ_URL !== undefined && !/^postgres(ql)?:\/\//.test(c.DATABASE_URL ?? DEFAULT_DATABASE_URL)) {
+    throw new ConfigError('Invalid configuration:\n  DATABASE_READ_URL: a read replica needs a PostgreSQL DATABASE_URL.');
+  }
   const providerKeys: Record<string, string> = { ...c.PROVIDER_KEYS };
   if (c.OPENAI_API_KEY) providerKeys.openai = c.OPENAI_API_KEY;
   if (c.ANTHROPIC_API_KEY) providerKeys.anthropic = c.ANTHROPIC_API_KEY;
@@ -217,6 +227,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     port: c.PORT,
     host: c.HOST,
     databaseUrl: c.DATABASE_URL ?? DEFAULT_DATABASE_URL,
+    databaseReadUrl: c.DATABASE_READ_URL,
     redisUrl: c.REDIS_URL,
     logLevel: c.LOG_LEVEL,
     serviceChargeRate: parseMoney(c.SERVICE_CHARGE_RATE),

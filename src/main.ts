@@ -32,7 +32,7 @@ export async function startServer(
   // Money written by a batch the writer thread died under is written again member by member (the
   // writers' fallback); the death itself must be loud.
   let reportWriterDeath = (err: Error) => console.error(err);
-  const storage = openStorage(config.databaseUrl, { onWriterDeath: (err) => reportWriterDeath(err) });
+  const storage = openStorage(config.databaseUrl, { onWriterDeath: (err) => reportWriterDeath(err), readUrl: config.databaseReadUrl });
   await migrateToLatest(storage);
   let reportOutage = (_err: unknown) => {};
   let reportRecovery = () => {};

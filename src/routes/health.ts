@@ -1,13 +1,23 @@
 import { sql } from 'kysely';
+import { Gauge, type Registry } from 'prom-client';
 import { z } from 'zod';
 import { databaseUnavailable } from '../http/error-handler.ts';
 import type { App, AppDeps } from '../http/types.ts';
+import type { ReadReplica, ReplicaLag } from '../storage/read-replica.ts';
 
 const healthResponse = z.object({ status: z.literal('ok') });
+const replicaState = z.object({
+  status: z.enum(['streaming', 'primary', 'unreachable']).describe(
+    '`streaming`: reports read from the standby; `primary`: DATABASE_READ_URL names a server not in recovery; `unreachable`: reports read from the primary meanwhile.',
+  ),
+  lag_seconds: z.number().optional().describe('Age of the last transaction the replica replayed, while it is behind the primary (0 when it is not).'),
+  lag_bytes: z.number().int().optional().describe('WAL the primary has written that the replica has not replayed.'),
+});
 const readyResponse = z.object({
   status: z.enum(['ready', 'degraded']),
   database: z.enum(['sqlite', 'postgres']),
   redis: z.enum(['ready', 'unreachable']).optional(),
+  replica: replicaState.optional().describe('Only with DATABASE_READ_URL: the read replica that usage reports and request lists read from.'),
 });
 
 export function registerHealthRoutes(app: App, deps: AppDeps): void {
@@ -18,9 +28,13 @@ export function registerHealthRoutes(app: App, deps: AppDeps): void {
     async () => ({ status: 'ok' as const }),
   );
 
+  const replica = deps.storage.replica;
+  if (replica) registerReplicaMetrics(app.metrics, replica);
+
   // Readiness: the database answers a query (else 503). With REDIS_URL, Redis is checked too, but
   // its loss only degrades the instance (rate limits counted locally): every instance shares that
-  // Redis, and failing readiness would take all of them out of service at once.
+  // Redis, and failing readiness would take all of them out of service at once. A read replica's
+  // loss degrades it for the same reason: reports are read from the primary meanwhile.
   app.get(
     '/readyz',
     { config: { public: true }, schema: { tags: ['operations'], security: [], response: { 200: readyResponse } } },
@@ -31,9 +45,52 @@ export function registerHealthRoutes(app: App, deps: AppDeps): void {
         throw databaseUnavailable();
       }
       const database = deps.storage.dialect;
-      if (!deps.config.redisUrl) return { status: 'ready' as const, database };
-      const redis = (await deps.rateLimiter.reachable()) ? ('ready' as const) : ('unreachable' as const);
-      return { status: redis === 'ready' ? ('ready' as const) : ('degraded' as const), database, redis };
+      const redis = deps.config.redisUrl ? ((await deps.rateLimiter.reachable()) ? ('ready' as const) : ('unreachable' as const)) : undefined;
+      const lag = replica ? await replica.lag().catch((): ReplicaLag => ({ status: 'unreachable' })) : undefined;
+      const degraded = redis === 'unreachable' || lag?.status === 'unreachable';
+      return {
+        status: degraded ? ('degraded' as const) : ('ready' as const),
+        database,
+        ...(redis ? { redis } : {}),
+        ...(lag ? { replica: presentLag(lag) } : {}),
+      };
     },
+  );
+}
+
+function presentLag(lag: ReplicaLag): z.infer<typeof replicaState> {
+  if (lag.status === 'unreachable') return { status: lag.status };
+  return { status: lag.status, lag_seconds: lag.lagSeconds, lag_bytes: lag.lagBytes };
+}
+
+/** Measured when scraped: how far the replica is behind, and whether reports read from it. */
+function registerReplicaMetrics(registry: Registry, replica: ReadReplica): void {
+  // The gauges of one scrape are collected together and share one measurement.
+  let measuring: Promise<ReplicaLag> | undefined;
+  const measure = () =>
+    (measuring ??= replica
+      .lag()
+      .catch((): ReplicaLag => ({ status: 'unreachable' }))
+      .finally(() => {
+        measuring = undefined;
+      }));
+  // An unreachable replica's lag is unknown: its gauges say NaN rather than an old value.
+  const gauge = (name: string, help: string, valueOf: (lag: ReplicaLag) => number) =>
+    new Gauge({
+      name,
+      help,
+      registers: [registry],
+      async collect() {
+        this.set(valueOf(await measure()));
+      },
+    });
+  gauge('tollgate_replica_lag_seconds', 'Age of the last transaction the read replica replayed, while it is behind the primary', (lag) =>
+    lag.status === 'unreachable' ? Number.NaN : lag.lagSeconds,
+  );
+  gauge('tollgate_replica_lag_bytes', 'WAL the primary has written that the read replica has not replayed', (lag) =>
+    lag.status === 'unreachable' ? Number.NaN : lag.lagBytes,
+  );
+  gauge('tollgate_replica_up', '1 while reports read from the read replica, 0 while they fall back to the primary', (lag) =>
+    lag.status !== 'unreachable' && replica.serving() ? 1 : 0,
   );
 }

@@ -17,6 +17,7 @@ import type { UnwrittenHolds } from '../ledger/wallets.ts';
 import { BUILTIN_PROVIDERS } from '../providers/builtin.ts';
 import type { ProviderModule } from '../providers/types.ts';
 import type { MeterRow } from '../storage/meters.ts';
+import { reportsOf } from '../storage/db.ts';
 import { findRequestPk, listRequests, type RequestFilters } from '../storage/request-queries.ts';
 import { createRequestLookups, type ChargeParty, type RequestLookups } from '../storage/request-lookups.ts';
 import type { PendingRecords } from '../gateway/pending-records.ts';
@@ -270,7 +271,7 @@ function oneFilter(query: FilterQuery, older: keyof FilterQuery, newer: keyof Fi
 async function cursorPosition({ storage }: AppDeps, merchantId: string, cursor: string | undefined) {
   let pk: string | undefined;
   await assertCursor(cursor, async (requestId) => {
-    pk = await findRequestPk(storage.db, merchantId, requestId);
+    pk = await findRequestPk(reportsOf(storage).db, merchantId, requestId);
     return pk !== undefined;
   });
   return pk;
@@ -392,9 +393,11 @@ export function registerRequestRoutes(app: App, deps: AppDeps, unwritten: Unwrit
     async (request) => {
       const { merchantId } = principalOf(request);
       const { cursor, limit } = request.query;
-      const filters = await requestFiltersOf(storage.db, merchantId, request.query);
+      // A list is a report: read from the replica, if any (a single record, GET /requests/{id}, is not).
+      const reports = reportsOf(storage);
+      const filters = await requestFiltersOf(reports.db, merchantId, request.query);
       const beforePk = await cursorPosition(deps, merchantId, cursor);
-      const rows = await listRequests(storage.db, merchantId, filters, { beforePk, limit });
+      const rows = await listRequests(reports.db, merchantId, filters, { beforePk, limit });
       return pageOfRecords(rows, limit);
     },
   );

@@ -12,7 +12,7 @@ import { validationError, type Issue } from '../http/errors.ts';
 import { standardErrors } from '../http/schemas.ts';
 import type { App, AppDeps } from '../http/types.ts';
 import { dateOf } from '../domain/clock.ts';
-import type { Storage } from '../storage/db.ts';
+import { reportsOf, type Storage } from '../storage/db.ts';
 import { addSums, emptySums, usageByDay, type UsageSums } from '../storage/usage.ts';
 import { topCustomers, topModels } from '../storage/usage-leaders.ts';
 import { requestFilterQuery, requestFiltersOf } from './requests.ts';
@@ -112,13 +112,14 @@ export function registerUsageRoutes(app: App, { storage, clock }: AppDeps): void
 
 export type UsageReport = { items: UsageItem[]; totals: UsageTotals };
 
-/** The GET /usage answer; the dashboard's overview shows exactly this. */
+/** The GET /usage answer; the dashboard's overview shows exactly this. Read from the replica, if any. */
 export async function usageReport(
-  storage: Storage,
+  primary: Storage,
   merchantId: string,
   query: z.infer<typeof usageQuery>,
   now: Date,
 ): Promise<UsageReport> {
+  const storage = reportsOf(primary);
   const range = rangeOf(query, now);
   const days = await usageByDay(storage, merchantId, range, await requestFiltersOf(storage.db, merchantId, query));
   return presentUsage(range, days);
@@ -132,12 +133,13 @@ export type UsageLeaders = { customers: UsageLeaderRow[]; models: UsageLeaderRow
  * start and end: a customer's row is what GET /usage?customer_id=… totals.
  */
 export async function usageLeaders(
-  storage: Storage,
+  primary: Storage,
   merchantId: string,
   query: { start: string; end?: string | undefined },
   now: Date,
   limit: number,
 ): Promise<UsageLeaders> {
+  const storage = reportsOf(primary);
   const range = rangeOf(query, now);
   const [customers, models] = await Promise.all([
     topCustomers(storage.db, merchantId, range, limit),

@@ -3,6 +3,7 @@ import { Kysely, PostgresDialect } from 'kysely';
 import pg from 'pg';
 import type { Database, Dialect } from './schema.ts';
 import { openSqlite as openSqliteHandle } from './sqlite.ts';
+import { openReadReplica, type ReadReplica } from './read-replica.ts';
 import type { SqliteWriter } from './sqlite-writer.ts';
 
 export type Storage = {
@@ -25,15 +26,35 @@ export type Storage = {
   writeCount?: () => number;
   /** SQLite database files only: the thread that runs every write, transaction and checkpoint (decision 0011). */
   writer?: SqliteWriter;
+  /**
+   * PostgreSQL with DATABASE_READ_URL: the streaming replica that report reads go to (decision
+   * 0041). Only reads that decide no money and write nothing take it, through `reportsOf`.
+   */
+  replica?: ReadReplica;
   close(): Promise<void>;
 };
+
+/**
+ * Where a report (usage, request lists, dashboard pages of them) reads: the replica when one is
+ * configured (the primary while the replica is down), else the database itself. Never for a read
+ * that decides money or precedes a write: a replica may be seconds behind.
+ */
+export function reportsOf(storage: Storage): Storage {
+  return storage.replica?.reads ?? storage;
+}
 
 const PG_INT8_OID = 20;
 
 /** Opens the database named by a DATABASE_URL value (`sqlite:<path>` or `postgres://…`). */
-export function openStorage(url: string, opts: { poolSize?: number; onWriterDeath?: (error: Error) => void } = {}): Storage {
-  if (url.startsWith('sqlite:')) return openSqlite(url.slice('sqlite:'.length), opts.onWriterDeath);
-  return openPostgres(url, opts.poolSize ?? 20);
+export function openStorage(
+  url: string,
+  opts: { poolSize?: number; onWriterDeath?: (error: Error) => void; readUrl?: string | undefined } = {},
+): Storage {
+  if (url.startsWith('sqlite:')) {
+    if (opts.readUrl !== undefined) throw new Error('DATABASE_READ_URL needs a PostgreSQL DATABASE_URL');
+    return openSqlite(url.slice('sqlite:'.length), opts.onWriterDeath);
+  }
+  return openPostgres(url, opts.poolSize ?? 20, opts.readUrl);
 }
 
 function openSqlite(path: string, onWriterDeath?: (error: Error) => void): Storage {
@@ -41,33 +62,41 @@ function openSqlite(path: string, onWriterDeath?: (error: Error) => void): Stora
   return { db, dialect: 'sqlite', describe, writeCount, ...(writer ? { writer } : {}), close: () => db.destroy() };
 }
 
-function openPostgres(url: string, max: number): Storage {
+function openPostgres(url: string, max: number, readUrl: string | undefined): Storage {
   const pool = postgresPool(url, max, false);
   const pipeline = postgresPool(url, PIPELINE_POOL_SIZE, true);
   const db = new Kysely<Database>({ dialect: new PostgresDialect({ pool }) });
-  const parsed = new URL(url);
+  const replica = readUrl === undefined ? undefined : openReadReplica(readUrl, { primary: pool, primaryDb: db, max, openPool: postgresPool });
   return {
     db,
     dialect: 'postgres',
-    describe: `postgres://${parsed.host}${parsed.pathname}`,
+    describe: describePostgres(url),
     pipeline,
+    ...(replica ? { replica } : {}),
     close: async () => {
+      await replica?.close();
       await db.destroy();
       await pipeline.end();
     },
   };
 }
 
+/** A PostgreSQL URL without its credentials, for logs. */
+export function describePostgres(url: string): string {
+  const parsed = new URL(url);
+  return `postgres://${parsed.host}${parsed.pathname}`;
+}
+
 /** Two charge batches in flight (chargeWriter in ledger/charge-batch.ts). */
 const PIPELINE_POOL_SIZE = 2;
 
-function postgresPool(url: string, max: number, pipeline: boolean): pg.Pool {
+export function postgresPool(url: string, max: number, pipeline: boolean, connectTimeoutMs = PG_CONNECT_TIMEOUT_MS): pg.Pool {
   const pool = new pg.Pool({
     ...withSessionOptions(url),
     max,
     // While the server is unreachable, a request waits this long for a connection at most, then
     // fails (a 503), instead of queueing for as long as the outage lasts.
-    connectionTimeoutMillis: PG_CONNECT_TIMEOUT_MS,
+    connectionTimeoutMillis: connectTimeoutMs,
     keepAlive: true,
     Client: PreparingClient,
     pipeline,

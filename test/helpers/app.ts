@@ -80,7 +80,7 @@ export async function startTestApp(
 ): Promise<TestApp> {
   const database = opts.database ?? (await freshDatabase(dialect));
   const config = loadConfig({ LOG_LEVEL: 'silent', DATABASE_URL: database.url, ...opts.env });
-  const storage = openStorage(database.url, { poolSize: 10 });
+  const storage = openStorage(database.url, { poolSize: 10, readUrl: config.databaseReadUrl });
   await migrateToLatest(storage);
   const clock = new TestClock();
   const payments = opts.payments ?? new TestPaymentProvider();

@@ -67,6 +67,11 @@ describe('loadConfig', () => {
     });
   });
 
+  it('takes a read replica only beside a PostgreSQL DATABASE_URL', () => {
+    expect(loadConfig({ DATABASE_URL: 'postgres://h/db', DATABASE_READ_URL: 'postgres://replica/db' }).databaseReadUrl).toBe('postgres://replica/db');
+    expect(configError({ DATABASE_READ_URL: 'postgres://replica/db' }).message).toContain('DATABASE_READ_URL');
+  });
+
   it('accepts postgresql:// as well as postgres://', () => {
     expect(loadConfig({ DATABASE_URL: 'postgresql://h/db' }).databaseUrl).toBe('postgresql://h/db');
   });
@@ -77,6 +82,7 @@ describe('loadConfig', () => {
     ['PORT', '80.5'],
     ['DATABASE_URL', 'mysql://x'],
     ['REDIS_URL', 'http://cache:6379'],
+    ['DATABASE_READ_URL', 'sqlite:./replica.db'],
     ['LOG_LEVEL', 'loud'],
     ['SERVICE_CHARGE_RATE', '1.23456789012'],
     ['SERVICE_CHARGE_RATE', '-1'],

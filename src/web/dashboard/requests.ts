@@ -2,6 +2,7 @@ import type { FastifyInstance } from 'fastify';
 import type { AppDeps } from '../../http/types.ts';
 import { presentRequest, type RequestRecord } from '../../routes/requests.ts';
 import { findMeter, listMeters, type MeterRow } from '../../storage/meters.ts';
+import { reportsOf } from '../../storage/db.ts';
 import { listRequests, type RequestFilters } from '../../storage/request-queries.ts';
 import { findRequestByRequestId, type RequestRow } from '../../storage/requests.ts';
 import { customerNames } from '../../storage/customer-names.ts';
@@ -49,7 +50,7 @@ export function registerRequestPages(app: FastifyInstance, deps: AppDeps): void 
   app.get('/dashboard/requests', async (request, reply) => {
     const q = request.query as LogQuery;
     const merchantId = merchantOf(request);
-    const rows = await listRequests(deps.storage.db, merchantId, filtersOf(q), { beforePk: filled(q.cursor), limit: PAGE_SIZE });
+    const rows = await listRequests(reportsOf(deps.storage).db, merchantId, filtersOf(q), { beforePk: filled(q.cursor), limit: PAGE_SIZE });
     const page = rows.slice(0, PAGE_SIZE);
     const next = rows.length > PAGE_SIZE ? page[page.length - 1]!.id : null;
     const meters = await listMeters(deps.storage, merchantId, undefined, 100);
@@ -80,7 +81,7 @@ ${next ? html`<p><a class="button secondary" href="/dashboard/requests?${querySt
     const lines = [CSV_COLUMNS.join(',')];
     let beforePk: string | undefined;
     while (lines.length <= CSV_MAX_ROWS) {
-      const rows = await listRequests(deps.storage.db, merchantId, filters, { beforePk, limit: CSV_BATCH });
+      const rows = await listRequests(reportsOf(deps.storage).db, merchantId, filters, { beforePk, limit: CSV_BATCH });
       for (const row of rows.slice(0, CSV_BATCH)) lines.push(csvLine(presentRequest(row)));
       if (rows.length <= CSV_BATCH) break;
       beforePk = rows[CSV_BATCH - 1]!.id;

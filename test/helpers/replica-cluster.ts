@@ -1,0 +1,103 @@
+import { execFile } from 'node:child_process';
+import { chownSync, mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
+import { createServer } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { promisify } from 'node:util';
+
+const run = promisify(execFile);
+
+/**
+ * A throwaway PostgreSQL primary and its streaming replica (pg_basebackup -R), each its own
+ * cluster on a free loopback port, in one temp directory: the shared server is left alone.
+ * initdb refuses to run as root, so as root (CI) the clusters are made and run by the `postgres`
+ * OS user.
+ */
+export type ReplicaCluster = {
+  primaryUrl: string;
+  replicaUrl: string;
+  /** Stops the replica (fast shutdown: its sessions are ended). */
+  stopReplica(): Promise<void>;
+  startReplica(): Promise<void>;
+  /** Stops both clusters and removes their directory. */
+  destroy(): Promise<void>;
+};
+
+/** The newest installed server's binaries (Debian keeps each major version in its own folder). */
+function binDir(): string {
+  const versions = readdirSync('/usr/lib/postgresql')
+    .filter((v) => /^\d+$/.test(v))
+    .sort((a, b) => Number(b) - Number(a));
+  if (versions.length === 0) throw new Error('no PostgreSQL server binaries under /usr/lib/postgresql');
+  return `/usr/lib/postgresql/${versions[0]}/bin`;
+}
+
+async function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const server = createServer();
+    server.once('error', reject);
+    server.listen(0, '127.0.0.1', () => {
+      const { port } = server.address() as { port: number };
+      server.close(() => resolve(port));
+    });
+  });
+}
+
+const asRoot = process.getuid?.() === 0;
+
+/** Runs a server binary, as the postgres OS user when this process is root. */
+async function pgTool(tool: string, args: string[]): Promise<void> {
+  const [cmd, argv] = asRoot ? ['runuser', ['-u', 'postgres', '--', join(binDir(), tool), ...args]] : [join(binDir(), tool), args];
+  await run(cmd, argv, { env: { ...process.env, PGCONNECT_TIMEOUT: '5' } });
+}
+
+/** Settings that make a small, quick, throwaway cluster; the socket lives in the temp directory. */
+function serverOptions(port: number, dir: string): string {
+  return [`-p ${port}`, `-k ${dir}`, "-c listen_addresses='127.0.0.1'", '-c fsync=off', '-c full_page_writes=off', '-c shared_buffers=16MB', '-c max_connections=40'].join(' ');
+}
+
+export async function startReplicaCluster(): Promise<ReplicaCluster> {
+  const dir = mkdtempSync(join(tmpdir(), `tollgate-test-${process.env.TOLLGATE_TEST_RUN ?? 'adhoc'}-replica-`));
+  if (asRoot) chownSync(dir, ...idsOf('postgres'));
+  const primaryDir = join(dir, 'primary');
+  const replicaDir = join(dir, 'replica');
+  const [primaryPort, replicaPort] = [await freePort(), await freePort()];
+  const started: string[] = [];
+  const start = async (dataDir: string, port: number, log: string) => {
+    await pgTool('pg_ctl', ['-D', dataDir, '-l', join(dir, log), '-o', serverOptions(port, dir), '-w', '-t', '30', 'start']);
+    if (!started.includes(dataDir)) started.push(dataDir);
+  };
+  const stop = (dataDir: string) => pgTool('pg_ctl', ['-D', dataDir, '-m', 'fast', '-w', 'stop']);
+  const destroy = async () => {
+    for (const dataDir of started) await stop(dataDir).catch(() => {});
+    rmSync(dir, { recursive: true, force: true });
+  };
+  try {
+    // initdb's default pg_hba.conf already trusts replication connections from loopback, and its
+    // default wal_level (replica) and max_wal_senders (10) allow a streaming standby.
+    await pgTool('initdb', ['-D', primaryDir, '-U', 'postgres', '--auth=trust', '-E', 'UTF8', '--no-sync', '--no-instructions']);
+    await start(primaryDir, primaryPort, 'primary.log');
+    await pgTool('pg_basebackup', ['-h', '127.0.0.1', '-p', String(primaryPort), '-U', 'postgres', '-D', replicaDir, '-R', '-X', 'stream', '--no-sync']);
+    await start(replicaDir, replicaPort, 'replica.log');
+  } catch (e) {
+    await destroy();
+    throw e;
+  }
+  return {
+    primaryUrl: `postgres://postgres@127.0.0.1:${primaryPort}/postgres`,
+    replicaUrl: `postgres://postgres@127.0.0.1:${replicaPort}/postgres`,
+    stopReplica: () => stop(replicaDir),
+    startReplica: () => start(replicaDir, replicaPort, 'replica.log'),
+    destroy,
+  };
+}
+
+/** The uid and gid of an OS user, from /etc/passwd. */
+function idsOf(user: string): [number, number] {
+  const line = readFileSync('/etc/passwd', 'utf8')
+    .split('\n')
+    .find((l) => l.startsWith(`${user}:`));
+  if (!line) throw new Error(`no ${user} user: as root, the throwaway clusters run as ${user}`);
+  const [, , uid, gid] = line.split(':');
+  return [Number(uid), Number(gid)];
+}
