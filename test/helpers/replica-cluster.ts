@@ -9,7 +9,8 @@ const run = promisify(execFile);
 
 /**
  * A throwaway PostgreSQL primary and its streaming replica (pg_basebackup -R), each its own
- * cluster on a free loopback port, in one temp directory: the shared server is left alone.
+ * cluster on a free loopback port, in one temp directory (removed by `destroy`, or with the test
+ * run's temp directories): the shared server is left alone.
  * initdb refuses to run as root, so as root (CI) the clusters are made and run by the `postgres`
  * OS user.
  */
@@ -56,15 +57,28 @@ function serverOptions(port: number, dir: string): string {
   return [`-p ${port}`, `-k ${dir}`, "-c listen_addresses='127.0.0.1'", '-c fsync=off', '-c full_page_writes=off', '-c shared_buffers=16MB', '-c max_connections=40'].join(' ');
 }
 
-export async function startReplicaCluster(): Promise<ReplicaCluster> {
-  const dir = mkdtempSync(join(tmpdir(), `tollgate-test-${process.env.TOLLGATE_TEST_RUN ?? 'adhoc'}-replica-`));
+/** A throwaway primary alone, for tests that need server settings of their own (extensions, logging). */
+export type PostgresCluster = { url: string; destroy(): Promise<void> };
+
+export async function startPostgresCluster(settings: string[] = []): Promise<PostgresCluster> {
+  const cluster = await startClusters({ replica: false, settings });
+  return { url: cluster.primaryUrl, destroy: cluster.destroy };
+}
+
+export function startReplicaCluster(): Promise<ReplicaCluster> {
+  return startClusters({ replica: true, settings: [] });
+}
+
+async function startClusters(opts: { replica: boolean; settings: string[] }): Promise<ReplicaCluster> {
+  const dir = mkdtempSync(join(tmpdir(), `tollgate-test-${process.env.TOLLGATE_TEST_RUN ?? 'adhoc'}-pg-`));
   if (asRoot) chownSync(dir, ...idsOf('postgres'));
   const primaryDir = join(dir, 'primary');
   const replicaDir = join(dir, 'replica');
   const [primaryPort, replicaPort] = [await freePort(), await freePort()];
   const started: string[] = [];
   const start = async (dataDir: string, port: number, log: string) => {
-    await pgTool('pg_ctl', ['-D', dataDir, '-l', join(dir, log), '-o', serverOptions(port, dir), '-w', '-t', '30', 'start']);
+    const options = [serverOptions(port, dir), ...opts.settings.map((s) => `-c ${s}`)].join(' ');
+    await pgTool('pg_ctl', ['-D', dataDir, '-l', join(dir, log), '-o', options, '-w', '-t', '30', 'start']);
     if (!started.includes(dataDir)) started.push(dataDir);
   };
   const stop = (dataDir: string) => pgTool('pg_ctl', ['-D', dataDir, '-m', 'fast', '-w', 'stop']);
@@ -77,8 +91,10 @@ export async function startReplicaCluster(): Promise<ReplicaCluster> {
     // default wal_level (replica) and max_wal_senders (10) allow a streaming standby.
     await pgTool('initdb', ['-D', primaryDir, '-U', 'postgres', '--auth=trust', '-E', 'UTF8', '--no-sync', '--no-instructions']);
     await start(primaryDir, primaryPort, 'primary.log');
-    await pgTool('pg_basebackup', ['-h', '127.0.0.1', '-p', String(primaryPort), '-U', 'postgres', '-D', replicaDir, '-R', '-X', 'stream', '--no-sync']);
-    await start(replicaDir, replicaPort, 'replica.log');
+    if (opts.replica) {
+      await pgTool('pg_basebackup', ['-h', '127.0.0.1', '-p', String(primaryPort), '-U', 'postgres', '-D', replicaDir, '-R', '-X', 'stream', '--no-sync']);
+      await start(replicaDir, replicaPort, 'replica.log');
+    }
   } catch (e) {
     await destroy();
     throw e;
