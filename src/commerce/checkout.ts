@@ -10,6 +10,7 @@ import type { Database } from '../storage/schema.ts';
 import { isUniqueViolation } from '../storage/errors.ts';
 import { findPayment, insertPayment, insertPaymentMethod, transitionPayment, type PaymentRow } from '../storage/subscriptions.ts';
 import { enqueueEvent } from '../webhooks/outbox.ts';
+import { changePlanAtCheckout, planCheckoutTerms, type PlanCheckoutTerms } from './plan-changes.ts';
 import { receiptPath } from './receipts.ts';
 import { insertPaidSubscription, type PurchaseDeps } from './subscriptions.ts';
 
@@ -42,14 +43,16 @@ export function presentCheckoutSession(row: CheckoutSessionRow, token: string | 
 
 /** What a session sells: a plan's period, a bundle, or an amount the customer chooses on the page. */
 export type Purchase =
-  | { kind: 'plan'; plan: PlanRow; price: bigint }
+  | { kind: 'plan'; plan: PlanRow; price: bigint; terms: PlanCheckoutTerms }
   | { kind: 'bundle'; bundle: CreditBundleRow; price: bigint }
   | { kind: 'funds'; price: null };
 
 export async function purchaseOf(deps: PurchaseDeps, session: CheckoutSessionRow): Promise<Purchase> {
   if (session.mode === 'subscription') {
     const plan = (await findPlanIncludingDeleted(deps.storage, session.plan_id!))!;
-    return { kind: 'plan', plan, price: BigInt(plan.period_amount) };
+    // A subscriber's downgrade is paid at the renewal, not now (plan-changes.ts).
+    const terms = await planCheckoutTerms(deps.storage, session.connection_id, plan);
+    return { kind: 'plan', plan, price: terms.price, terms };
   }
   if (session.mode === 'credit_bundle') {
     const bundle = await deps.storage.db.selectFrom('credit_bundles').selectAll().where('id', '=', session.credit_bundle_id!).executeTakeFirstOrThrow();
@@ -294,10 +297,14 @@ async function complete(
   if (purchase.kind === 'bundle') await fund('bundle', BigInt(purchase.bundle.credit_amount), `${purchase.bundle.name}: credit bundle`);
   else if (purchase.kind === 'funds') await fund('prepaid', payment.amount, 'Checkout top-up');
   else {
-    const live = await trx.selectFrom('subscriptions').select('id').where('connection_id', '=', customer.id).where('status', '<>', 'cancelled').executeTakeFirst();
-    // Subscribed meanwhile (another checkout or the API): the payment is kept as prepaid funds.
-    if (live) await fund('prepaid', payment.amount, `${purchase.plan.name}: paid while already subscribed`);
-    else subscriptionId = (await insertPaidSubscription(trx, session.merchant_id, customer, purchase.plan, input.at)).id;
+    const live = await trx.selectFrom('subscriptions').selectAll().where('connection_id', '=', customer.id).where('status', '<>', 'cancelled').executeTakeFirst();
+    if (!live) subscriptionId = (await insertPaidSubscription(trx, session.merchant_id, customer, purchase.plan, input.at)).id;
+    else {
+      // A subscriber changes plan (plan-changes.ts); what no change took is kept as prepaid funds.
+      const changed = await changePlanAtCheckout(trx, live, customer, purchase.plan, { amount: payment.amount, reference: payment.id }, input.at);
+      subscriptionId = changed.subscriptionId;
+      if (changed.leftOver > 0n) await fund('prepaid', changed.leftOver, `${purchase.plan.name}: paid while already subscribed`);
+    }
   }
   const changes = { completed_at: at, connection_id: customer.id, subscription_id: subscriptionId };
   if (!(await completeCheckoutSession(trx, session.id, changes))) throw new CheckoutClosedError();

@@ -51,7 +51,17 @@ export async function receiptOf(deps: PurchaseDeps, session: CheckoutSessionRow)
     const plan = purchase.plan;
     // Paid while the customer subscribed elsewhere: the payment went to the prepaid balance.
     if (session.subscription_id === null) return { ...base, item: `${plan.name} subscription`, credited: payment.amount, creditedAs: 'prepaid balance' };
+    if (payment.amount === 0n && (await subscribedBefore(deps, session))) {
+      // A plan change at the cycle's end (decision 0037): nothing paid or credited now.
+      return { ...base, item: `Change to ${plan.name} at the end of the current cycle`, credited: 0n, creditedAs: 'now; the new plan is charged and credited when it starts' };
+    }
     return { ...base, item: `${plan.name} subscription, first ${plan.billing_interval}`, credited: BigInt(plan.included_credit), creditedAs: `credit for this ${plan.billing_interval}` };
   }
   return { ...base, item: session.mode === 'onboarding' ? 'Wallet set-up' : 'Wallet top-up', credited: payment.amount, creditedAs: 'prepaid balance' };
+}
+
+/** Whether the session's subscription existed before the session: the session changed its plan. */
+async function subscribedBefore(deps: PurchaseDeps, session: CheckoutSessionRow): Promise<boolean> {
+  const sub = await deps.storage.db.selectFrom('subscriptions').select('started_at').where('id', '=', session.subscription_id!).executeTakeFirst();
+  return sub !== undefined && sub.started_at < session.created_at;
 }

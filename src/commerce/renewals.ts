@@ -6,6 +6,7 @@ import { ProviderUnavailableError, type ChargeOutcome } from '../payments/types.
 import { findPlanIncludingDeleted, type PlanRow } from '../storage/plans.ts';
 import type { Database } from '../storage/schema.ts';
 import { findPayment, insertPayment, latestPaymentMethod, transitionPayment, type PaymentRow, type SubscriptionRow } from '../storage/subscriptions.ts';
+import { bundleAfterChange, emitSubscriptionUpdated, planChangeOf } from './plan-changes.ts';
 import { emitSubscriptionEvent, savedMethodOf, settleOrphanedReservations, startReservationFromProvider, type CommerceDeps } from './subscriptions.ts';
 
 /**
@@ -241,8 +242,10 @@ async function startNextCycle(deps: CommerceDeps, trx: Transaction<Database>, su
   // A plan with another interval counts its cycles from the moment it takes over.
   const anchor = next.billing_interval === ending.billing_interval ? (sub.cycle_anchor_at ?? sub.started_at) : sub.cycle_end_at;
   const cycleEnd = nextCycleEnd(new Date(anchor), next.billing_interval, new Date(sub.cycle_end_at)).toISOString();
+  const changing = next.id !== ending.id;
   const renewed: SubscriptionRow = {
     ...sub,
+    auto_top_up_bundle_id: changing ? await bundleAfterChange(trx, sub.auto_top_up_bundle_id, next) : sub.auto_top_up_bundle_id,
     cycle_anchor_at: anchor,
     plan_id: next.id,
     pending_plan_id: null,
@@ -257,6 +260,7 @@ async function startNextCycle(deps: CommerceDeps, trx: Transaction<Database>, su
     .updateTable('subscriptions')
     .set({
       plan_id: renewed.plan_id,
+      auto_top_up_bundle_id: renewed.auto_top_up_bundle_id,
       pending_plan_id: null,
       status: 'active',
       cycle_start_at: renewed.cycle_start_at,
@@ -283,8 +287,12 @@ async function startNextCycle(deps: CommerceDeps, trx: Transaction<Database>, su
     at: renewed.cycle_start_at,
   });
   await emitSubscriptionEvent(trx, 'subscription.renewed', renewed, renewed.cycle_start_at, {
-    previous_plan_id: ending.id === next.id ? undefined : ending.id,
+    previous_plan_id: changing ? ending.id : undefined,
   });
+  if (changing) {
+    const type = planChangeOf(ending, next) === 'upgrade' ? 'upgrade' : 'downgrade';
+    await emitSubscriptionUpdated(trx, renewed, { type, status: 'applied', previous_plan_id: ending.id, plan_id: next.id, effective_at: renewed.cycle_start_at }, renewed.cycle_start_at);
+  }
 }
 
 async function cancel(

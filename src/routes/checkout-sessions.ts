@@ -91,7 +91,7 @@ export function registerCheckoutSessionRoutes(app: App, deps: CommerceDeps & { p
       schema: {
         tags,
         body: createBody,
-        response: { 201: sessionSchema, ...standardErrors, 409: errorResponse('`subscription_exists`: the customer already has a subscription') },
+        response: { 201: sessionSchema, ...standardErrors, 409: errorResponse('`subscription_exists`: the customer is already subscribed to this plan (another plan is a plan change)') },
       },
     },
     async (request, reply) => {
@@ -174,7 +174,11 @@ async function checkedTarget(deps: CommerceDeps, merchantId: string, body: z.inf
   if (mode === 'subscription' && !plan) throw validationError([{ path: ['plan_id'], message: `no plan with id ${planId}` }]);
   const live = customer ? await findCustomerSubscriptionView(deps.storage, merchantId, customer.id) : undefined;
   const subscribed = live && live.status !== 'cancelled' ? live : undefined;
-  if (mode === 'subscription' && subscribed) throw new ApiError('subscription_exists');
+  // A subscriber's checkout for another plan changes the plan (decision 0037); the current plan, or
+  // a first period still being charged, leaves nothing to buy.
+  if (mode === 'subscription' && subscribed && (subscribed.plan_id === plan!.id || subscribed.status === 'incomplete')) {
+    throw new ApiError('subscription_exists', 'The customer is already subscribed to this plan.');
+  }
   if (mode === 'credit_bundle') {
     const bundle = await findCreditBundle(deps.storage, merchantId, body.credit_bundle_id!);
     if (!bundle) throw validationError([{ path: ['credit_bundle_id'], message: `no credit bundle with id ${body.credit_bundle_id}` }]);

@@ -1,5 +1,6 @@
 import { z } from 'zod';
 import { presentSubscription } from '../commerce/subscription-view.ts';
+import { scheduleCancellation, updateSubscriptionTerms, type SubscriptionUpdate } from '../commerce/plan-changes.ts';
 import { startSubscription, type CommerceDeps } from '../commerce/subscriptions.ts';
 import { dateOf } from '../domain/clock.ts';
 import { principalOf } from '../http/auth.ts';
@@ -14,7 +15,6 @@ import {
   findSubscription,
   findSubscriptionView,
   listSubscriptionViews,
-  updateSubscription,
 } from '../storage/subscriptions.ts';
 import { planTermsSchema } from './plans.ts';
 import { merchantHasRow } from '../storage/pages.ts';
@@ -65,7 +65,12 @@ const createBody = z.object({ customer_id: customerRef.describe('The customer id
 const updateBody = optionalBody(
   z.object({
     auto_top_up_bundle_id: z.string().min(1).max(100).nullable().optional(),
-    plan_id: z.string().min(1).max(100).optional().describe('Changes the plan at the next cycle; the current plan clears a scheduled change'),
+    plan_id: z
+      .string()
+      .min(1)
+      .max(100)
+      .optional()
+      .describe('Schedules this plan for the next cycle (replacing a scheduled cancellation); the current plan withdraws a scheduled change or cancellation. An upgrade that starts now is a subscription checkout'),
   }),
 );
 
@@ -132,19 +137,20 @@ export function registerSubscriptionRoutes(app: App, deps: CommerceDeps): void {
       const { merchantId } = principalOf(request);
       const sub = await liveSubscription(deps, merchantId, request.params.id);
       const { auto_top_up_bundle_id: bundleId, plan_id: planId } = request.body;
-      const changes: Parameters<typeof updateSubscription>[2] = {};
+      const update: SubscriptionUpdate = {};
+      if (planId !== undefined) {
+        const plan = await findPlan(storage, merchantId, planId);
+        if (!plan) throw validationError([{ path: ['plan_id'], message: `no plan with id ${planId}` }]);
+        update.plan = plan;
+      }
       if (bundleId !== undefined) {
         const bundle = bundleId === null ? null : await findCreditBundle(storage, merchantId, bundleId);
         if (bundle === undefined || (bundle && bundle.plan_id !== (planId ?? sub.plan_id))) {
           throw validationError([{ path: ['auto_top_up_bundle_id'], message: "must name a credit bundle of the subscription's plan" }]);
         }
-        changes.auto_top_up_bundle_id = bundleId;
+        update.autoTopUpBundleId = bundleId;
       }
-      if (planId !== undefined) {
-        if (!(await findPlan(storage, merchantId, planId))) throw validationError([{ path: ['plan_id'], message: `no plan with id ${planId}` }]);
-        changes.pending_plan_id = planId === sub.plan_id ? null : planId;
-      }
-      await updateSubscription(storage.db, sub.id, changes);
+      await updateSubscriptionTerms(storage, sub, update, dateOf(deps.clock).toISOString());
       return { success: true as const };
     },
   );
@@ -174,9 +180,9 @@ export function registerSubscriptionRoutes(app: App, deps: CommerceDeps): void {
 }
 
 /** DELETE /subscriptions/{id} and the dashboard's Cancel: the subscription ends when its paid cycle does (decision 0016). */
-export async function cancelAtCycleEnd(deps: Pick<CommerceDeps, 'storage'>, merchantId: string, id: string): Promise<void> {
+export async function cancelAtCycleEnd(deps: Pick<CommerceDeps, 'storage' | 'clock'>, merchantId: string, id: string): Promise<void> {
   const sub = await liveSubscription(deps, merchantId, id);
-  await updateSubscription(deps.storage.db, sub.id, { cancel_at_cycle_end: 1 });
+  await scheduleCancellation(deps.storage, sub, dateOf(deps.clock).toISOString());
 }
 
 async function liveSubscription(deps: Pick<CommerceDeps, 'storage'>, merchantId: string, id: string) {

@@ -225,9 +225,18 @@ function money(units: bigint, currency: string): string {
 function summary(purchase: Purchase, mode: CheckoutSessionRow['mode'], currency: string): string {
   if (purchase.kind === 'plan') {
     const p = purchase.plan;
-    return `<h1>Subscribe to ${esc(p.name)}</h1>
+    const { change, effectiveAt } = purchase.terms;
+    const title = change === 'subscribe' ? 'Subscribe to' : change === 'upgrade' ? 'Upgrade to' : 'Change plan to';
+    // A plan change's terms (decision 0037): an upgrade starts now; another change at the cycle's end, paid then.
+    const when =
+      change === 'upgrade'
+        ? '<dt>Starts</dt><dd>Now, with a new billing cycle and its full credit; credit left from your current plan is kept.</dd>'
+        : change === 'downgrade'
+          ? `<dt>Starts</dt><dd>At the end of your current cycle (<time datetime="${esc(effectiveAt!)}">${esc(effectiveAt!.slice(0, 10))}</time>); nothing is charged today.</dd>`
+          : '';
+    return `<h1>${title} ${esc(p.name)}</h1>
 <dl><dt>Price</dt><dd>${money(BigInt(p.period_amount), currency)} per ${esc(p.billing_interval)}</dd>
-<dt>Credit each ${esc(p.billing_interval)}</dt><dd>${money(BigInt(p.included_credit), currency)}</dd></dl>`;
+<dt>Credit each ${esc(p.billing_interval)}</dt><dd>${money(BigInt(p.included_credit), currency)}</dd>${when}</dl>`;
   }
   if (purchase.kind === 'bundle') {
     const b = purchase.bundle;
@@ -269,7 +278,8 @@ async function checkoutForm(deps: CheckoutPageDeps, opened: Opened, error: strin
       field(f.name, f.label, `required autocomplete="${esc(f.autocomplete)}"${f.inputmode ? ` inputmode="${f.inputmode}"` : ''}${f.pattern ? ` pattern="${esc(f.pattern)}"` : ''}`, f.hint),
     ),
   ].join('\n');
-  const pay = purchase.price === null ? 'Pay' : `Pay ${money(purchase.price, deps.currency)}`;
+  const laterChange = purchase.kind === 'plan' && purchase.terms.change === 'downgrade';
+  const pay = purchase.price === null ? 'Pay' : laterChange ? 'Confirm the plan change' : `Pay ${money(purchase.price, deps.currency)}`;
   return `${summary(purchase, session.mode, deps.currency)}
 ${error ? `<p class="error" role="alert">${esc(error)}</p>` : ''}
 <form method="post" action="/checkout/pay">

@@ -12,6 +12,7 @@ export const EVENT_TYPES = [
   'checkout.completed',
   'subscription.created',
   'subscription.renewed',
+  'subscription.updated',
   'subscription.cancelled',
   'subscription.payment_failed',
 ] as const;

@@ -1,6 +1,9 @@
 import { Lava } from '@lavapayments/nodejs';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { renewDueSubscriptions } from '../../src/commerce/renewals.ts';
+import { dateOf } from '../../src/domain/clock.ts';
 import { verifyLedger } from '../../src/ledger/verify.ts';
+import { TEST_CARDS } from '../../src/payments/test-provider.ts';
 import { startTestApp, type TestApp } from '../helpers/app.ts';
 import { databasesUnderTest } from '../helpers/databases.ts';
 
@@ -137,5 +140,45 @@ describe.each(databasesUnderTest())('published Lava client: commerce on %s', (di
     const small = free.credit_bundles[0]!.credit_bundle_id;
     const bundleSession = await lava.checkoutSessions.create({ checkout_mode: 'credit_bundle', origin_url: 'https://app.example.com', customer_id: subscriber.customer_id, credit_bundle_id: small });
     expect(bundleSession).toMatchObject({ checkout_mode: 'credit_bundle', customer_id: subscriber.customer_id, credit_bundle_id: small, completed_at: null });
+  });
+
+  it('changes a subscriber\'s plan through checkoutSessions.create: Free → paid at payment, a downgrade pending to the cycle\'s end and applied by the renewal', async () => {
+    const m = await t.newMerchant();
+    const lava = client(m.secretKey);
+    const free = await lava.subscriptions.createPlan({ name: 'Free', period_amount: '0', included_credit: '1', billing_interval: 'month' });
+    const pro = await lava.subscriptions.createPlan({ name: 'Pro', period_amount: '20', included_credit: '25', billing_interval: 'month', credit_bundles: [{ name: 'Boost', cost: '5', credit_amount: '5' }] });
+    const basic = await lava.subscriptions.createPlan({ name: 'Basic', period_amount: '8', included_credit: '8', billing_interval: 'month' });
+    const customer = await lava.customers.create({ name: 'Grace Hopper' });
+    const { subscription } = await lava.subscriptions.create({ customer_id: customer.customer_id, plan_id: free.plan_id });
+    const payPage = (token: string) =>
+      fetch(`${base}/checkout/pay`, { method: 'POST', headers: { 'content-type': 'application/x-www-form-urlencoded' }, body: new URLSearchParams({ token, card_number: TEST_CARDS.succeeds }) });
+
+    // Free → Pro: the session is for the subscriber; paying it upgrades the same subscription now.
+    const up = await lava.checkoutSessions.create({ checkout_mode: 'subscription', origin_url: 'https://app.example.com', customer_id: customer.customer_id, plan_id: pro.plan_id });
+    expect(up).toMatchObject({ customer_id: customer.customer_id, plan_id: pro.plan_id, completed_at: null });
+    expect((await payPage(up.checkout_session_token)).status).toBe(200);
+    const upgraded = (await lava.customers.getSubscription(customer.customer_id)).subscription!;
+    expect(upgraded).toMatchObject({ subscription_id: subscription.subscription_id, plan_id: pro.plan_id, status: 'active', pending_change: null, credits: { cycle_remaining: '26.0000000000' } });
+    expect((await lava.customers.retrieve(customer.customer_id)).subscription).toMatchObject({ plan_id: pro.plan_id, name: 'Pro' });
+    expect(await lava.subscriptions.update(subscription.subscription_id, { auto_top_up_bundle_id: pro.credit_bundles[0]!.credit_bundle_id })).toEqual({ success: true });
+
+    // Pro → Basic: nothing to pay now; shown as the client's pending change.
+    const down = await lava.checkoutSessions.create({ checkout_mode: 'subscription', origin_url: 'https://app.example.com', customer_id: customer.customer_id, plan_id: basic.plan_id });
+    expect((await payPage(down.checkout_session_token)).status).toBe(200);
+    const pending = (await lava.customers.getSubscription(customer.customer_id)).subscription!;
+    expect(pending.plan_id).toBe(pro.plan_id);
+    expect(pending.pending_change).toEqual({ type: 'downgrade', effective_at: upgraded.cycle_end_at, plan_id: basic.plan_id, name: 'Basic', period_amount: '8.0000000000', included_credit: '8.0000000000' });
+
+    // The test clock moves past the cycle's end; the renewal charges Basic and applies it.
+    t.clock.advance(new Date(upgraded.cycle_end_at!).getTime() - dateOf(t.clock).getTime() + 1000);
+    await renewDueSubscriptions({ storage: t.storage, payments: t.payments, clock: t.clock }, dateOf(t.clock));
+    const renewed = (await lava.subscriptions.list({ customer_id: customer.customer_id })).data[0]!;
+    expect(renewed).toMatchObject({ subscription_id: subscription.subscription_id, plan_id: basic.plan_id, pending_change: null, cycle_start_at: upgraded.cycle_end_at });
+    // Pro's bundle is not Basic's: the auto top-up bundle gives way to Basic's default (none).
+    expect(renewed.auto_top_up_bundle_id).toBeNull();
+    expect(t.payments.charges.at(-1)).toMatchObject({ amount: 80_000_000_000n, status: 'succeeded' });
+
+    expect(await lava.subscriptions.cancel(subscription.subscription_id)).toEqual({ success: true });
+    expect((await lava.customers.getSubscription(customer.customer_id)).subscription?.pending_change).toMatchObject({ type: 'cancellation' });
   });
 });

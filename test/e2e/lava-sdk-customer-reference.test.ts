@@ -154,12 +154,14 @@ describe.each(databasesUnderTest())('published Lava client: customers by referen
     expect((await api('GET', `checkout_sessions/${session.checkout_session_id}`)).body).toMatchObject({ connection_id: late.customer_id });
   });
 
-  it('a subscription checkout for a reference_id whose customer is subscribed is refused at creation, before anybody pays', async () => {
+  it('a subscription checkout for a reference_id whose customer is subscribed is that customer\'s plan change, decided at creation; its current plan is refused before anybody pays', async () => {
     const plan = await lava.subscriptions.createPlan({ name: 'Free taken', period_amount: '0', billing_interval: 'month' });
     const paid = await lava.subscriptions.createPlan({ name: 'Paid taken', period_amount: '4', billing_interval: 'month' });
     const c = await lava.customers.create({ reference_id: 'sub-taken' });
     await lava.subscriptions.create({ customer_id: c.customer_id, plan_id: plan.plan_id });
-    const refused = await api('POST', 'checkout_sessions', { checkout_mode: 'subscription', origin_url: 'https://shop.example.com', plan_id: paid.plan_id, reference_id: 'sub-taken' });
+    const upgrade = await api('POST', 'checkout_sessions', { checkout_mode: 'subscription', origin_url: 'https://shop.example.com', plan_id: paid.plan_id, reference_id: 'sub-taken' });
+    expect(upgrade).toMatchObject({ status: 201, body: { customer_id: c.customer_id, plan_id: paid.plan_id } });
+    const refused = await api('POST', 'checkout_sessions', { checkout_mode: 'subscription', origin_url: 'https://shop.example.com', plan_id: plan.plan_id, reference_id: 'sub-taken' });
     expect(refused).toMatchObject({ status: 409, body: { error: { code: 'subscription_exists' } } });
   });
 });
