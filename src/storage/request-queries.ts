@@ -52,6 +52,9 @@ export function requestConditions(
         eb
           .selectFrom('request_metadata as m')
           .select(sql.lit(1).as('one'))
+          // The merchant first, as in every query on a per-request table (decision 0041); it also
+          // makes the check a lookup in the (merchant, key, value, request) index.
+          .where('m.merchant_id', '=', merchantId)
           .whereRef('m.request_pk', '=', 'requests.id')
           .where('m.key', '=', key)
           .where('m.value', '=', value),

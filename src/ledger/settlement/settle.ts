@@ -179,8 +179,9 @@ async function settleInTransaction(trx: Transaction<Database>, dialect: Storage[
   const pendingRecords = records.filter((_record, i) => !inputs[i]!.merged);
   const completed: BatchWrite = {
     update: 'requests',
-    key: ['id'],
-    rows: pendingRecords.map(({ merchant_id: _m, request_id: _r, created_at: _c, metadata: _md, ...settled }) => settled),
+    // The merchant leads every statement on a per-request table (decision 0041).
+    key: ['merchant_id', 'id'],
+    rows: pendingRecords.map(({ request_id: _r, created_at: _c, metadata: _md, ...settled }) => settled),
     onlyIf: { column: 'status', is: 'pending' },
     counted: true,
   };
