@@ -1,7 +1,7 @@
 import { sql, type ExpressionBuilder } from 'kysely';
 import { dateOf } from '../domain/clock.ts';
 import { fundWallet } from '../ledger/funding.ts';
-import { admittableOf } from '../ledger/admission/decision.ts';
+import { admittableOf } from '../ledger/decide/admission.ts';
 import type { Storage } from '../storage/db.ts';
 import type { Database } from '../storage/schema.ts';
 import { ProviderUnavailableError, UNANSWERED, type ChargeOutcome } from '../payments/types.ts';

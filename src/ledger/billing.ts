@@ -2,7 +2,7 @@
 import type { MeterPricing } from '../domain/pricing.ts';
 import type { MeterRow } from '../storage/meters.ts';
 import type { SpendKeyRow } from '../storage/spend-keys.ts';
-import { MERCHANT_ONLY_PRICING, meterPricing } from './charge.ts';
+import { MERCHANT_ONLY_PRICING, meterPricing } from './decide/charge.ts';
 
 export type BillingMode = 'customer' | 'meter_only' | 'merchant' | 'unmanaged_metering' | 'billing_disabled';
 

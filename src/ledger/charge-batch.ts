@@ -11,18 +11,9 @@ import { metadataRows } from '../storage/requests.ts';
 import type { Database } from '../storage/schema.ts';
 import { pairsDrawingPlanCredit, planCreditKey } from '../storage/subscriptions.ts';
 import { eventRows } from '../webhooks/outbox.ts';
-import {
-  balanceShortfall,
-  batchTime,
-  mayChargeMerchantWallet,
-  payerWalletOf,
-  postCharge,
-  priceCharge,
-  walletsDebitedBy,
-  type ChargeInput,
-  type ChargeOutcome,
-  type PostedCharge,
-} from './charge.ts';
+import { batchTime, postCharge, type ChargeInput, type ChargeOutcome, type PostedCharge } from './charge.ts';
+import { balanceShortfall, mayChargeMerchantWallet, payerWalletOf, priceCharge, walletsDebitedBy } from './decide/charge.ts';
+import { drawsPlanCredit } from './decide/balance.ts';
 import { counterAt, counterId, counterKeyOf, counterRow, countersInKeyOrder, lockUsageCounters, type CounterKey } from './tier-counters.ts';
 import { BalanceChanges } from './events.ts';
 import { GroupCommitWriter, type BatchJob } from './group-commit.ts';
@@ -217,8 +208,8 @@ async function chargeBatchInTransaction(steps: BatchSteps, { inputs, duplicates,
       continue;
     }
     const key = counterKeys.get(input);
-    const drawsPlanCredit = !!input.connection && !!meter && drawingPlanCredit.has(planCreditKey({ connectionId: input.connection.id, meterId: meter.id }));
-    const decision = decide(Object.assign({}, input, { meter, drawsPlanCredit }), key ? (positions.get(counterId(key)) ?? 0n) : 0n, wallets, at);
+    const drawsPlan = !!input.connection && !!meter && drawingPlanCredit.has(planCreditKey({ connectionId: input.connection.id, meterId: meter.id }));
+    const decision = decide(Object.assign({}, input, { meter, drawsPlanCredit: drawsPlan }), key ? (positions.get(counterId(key)) ?? 0n) : 0n, wallets, at);
     if ('outcome' in decision) {
       outcomes.set(input, decision);
       continue;
@@ -378,7 +369,7 @@ function decide(
   const customerWallet = wallets.get(payerWalletOf(input))!;
   const merchantWallet = wallets.get(input.merchant.wallet_id);
   const refusal = balanceShortfall(priced, customerWallet, merchantWallet, input);
-  if (refusal) return { outcome: 'insufficient_balance', ...refusal, drawsPlanCredit: input.drawsPlanCredit ?? false };
+  if (refusal) return { outcome: 'insufficient_balance', ...refusal, drawsPlanCredit: drawsPlanCredit(input) };
 
   const { record, transaction } = postCharge(input, priced, newId('request'), customerWallet, merchantWallet, at);
   return { input, priced, record, transaction, customerWallet, merchantWallet };

@@ -2,9 +2,27 @@ import type { Transaction } from 'kysely';
 import { newId } from '../domain/ids.ts';
 import type { Storage } from '../storage/db.ts';
 import type { Database, HoldsTable } from '../storage/schema.ts';
-import { availableOf, lockWallets, type UnwrittenHolds, type WalletRow } from './wallets.ts';
+import { lockWallets, type UnwrittenHolds, type WalletRow } from './wallets.ts';
+import { availableOf } from './decide/balance.ts';
+import { refusedPart, type HoldPart } from './decide/admission.ts';
+import { entriesInLockOrder } from './decide/lock-order.ts';
 
 export type HoldRow = HoldsTable;
+
+/** The hold rows of an admitted request's parts (decide/admission.ts holdParts), active from `now` for `ttlMs`. */
+export function holdRowsOf(parts: readonly HoldPart[], recordId: string, now: Date, ttlMs: number): HoldRow[] {
+  const createdAt = now.toISOString();
+  const expiresAt = new Date(now.getTime() + ttlMs).toISOString();
+  return parts.map((part) => ({
+    id: newId('hold'),
+    wallet_id: part.walletId,
+    reference: recordId,
+    amount: part.amount,
+    status: 'active',
+    created_at: createdAt,
+    expires_at: expiresAt,
+  }));
+}
 
 /**
  * Reserves `amount` of a wallet's available balance (balance − active holds) for a request about
@@ -20,7 +38,7 @@ export async function placeHold(
     const wallet = (await lockWallets(trx, storage.dialect, [input.walletId])).get(input.walletId);
     if (!wallet) throw new RangeError(`no wallet ${input.walletId}`);
     const available = availableOf(wallet, input.unwritten);
-    if (available < input.amount || (input.amount === 0n && available <= 0n)) return { insufficient: { available } };
+    if (refusedPart([{ walletId: wallet.id, amount: input.amount, payer: 'wallet' }], () => available)) return { insufficient: { available } };
     const holdId = await insertHold(trx, wallet, input.amount, input.reference, input.ttlMs, now);
     return { holdId };
   });
@@ -169,7 +187,7 @@ async function expireDueBatch(
     .execute();
   const releasedPerWallet = new Map<string, bigint>();
   for (const hold of expired) releasedPerWallet.set(hold.wallet_id, (releasedPerWallet.get(hold.wallet_id) ?? 0n) + BigInt(hold.amount));
-  for (const [walletId, amount] of [...releasedPerWallet].sort(([a], [b]) => (a < b ? -1 : 1))) {
+  for (const [walletId, amount] of entriesInLockOrder(releasedPerWallet)) {
     await trx
       .updateTable('wallets')
       .set((eb) => ({ held: eb('held', '-', amount) }))

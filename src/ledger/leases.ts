@@ -20,7 +20,7 @@ import type { HoldKeeper } from './hold-keeper.ts';
 import type { Storage } from '../storage/db.ts';
 import { releaseHold } from './holds.ts';
 import { lockWallets } from './wallets.ts';
-import { admittableOf } from './admission/decision.ts';
+import { leaseGrant } from './decide/admission.ts';
 
 /**
  * A lease is sized by time, not by count: a top-up asks for about this long of the wallet's
@@ -41,12 +41,10 @@ const MIN_REQUESTS_PER_TOP_UP = 64;
  * wallet's lock).
  */
 const MIN_REFILL_BELOW_REQUESTS = 16;
-/** A bound on one top-up however fast the wallet's requests come (each top-up is also capped by MAX_SHARE_OF_AVAILABLE). */
+/** A bound on one top-up however fast the wallet's requests come (each top-up is also capped by decide/admission.ts MAX_SHARE_OF_AVAILABLE). */
 const MAX_REQUESTS_PER_TOP_UP = 4096;
 /** A wallet is hot after more than `hotAfter` admissions within this long of the first one counted. */
 const HOT_WINDOW_MS = 1000;
-/** No top-up takes more than this share of what the wallet has available (beyond what it needs). */
-const MAX_SHARE_OF_AVAILABLE = 4n;
 
 export type Lease = {
   /** The lease's hold row. */
@@ -237,22 +235,11 @@ export class WalletLeases {
         if (!wallet) return 0n;
         // A dead instance's lease is given back as soon as its lifetime is over, not at the next sweep.
         wallet.held -= await releaseDueLeases(trx, walletId, now, current?.holdId);
-        // A wallet with plan credit is not leased (decision 0016): see #withPlanCredit.
-        if (BigInt(wallet.cycle_credit) + BigInt(wallet.bundle_credit) > 0n) return PLAN_CREDIT;
-        // PostgreSQL only: nothing is held in process there but the leases, which are rows.
-        const available = admittableOf(wallet, null, true, need);
-        if (available < need || available <= 0n) return 0n;
-        // An overrun wallet with requests in flight is leased what this request needs and no more:
-        // each admission is then checked against what those may overrun (admittableOf), as in the
-        // database, where a slice taken ahead would not be.
-        const overrunInFlight = Number(wallet.overrun ?? 0) !== 0 && wallet.held > 0n;
-        if (overrunInFlight && need <= 0n) return 0n;
-        // The lease as a whole, not each top-up, stays within a quarter of what the wallet has free,
-        // so refills cannot park the rest of the wallet in it a quarter at a time.
-        const free = current?.free ?? 0n;
-        const room = (available + free) / MAX_SHARE_OF_AVAILABLE - free;
-        const capped = room > 0n ? room : 0n;
-        const amount = overrunInFlight ? need : want < capped ? want : capped > need ? capped : need;
+        // The rule is the admission's (decide/admission.ts leaseGrant); a wallet with plan credit
+        // is not leased (decision 0016): see #withPlanCredit.
+        const grant = leaseGrant(wallet, need, want, current?.free ?? 0n);
+        if ('refused' in grant) return grant.refused === 'plan_credit' ? PLAN_CREDIT : 0n;
+        const amount = grant.amount;
         const expiresAt = new Date(now.getTime() + this.#options.ttlMs).toISOString();
         if (current) {
           const grown = await trx
@@ -271,8 +258,7 @@ export class WalletLeases {
         }
         await trx
           .updateTable('wallets')
-          // An overrun wallet admitted here with nothing in flight: its overrun ends (decision 0019).
-          .set({ held: wallet.held + amount, overrun: overrunInFlight ? Number(wallet.overrun) : 0 })
+          .set({ held: wallet.held + amount, overrun: grant.endsOverrun ? 0 : Number(wallet.overrun) })
           .where('id', '=', walletId)
           .execute();
         return amount;

@@ -15,7 +15,8 @@ import type { Storage } from '../storage/db.ts';
 import type { Database } from '../storage/schema.ts';
 import { bucketSpecOf, type SpendKeyRow } from '../storage/spend-keys.ts';
 import { enqueueEvent } from '../webhooks/outbox.ts';
-import { overrunAllowance, overrunOf } from './admission/decision.ts';
+import { overrunAfterCharge, overrunAllowance, overrunEnds } from './decide/overrun.ts';
+import { inLockOrder } from './decide/lock-order.ts';
 
 export type SpendKeyRefusalCode =
   | 'unauthorized'
@@ -116,7 +117,7 @@ async function lockKey(trx: Trx, dialect: Storage['dialect'], id: string): Promi
 
 /** Locks spend keys in id order (PostgreSQL), as every writer that locks several does. */
 export async function lockSpendKeys(trx: Trx, dialect: Storage['dialect'], ids: string[]): Promise<void> {
-  const unique = [...new Set(ids)].sort();
+  const unique = inLockOrder(ids);
   if (unique.length === 0 || dialect !== 'postgres') return;
   await trx.selectFrom('spend_keys').select('id').where('id', 'in', unique).orderBy('id').forUpdate().execute();
 }
@@ -231,7 +232,7 @@ export const LONGEST_RETRY_AFTER_SECONDS = 60;
  * What a spend-limited key's requests in flight and this one (`amount`) may cost beyond what they
  * reserve, when its last settled charge exceeded its reservation and requests are still in flight:
  * counted against the limit as a wallet's overrun is against its balance (decision 0025,
- * ledger/admission/decision.ts admittableOf).
+ * ledger/decide/admission.ts admittableOf).
  */
 function overrunInFlight(key: SpendKeyRow, amount: bigint): bigint {
   return overrunAllowance(key.overrun, BigInt(key.reserved_spend), amount);
@@ -288,7 +289,7 @@ export async function reserveForRequest(
     changes.reserved_spend = BigInt(key.reserved_spend) + input.amount;
     changes.last_used_at = at;
     // Admitted with nothing reserved: whatever overran has settled, and the overrun ends.
-    if (Number(key.overrun ?? 0) !== 0 && BigInt(key.reserved_spend) <= 0n) changes.overrun = 0;
+    if (overrunEnds(key.overrun, BigInt(key.reserved_spend))) changes.overrun = 0;
     if (
       key.request_limit_count !== null &&
       changes.current_requests >= BigInt(key.request_limit_count) &&
@@ -331,8 +332,8 @@ export async function finishReservation(trx: Trx, dialect: Storage['dialect'], r
     reserved_spend: reserved > 0n ? reserved : 0n,
   };
   // Charged more than it reserved: admissions count what its requests in flight may overrun.
-  const overrun = overrunOf(spend, BigInt(reservation.amount));
-  if (overrun > 0) changes.overrun = Math.max(overrun, Number(key.overrun ?? 0));
+  const overrun = overrunAfterCharge(spend, BigInt(reservation.amount), key.overrun);
+  if (overrun !== null) changes.overrun = overrun;
   if (
     key.spend_limit_amount !== null &&
     changes.current_spend! >= BigInt(key.spend_limit_amount) &&

@@ -1,6 +1,7 @@
 import type { Storage } from '../storage/db.ts';
 import { BUCKET_ORDER, parseWalletAccount, walletAccount, type Bucket } from './accounts.ts';
-import { availableOf, type WalletRow } from './wallets.ts';
+import type { WalletRow } from './wallets.ts';
+import { availableOf } from './decide/balance.ts';
 
 /**
  * Read side of a wallet for the dashboard: its balance split into buckets, and the credit that

@@ -2,8 +2,9 @@ import type { Transaction } from 'kysely';
 import { formatMoney, MAX_WALLET_BALANCE_UNITS } from '../domain/money.ts';
 import type { Storage } from '../storage/db.ts';
 import type { Database, WalletsTable } from '../storage/schema.ts';
-import { BUCKET_ORDER, creditGrantsAccount, operatorFundingAccount, walletAccount, type Bucket } from './accounts.ts';
-import { appendTransaction, type Leg } from './postings.ts';
+import { creditGrantsAccount, operatorFundingAccount, walletAccount, type Bucket } from './accounts.ts';
+import { appendTransaction } from './postings.ts';
+import { inLockOrder } from './decide/lock-order.ts';
 import { recordBalanceEvent } from './events.ts';
 
 /**
@@ -26,7 +27,7 @@ export async function lockWallets(
   dialect: Storage['dialect'],
   ids: string[],
 ): Promise<Map<string, WalletRow>> {
-  const unique = [...new Set(ids)].sort();
+  const unique = inLockOrder(ids);
   const rows = await trx
     .selectFrom('wallets')
     .selectAll()
@@ -62,68 +63,13 @@ export class UnwrittenHolds {
   }
 }
 
-/**
- * What a wallet can still promise: its balance less what is held, in the rows and (in the embedded
- * shape) in the app's unwritten holds. Null where a path has none to subtract (PostgreSQL).
- */
-export const availableOf = (w: Pick<WalletRow, 'id' | 'balance' | 'held'>, unwritten: UnwrittenHolds | null | undefined): bigint =>
-  w.balance - w.held - (unwritten ? unwritten.on(w.id) : 0n);
-
-/**
- * What a request may still take from a wallet. Usage that draws plan credit (a meter linked to the
- * plan of the customer's live subscription) may take all of it; any other usage only the prepaid
- * balance, against which every hold is counted, whichever bucket it will be paid from: a
- * conservative rule, since a hold does not know its bucket until it settles (decision 0016).
- */
-export function availableFor(
-  w: Pick<WalletRow, 'id' | 'balance' | 'held' | 'cycle_credit' | 'bundle_credit'>,
-  unwritten: UnwrittenHolds | null | undefined,
-  drawsPlanCredit: boolean,
-): bigint {
-  const available = availableOf(w, unwritten);
-  return drawsPlanCredit ? available : available - BigInt(w.cycle_credit) - BigInt(w.bundle_credit);
-}
-
-/**
- * Splits a debit across buckets: in consumption order (cycle, bundle, prepaid) when it draws plan
- * credit, else all of it from the prepaid balance. Prepaid takes whatever is left, below zero if
- * need be (a settlement above its hold).
- */
-export function splitDebit(wallet: WalletRow, amount: bigint, drawsPlanCredit: boolean): Record<Bucket, bigint> {
-  if (!drawsPlanCredit) return { cycle: 0n, bundle: 0n, prepaid: amount };
-  const prepaid = wallet.balance - wallet.cycle_credit - wallet.bundle_credit;
-  const available: Record<Bucket, bigint> = { cycle: wallet.cycle_credit, bundle: wallet.bundle_credit, prepaid };
-  const taken: Record<Bucket, bigint> = { cycle: 0n, bundle: 0n, prepaid: 0n };
-  let rest = amount;
-  for (const bucket of BUCKET_ORDER) {
-    const take = bucket === 'prepaid' ? rest : rest < available[bucket] ? rest : available[bucket];
-    taken[bucket] = take > 0n ? take : 0n;
-    rest -= taken[bucket];
-  }
-  return taken;
-}
-
-/** Writes back the balances a debit in memory (debitInMemory) left on a locked wallet. */
+/** Writes back the balances a debit in memory (decide/balance.ts debitInMemory) left on a locked wallet. */
 export async function saveBalance(trx: Transaction<Database>, wallet: WalletRow): Promise<void> {
   await trx
     .updateTable('wallets')
     .set({ balance: wallet.balance, cycle_credit: wallet.cycle_credit, bundle_credit: wallet.bundle_credit })
     .where('id', '=', wallet.id)
     .execute();
-}
-
-/**
- * Takes `amount` out of a locked wallet's row in memory, bucket by bucket, and returns the ledger
- * legs that record it; the caller writes the row back (saveBalance, or a batch's one statement)
- * before its transaction ends. The caller has already checked the available balance.
- */
-export function debitInMemory(wallet: WalletRow, amount: bigint, drawsPlanCredit: boolean): Leg[] {
-  if (amount === 0n) return [];
-  const split = splitDebit(wallet, amount, drawsPlanCredit);
-  wallet.balance -= amount;
-  wallet.cycle_credit -= split.cycle;
-  wallet.bundle_credit -= split.bundle;
-  return BUCKET_ORDER.map((b) => ({ account: walletAccount(wallet.id, b), amount: -split[b] }));
 }
 
 /** A credit would take a wallet's balance above the most it may hold. */

@@ -4,7 +4,7 @@ import { newId } from '../../src/domain/ids.ts';
 import type { BillingContext } from '../../src/ledger/billing.ts';
 import { resolveForwardCredential } from '../../src/gateway/credentials.ts';
 import { ADMIT_JOB, admitInTransaction, admitRequest, type AdmitInput, type AdmitOutcome } from '../../src/ledger/admission/admit.ts';
-import { holdParts, refusedPart } from '../../src/ledger/admission/decision.ts';
+import { holdParts, refusedPart } from '../../src/ledger/decide/admission.ts';
 import { HoldKeeper } from '../../src/ledger/hold-keeper.ts';
 import { WalletLeases } from '../../src/ledger/leases.ts';
 import { formatMoney } from '../../src/domain/money.ts';

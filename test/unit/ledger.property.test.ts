@@ -13,7 +13,8 @@ import {
   type Bucket,
 } from '../../src/ledger/accounts.ts';
 import { appendTransaction, UnbalancedTransactionError, type Leg } from '../../src/ledger/postings.ts';
-import { availableFor, debitInMemory, saveBalance, splitDebit, type WalletRow } from '../../src/ledger/wallets.ts';
+import { saveBalance, type WalletRow } from '../../src/ledger/wallets.ts';
+import { availableFor, debitInMemory, splitDebit } from '../../src/ledger/decide/balance.ts';
 import type { Database } from '../../src/storage/schema.ts';
 
 /**

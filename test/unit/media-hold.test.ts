@@ -1,7 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { loadConfig } from '../../src/config.ts';
 import { estimateHold } from '../../src/gateway/hold-estimate.ts';
-import { MERCHANT_ONLY_PRICING } from '../../src/ledger/charge.ts';
+import { MERCHANT_ONLY_PRICING } from '../../src/ledger/decide/charge.ts';
 import { lookupBasePrices } from '../../src/domain/base-prices.ts';
 import { DEFAULT_HOLD_RULES, DEFAULT_REFERENCE_HOLD_TOKENS, mediaInputTokens } from '../../src/providers/estimate.ts';
 import { BUILTIN_PROVIDERS } from '../../src/providers/builtin.ts';

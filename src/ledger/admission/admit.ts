@@ -1,8 +1,8 @@
 /**
  * Admission in the database, the reference every fast path is tested against: hold the estimate
- * on each paying wallet and write the pending record, one request alone (admitRequest) or a
- * group-commit batch member by member (admitInTransaction), or a whole batch in one statement
- * when every member fits (PostgreSQL).
+ * on each paying wallet and write the pending record, a group-commit batch member by member
+ * (admitInTransaction; one request alone is a batch of one, admitRequest), or a whole batch in
+ * one statement when every member fits (PostgreSQL).
  */
 import { CompiledQuery, type Transaction } from 'kysely';
 import type { BatchJob } from '../group-commit.ts';
@@ -17,10 +17,11 @@ import {
 import { JsonRows } from '../../storage/batch-write.ts';
 import { prepared, type Storage } from '../../storage/db.ts';
 import type { Database } from '../../storage/schema.ts';
-import { insertRequestRecord, metadataRows, type RequestRow } from '../../storage/requests.ts';
-import { insertHold, type HoldRow } from '../holds.ts';
+import { metadataRows, type RequestRow } from '../../storage/requests.ts';
+import { holdRowsOf, type HoldRow } from '../holds.ts';
 import { lockWallets, type UnwrittenHolds, type WalletRow } from '../wallets.ts';
-import { admittableOf, holdParts, holdRowsOf, overrunsEnded, refusedPart } from './decision.ts';
+import { admittableOf, holdParts, overrunsEnded, refusedPart } from '../decide/admission.ts';
+import { drawsPlanCredit } from '../decide/balance.ts';
 import { pricingFor, type BillingContext } from '../billing.ts';
 import { writeAdmissionRows } from './rows.ts';
 import type { EstimatedCharge } from '../settlement/recover.ts';
@@ -47,37 +48,13 @@ export type AdmitOutcome =
   | { outcome: 'spend_key_refused'; refusal: SpendKeyRefusal };
 
 /**
- * Holds the estimate on each paying wallet and writes the pending record, in one transaction.
- * Refused (nothing written) when a paying wallet's available balance cannot cover its part, or
- * when a wallet that would pay anything is at or below zero.
+ * Holds the estimate on each paying wallet and writes the pending record, in one transaction: a
+ * batch of one (admitInTransaction). Refused (nothing written) when a paying wallet cannot cover
+ * its part, or when a wallet that would pay anything is at or below zero.
  */
 export async function admitRequest(storage: Storage, input: AdmitInput): Promise<AdmitOutcome> {
-  const now = input.now;
-  return storage.db.transaction().execute(async (trx) => {
-    const wallets = await lockWallets(trx, storage.dialect, [input.walletId, input.billing.merchantWalletId]);
-    // A key that is no longer valid is refused as such, whatever its wallet holds.
-    const key = await lockedSpendKey(trx, storage.dialect, input, now);
-    if (key && isSpendKeyRefusal(key)) return { outcome: 'spend_key_refused', refusal: key };
-    const parts = holdParts(input.walletId, input.billing.merchantWalletId, input.estimate);
-    const refused = refusedPart(parts, (walletId, amount) => admittableOf(wallets.get(walletId)!, input.unwritten, input.billing.drawsPlanCredit ?? false, amount));
-    if (refused) return { outcome: 'insufficient_balance', payer: refused.payer };
-    const recordId = input.requestId;
-    if (key) {
-      const amount = input.estimate.wallet + input.estimate.merchant;
-      const refusal = await reserveForRequest(trx, key, { recordId, amount, now });
-      if (refusal) return { outcome: 'spend_key_refused', refusal };
-    }
-    await endOverruns(trx, overrunsEnded(parts, (walletId) => wallets.get(walletId), input.unwritten), wallets);
-    const holdIds: string[] = [];
-    for (const part of parts) {
-      if (part.amount > 0n) {
-        holdIds.push(await insertHold(trx, wallets.get(part.walletId)!, part.amount, recordId, input.ttlMs, now));
-      }
-    }
-    const createdAt = now.toISOString();
-    await insertRequestRecord(trx, storage.dialect, pendingRecord(input, recordId, createdAt));
-    return { outcome: 'admitted', recordId, holdIds, createdAt };
-  });
+  const [outcome] = await storage.db.transaction().execute((trx) => admitInTransaction(trx, storage.dialect, [input]));
+  return outcome!;
 }
 
 /** Nothing was in flight on these overrun wallets: the overrun ends with this admission (decision 0019). */
@@ -94,9 +71,8 @@ function lockedSpendKey(trx: Transaction<Database>, dialect: Storage['dialect'],
 }
 
 /**
- * admitRequest for several requests in one transaction (group commit): the same decisions, taken
- * in the order given against the wallets as each earlier request left them, with each table
- * written once. Only the wallets that take a hold are locked (every customer's request names the
+ * Admission of several requests in one transaction (group commit): each decided in the order
+ * given against the wallets as each earlier request left them, with each table written once. Only the wallets that take a hold are locked (every customer's request names the
  * merchant's wallet; locking it always would queue them all behind one row), then the spend keys,
  * both in id order. A refusal changes nothing of its own request; the others go on.
  */
@@ -121,7 +97,7 @@ export async function admitInTransaction(
       outcomes.push({ outcome: 'spend_key_refused', refusal: key });
       continue;
     }
-    const refused = refusedPart(parts, (walletId, amount) => admittableOf(wallets.get(walletId)!, input.unwritten, input.billing.drawsPlanCredit ?? false, amount));
+    const refused = refusedPart(parts, (walletId, amount) => admittableOf(wallets.get(walletId)!, input.unwritten, drawsPlanCredit(input.billing), amount));
     if (refused) {
       outcomes.push({ outcome: 'insufficient_balance', payer: refused.payer });
       continue;
@@ -169,7 +145,7 @@ async function admitInOneStatement(storage: Storage, inputs: AdmitInput[]): Prom
     const createdAt = now.toISOString();
     const rows = holdRowsOf(holdParts(input.walletId, input.billing.merchantWalletId, input.estimate), input.requestId, now, input.ttlMs);
     for (const hold of rows) need.set(hold.wallet_id, (need.get(hold.wallet_id) ?? 0n) + hold.amount);
-    if (!input.billing.drawsPlanCredit) prepaidOnly.add(input.walletId);
+    if (!drawsPlanCredit(input.billing)) prepaidOnly.add(input.walletId);
     holds.push(...rows);
     records.push(pendingRecord(input, input.requestId, createdAt));
     outcomes.push({ outcome: 'admitted', recordId: input.requestId, holdIds: rows.map((hold) => hold.id), createdAt });
@@ -267,7 +243,7 @@ export function pendingRecord(input: AdmitInput, id: string, at: string): Reques
           ...input.estimate.charge,
           payer_wallet_id: input.walletId,
           merchant_wallet_id: input.billing.merchantWalletId,
-          draws_plan_credit: input.billing.drawsPlanCredit ?? false,
+          draws_plan_credit: drawsPlanCredit(input.billing),
           meter_priced: meterPriced,
         })
       : null,

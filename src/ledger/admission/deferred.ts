@@ -7,10 +7,12 @@ import { CompiledQuery, type Transaction } from 'kysely';
 import type { BatchJob, GroupCommitWriter } from '../group-commit.ts';
 import type { Storage } from '../../storage/db.ts';
 import type { Database } from '../../storage/schema.ts';
-import type { HoldRow } from '../holds.ts';
+import { holdRowsOf, type HoldRow } from '../holds.ts';
 import { lockWallets, UnwrittenHolds, type WalletRow } from '../wallets.ts';
 import type { Lease, WalletLeases } from '../leases.ts';
-import { admittableOf, holdParts, holdRowsOf, overrunsEnded, refusedPart, type HoldPart } from './decision.ts';
+import { admittableOf, holdParts, overrunsEnded, refusedPart, type HoldPart } from '../decide/admission.ts';
+import { drawsPlanCredit } from '../decide/balance.ts';
+import { isOverrun } from '../decide/overrun.ts';
 import { pendingRecord, type AdmitInput, type AdmitOutcome } from './admit.ts';
 import { writeAdmissionRows } from './rows.ts';
 
@@ -130,7 +132,7 @@ export async function admitDeferred(storage: Storage, writes: DeferredWrites, in
     if (!(taken instanceof Map)) return { outcome: 'insufficient_balance', payer: taken.payer };
     deferred.leased = { leases, byWallet: taken };
   } else {
-    const refused = await reserveInProcess(storage, writes, parts, input.billing.drawsPlanCredit ?? false);
+    const refused = await reserveInProcess(storage, writes, parts, drawsPlanCredit(input.billing));
     if (refused) return { outcome: 'insufficient_balance', payer: refused.payer };
     deferred.reservedIn = writes.unwritten;
   }
@@ -168,7 +170,7 @@ async function reserveInProcess(storage: Storage, writes: DeferredWrites, parts:
     for (const part of parts) unwritten.reserve(part.walletId, part.amount);
   };
   // An overrun ends with a write (below), so it is decided on a fresh read.
-  if (remembered && ![...remembered.values()].some((wallet) => Number(wallet.overrun ?? 0) !== 0) && !refusedIn(remembered)) {
+  if (remembered && ![...remembered.values()].some((wallet) => isOverrun(wallet.overrun)) && !refusedIn(remembered)) {
     reserve();
     return undefined;
   }

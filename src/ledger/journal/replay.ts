@@ -11,7 +11,8 @@
  */
 import type { Storage } from '../../storage/db.ts';
 import { pendingRecord, type AdmitInput } from '../admission/admit.ts';
-import { holdParts, holdRowsOf } from '../admission/decision.ts';
+import { holdParts } from '../decide/admission.ts';
+import { holdRowsOf } from '../holds.ts';
 import { writeAdmissionRows } from '../admission/rows.ts';
 import { recoverUnsettled } from '../settlement/recover.ts';
 import { failRequest, settleRequest } from '../settlement/settle.ts';

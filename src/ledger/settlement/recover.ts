@@ -12,11 +12,13 @@ import type { Storage } from '../../storage/db.ts';
 import { completePendingRecord, failPendingRecord, type RequestRow } from '../../storage/requests.ts';
 import { COUNTER_KEY, type Database } from '../../storage/schema.ts';
 import { BalanceChanges } from '../events.ts';
-import { breakdownJson, chargeLegs, type ChargeCredits } from '../charge.ts';
+import { breakdownJson } from '../charge.ts';
+import { chargeLegs, type ChargeCredits } from '../decide/charge.ts';
 import { enqueueEvent } from '../../webhooks/outbox.ts';
 import { appendTransaction } from '../postings.ts';
 import { releaseHoldInTransaction } from '../holds.ts';
-import { debitInMemory, lockWallets, saveBalance, type WalletRow } from '../wallets.ts';
+import { lockWallets, saveBalance, type WalletRow } from '../wallets.ts';
+import { debitInMemory } from '../decide/balance.ts';
 import { counterAt, counterId, counterRow, countersInKeyOrder, lockUsageCounters, monthStart, type CounterKey } from '../tier-counters.ts';
 import { runWrites } from '../../storage/batch-write.ts';
 

@@ -11,22 +11,14 @@ import type { Storage } from '../../storage/db.ts';
 import { COUNTER_KEY, type Database } from '../../storage/schema.ts';
 import { failPendingRecord, metadataRows, type RequestRow } from '../../storage/requests.ts';
 import { rollupWrites } from '../../storage/rollups.ts';
-import {
-  batchTime,
-  chargeRequest,
-  payerWalletOf,
-  postCharge,
-  priceCharge,
-  type ChargeInput,
-  type ChargeOutcome,
-  type PostedCharge,
-} from '../charge.ts';
+import { batchTime, chargeRequest, postCharge, type ChargeInput, type ChargeOutcome, type PostedCharge } from '../charge.ts';
 import { counterId, counterKeyOf, counterRow, lockUsageCounters, type CounterKey } from '../tier-counters.ts';
 import { ledgerRows } from '../postings.ts';
 import { releaseHoldInTransaction } from '../holds.ts';
 import { lockWallets, type WalletRow } from '../wallets.ts';
 import { markLeaseLost, type Lease } from '../leases.ts';
-import { overrunWallets } from '../admission/decision.ts';
+import { overrunWallets, payerWalletOf, priceCharge } from '../decide/charge.ts';
+import { drawsPlanCredit } from '../decide/balance.ts';
 import { BalanceChanges } from '../events.ts';
 import { eventRows } from '../../webhooks/outbox.ts';
 import { pricingFor, type BillingContext } from '../billing.ts';
@@ -101,7 +93,7 @@ function chargeInputOf(input: SettleInput, pending: PendingFacts, now = batchTim
     providerTimestamp: input.providerTimestamp ?? now.toISOString(),
     usageEstimated: input.usageEstimated,
     holdIds: input.holdIds,
-    drawsPlanCredit: input.billing.drawsPlanCredit ?? false,
+    drawsPlanCredit: drawsPlanCredit(input.billing),
     pendingRecordId: input.recordId,
     createdAt: pending.created_at,
     now,
