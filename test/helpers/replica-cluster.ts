@@ -1,4 +1,4 @@
-import { execFile } from 'node:child_process';
+import { execFile, execFileSync } from 'node:child_process';
 import { chownSync, mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
@@ -52,6 +52,11 @@ async function pgTool(tool: string, args: string[]): Promise<void> {
   await run(cmd, argv, { env: { ...process.env, PGCONNECT_TIMEOUT: '5' } });
 }
 
+function pgToolSync(tool: string, args: string[]): void {
+  const [cmd, argv] = asRoot ? ['runuser', ['-u', 'postgres', '--', join(binDir(), tool), ...args]] : [join(binDir(), tool), args];
+  execFileSync(cmd, argv, { stdio: 'ignore' });
+}
+
 /** Settings that make a small, quick, throwaway cluster; the socket lives in the temp directory. */
 function serverOptions(port: number, dir: string): string {
   return [`-p ${port}`, `-k ${dir}`, "-c listen_addresses='127.0.0.1'", '-c fsync=off', '-c full_page_writes=off', '-c shared_buffers=16MB', '-c max_connections=40'].join(' ');
@@ -82,7 +87,20 @@ async function startClusters(opts: { replica: boolean; settings: string[] }): Pr
     if (!started.includes(dataDir)) started.push(dataDir);
   };
   const stop = (dataDir: string) => pgTool('pg_ctl', ['-D', dataDir, '-m', 'fast', '-w', 'stop']);
+  // A test process that ends without its afterAll (a crash, an unhandled error) still stops its
+  // servers: they would otherwise outlive it, their directory gone.
+  const stopAtExit = () => {
+    for (const dataDir of started) {
+      try {
+        pgToolSync('pg_ctl', ['-D', dataDir, '-m', 'immediate', 'stop']);
+      } catch {
+        // Already stopped.
+      }
+    }
+  };
+  process.once('exit', stopAtExit);
   const destroy = async () => {
+    process.off('exit', stopAtExit);
     for (const dataDir of started) await stop(dataDir).catch(() => {});
     rmSync(dir, { recursive: true, force: true });
   };
