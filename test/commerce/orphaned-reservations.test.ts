@@ -134,6 +134,7 @@ describe.each(databasesUnderTest())('crash-orphaned subscription reservations on
       // The deletion starts up to 4 ms either side of the provider's answer, so across the races
       // it lands before, inside and after the transaction that starts the subscription.
       const offset = (race % 9) - 4;
+      // Wall clock: the race is between two real moments, a few milliseconds apart.
       const deleting = new Promise((r) => setTimeout(r, Math.max(0, offset))).then(() =>
         t.app.inject({ method: 'DELETE', url: `/v1/customers/${c.customerId}`, headers: t.auth() }),
       );

@@ -9,6 +9,7 @@ import type { TestApp } from '../helpers/app.ts';
 import { databasesUnderTest } from '../helpers/databases.ts';
 import { startGatewayOnMock, THREE_PROVIDERS } from '../helpers/gateway.ts';
 import type { MockUpstream } from '../helpers/mock-upstream.ts';
+import { until } from '../helpers/until.ts';
 
 /**
  * Records show the parts of their usage that are billed inside another count: reasoning
@@ -46,13 +47,11 @@ describe.each(databasesUnderTest())('usage details on request records on %s', (d
   }
 
   /** The newest record: @google/genai streams do not show their response headers. */
-  async function newestRequestId(before: string | undefined): Promise<string> {
-    for (let i = 0; i < 100; i++) {
-      const newest = (await t.app.inject({ method: 'GET', url: '/v1/requests?limit=1', headers: t.auth() })).json().data[0]?.request_id;
-      if (newest !== undefined && newest !== before) return newest;
-      await new Promise((resolve) => setTimeout(resolve, 10));
-    }
-    throw new Error('no new record');
+  function newestRequestId(before: string | undefined): Promise<string> {
+    return until(async () => {
+      const newest: string | undefined = (await t.app.inject({ method: 'GET', url: '/v1/requests?limit=1', headers: t.auth() })).json().data[0]?.request_id;
+      return newest !== before && newest;
+    }, 'a new record');
   }
   const newestNow = async (): Promise<string | undefined> => (await t.app.inject({ method: 'GET', url: '/v1/requests?limit=1', headers: t.auth() })).json().data[0]?.request_id;
 

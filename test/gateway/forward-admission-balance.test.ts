@@ -1,4 +1,3 @@
-import { setTimeout as sleep } from 'node:timers/promises';
 import { describe, expect, it } from 'vitest';
 import { parseMoney } from '../../src/domain/money.ts';
 import { lookupBasePrices } from '../../src/domain/base-prices.ts';
@@ -10,6 +9,7 @@ import { creditWallet } from '../../src/ledger/wallets.ts';
 import { CHAT_BODY as body, useAdmissionGateway } from '../helpers/admission-gateway.ts';
 import type { Merchant } from '../helpers/app.ts';
 import { databasesUnderTest } from '../helpers/databases.ts';
+import { until } from '../helpers/until.ts';
 import { OPENAI_CHAT } from '../helpers/gateway.ts';
 
 /**
@@ -51,12 +51,6 @@ describe.each(databasesUnderTest())('forward gateway admission and holds on %s',
       defaultOutputCap: t.config.defaultMaxOutputTokens,
     });
     return estimate.wallet + estimate.merchant;
-  }
-
-
-  async function until(check: () => Promise<boolean>): Promise<void> {
-    for (let i = 0; i < 300 && !(await check()); i++) await sleep(10);
-    expect(await check()).toBe(true);
   }
 
   describe.each([
@@ -217,7 +211,7 @@ describe.each(databasesUnderTest())('forward gateway admission and holds on %s',
     upstream.setNext({ path: '/chat/completions', releasedBy: new Promise<void>((resolve) => (answerSlow = resolve)) });
     upstream.setNext({ path: '/chat/completions', overReport: 40 });
     const slow = post(merchant.secretKey, small);
-    await until(async () => (await wallet(merchant.walletId)).held > 0n);
+    await until(async () => (await wallet(merchant.walletId)).held > 0n, 'a hold on the wallet');
     const overrun = await post(merchant.secretKey, small);
     const rec = await t.settledRecord(overrun.headers.get('x-tollgate-request-id')!, t.auth(merchant.secretKey));
     expect(parseMoney(rec.total_merchant_cost)).toBeGreaterThan(hold);
@@ -288,7 +282,7 @@ describe.each(databasesUnderTest())('forward gateway admission and holds on %s',
     const small = JSON.stringify({ model: 'gpt-4o', max_tokens: 1, messages: [{ role: 'user', content: 'x' }] });
     const slow = post(merchant.secretKey, small);
     try {
-      await until(async () => (await wallet(merchant.walletId)).held > 0n);
+      await until(async () => (await wallet(merchant.walletId)).held > 0n, 'a hold on the wallet');
       const long = await post(merchant.secretKey, byReference);
       expect(long.status).toBe(200);
       const rec = await t.settledRecord(long.headers.get('x-tollgate-request-id')!, t.auth(merchant.secretKey));

@@ -1,4 +1,3 @@
-import { setTimeout as sleep } from 'node:timers/promises';
 import { describe, expect, it } from 'vitest';
 import { parseMoney } from '../../src/domain/money.ts';
 import { sweepExpiredHolds } from '../../src/gateway/settle.ts';
@@ -7,6 +6,7 @@ import { verifyLedger } from '../../src/ledger/verify.ts';
 import { creditWallet } from '../../src/ledger/wallets.ts';
 import { CHAT_BODY as body, useAdmissionGateway } from '../helpers/admission-gateway.ts';
 import { databasesUnderTest } from '../helpers/databases.ts';
+import { until } from '../helpers/until.ts';
 
 /**
  * Holds and their TTL over real HTTP: a request still relaying keeps its hold alive
@@ -24,25 +24,27 @@ describe.each(databasesUnderTest())('forward gateway admission and holds on %s',
    */
   async function heldAtProvider() {
     const { merchant } = await freshPayers();
-    await creditWallet(t.storage, merchant.walletId, parseMoney('5'), new Date().toISOString());
+    await creditWallet(t.storage, merchant.walletId, parseMoney('5'), dateOf(t.clock).toISOString());
     const before = await wallet(merchant.walletId);
     let answer!: () => void;
     upstream.setNext({ path: '/chat/completions', releasedBy: new Promise<void>((resolve) => (answer = resolve)) });
     const inFlight = post(merchant.secretKey, body).then(async (res) => ({ res, text: await res.text() }));
-    let pending: { id: string; created_at: string } | undefined;
-    for (let i = 0; i < 100 && !pending; i++) {
-      pending = await t.storage.db
-        .selectFrom('requests')
-        .select(['id', 'created_at'])
-        .where('merchant_id', '=', merchant.merchantId)
-        .where('status', '=', 'pending')
-        .executeTakeFirst();
-      if (!pending) await sleep(10);
-    }
-    if (!pending) {
+    let pending: { id: string; created_at: string };
+    try {
+      pending = await until(
+        () =>
+          t.storage.db
+            .selectFrom('requests')
+            .select(['id', 'created_at'])
+            .where('merchant_id', '=', merchant.merchantId)
+            .where('status', '=', 'pending')
+            .executeTakeFirst(),
+        'admission to write a pending record',
+      );
+    } catch (error) {
       answer();
       await inFlight.catch(() => undefined);
-      throw new Error('admission wrote no pending record');
+      throw error;
     }
     return { merchant, before, pending, answer, inFlight };
   }
@@ -55,11 +57,10 @@ describe.each(databasesUnderTest())('forward gateway admission and holds on %s',
       t.clock.advance(1600);
       const renewedPast = Date.parse(pending.created_at) + 1600;
       const holdRow = () => t.storage.db.selectFrom('holds').selectAll().where('reference', '=', pending.id).executeTakeFirstOrThrow();
-      let hold = await holdRow();
-      for (let i = 0; i < 100 && Date.parse(hold.expires_at) <= renewedPast; i++) {
-        await sleep(10);
-        hold = await holdRow();
-      }
+      const hold = await until(async () => {
+        const row = await holdRow();
+        return Date.parse(row.expires_at) > renewedPast && row;
+      }, 'the hold keeper to renew the hold past the moved clock');
       expect(await sweepExpiredHolds(t.storage, dateOf(t.clock))).toBe(0);
       expect(hold.status).toBe('active');
       expect(Date.parse(hold.expires_at)).toBeGreaterThan(renewedPast);
@@ -90,9 +91,9 @@ describe.each(databasesUnderTest())('forward gateway admission and holds on %s',
       expect((await wallet(merchant.walletId)).held).toBe(BigInt(holds[0]!.amount));
 
       // Not yet expired: nothing to sweep.
-      expect(await sweepExpiredHolds(t.storage, new Date())).toBe(0);
+      expect(await sweepExpiredHolds(t.storage, dateOf(t.clock))).toBe(0);
       // As if the sweeper ran a whole TTL after the last renewal.
-      expect(await sweepExpiredHolds(t.storage, new Date(Date.now() + 60_000))).toBe(1);
+      expect(await sweepExpiredHolds(t.storage, new Date(t.clock.now() + 60_000))).toBe(1);
       expect((await t.storage.db.selectFrom('holds').select('status').where('id', '=', holds[0]!.id).executeTakeFirstOrThrow()).status).toBe(
         'expired',
       );
@@ -106,7 +107,7 @@ describe.each(databasesUnderTest())('forward gateway admission and holds on %s',
       expect(swept.held).toBe(0n);
       expect(swept.balance).toBe(before.balance - holdAmount);
       // A second sweep finds nothing.
-      expect(await sweepExpiredHolds(t.storage, new Date(Date.now() + 60_000))).toBe(0);
+      expect(await sweepExpiredHolds(t.storage, new Date(t.clock.now() + 60_000))).toBe(0);
 
       // The provider answers after all: the client gets its answer; the record keeps its one charge.
       answer();

@@ -7,6 +7,7 @@ import { databasesUnderTest } from '../helpers/databases.ts';
 import { REPLAY_LIMIT_BYTES } from '../../src/gateway/forward-idempotency.ts';
 import { startGatewayOnMock } from '../helpers/gateway.ts';
 import type { MockUpstream } from '../helpers/mock-upstream.ts';
+import { until } from '../helpers/until.ts';
 
 /**
  * `Idempotency-Key` on forwarded calls, driven by the openai client through /v1/forward and the
@@ -40,15 +41,15 @@ describe.each(databasesUnderTest())('Idempotency-Key on forwarded calls on %s', 
   const withKey = (key: string) => ({ headers: { 'Idempotency-Key': key } });
   /** The first call's key is written just after its answer ended: a retry made sooner is told the call is in flight. */
   const isInUse = (err: unknown) => err instanceof OpenAI.ConflictError && (err.error as { code?: string }).code === 'idempotency_key_in_use';
-  async function onceWritten<T>(call: () => Promise<T>): Promise<T> {
-    for (let i = 0; ; i++) {
+  function onceWritten<T>(call: () => Promise<T>): Promise<T> {
+    return until(async () => {
       try {
-        return await call();
+        return { value: await call() };
       } catch (err) {
-        if (!isInUse(err) || i === 100) throw err;
-        await new Promise((resolve) => setTimeout(resolve, 10));
+        if (!isInUse(err)) throw err;
+        return undefined;
       }
-    }
+    }, 'the first call to be written (its key no longer in use)').then((answer) => answer.value);
   }
   const upstreamCalls = () => upstream.requests.filter((r) => r.path === '/v1/chat/completions').length;
 
@@ -90,7 +91,7 @@ describe.each(databasesUnderTest())('Idempotency-Key on forwarded calls on %s', 
     expect(first.length).toBeGreaterThan(3);
     expect(upstreamCalls() - calls).toBe(1);
     // The stream's record settles off the response path: wait until the balance moved.
-    for (let i = 0; i < 100 && (await balance()) === before; i++) await new Promise((resolve) => setTimeout(resolve, 10));
+    await until(async () => (await balance()) !== before, 'the balance to move');
     expect(before - (await balance())).toBe(ONE_CALL);
   });
 

@@ -2,6 +2,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { describe, expect, it } from 'vitest';
 import { parseMoney } from '../../src/domain/money.ts';
 import { databasesUnderTest } from '../helpers/databases.ts';
+import { until } from '../helpers/until.ts';
 import { OPENAI_CHAT } from '../helpers/gateway.ts';
 import { NO_USAGE_JSON } from '../helpers/raw-provider.ts';
 import { MISTRAL_CHAT, useRelayGateway } from '../helpers/relay-gateway.ts';
@@ -20,14 +21,11 @@ describe.each(databasesUnderTest())('forward gateway relay on %s', (dialect) => 
 
   describe('never free: the provider may have worked without reporting usage', () => {
     const recordIds = async () => new Set((await t.storage.db.selectFrom('requests').select('id').execute()).map((r) => r.id));
-    async function newRecordId(known: Set<string>): Promise<string> {
-      for (let i = 0; i < 100; i++) {
+    const newRecordId = (known: Set<string>): Promise<string> =>
+      until(async () => {
         const fresh = [...(await recordIds())].filter((id) => !known.has(id));
-        if (fresh.length === 1) return fresh[0]!;
-        await sleep(20);
-      }
-      throw new Error('no new record');
-    }
+        return fresh.length === 1 && fresh[0]!;
+      }, 'one new record');
 
     it('a client that leaves before the provider answers is charged for the prompt the provider received, flagged', async () => {
       upstream.setNext({ path: '/chat/completions', delayMs: 1500 });
@@ -38,7 +36,7 @@ describe.each(databasesUnderTest())('forward gateway relay on %s', (dialect) => 
       // 16 prompt characters → 4 estimated input tokens.
       const body = JSON.stringify({ model: 'gpt-4o', max_tokens: 50, messages: [{ role: 'user', content: 'abcdefghijklmnop' }] });
       const pending = post(OPENAI_CHAT, body, { authorization: `Bearer ${h.customerToken}` }, h.base, controller.signal).catch(() => null);
-      while (upstream.requests.length === seen) await sleep(10);
+      await until(() => upstream.requests.length > seen, 'the request to reach the provider');
       controller.abort();
       expect(await pending).toBeNull();
 
@@ -65,7 +63,7 @@ describe.each(databasesUnderTest())('forward gateway relay on %s', (dialect) => 
         h.base,
         controller.signal,
       ).catch(() => null);
-      while (silent.connections() === 0) await sleep(10);
+      await until(() => silent.connections() > 0, 'the gateway to connect to the silent port');
       await sleep(50);
       controller.abort();
       expect(await pending).toBeNull();

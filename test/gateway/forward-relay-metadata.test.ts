@@ -1,7 +1,7 @@
-import { setTimeout as sleep } from 'node:timers/promises';
 import { describe, expect, it } from 'vitest';
 import { verifyLedger } from '../../src/ledger/verify.ts';
 import { databasesUnderTest } from '../helpers/databases.ts';
+import { until } from '../helpers/until.ts';
 import { OPENAI_CHAT } from '../helpers/gateway.ts';
 import { useRelayGateway, type Envelope } from '../helpers/relay-gateway.ts';
 
@@ -107,12 +107,8 @@ describe.each(databasesUnderTest())('forward gateway relay on %s', (dialect) => 
 
   it('leaves both ledgers balanced with nothing held', async () => {
     for (const app of [t, tt]) {
-      // Give any settlement still in flight a moment.
-      for (let i = 0; i < 50; i++) {
-        const pending = await app.storage.db.selectFrom('requests').select('id').where('status', '=', 'pending').execute();
-        if (pending.length === 0) break;
-        await sleep(20);
-      }
+      // Settlements still in flight end first.
+      await until(async () => (await app.storage.db.selectFrom('requests').select('id').where('status', '=', 'pending').execute()).length === 0, 'no record left pending');
       expect((await verifyLedger(app.storage)).problems).toEqual([]);
       const held = await app.storage.db.selectFrom('wallets').select('held').execute();
       expect(held.every((w) => BigInt(w.held) === 0n)).toBe(true);

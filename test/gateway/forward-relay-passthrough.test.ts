@@ -1,8 +1,8 @@
 import { createHash, randomBytes } from 'node:crypto';
-import { setTimeout as sleep } from 'node:timers/promises';
 import { describe, expect, it } from 'vitest';
 import { parseMoney } from '../../src/domain/money.ts';
 import { databasesUnderTest } from '../helpers/databases.ts';
+import { until } from '../helpers/until.ts';
 import { OPENAI_CHAT } from '../helpers/gateway.ts';
 import { BIG_BODY, RAW_JSON } from '../helpers/raw-provider.ts';
 import { MISTRAL_CHAT, useRelayGateway } from '../helpers/relay-gateway.ts';
@@ -104,12 +104,17 @@ describe.each(databasesUnderTest())('forward gateway relay on %s', (dialect) => 
       // The body is not read: the provider may fill the sockets' buffers on the way, and no more.
       // Wait until it stops: no more written over five looks 20 ms apart.
       let written = raw.flooded();
-      for (let still = 0, looks = 0; still < 5 && looks < 500; looks++) {
-        await sleep(20);
-        const now = raw.flooded();
-        still = now === written ? still + 1 : 0;
-        written = now;
-      }
+      let still = 0;
+      await until(
+        () => {
+          const now = raw.flooded();
+          still = now === written ? still + 1 : 0;
+          written = now;
+          return still >= 5;
+        },
+        'the provider to stop writing',
+        { intervalMs: 20, timeoutMs: 10_000 },
+      );
       expect(written).toBeGreaterThan(0);
       expect(written).toBeLessThan(64 * 1024 * 1024);
       aborted.abort();
@@ -186,7 +191,7 @@ describe.each(databasesUnderTest())('forward gateway relay on %s', (dialect) => 
       await reader.cancel().catch(() => {});
       expect(raw.streams.length).toBe(streamsBefore + 1);
       const stream = raw.streams.at(-1)!;
-      for (let i = 0; i < 100 && stream.closedAt === null; i++) await sleep(10);
+      await until(() => stream.closedAt !== null, 'the provider to see its socket close');
       // The provider saw its socket close early, soon after the client left (200 × 25 ms = 5 s otherwise).
       expect(stream.closedEarly).toBe(true);
       expect(stream.closedAt! - abortedAt).toBeLessThan(1000);

@@ -1,4 +1,3 @@
-import { setTimeout as sleep } from 'node:timers/promises';
 import type { FastifyBaseLogger } from 'fastify';
 import { sql, type Transaction } from 'kysely';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -13,6 +12,7 @@ import { openStorage, type Storage } from '../../src/storage/db.ts';
 import type { Database } from '../../src/storage/schema.ts';
 import { forwardToken, startTestApp, type TestApp } from '../helpers/app.ts';
 import { admissionOf, CHAT_FACTS, settlementOf, tokenUsage } from '../helpers/settle.ts';
+import { until } from '../helpers/until.ts';
 
 /**
  * Every writer locks rows in one global order (tier counters, wallets, then what belongs to them,
@@ -49,7 +49,7 @@ describe.skipIf(!process.env.TEST_DATABASE_URL)('lock order of the gateway write
       const { pid } = (await sql<{ pid: number }>`select pg_backend_pid() as pid`.execute(trx)).rows[0]!;
       await first(trx);
       startWriter();
-      await waitUntilBlockedBy(pid);
+      await blockedBy(pid);
       failure = await then(trx).then(
         () => undefined,
         (e: unknown) => e,
@@ -59,12 +59,11 @@ describe.skipIf(!process.env.TEST_DATABASE_URL)('lock order of the gateway write
     return failure;
   }
 
-  async function waitUntilBlockedBy(pid: number): Promise<void> {
-    for (const deadline = Date.now() + 5000; Date.now() < deadline; await sleep(10)) {
+  async function blockedBy(pid: number): Promise<void> {
+    await until(async () => {
       const { n } = (await sql<{ n: number }>`select count(*)::int as n from pg_stat_activity where ${pid} = any(pg_blocking_pids(pid))`.execute(t.storage.db)).rows[0]!;
-      if (n > 0) return;
-    }
-    throw new Error('the writer never waited on the other transaction');
+      return n > 0;
+    }, 'the writer to wait on the other transaction');
   }
 
   const lockWallet = (id: string): Step => (trx) => trx.selectFrom('wallets').select('id').where('id', '=', id).forUpdate().execute();

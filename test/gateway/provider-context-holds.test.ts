@@ -7,6 +7,7 @@ import { verifyLedger } from '../../src/ledger/verify.ts';
 import { creditWallet } from '../../src/ledger/wallets.ts';
 import type { TestApp } from '../helpers/app.ts';
 import { databasesUnderTest } from '../helpers/databases.ts';
+import { until } from '../helpers/until.ts';
 import { startGatewayOnMock } from '../helpers/gateway.ts';
 import type { MockUpstream } from '../helpers/mock-upstream.ts';
 
@@ -53,10 +54,6 @@ describe.each(databasesUnderTest())('holds for provider-side context, through th
 
   const record = (id: string) =>
     t.storage.db.selectFrom('requests').select(['status', 'input_tokens', 'total_merchant_cost']).where('id', '=', id).executeTakeFirst();
-  async function until(check: () => Promise<boolean>, what: string): Promise<void> {
-    for (let i = 0; i < 500 && !(await check()); i++) await new Promise((r) => setTimeout(r, 10));
-    if (!(await check())) throw new Error(`timed out waiting until ${what}`);
-  }
   /** The settled record of a call the gateway answered with `requestId`: the input tokens the provider counted, and the charge. */
   async function settled(requestId: string) {
     await until(async () => (await record(requestId))?.status === 'completed', `${requestId} is settled`);

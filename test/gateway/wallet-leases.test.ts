@@ -1,4 +1,3 @@
-import { setTimeout as sleep } from 'node:timers/promises';
 import { sql } from 'kysely';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { dateOf } from '../../src/domain/clock.ts';
@@ -11,6 +10,7 @@ import { creditWallet, findWallet } from '../../src/ledger/wallets.ts';
 import { forwardToken, type Merchant, startTestApp, type TestApp } from '../helpers/app.ts';
 import { openaiHoldOf, startGatewayOnMock } from '../helpers/gateway.ts';
 import type { MockUpstream } from '../helpers/mock-upstream.ts';
+import { until } from '../helpers/until.ts';
 
 /**
  * Wallet leases (decision 0013, PostgreSQL only): a hot wallet's requests are admitted from a
@@ -50,10 +50,11 @@ describe.skipIf(!process.env.TEST_DATABASE_URL)('wallet leases on postgres', () 
   /** A lease is a hold whose reference is its own id. */
   const leasesOf = async (walletId: string) => (await activeHolds(walletId)).filter((h) => h.reference === h.id);
 
-  /** A second instance on the same database and mock upstream; `env` over the lease settings. */
+  /** A second instance on the same database, mock upstream and clock; `env` over the lease settings. */
   const anotherInstance = (env: Record<string, string>) =>
     startTestApp('postgres', {
       database: t.database,
+      clock: t.clock,
       env: {
         ...LEASE_ENV,
         UPSTREAM_OVERRIDES: JSON.stringify({ 'api.openai.com': upstream.url }),
@@ -62,13 +63,6 @@ describe.skipIf(!process.env.TEST_DATABASE_URL)('wallet leases on postgres', () 
       },
     });
 
-  async function until(check: () => Promise<boolean>, what: string): Promise<void> {
-    const deadline = Date.now() + 5000;
-    while (!(await check())) {
-      if (Date.now() > deadline) throw new Error(`timed out waiting until ${what}`);
-      await sleep(20);
-    }
-  }
 
   function post(at: string, credential: string, payload: string): Promise<Response> {
     return fetch(`${at}/v1/forward?${OPENAI_CHAT}`, {
@@ -108,9 +102,13 @@ describe.skipIf(!process.env.TEST_DATABASE_URL)('wallet leases on postgres', () 
     const patient = await anotherInstance({ WALLET_LEASE_IDLE_MS: '600000' });
     try {
       const patientBase = await patient.listen();
-      // The lease opens with 64 holds; after the 49th request 15 are left, and 64 more are added.
+      // The lease opens with 64 holds; after the 49th request 15 are left, and 64 more are added
+      // (the fewest a top-up takes: the requests come 100 ms apart on the app's clock, a slow rate).
       let charged = 0n;
-      for (let i = 0; i < 50; i++) charged += await settledCost(merchant, await post(patientBase, merchant.secretKey, body));
+      for (let i = 0; i < 50; i++) {
+        charged += await settledCost(merchant, await post(patientBase, merchant.secretKey, body));
+        t.clock.advance(100);
+      }
 
       await until(async () => BigInt((await leasesOf(merchant.walletId))[0]?.amount ?? 0) === hold * (64n + 64n - 50n), 'the lease is topped up');
       expect(await leasesOf(merchant.walletId)).toHaveLength(1);
@@ -169,6 +167,8 @@ describe.skipIf(!process.env.TEST_DATABASE_URL)('wallet leases on postgres', () 
     expect(during).toMatchObject({ balance: funded - charged, held: BigInt(lease!.amount) });
     expect((await verifyLedger(t.storage)).problems).toEqual([]);
 
+    // Idle past WALLET_LEASE_IDLE_MS on the app's clock.
+    t.clock.advance(301);
     await until(async () => (await leasesOf(merchant.walletId)).length === 0, 'the idle lease is given back');
     expect(await wallet(merchant.walletId)).toMatchObject({ balance: funded - charged, held: 0n });
     const given = await t.storage.db.selectFrom('holds').select('status').where('id', '=', lease!.id).executeTakeFirstOrThrow();
@@ -199,6 +199,7 @@ describe.skipIf(!process.env.TEST_DATABASE_URL)('wallet leases on postgres', () 
       for (const res of admitted) charged += await settledCost(merchant, res);
       expect(upstream.requests.length - before).toBe(3);
 
+      t.clock.advance(301);
       await until(async () => (await leasesOf(merchant.walletId)).length === 0, 'both instances gave their leases back');
       expect(await wallet(merchant.walletId)).toMatchObject({ balance: funded - charged, held: 0n });
       expect((await verifyLedger(t.storage)).problems).toEqual([]);
@@ -267,7 +268,7 @@ describe.skipIf(!process.env.TEST_DATABASE_URL)('wallet leases on postgres', () 
     const [first] = await leasesOf(merchant.walletId);
 
     // As if this instance had stopped renewing it: the sweeper expires the lease.
-    await t.storage.db.updateTable('holds').set({ expires_at: new Date(Date.now() - 1000).toISOString() }).where('id', '=', first!.id).execute();
+    await t.storage.db.updateTable('holds').set({ expires_at: new Date(t.clock.now() - 1000).toISOString() }).where('id', '=', first!.id).execute();
     await sweepExpiredHolds(t.storage, dateOf(t.clock));
     expect((await wallet(merchant.walletId)).held).toBe(0n);
 

@@ -1,10 +1,9 @@
 import type { AddressInfo } from 'node:net';
-import { setTimeout as sleep } from 'node:timers/promises';
 import type { DestinationStream } from 'pino';
 import { afterAll, beforeAll } from 'vitest';
 import { buildApp } from '../../src/app.ts';
 import { loadConfig, type Config } from '../../src/config.ts';
-import type { Clock } from '../../src/domain/clock.ts';
+import { dateOf } from '../../src/domain/clock.ts';
 import { parseMoney } from '../../src/domain/money.ts';
 import { MemoryRateLimiter, type RateLimiter } from '../../src/http/rate-limit.ts';
 import type { App } from '../../src/http/types.ts';
@@ -17,12 +16,12 @@ import { TestClock } from './clock.ts';
 import type { CallJournal } from '../../src/ledger/journal/journal.ts';
 import { freshDatabase, type TestDatabase } from './databases.ts';
 import { live } from './live.ts';
+import { until } from './until.ts';
 
 export type Merchant = { merchantId: string; secretKey: string; walletId: string };
 
 /** Settlement runs after the answer is sent, so a test waits this long for a record to leave `pending`. */
 const SETTLE_WAIT_MS = 5_000;
-const SETTLE_POLL_MS = 20;
 
 export type CustomerWithMeter = { customerId: string; walletId: string; meterId: string; meterSlug: string };
 
@@ -38,7 +37,10 @@ export type TestApp = {
   storage: Storage;
   database: TestDatabase;
   config: Config;
-  /** The app's clock: a test advances it instead of sleeping past a TTL or a refill. */
+  /**
+   * The app's clock, which stands still until the test moves it: a test advances it instead of
+   * sleeping past a TTL or a refill.
+   */
   clock: TestClock;
   /** The app's payment provider: the built-in test provider, which records every charge. */
   payments: TestPaymentProvider;
@@ -73,7 +75,8 @@ export async function startTestApp(
     payments?: TestPaymentProvider;
     /** Receives the app's log lines (set LOG_LEVEL in env, else nothing is logged). */
     logStream?: DestinationStream;
-    clock?: Clock;
+    /** The app's clock (a new TestClock without it); apps sharing a database share one to agree on time. */
+    clock?: TestClock;
     /** A call journal for the gateway (decision 0024); apps have none unless given one. */
     journal?: CallJournal;
   } = {},
@@ -82,7 +85,7 @@ export async function startTestApp(
   const config = loadConfig({ LOG_LEVEL: 'silent', DATABASE_URL: database.url, ...opts.env });
   const storage = openStorage(database.url, { poolSize: 10, readUrl: config.databaseReadUrl });
   await migrateToLatest(storage);
-  const clock = new TestClock();
+  const clock = opts.clock ?? new TestClock();
   const payments = opts.payments ?? new TestPaymentProvider();
   const app = await buildApp({
     config,
@@ -91,36 +94,35 @@ export async function startTestApp(
     payments,
     rateLimiter: opts.rateLimiter ?? new MemoryRateLimiter(),
     ...(opts.logStream ? { logStream: opts.logStream } : {}),
-    ...(opts.clock ? { clock: opts.clock } : {}),
     ...(opts.journal ? { journal: opts.journal } : {}),
   });
   await app.ready();
 
   const newMerchant = async (name = 'Test merchant'): Promise<Merchant> => {
-    const { merchant, secretKey } = await createMerchant(storage, { name }, new Date(clock.now()).toISOString());
+    const { merchant, secretKey } = await createMerchant(storage, { name }, dateOf(clock).toISOString());
     return { merchantId: merchant.id, secretKey, walletId: merchant.wallet_id };
   };
   const merchant = await newMerchant('Acme');
   const auth = (key = merchant.secretKey) => ({ authorization: `Bearer ${key}` });
 
   const settledRecord = async (requestId: string | null, headers = auth()) => {
-    const deadline = Date.now() + SETTLE_WAIT_MS;
-    for (;;) {
-      const res = await app.inject({ method: 'GET', url: `/v1/requests/${requestId}`, headers });
-      const record = res.statusCode === 200 ? res.json() : undefined;
-      if (record && record.status !== 'pending') return record;
-      if (Date.now() >= deadline) {
-        const lastAnswer = record ? 'still pending' : `HTTP ${res.statusCode}`;
-        throw new Error(`request ${requestId} did not settle within ${SETTLE_WAIT_MS} ms (last answer: ${lastAnswer})`);
-      }
-      await sleep(SETTLE_POLL_MS);
-    }
+    let lastAnswer = 'no answer yet';
+    return until(
+      async () => {
+        const res = await app.inject({ method: 'GET', url: `/v1/requests/${requestId}`, headers });
+        const record = res.statusCode === 200 ? res.json() : undefined;
+        lastAnswer = record ? 'still pending' : `HTTP ${res.statusCode}`;
+        return record && record.status !== 'pending' ? record : undefined;
+      },
+      () => `request ${requestId} to settle (last answer: ${lastAnswer})`,
+      { timeoutMs: SETTLE_WAIT_MS, intervalMs: 20 },
+    );
   };
 
   const customerWithMeter = async (opts: { credit?: string; meter?: Record<string, unknown>; secretKey?: string }) => {
     const headers = auth(opts.secretKey);
     const customer = (await app.inject({ method: 'POST', url: '/v1/customers', headers, payload: {} })).json();
-    if (opts.credit !== undefined) await creditWallet(storage, customer.wallet.wallet_id, parseMoney(opts.credit), new Date().toISOString());
+    if (opts.credit !== undefined) await creditWallet(storage, customer.wallet.wallet_id, parseMoney(opts.credit), dateOf(clock).toISOString());
     const meter = (await app.inject({ method: 'POST', url: '/v1/meters', headers, payload: opts.meter ?? PER_REQUEST_METER })).json();
     return { customerId: customer.customer_id, walletId: customer.wallet.wallet_id, meterId: meter.meter_id, meterSlug: meter.meter_slug } as CustomerWithMeter;
   };

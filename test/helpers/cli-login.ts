@@ -1,8 +1,8 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { chmodSync, existsSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { setTimeout as sleep } from 'node:timers/promises';
 import type { Browser, BrowserContext, Page } from 'playwright-core';
+import { until } from './until.ts';
 
 /**
  * Stands in for the desktop's `xdg-open`: a script, first on PATH, that writes the URL a login
@@ -13,16 +13,12 @@ export function fakeBrowserOpener(dir: string): { path: string; opened(): Promis
   const opener = join(dir, 'xdg-open');
   writeFileSync(opener, `#!/bin/sh\nprintf '%s' "$1" > '${urlFile}'\n`);
   chmodSync(opener, 0o755);
-  return { path: `${dir}:${process.env.PATH}`, opened: () => waitForFile(urlFile) };
+  return { path: `${dir}:${process.env.PATH}`, opened: () => writtenFile(urlFile) };
 }
 
-async function waitForFile(path: string, timeoutMs = 15_000): Promise<string> {
-  const deadline = Date.now() + timeoutMs;
-  while (!existsSync(path) || readFileSync(path, 'utf8') === '') {
-    if (Date.now() > deadline) throw new Error(`${path} was not written within ${timeoutMs} ms`);
-    await sleep(20);
-  }
-  return readFileSync(path, 'utf8');
+/** The file's text once something was written to it (a CLI starting up can take seconds). */
+function writtenFile(path: string, timeoutMs = 15_000): Promise<string> {
+  return until(() => (existsSync(path) && readFileSync(path, 'utf8')) || undefined, `${path} to be written`, { timeoutMs, intervalMs: 20 });
 }
 
 /** A child process whose stdout is collected; resolves when it exits 0, rejects with its stderr otherwise. */

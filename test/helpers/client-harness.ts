@@ -1,4 +1,3 @@
-import { setTimeout as sleep } from 'node:timers/promises';
 import { Lava } from '@lavapayments/nodejs';
 import { afterAll, beforeAll, beforeEach, expect, it } from 'vitest';
 import { formatMoney, parseMoney } from '../../src/domain/money.ts';
@@ -9,6 +8,7 @@ import { waitsFor, type ClientPath, type Coverage } from './client-matrix.ts';
 import { databasesUnderTest, priceOverridesFile } from './databases.ts';
 import { startGatewayOnMock, THREE_PROVIDERS } from './gateway.ts';
 import type { MockUpstream, RecordedRequest } from './mock-upstream.ts';
+import { until } from './until.ts';
 
 /**
  * One gateway on one mock provider for a whole client e2e file, and per test a fresh customer
@@ -147,13 +147,11 @@ export function useClientHarness() {
       return seen;
     },
     /** The customer's records once there are `count` (the gateway writes one just after its answer, decision 0011). */
-    async recordsOnceThere(count = 1): Promise<RecordJson[]> {
-      for (let i = 0; i < 200; i++) {
+    recordsOnceThere(count = 1): Promise<RecordJson[]> {
+      return until(async () => {
         const records = await customerRecords();
-        if (records.length >= count) return records;
-        await sleep(10);
-      }
-      throw new Error(`fewer than ${count} records for the customer within 2 s`);
+        return records.length >= count && records;
+      }, `${count} records for the customer`);
     },
 
     /**

@@ -1,18 +1,29 @@
 import type { Clock } from '../../src/domain/clock.ts';
 
 /**
- * Real time plus an offset the test moves: time still passes on its own (timers, round trips),
- * and `advance` jumps past a TTL or a refill without waiting for it.
+ * A clock that stands still until the test moves it: `advance` jumps past a TTL or a refill,
+ * `set` puts it at a given instant. Nothing expires, refills or ages while a test waits on a round
+ * trip, so an expiry 150 ms ahead is as safe as one a day ahead. It starts at the wall clock's
+ * now (so rows it stamps sort beside rows a database stamps) unless given a start.
  */
 export class TestClock implements Clock {
-  #offsetMs = 0;
+  #nowMs: number;
+
+  constructor(startMs: number = Date.now()) {
+    this.#nowMs = startMs;
+  }
 
   now(): number {
-    return Date.now() + this.#offsetMs;
+    return this.#nowMs;
   }
 
   advance(ms: number): void {
     if (ms < 0) throw new RangeError('a clock only moves forward');
-    this.#offsetMs += ms;
+    this.#nowMs += ms;
+  }
+
+  /** Puts the clock at `ms` (forward only, like time). */
+  set(ms: number): void {
+    this.advance(ms - this.#nowMs);
   }
 }

@@ -169,6 +169,7 @@ export async function startMockUpstream(): Promise<MockUpstream> {
     const behaviour = takeBehaviour(url.pathname);
 
     if (behaviour.hang) return;
+    // Wall clock: a slow provider takes real time to answer (relay timeouts are real milliseconds).
     if (behaviour.delayMs) await sleep(behaviour.delayMs);
     if (behaviour.releasedBy) await behaviour.releasedBy;
     if (res.destroyed) return;
@@ -214,6 +215,7 @@ async function send(res: ServerResponse, answer: Answer, behaviour: Behaviour): 
   let written = 0;
   for (const chunk of answer.chunks) {
     if (behaviour.cutAfterChunks !== undefined && written >= behaviour.cutAfterChunks) break;
+    // Wall clock: a slow stream takes real time between its chunks.
     if (behaviour.chunkDelayMs) await sleep(behaviour.chunkDelayMs);
     if (res.destroyed) return;
     // Waiting for each write to reach the socket keeps chunks apart and lets a cut follow them.

@@ -98,7 +98,7 @@ export async function startRawProvider(): Promise<RawProvider> {
     res.writeHead(200, { 'content-type': 'text/event-stream' });
     res.flushHeaders();
     for (let i = 0; i < chunks; i++) {
-      await sleep(delay);
+      await sleep(delay); // Wall clock: a slow provider takes real time between its chunks.
       if (res.destroyed) return;
       const chunk = { id: 'chatcmpl-slow', object: 'chat.completion.chunk', model: 'mistral-small-latest', choices: [{ index: 0, delta: { content: 'word ' } }] };
       res.write(`data: ${JSON.stringify(chunk)}\n\n`);

@@ -8,6 +8,7 @@ import { covers, type Call, type Client } from './client-matrix.ts';
 import { priceOverridesFile, type TestDatabase } from './databases.ts';
 import { startGatewayOnMock, THREE_PROVIDERS } from './gateway.ts';
 import type { MockUpstream, RecordedRequest } from './mock-upstream.ts';
+import { until } from './until.ts';
 
 /**
  * The rewrite proxy's client tests' shared stand: a gateway on the mock provider (OpenAI,
@@ -118,13 +119,11 @@ export function useRewriteHarness(dialect: TestDatabase['dialect']): RewriteHarn
       return seen;
     },
     customerRecords,
-    async recordsOnceThere(count) {
-      for (let i = 0; i < 100; i++) {
+    recordsOnceThere(count) {
+      return until(async () => {
         const records = await customerRecords();
-        if (records.length >= count) return records;
-        await new Promise((resolve) => setTimeout(resolve, 10));
-      }
-      throw new Error(`fewer than ${count} records within 1 s`);
+        return records.length >= count && records;
+      }, `${count} records for the customer`);
     },
     async expectBilled(requestId, e) {
       const record = await t.settledRecord(requestId);

@@ -8,6 +8,7 @@ import { priceOverridesFile, type TestDatabase } from './databases.ts';
 import { startGatewayOnMock, THREE_PROVIDERS } from './gateway.ts';
 import { live } from './live.ts';
 import type { MockUpstream, RecordedRequest } from './mock-upstream.ts';
+import { until } from './until.ts';
 
 /**
  * The forward gateway the official provider clients (openai 7, @anthropic-ai/sdk 1,
@@ -146,13 +147,11 @@ export function useSdkGateway(dialect: TestDatabase['dialect']) {
    * newest before its call. The embedded gateway writes a record just after the answer (decision
    * 0011), so it is waited for.
    */
-  async function newestRecordId(): Promise<string> {
-    for (let i = 0; i < 100; i++) {
+  function newestRecordId(): Promise<string> {
+    return until(async () => {
       const newest = await currentNewestRecordId();
-      if (newest !== undefined && newest !== newestBeforeCall) return newest;
-      await new Promise((r) => setTimeout(r, 10));
-    }
-    throw new Error('the request was not recorded within 1 s');
+      return newest !== newestBeforeCall && newest;
+    }, 'the request to be recorded');
   }
 
   /** What the mock answers when called directly with exactly the bytes the gateway sent it. */

@@ -15,6 +15,7 @@ import { creditWallet, findWallet } from '../../src/ledger/wallets.ts';
 import { forwardToken, startTestApp, type TestApp } from '../helpers/app.ts';
 import { databasesUnderTest } from '../helpers/databases.ts';
 import { CHAT_FACTS } from '../helpers/settle.ts';
+import { until } from '../helpers/until.ts';
 
 /**
  * Admission has one reference, the in-transaction path (a group-commit batch decided member by
@@ -285,8 +286,7 @@ describe.each(databasesUnderTest())('every admission path decides as the in-tran
       const first = admitDeferred(t.storage, deferred, both!, leases);
       const customerLease = () =>
         t.storage.db.selectFrom('holds').select('id').where('wallet_id', '=', w.walletIds[1]).whereRef('reference', '=', 'id').where('status', '=', 'active').executeTakeFirst();
-      for (let i = 0; i < 250 && !(await customerLease()); i++) await new Promise((r) => setTimeout(r, 20));
-      expect(await customerLease()).toBeDefined();
+      await until(customerLease, "the customer's lease to open");
       // The customer's lease is open and the first request waits on the merchant's wallet.
       const second = await admitDeferred(t.storage, deferred, customerOnly!, leases);
       unlock();

@@ -35,6 +35,7 @@ const issuePaths = (body: ErrorBody) => (body.error.issues ?? []).map((i) => i.p
  */
 async function nextMillisecond(): Promise<void> {
   const start = Date.now();
+  // Wall clock: ids take their millisecond from the system clock, not the app's.
   while (Date.now() === start) await new Promise((r) => setTimeout(r, 1));
 }
 

@@ -1,6 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startTestApp, type TestApp } from '../helpers/app.ts';
 import { databaseBehindProxy, type DatabaseBehindProxy, type TcpProxy } from '../helpers/tcp-proxy.ts';
+import { until } from '../helpers/until.ts';
 
 /**
  * Losing PostgreSQL is an outage, not a crash (decision 0019): terminated connections and
@@ -57,15 +58,17 @@ describe.runIf(postgres)('database loss on postgres', () => {
   };
 
   /** Polls until a call succeeds: service resumes without a restart. */
-  const resumes = async (path: string) => {
-    for (let attempt = 0; attempt < 50; attempt++) {
-      const a = await call('GET', path);
-      if (a.status === 200) return a;
-      expect(a.status).toBe(503);
-      await new Promise((r) => setTimeout(r, 50));
-    }
-    throw new Error(`${path} did not recover`);
-  };
+  const resumes = (path: string) =>
+    until(
+      async () => {
+        const a = await call('GET', path);
+        if (a.status === 200) return a;
+        expect(a.status).toBe(503);
+        return undefined;
+      },
+      `${path} to recover`,
+      { intervalMs: 50, timeoutMs: 10_000 },
+    );
 
   it('survives its idle connections being terminated, and answers the next requests', async () => {
     await Promise.all(Array.from({ length: 8 }, () => call('GET', '/v1/customers')));

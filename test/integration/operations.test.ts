@@ -1,15 +1,17 @@
+import { once } from 'node:events';
 import { connect, type AddressInfo } from 'node:net';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { buildApp } from '../../src/app.ts';
 import { loadConfig } from '../../src/config.ts';
 import { MemoryRateLimiter } from '../../src/http/rate-limit.ts';
-import { startServer } from '../../src/main.ts';
+import { startServer, type RunningServer } from '../../src/main.ts';
 import { openStorage } from '../../src/storage/db.ts';
 import { createMerchant } from '../../src/storage/merchants.ts';
 import { migrateToLatest } from '../../src/storage/migrate.ts';
 import { startTestApp, type TestApp } from '../helpers/app.ts';
 import { databasesUnderTest, freshDatabase, runTempDir } from '../helpers/databases.ts';
+import { until } from '../helpers/until.ts';
 
 describe.each(databasesUnderTest())('operational endpoints on %s', (dialect) => {
   let t: TestApp;
@@ -147,8 +149,12 @@ describe('graceful shutdown of startServer', () => {
     await expect(canConnect(Number(url.port))).resolves.toBe(false);
   });
 
-  /** Opens a raw connection and sends the headers and the first bytes of a POST, leaving it in progress. */
-  async function beginSlowPost(port: number, secretKey: string, body: string) {
+  /**
+   * Opens a raw connection and sends the headers and the first bytes of a POST, leaving it in
+   * progress; returns once the server has taken the request in (its headers are parsed).
+   */
+  async function beginSlowPost(server: RunningServer, port: number, secretKey: string, body: string) {
+    const arrived = once(server.app.server, 'request');
     const socket = connect(port, '127.0.0.1');
     await new Promise<void>((resolve) => socket.once('connect', () => resolve()));
     let text = '';
@@ -171,7 +177,7 @@ describe('graceful shutdown of startServer', () => {
         '',
       ].join('\r\n') + body.slice(0, 5),
     );
-    await new Promise((resolve) => setTimeout(resolve, 100));
+    await arrived;
     return { socket, response, finish: () => socket.write(body.slice(5)) };
   }
 
@@ -186,13 +192,12 @@ describe('graceful shutdown of startServer', () => {
 
   it('lets a request already in progress finish while stopping, refusing new connections meanwhile', async () => {
     const { server, secretKey, port } = await serverWithMerchant();
-    const slow = await beginSlowPost(port, secretKey, JSON.stringify({ reference_id: 'in-flight' }));
+    const slow = await beginSlowPost(server, port, secretKey, JSON.stringify({ reference_id: 'in-flight' }));
 
     let stopped = false;
     const stopping = server.stop().then(() => (stopped = true));
-    await new Promise((resolve) => setTimeout(resolve, 100));
+    await until(async () => !(await canConnect(port)), 'stop() to close the listening port');
     expect(stopped).toBe(false);
-    expect(await canConnect(port)).toBe(false);
 
     slow.finish();
     const text = await slow.response;
@@ -205,9 +210,9 @@ describe('graceful shutdown of startServer', () => {
 
   it('resolves stop() promptly after the in-flight response even if the client keeps the connection', async () => {
     const { server, secretKey, port } = await serverWithMerchant();
-    const slow = await beginSlowPost(port, secretKey, JSON.stringify({ reference_id: 'kept-alive' }));
+    const slow = await beginSlowPost(server, port, secretKey, JSON.stringify({ reference_id: 'kept-alive' }));
     const stopping = server.stop();
-    await new Promise((resolve) => setTimeout(resolve, 100));
+    await until(async () => !(await canConnect(port)), 'stop() to close the listening port');
     slow.finish();
     const text = await slow.response;
     try {

@@ -6,6 +6,7 @@ import { creditWallet } from '../../src/ledger/wallets.ts';
 import { createMerchant } from '../../src/storage/merchants.ts';
 import { printFigures, referencesChargedTwice, startServe, useServeSuite } from './harness.ts';
 import { forwardToken } from '../helpers/app.ts';
+import { until } from '../helpers/until.ts';
 
 /**
  * Crash test: a real `tollgate serve` process on PostgreSQL is SIGKILLed while clients record usage
@@ -26,7 +27,6 @@ const OPENAI_CHAT = 'https://api.openai.com/v1/chat/completions';
 /** Deferred admissions are written 50 ms after admission, settlements within a batch's 25 ms wait: a wide margin for a loaded machine. */
 const UNWRITTEN_WINDOW_MS = 2_000;
 const HOLD_TTL_MS = 60_000;
-const pause = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 /** Hot wallets admitted from leases (the default), and every admission written before the provider is called. */
 const MODES = [
@@ -103,7 +103,7 @@ describe.runIf(postgres).each(MODES)('crash test: SIGKILL mid-load on postgres, 
       }
     };
     const clients = Array.from({ length: CLIENTS }, client);
-    while (answers < 300) await pause(10);
+    await until(() => answers >= 300, '300 answers before the kill', { timeoutMs: 60_000 });
     const killedAt = Date.now();
     await stop('SIGKILL');
     stopClients = true;

@@ -5,6 +5,7 @@ import { creditWallet } from '../../src/ledger/wallets.ts';
 import type { MockGateway } from '../helpers/gateway.ts';
 import { databaseBehindProxy, type DatabaseBehindProxy } from '../helpers/tcp-proxy.ts';
 import { leaksInSuiteLogs, printFigures, startSuiteGateway } from './harness.ts';
+import { until } from '../helpers/until.ts';
 
 /**
  * Database fault under load: while clients forward provider calls, record usage and read, the
@@ -21,8 +22,6 @@ const ANSWER_BOUND_MS = 8_000;
 const OPENAI_CHAT = 'https://api.openai.com/v1/chat/completions';
 
 type Answer = { kind: string; status: number; ms: number; retryAfter: string | null; code?: string; requestId?: string };
-
-const pause = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 describe.runIf(postgres)('database fault under load on postgres', () => {
   let behind: DatabaseBehindProxy;
@@ -81,7 +80,7 @@ describe.runIf(postgres)('database fault under load on postgres', () => {
     });
     const answered = async (count: number) => {
       const target = answers.length + count;
-      while (answers.length < target) await pause(10);
+      await until(() => answers.length >= target, `${count} more answers`, { timeoutMs: 60_000 });
     };
 
     let faults = 0;

@@ -7,6 +7,7 @@ import { forwardToken } from '../helpers/app.ts';
 import { databasesUnderTest } from '../helpers/databases.ts';
 import { startReceiver } from '../helpers/webhook-receiver.ts';
 import { printFigures, referencesChargedTwice, startServe, useServeSuite } from './harness.ts';
+import { until } from '../helpers/until.ts';
 
 /**
  * Graceful stop under load: a real `tollgate serve` process gets SIGTERM while clients record
@@ -136,7 +137,7 @@ describe.each(databasesUnderTest())('graceful stop: SIGTERM mid-load on %s', (di
 
     const clients = [...Array.from({ length: FAST_CLIENTS }, fastClient), ...Array.from({ length: STREAM_CLIENTS }, streamClient)];
     const longs = [await longStream(true), await longStream(false)];
-    while (figures.recorded_201 + figures.forwards_200 + figures.streams_whole < 200) await new Promise((r) => setTimeout(r, 10));
+    await until(() => figures.recorded_201 + figures.forwards_200 + figures.streams_whole >= 200, '200 answers before the signal', { timeoutMs: 60_000 });
 
     const signalledAt = performance.now();
     serve.child.kill('SIGTERM');

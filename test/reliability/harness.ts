@@ -8,6 +8,7 @@ import { migrateToLatest } from '../../src/storage/migrate.ts';
 import { startGatewayOnMock, type MockGateway } from '../helpers/gateway.ts';
 import { freshDatabase, type TestDatabase } from '../helpers/databases.ts';
 import { startMockUpstream, type MockUpstream } from '../helpers/mock-upstream.ts';
+import { until } from '../helpers/until.ts';
 
 /**
  * Shared parts of the reliability suite (`npm run test:reliability`): apps whose every log line
@@ -97,14 +98,20 @@ export async function startServe(env: Record<string, string>, base: string): Pro
   child.stdout!.on('data', (d: Buffer) => (output += d.toString()));
   child.stderr!.on('data', (d: Buffer) => (output += d.toString()));
   const exited = new Promise<number | null>((resolve) => child.once('exit', (code) => resolve(code)));
-  for (let i = 0; i < 600; i++) {
-    const ready = await fetch(`${base}/readyz`).then((r) => r.status === 200, () => false);
-    if (ready) return { child, output: () => output, exited };
-    if (child.exitCode !== null) break;
-    await new Promise((r) => setTimeout(r, 50));
+  try {
+    await until(
+      async () => {
+        if (child.exitCode !== null) throw new Error(`it exited with ${child.exitCode}`);
+        return fetch(`${base}/readyz`).then((r) => r.status === 200, () => false);
+      },
+      '`tollgate serve` to answer /readyz with 200',
+      { timeoutMs: 30_000, intervalMs: 50 },
+    );
+    return { child, output: () => output, exited };
+  } catch (error) {
+    child.kill('SIGKILL');
+    throw new Error(`tollgate serve did not become ready (${(error as Error).message}):\n${output.slice(-2000)}`);
   }
-  child.kill('SIGKILL');
-  throw new Error(`tollgate serve did not become ready:\n${output.slice(-2000)}`);
 }
 
 /** What a suite of `tollgate serve` processes shares: its database (open here too), its mock OpenAI and its port. */

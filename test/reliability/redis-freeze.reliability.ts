@@ -6,6 +6,7 @@ import { creditWallet } from '../../src/ledger/wallets.ts';
 import { createMerchant } from '../../src/storage/merchants.ts';
 import { databasesUnderTest } from '../helpers/databases.ts';
 import { freePort, printFigures, startServe, useServeSuite } from './harness.ts';
+import { until } from '../helpers/until.ts';
 
 /**
  * A Redis that stops answering (SIGSTOP keeps its connections open, so nothing but a timeout
@@ -38,12 +39,13 @@ async function startOwnRedis(): Promise<OwnRedis> {
   const url = `redis://127.0.0.1:${port}`;
   const client = new Redis(url, { maxRetriesPerRequest: 1, retryStrategy: () => 20 });
   client.on('error', () => {});
-  for (let i = 0; i < 200; i++) {
-    if (await client.ping().then(() => true, () => false)) return { process: child, url, client };
-    await new Promise((r) => setTimeout(r, 25));
+  try {
+    await until(() => client.ping().then(() => true, () => false), 'redis-server to answer PING', { intervalMs: 25 });
+    return { process: child, url, client };
+  } catch (error) {
+    child.kill('SIGKILL');
+    throw error;
   }
-  child.kill('SIGKILL');
-  throw new Error('redis-server did not start');
 }
 
 describe.each(databasesUnderTest())('a frozen Redis (SIGSTOP) with tollgate serve on %s', (dialect) => {
@@ -135,22 +137,22 @@ describe.each(databasesUnderTest())('a frozen Redis (SIGSTOP) with tollgate serv
 
     redis.process.kill('SIGCONT');
     // The breakers' probes find Redis again (polled; the probe runs every 500 ms).
-    const deadline = Date.now() + 10_000;
-    let readiness = '';
-    while (Date.now() < deadline) {
-      readiness = ((await (await fetch(`${base}/readyz`)).json()) as { redis: string }).redis;
-      if (readiness === 'ready') break;
-      await new Promise((r) => setTimeout(r, 50));
-    }
-    expect(readiness).toBe('ready');
+    await until(
+      async () => ((await (await fetch(`${base}/readyz`)).json()) as { redis: string }).redis === 'ready',
+      'readyz to report Redis ready',
+      { timeoutMs: 10_000, intervalMs: 50 },
+    );
     const resumed = await redisCounts();
-    let after = resumed;
-    for (let i = 0; i < 20 && (after.rate <= resumed.rate || after.bucket === resumed.bucket); i++) {
-      expect((await timed(standardCall)).status).toBe(200);
-      expect((await timed(spendKeyCall)).status).toBe(200);
-      after = await redisCounts();
-      if (after.rate <= resumed.rate || after.bucket === resumed.bucket) await new Promise((r) => setTimeout(r, 50));
-    }
+    const after = await until(
+      async () => {
+        expect((await timed(standardCall)).status).toBe(200);
+        expect((await timed(spendKeyCall)).status).toBe(200);
+        const counts = await redisCounts();
+        return counts.rate > resumed.rate && counts.bucket !== resumed.bucket && counts;
+      },
+      'both counters to move in Redis again',
+      { timeoutMs: 10_000, intervalMs: 50 },
+    );
     // Both counters move in Redis again: the standard window and the spend key's bucket.
     expect(after.rate).toBeGreaterThan(resumed.rate);
     expect(after.bucket).not.toBe(resumed.bucket);

@@ -6,6 +6,7 @@ import { createMerchant } from '../../src/storage/merchants.ts';
 import { forwardToken } from '../helpers/app.ts';
 import { runTempDir, type TestDatabase } from '../helpers/databases.ts';
 import { printFigures, referencesChargedTwice, startServe, useServeSuite } from './harness.ts';
+import { until } from '../helpers/until.ts';
 
 /**
  * No served call is free after a crash (decision 0024): a real `tollgate serve` process is
@@ -69,8 +70,8 @@ describe.each(ENGINES)('crash test: calls served before a SIGKILL are charged af
         }
       };
       const clients = Array.from({ length: CLIENTS }, client);
-      while (answers < ANSWERS_PER_LIFE) await pause(5);
-      // A different moment of the request cycle each time.
+      await until(() => answers >= ANSWERS_PER_LIFE, `${ANSWERS_PER_LIFE} answers in life ${life}`, { timeoutMs: 60_000, intervalMs: 5 });
+      // Wall clock: a different moment of the request cycle each time (0 to 21 ms).
       await pause(life * 7);
       suite.serve.child.kill('SIGKILL');
       await suite.serve.exited;

@@ -1,3 +1,4 @@
+import { createServer, type AddressInfo, type Server } from 'node:net';
 import Anthropic from '@anthropic-ai/sdk';
 import OpenAI from 'openai';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
@@ -7,6 +8,7 @@ import type { TestApp } from '../helpers/app.ts';
 import { databasesUnderTest } from '../helpers/databases.ts';
 import { startGatewayOnMock } from '../helpers/gateway.ts';
 import type { MockUpstream } from '../helpers/mock-upstream.ts';
+import { until } from '../helpers/until.ts';
 
 type Json = Record<string, unknown>;
 
@@ -45,15 +47,13 @@ describe.each(databasesUnderTest())('spend key enforcement on %s', (dialect) => 
   const codeOf = async (res: Response) => ((await res.json()) as { error: { code: string } }).error.code;
 
   /** Settlement runs after the answer: wait until the key has no request in flight. */
-  async function settled(id: string, requests: number): Promise<Json> {
-    for (let i = 0; i < 200; i++) {
+  function settled(id: string, requests: number): Promise<Json> {
+    return until(async () => {
       // Reservations first: once none is left, the key read after them shows every settlement.
       const inFlight = await t.storage.db.selectFrom('spend_key_reservations').select('request_pk').where('spend_key_id', '=', id).execute();
       const key = await retrieve(id);
-      if (key.total_requests === requests && inFlight.length === 0) return key;
-      await new Promise((r) => setTimeout(r, 20));
-    }
-    throw new Error('never settled');
+      return key.total_requests === requests && inFlight.length === 0 && key;
+    }, `the key to settle ${requests} requests`);
   }
 
   it('completes a chat completion through the openai client and counts spend and requests exactly', async () => {
@@ -131,7 +131,7 @@ describe.each(databasesUnderTest())('spend key enforcement on %s', (dialect) => 
   });
 
   it('refuses an expired key with 401 spend_key_expired', async () => {
-    const key = await createKey({ expires_at: new Date(Date.now() + 400).toISOString() });
+    const key = await createKey({ expires_at: new Date(t.clock.now() + 400).toISOString() });
     expect((await chat(key.key)).status).toBe(200);
     t.clock.advance(450);
     const expired = await chat(key.key);
@@ -180,10 +180,6 @@ describe.each(databasesUnderTest())('spend key enforcement on %s', (dialect) => 
       (await t.storage.db.selectFrom('spend_key_reservations').select('amount').where('spend_key_id', '=', key.spend_key_id).execute()).length;
     const overrun = async () =>
       Number((await t.storage.db.selectFrom('spend_keys').select('overrun').where('id', '=', key.spend_key_id).executeTakeFirstOrThrow()).overrun);
-    const until = async (done: () => Promise<boolean>) => {
-      for (let i = 0; i < 250 && !(await done()); i++) await new Promise((r) => setTimeout(r, 20));
-      expect(await done()).toBe(true);
-    };
 
     let answerSlow!: () => void;
     upstream.setNext({ path: '/chat/completions', releasedBy: new Promise<void>((resolve) => (answerSlow = resolve)) });
@@ -191,11 +187,11 @@ describe.each(databasesUnderTest())('spend key enforcement on %s', (dialect) => 
     const slow = chat(key.key);
     try {
       // A request in flight (reserved), then one the provider bills 40 times over.
-      await until(async () => (await reservations()) === 1);
+      await until(async () => (await reservations()) === 1, 'one reservation');
       const over = await chat(key.key);
       expect(over.status).toBe(200);
       await over.arrayBuffer();
-      await until(async () => (await reservations()) === 1 && (await overrun()) > 1_000);
+      await until(async () => (await reservations()) === 1 && (await overrun()) > 1_000, 'one reservation and the overrun recorded');
       const spent = await retrieve(key.spend_key_id);
       expect(parseMoney(spent.current_spend as string)).toBeGreaterThan(0n);
 
@@ -204,11 +200,11 @@ describe.each(databasesUnderTest())('spend key enforcement on %s', (dialect) => 
       const during = await chat(key.key);
       expect(during.status).toBe(200);
       await during.arrayBuffer();
-      await until(async () => (await reservations()) === 1);
+      await until(async () => (await reservations()) === 1, 'one reservation');
 
       answerSlow();
       expect((await slow).status).toBe(200);
-      await until(async () => (await reservations()) === 0);
+      await until(async () => (await reservations()) === 0, 'no reservation');
       // Nothing in flight any more: admitted again, and the overrun is over.
       const ok = await chat(key.key);
       expect(ok.status).toBe(200);
@@ -266,7 +262,7 @@ describe.each(databasesUnderTest())('spend key enforcement on %s', (dialect) => 
     const key = await createKey();
     expect((await chat(key.key)).status).toBe(200);
     await settled(key.spend_key_id, 1);
-    const yesterday = new Date(Date.now() - 86_400_000).toISOString();
+    const yesterday = new Date(t.clock.now() - 86_400_000).toISOString();
     await t.storage.db.updateTable('spend_keys').set({ last_used_at: yesterday }).where('id', '=', key.spend_key_id).execute();
     const patched = await t.app.inject({
       method: 'PATCH',
@@ -456,18 +452,27 @@ describe.each(databasesUnderTest())('spend key rate limits while Redis is unreac
   let upstream: MockUpstream;
   let t: TestApp;
   let base: string;
+  /** Stands where Redis should be: takes each connection and drops it at once, counting them. */
+  let unreachable: Server;
+  let connectionAttempts = 0;
 
   beforeAll(async () => {
+    unreachable = createServer((socket) => {
+      connectionAttempts++;
+      socket.destroy();
+    });
+    await new Promise<void>((resolve) => unreachable.listen(0, '127.0.0.1', resolve));
     ({ upstream, t, base } = await startGatewayOnMock(dialect, {
       providerHosts: ['api.openai.com'],
       providerKeys: { openai: 'sk-openai-managed' },
-      env: { REDIS_URL: 'redis://127.0.0.1:1' },
+      env: { REDIS_URL: `redis://127.0.0.1:${(unreachable.address() as AddressInfo).port}` },
     }));
     await creditWallet(t.storage, t.merchant.walletId, parseMoney('5'), new Date().toISOString());
   });
   afterAll(async () => {
     await t?.close();
     await upstream?.close();
+    unreachable?.close();
   });
 
   it('takes tokens from the database bucket instead: the limit still holds and nothing is a 500', async () => {
@@ -491,8 +496,9 @@ describe.each(databasesUnderTest())('spend key rate limits while Redis is unreac
     // The database bucket was drawn down (the Redis path never touches these columns): under one token left.
     const row = await t.storage.db.selectFrom('spend_keys').select('bucket_units').where('id', '=', id).executeTakeFirstOrThrow();
     expect(Number(row.bucket_units)).toBeLessThan(60_000);
-    // Long enough for ioredis' first reconnection attempts to fail too.
-    await new Promise((r) => setTimeout(r, 100));
+    // ioredis' reconnection attempts fail too, quietly.
+    const attempted = connectionAttempts;
+    await until(() => connectionAttempts >= attempted + 2, 'ioredis to try reconnecting twice more');
     spy.mockRestore();
     expect(printed.filter((line) => line.includes('ioredis'))).toEqual([]);
   });

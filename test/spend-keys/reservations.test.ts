@@ -9,8 +9,7 @@ import { creditWallet } from '../../src/ledger/wallets.ts';
 import { startTestApp, type TestApp } from '../helpers/app.ts';
 import { databasesUnderTest } from '../helpers/databases.ts';
 import { startMockUpstream, type MockUpstream } from '../helpers/mock-upstream.ts';
-
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+import { until } from '../helpers/until.ts';
 
 /**
  * A spend key's reservation ends exactly once with its request: at settlement (in the charge's
@@ -50,23 +49,15 @@ describe.each(databasesUnderTest())('spend key reservations on %s', (dialect) =>
     });
   const keyRow = (id: string) => t.storage.db.selectFrom('spend_keys').selectAll().where('id', '=', id).executeTakeFirstOrThrow();
   const reservations = (id: string) => t.storage.db.selectFrom('spend_key_reservations').selectAll().where('spend_key_id', '=', id).execute();
-  async function until<T>(read: () => Promise<T | undefined>): Promise<T> {
-    for (let i = 0; i < 200; i++) {
-      const value = await read();
-      if (value !== undefined) return value;
-      await sleep(10);
-    }
-    throw new Error('never happened');
-  }
 
   it('a request whose hold the sweeper expired has its reservation ended, once, counting the estimate it is charged; its late answer counts nothing more', async () => {
     const key = await createKey();
     upstream.setNext({ path: '/chat/completions', delayMs: 600 });
     const answer = chat(key.key);
-    const reservation = await until(async () => (await reservations(key.spend_key_id))[0]);
+    const reservation = await until(async () => (await reservations(key.spend_key_id))[0], 'a reservation for the request');
     expect(BigInt((await keyRow(key.spend_key_id)).reserved_spend)).toBe(BigInt(reservation.amount));
 
-    expect(await sweepExpiredHolds(t.storage, new Date(Date.now() + 60_000))).toBe(1);
+    expect(await sweepExpiredHolds(t.storage, new Date(t.clock.now() + 60_000))).toBe(1);
     expect(await reservations(key.spend_key_id)).toEqual([]);
     const swept = await keyRow(key.spend_key_id);
     expect(BigInt(swept.reserved_spend)).toBe(0n);
@@ -87,9 +78,11 @@ describe.each(databasesUnderTest())('spend key reservations on %s', (dialect) =>
   });
 
   it('the sweeper ends a reservation left behind by a completed request, counting the cost its record shows', async () => {
+    // This test's record is then the newest by created_at (the app's clock stands still otherwise).
+    t.clock.advance(1000);
     const key = await createKey();
     expect((await chat(key.key)).status).toBe(200);
-    await until(async () => ((await reservations(key.spend_key_id)).length === 0 ? true : undefined));
+    await until(async () => (await reservations(key.spend_key_id)).length === 0, 'the reservation to end');
     const settled = await keyRow(key.spend_key_id);
     const cost = BigInt(settled.current_spend);
     expect(cost).toBeGreaterThan(0n);
@@ -102,7 +95,7 @@ describe.each(databasesUnderTest())('spend key reservations on %s', (dialect) =>
       .set({ current_spend: 0n, total_spend: BigInt(settled.total_spend) - cost, reserved_spend: held })
       .where('id', '=', key.spend_key_id)
       .execute();
-    await t.storage.db.insertInto('spend_key_reservations').values({ request_pk: record.id, spend_key_id: key.spend_key_id, amount: held, created_at: new Date().toISOString() }).execute();
+    await t.storage.db.insertInto('spend_key_reservations').values({ request_pk: record.id, spend_key_id: key.spend_key_id, amount: held, created_at: dateOf(t.clock).toISOString() }).execute();
 
     await sweepExpiredHolds(t.storage, dateOf(t.clock));
     const repaired = await keyRow(key.spend_key_id);
@@ -173,7 +166,7 @@ describe.each(databasesUnderTest())('spend key reservations on %s', (dialect) =>
     try {
       expect((await chat(key.key)).status).toBe(200);
       // The settlement has tried (and failed) to end the reservation with the charge.
-      await until(async () => (failing.failures > 0 ? true : undefined));
+      await until(() => failing.failures > 0, 'the failing write to be tried');
       const [reservation] = await reservations(key.spend_key_id);
       expect(reservation).toBeDefined();
       const record = await t.storage.db.selectFrom('requests').select('status').where('id', '=', reservation!.request_pk).executeTakeFirstOrThrow();

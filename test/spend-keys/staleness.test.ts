@@ -1,7 +1,9 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { dateOf } from '../../src/domain/clock.ts';
 import { parseMoney } from '../../src/domain/money.ts';
 import { creditWallet } from '../../src/ledger/wallets.ts';
 import { startTestApp, type TestApp } from '../helpers/app.ts';
+import { TestClock } from '../helpers/clock.ts';
 import { databasesUnderTest } from '../helpers/databases.ts';
 import { startMockUpstream, type MockUpstream } from '../helpers/mock-upstream.ts';
 
@@ -17,6 +19,8 @@ describe.each(databasesUnderTest())('spend key changes made on another instance,
   let a: TestApp;
   let b: TestApp;
   let baseB: string;
+  /** Both instances' clock, so they agree on when a key expires. */
+  const clock = new TestClock();
 
   beforeAll(async () => {
     upstream = await startMockUpstream();
@@ -24,10 +28,10 @@ describe.each(databasesUnderTest())('spend key changes made on another instance,
       UPSTREAM_OVERRIDES: JSON.stringify({ 'api.openai.com': upstream.url, 'api.anthropic.com': upstream.url }),
       PROVIDER_KEYS: JSON.stringify({ openai: 'sk-openai-managed', anthropic: 'sk-ant-managed' }),
     };
-    a = await startTestApp(dialect, { env });
-    b = await startTestApp(dialect, { env, database: a.database });
+    a = await startTestApp(dialect, { env, clock });
+    b = await startTestApp(dialect, { env, database: a.database, clock });
     baseB = await b.listen();
-    await creditWallet(a.storage, a.merchant.walletId, parseMoney('100'), new Date().toISOString());
+    await creditWallet(a.storage, a.merchant.walletId, parseMoney('100'), dateOf(clock).toISOString());
   });
   afterAll(async () => {
     await b?.close();
@@ -59,10 +63,10 @@ describe.each(databasesUnderTest())('spend key changes made on another instance,
   }
 
   it('a key expired early on A is refused by B with 401 spend_key_expired', async () => {
-    const key = await createKey({ expires_at: new Date(Date.now() + 3_600_000).toISOString() });
+    const key = await createKey({ expires_at: new Date(clock.now() + 3_600_000).toISOString() });
     await cachedOnB(key.key);
-    await changeOnA(key.spend_key_id, { expires_at: new Date(Date.now() + 150).toISOString() });
-    b.clock.advance(200);
+    await changeOnA(key.spend_key_id, { expires_at: new Date(clock.now() + 150).toISOString() });
+    clock.advance(200);
     const res = await chatOnB(key.key);
     expect(res.status).toBe(401);
     expect(await errorOf(res)).toBe('spend_key_expired');

@@ -1,17 +1,12 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createCliCode } from '../../src/storage/cli-codes.ts';
 import { startTestApp, type TestApp } from '../helpers/app.ts';
+import { TestClock } from '../helpers/clock.ts';
 import { databasesUnderTest } from '../helpers/databases.ts';
-
-/** A clock the test moves by hand. */
-function manualClock(start = Date.parse('2026-03-01T10:00:00Z')) {
-  let now = start;
-  return { now: () => now, advance: (ms: number) => void (now += ms) };
-}
 
 describe.each(databasesUnderTest())('POST /v1/auth/callback on %s', (dialect) => {
   let t: TestApp;
-  const clock = manualClock();
+  const clock = new TestClock(Date.parse('2026-03-01T10:00:00Z'));
 
   beforeAll(async () => {
     t = await startTestApp(dialect, { clock });

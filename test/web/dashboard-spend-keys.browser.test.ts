@@ -2,6 +2,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { parseMoney } from '../../src/domain/money.ts';
 import { creditWallet } from '../../src/ledger/wallets.ts';
 import { exactText, signedInDashboard, type DashboardSession } from '../helpers/dashboard.ts';
+import { until } from '../helpers/until.ts';
 
 type Key = { spend_key_id: string; name: string; key_preview: string; status: string; current_spend: string; current_requests: number; total_requests: number };
 
@@ -31,14 +32,12 @@ describe('dashboard spend keys (Chromium)', () => {
     });
   const keysOverApi = async () => (await d.api('GET', '/v1/spend_keys?limit=100')).body.data as Key[];
   /** Settlement runs after the answer: wait until the key has counted `requests` and holds no reservation. */
-  async function settled(requests: number): Promise<Key> {
-    for (let i = 0; i < 200; i++) {
+  function settled(requests: number): Promise<Key> {
+    return until(async () => {
       const inFlight = await d.t.storage.db.selectFrom('spend_key_reservations').select('request_pk').where('spend_key_id', '=', keyId).execute();
       const found = (await keysOverApi()).find((k) => k.spend_key_id === keyId)!;
-      if (found.total_requests === requests && inFlight.length === 0) return found;
-      await new Promise((r) => setTimeout(r, 20));
-    }
-    throw new Error('the spend key never settled');
+      return found.total_requests === requests && inFlight.length === 0 && found;
+    }, `the spend key to settle ${requests} requests`);
   }
   const cell = (selector: string) => exactText(d.page, `#key-${keyId} ${selector}`);
   const clickRowButton = async (name: RegExp) => {

@@ -5,6 +5,7 @@ import { createMerchant } from '../../src/storage/merchants.ts';
 import { migrateToLatest } from '../../src/storage/migrate.ts';
 import { freshDatabase, type TestDatabase } from '../helpers/databases.ts';
 import { startReceiver, type Receiver } from '../helpers/webhook-receiver.ts';
+import { until } from '../helpers/until.ts';
 
 /** Starts `tollgate serve` as its own process and resolves with its base URL once it listens. */
 function serve(databaseUrl: string): Promise<{ child: ChildProcess; url: string }> {
@@ -65,9 +66,9 @@ describe('a server killed with deliveries due', () => {
 
     const second = await serve(database.url);
     children.push(second.child);
-    const deadline = Date.now() + 15_000;
     const ids = () => new Set(receiver.received.map((r) => JSON.parse(r.body).id as string));
-    while (ids().size < customers && Date.now() < deadline) await new Promise((resolve) => setTimeout(resolve, 50));
+    // Not failing here: the assertions below say which deliveries are missing.
+    await until(() => ids().size >= customers, 'every customer.created delivered', { timeoutMs: 15_000, intervalMs: 50 }).catch(() => undefined);
     second.child.kill('SIGTERM');
 
     const check = openStorage(database.url);
