@@ -213,7 +213,14 @@ export function registerCustomerRoutes(app: App, deps: AppDeps): void {
 
   app.patch(
     '/customers/:id',
-    { schema: { tags, params: customerParams, body: updateBody, response: { 200: customerSchema, ...standardErrors } } },
+    {
+      schema: {
+        tags,
+        params: customerParams,
+        body: updateBody,
+        response: { 200: customerSchema, ...standardErrors, 409: errorResponse('`reference_id_taken`: another customer of this merchant already uses this reference_id') },
+      },
+    },
     async (request) => {
       const row = await updateConnection(storage, principalOf(request).merchantId, request.params.id, toFields(request.body));
       if (row === 'reference_taken') throw referenceTaken();

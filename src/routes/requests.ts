@@ -8,7 +8,7 @@ import { principalOf, type Principal } from '../http/auth.ts';
 import { ApiError, notFound, validationError } from '../http/errors.ts';
 import { LAVA_METADATA_HEADER, mergeMetadata, METADATA_HEADER, metadataFiltersSchema, metadataSchema, outsideMetadata, parseJsonParam, type MetadataHeaders } from '../http/metadata.ts';
 import { assertCursor, pageQuery, pageResponse, toPage, type Page } from '../http/pagination.ts';
-import { customerRef, idParams, standardErrors } from '../http/schemas.ts';
+import { customerRef, errorResponse, idParams, standardErrors } from '../http/schemas.ts';
 import type { App, AppDeps } from '../http/types.ts';
 import { dateOf } from '../domain/clock.ts';
 import type { ChargeInput, BalanceShortfall } from '../ledger/charge.ts';
@@ -308,7 +308,12 @@ export function registerRequestRoutes(app: App, deps: AppDeps, unwritten: Unwrit
         tags,
         body: createBody,
         querystring: createQuery,
-        response: { 200: requestRecordSchema, 201: requestRecordSchema, ...standardErrors },
+        response: {
+          200: requestRecordSchema,
+          201: requestRecordSchema,
+          ...standardErrors,
+          402: errorResponse('`insufficient_balance`: the wallet (after an auto top-up, if it has one) cannot cover the charge; nothing was recorded'),
+        },
       },
     },
     async (request, reply) => {

@@ -4,6 +4,7 @@ import { parseMoney } from '../../src/domain/money.ts';
 import { creditWallet } from '../../src/ledger/wallets.ts';
 import { startTestApp, type TestApp } from '../helpers/app.ts';
 import { databasesUnderTest } from '../helpers/databases.ts';
+import { checkResponsesAgainstOpenApi } from '../helpers/openapi-responses.ts';
 
 /** The published client records requests, lists them and reads usage against a running server. */
 describe.each(databasesUnderTest())('published client billing calls on %s', (dialect) => {
@@ -27,6 +28,7 @@ describe.each(databasesUnderTest())('published client billing calls on %s', (dia
     await creditWallet(t.storage, wallet, parseMoney('5'), new Date().toISOString());
   });
   afterAll(async () => t?.close());
+  checkResponsesAgainstOpenApi(() => t);
 
   it('creates a request whose charge is the meter fee, and retrieves it', async () => {
     // 1,500 + 500 tokens at 10 per 1M tokens = 0.02

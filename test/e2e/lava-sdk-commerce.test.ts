@@ -6,6 +6,7 @@ import { verifyLedger } from '../../src/ledger/verify.ts';
 import { TEST_CARDS } from '../../src/payments/test-provider.ts';
 import { startTestApp, type TestApp } from '../helpers/app.ts';
 import { databasesUnderTest } from '../helpers/databases.ts';
+import { checkResponsesAgainstOpenApi } from '../helpers/openapi-responses.ts';
 
 /** The published client (`@lavapayments/nodejs` 11.2) driving plans, credit bundles, subscriptions and checkout. */
 describe.each(databasesUnderTest())('published Lava client: commerce on %s', (dialect) => {
@@ -21,6 +22,7 @@ describe.each(databasesUnderTest())('published Lava client: commerce on %s', (di
     expect((await verifyLedger(t.storage)).problems).toEqual([]);
   });
   afterAll(async () => t?.close());
+  checkResponsesAgainstOpenApi(() => t);
 
   it('creates, lists, retrieves, updates and deletes plans, and reads their credit bundles', async () => {
     const m = await t.newMerchant();

@@ -5,6 +5,8 @@ import { verifyLedger } from '../../src/ledger/verify.ts';
 import { creditWallet, findWallet } from '../../src/ledger/wallets.ts';
 import { databasesUnderTest } from '../helpers/databases.ts';
 import { startGatewayOnMock, THREE_PROVIDERS, type MockGateway } from '../helpers/gateway.ts';
+import { until } from '../helpers/until.ts';
+import { checkResponsesAgainstOpenApi } from '../helpers/openapi-responses.ts';
 
 type CheckoutParams = Parameters<Lava['checkoutSessions']['create']>[0];
 type Json = Record<string, unknown>;
@@ -48,6 +50,7 @@ describe.each(databasesUnderTest())('published Lava client: customers by referen
     await g?.t.close();
     await g?.upstream.close();
   });
+  checkResponsesAgainstOpenApi(() => g.t);
 
   it('create is idempotent on reference_id: the second create answers the same customer, unchanged, with 200', async () => {
     const first = await lava.customers.create({ reference_id: 'user-42', name: 'Ada Lovelace', email: 'ada@example.com' });
@@ -121,7 +124,10 @@ describe.each(databasesUnderTest())('published Lava client: customers by referen
       meter_slug: meter.meter_slug,
       body: { model: 'gpt-4o-mini', messages: [{ role: 'user', content: 'hi' }] },
     });
-    const listed = await eventually(() => lava.requests.list({ customer_id: 'ref-everywhere' }), (page) => page.data.length === 2 && page.data.every((r) => r.status === 'completed'));
+    const listed = await until(async () => {
+      const page = await lava.requests.list({ customer_id: 'ref-everywhere' });
+      return page.data.length === 2 && page.data.every((r) => r.status === 'completed') && page;
+    }, 'both requests to be listed as completed');
     expect(listed.data.map((r) => r.customer_id)).toEqual([c.customer_id, c.customer_id]);
     expect((await api('GET', 'requests?connection_id=ref-everywhere')).body.data).toHaveLength(2);
 
@@ -165,13 +171,3 @@ describe.each(databasesUnderTest())('published Lava client: customers by referen
     expect(refused).toMatchObject({ status: 409, body: { error: { code: 'subscription_exists' } } });
   });
 });
-
-/** Polls `read` (every 10 ms, for at most 2 s) until `done` holds for its answer. */
-async function eventually<T>(read: () => Promise<T>, done: (value: T) => boolean): Promise<T> {
-  const deadline = Date.now() + 2000;
-  for (;;) {
-    const value = await read();
-    if (done(value) || Date.now() > deadline) return value;
-    await new Promise((resolve) => setTimeout(resolve, 10));
-  }
-}

@@ -3,6 +3,8 @@ import OpenAI from 'openai';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { databasesUnderTest } from '../helpers/databases.ts';
 import { startGatewayOnMock, THREE_PROVIDERS, type MockGateway } from '../helpers/gateway.ts';
+import { until } from '../helpers/until.ts';
+import { checkResponsesAgainstOpenApi } from '../helpers/openapi-responses.ts';
 
 /**
  * Where the published client (`@lavapayments/nodejs` 11.2) and the documented interface expect
@@ -20,6 +22,7 @@ describe.each(databasesUnderTest())('published Lava client: interface fidelity o
     await g?.t.close();
     await g?.upstream.close();
   });
+  checkResponsesAgainstOpenApi(() => g.t);
 
   it('refuses a meter update naming a field an update cannot change, and changes nothing', async () => {
     const lava = client(g.t.merchant.secretKey);
@@ -82,7 +85,10 @@ describe.each(databasesUnderTest())('published Lava client: interface fidelity o
     // The per-key header beats the JSON one; x-lava-metadata beats x-service-metadata.
     const metadata = { feature: 'summary', cohort: 'b', user_id: 'u42', team: 'core' };
     // gateway() returns only the JSON; the record is written just after the answer.
-    const listed = await eventually(() => lava.requests.list({ customer_id: customerId, metadata_filters: { user_id: 'u42' } }), (page) => page.data.length > 0);
+    const listed = await until(async () => {
+      const page = await lava.requests.list({ customer_id: customerId, metadata_filters: { user_id: 'u42' } });
+      return page.data.length > 0 && page;
+    }, 'the request to be listed by its metadata');
     expect(listed.data).toHaveLength(1);
     expect(listed.data[0]!.metadata).toEqual(metadata);
   });
@@ -194,13 +200,3 @@ describe.each(databasesUnderTest())('published Lava client: interface fidelity o
     expect((await lava.requests.retrieve('meta-headers-1')).metadata).toEqual({ source: 'body', team: 'core', run_id: 'r1' });
   });
 });
-
-/** Polls `read` (every 10 ms, for at most 2 s) until `done` holds for its answer. */
-async function eventually<T>(read: () => Promise<T>, done: (value: T) => boolean): Promise<T> {
-  const deadline = Date.now() + 2000;
-  for (;;) {
-    const value = await read();
-    if (done(value) || Date.now() > deadline) return value;
-    await new Promise((resolve) => setTimeout(resolve, 10));
-  }
-}

@@ -2,6 +2,7 @@ import { Lava } from '@lavapayments/nodejs';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startTestApp, type TestApp } from '../helpers/app.ts';
 import { databasesUnderTest } from '../helpers/databases.ts';
+import { checkResponsesAgainstOpenApi } from '../helpers/openapi-responses.ts';
 
 /** The published client's webhooks resource (11.2: create, list, retrieve, update, delete) over loopback HTTP. */
 describe.each(databasesUnderTest())('published Lava client webhooks against the server on %s', (dialect) => {
@@ -12,6 +13,7 @@ describe.each(databasesUnderTest())('published Lava client webhooks against the 
     base = await t.listen();
   });
   afterAll(async () => t?.close());
+  checkResponsesAgainstOpenApi(() => t);
 
   it('creates, lists, retrieves, updates and deletes webhooks, and reports the fourth as an error', async () => {
     const m = await t.newMerchant();

@@ -2,6 +2,7 @@ import { Lava } from '@lavapayments/nodejs';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startTestApp, type TestApp } from '../helpers/app.ts';
 import { databasesUnderTest } from '../helpers/databases.ts';
+import { checkResponsesAgainstOpenApi } from '../helpers/openapi-responses.ts';
 
 /**
  * The published client (`@lavapayments/nodejs` 11.2) against a real server over loopback HTTP.
@@ -19,6 +20,7 @@ describe.each(databasesUnderTest())('published Lava client (11.2) against the se
     base = await t.listen();
   });
   afterAll(async () => t?.close());
+  checkResponsesAgainstOpenApi(() => t);
 
   describe('meters', () => {
     it('creates, lists, retrieves, updates and deletes a meter', async () => {
