@@ -5,19 +5,9 @@ import { reportsOf } from '../../src/storage/db.ts';
 import { startTestApp, type CustomerWithMeter, type TestApp } from '../helpers/app.ts';
 import { databasesUnderTest } from '../helpers/databases.ts';
 import { startReplicaCluster, type ReplicaCluster } from '../helpers/replica-cluster.ts';
+import { until } from '../helpers/until.ts';
 
 type Ready = { status: string; replica?: { status: string; lag_seconds?: number; lag_bytes?: number } };
-
-/** Polls `probe` every 20 ms until it returns a value that is not undefined (a replica replays, a probe reconnects). */
-async function eventually<T>(what: string, probe: () => Promise<T | undefined>, timeoutMs = 10_000): Promise<T> {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    const value = await probe();
-    if (value !== undefined) return value;
-    if (Date.now() > deadline) throw new Error(`${what} did not happen within ${timeoutMs} ms`);
-    await new Promise((resolve) => setTimeout(resolve, 20));
-  }
-}
 
 // A throwaway primary and its streaming replica, two clusters of their own (the shared server is
 // left alone); they run wherever PostgreSQL does, CI included.
@@ -106,12 +96,16 @@ describe.skipIf(!databasesUnderTest().includes('postgres'))('reports read from a
       expect(Number(metric(await metrics(), 'tollgate_replica_lag_bytes'))).toBeGreaterThan(0);
 
       await onReplica('select pg_wal_replay_resume()');
-      await eventually('the replica replaying the write', async () => ((await usageCount()) === before + 1 ? true : undefined));
+      await until(async () => (await usageCount()) === before + 1, 'the replica to replay the write', { timeoutMs: 10_000, intervalMs: 20 });
       expect(await listedIds()).toContain(requestId);
-      const caughtUp = await eventually('readyz showing no lag', async () => {
-        const r = await ready();
-        return r.replica?.lag_bytes === 0 ? r : undefined;
-      });
+      const caughtUp = await until(
+        async () => {
+          const r = await ready();
+          return r.replica?.lag_bytes === 0 && r;
+        },
+        'readyz to show no lag',
+        { timeoutMs: 10_000, intervalMs: 20 },
+      );
       expect(caughtUp.replica).toEqual({ status: 'streaming', lag_seconds: 0, lag_bytes: 0 });
       expect(metric(await metrics(), 'tollgate_replica_up')).toBe('1');
     } finally {
@@ -135,7 +129,7 @@ describe.skipIf(!databasesUnderTest().includes('postgres'))('reports read from a
     } finally {
       await cluster.startReplica();
     }
-    await eventually('reports reading from the replica again', async () => (metric(await metrics(), 'tollgate_replica_up') === '1' ? true : undefined));
+    await until(async () => metric(await metrics(), 'tollgate_replica_up') === '1', 'reports to read from the replica again', { timeoutMs: 10_000, intervalMs: 20 });
     const { rows } = await sql<{ in_recovery: boolean }>`select pg_is_in_recovery() as in_recovery`.execute(reportsOf(t.storage).db);
     expect(rows[0]?.in_recovery).toBe(true);
     expect((await ready()).status).toBe('ready');
