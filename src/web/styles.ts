@@ -30,18 +30,19 @@ input,select,textarea{font:inherit;width:100%;max-width:30rem;padding:.5rem;bord
 input[type=checkbox]{width:auto}
 button,.button{font:inherit;display:inline-block;padding:.5rem 1rem;border:1px solid #0b5394;border-radius:.25rem;background:#0b5394;color:#fff;cursor:pointer;text-decoration:none;margin:.5rem .5rem 0 0}
 button.secondary,.button.secondary{background:#fff;color:#0b5394}
-button.danger{background:#a4161a;border-color:#a4161a}
+button.danger,.button.danger{background:#a4161a;border-color:#a4161a;color:#fff}
 header.top button{margin:0;padding:.25rem .75rem;background:transparent;border-color:#fff}
 .error{color:#a4161a;font-weight:600}
 .notice{background:#fff7e0;border:1px solid #b45309;padding:.75rem;border-radius:.25rem}
 .secret{font-family:ui-monospace,monospace;word-break:break-all;background:#eef3f8;padding:.5rem;border-radius:.25rem}
 .table-wrap{overflow-x:auto;position:relative}
 pre{white-space:pre-wrap;overflow-wrap:anywhere}
-td.actions form{display:inline-block}
+.actions form{display:inline-block}
 fieldset{border:1px solid #d0d0cc;border-radius:.25rem;margin:.75rem 0;padding:.5rem .75rem;min-width:0}
 table{border-collapse:collapse;width:100%;background:#fff}
-th,td{text-align:left;padding:.4rem .5rem;border-bottom:1px solid #d0d0cc;white-space:nowrap}
-td.num,th.num{text-align:right;font-variant-numeric:tabular-nums}
+th,td{text-align:left;padding:.4rem .5rem;border-bottom:1px solid #d0d0cc;overflow-wrap:anywhere}
+td.num,th.num{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap;overflow-wrap:normal}
+td.actions{white-space:nowrap}
 data.rounded{text-decoration:underline dotted;text-underline-offset:.2em}
 .filters{display:flex;flex-wrap:wrap;gap:.5rem 1rem;align-items:flex-end}
 .filters label{margin:0}

@@ -98,13 +98,19 @@ describe('dashboard plans and subscriptions (Chromium)', () => {
     expect(row!.slice(4, 7)).toEqual([api.credits.total_remaining, api.credits.cycle_remaining, api.credits.bundle_remaining]);
     expect(api.credits.cycle_remaining).toBe('5.5000000000');
 
-    await d.page.getByRole('button', { name: `Cancel at cycle end: the subscription of ${customer.customer_id}` }).click();
+    // Cancel leads to a confirmation page first; opening it changes nothing.
+    await d.page.getByRole('link', { name: 'Cancel the subscription of sub@example.com' }).click();
+    await d.page.waitForURL((u) => u.pathname === `/dashboard/subscriptions/${subscriptionId}/cancel`);
+    expect((await d.api('GET', `/v1/subscriptions/${subscriptionId}`)).body.pending_change).toBeNull();
+    await d.visit(`/dashboard/subscriptions/${subscriptionId}/cancel`, 'subscription-cancel-confirm');
+    expect(await d.page.textContent('h1')).toBe('Cancel the Starter subscription of sub@example.com?');
+    await d.page.getByRole('button', { name: 'Cancel at cycle end' }).click();
     await d.page.waitForSelector('#subscription-message');
     const after = (await d.api('GET', `/v1/subscriptions/${subscriptionId}`)).body;
     expect(after.status).toBe('active');
     expect(after.pending_change).toMatchObject({ type: 'cancellation', effective_at: api.cycle_end_at });
     expect(await d.page.textContent(`#sub-${subscriptionId} .pending`)).toContain('cancellation');
-    expect(await d.page.getByRole('button', { name: /Cancel at cycle end/ }).count()).toBe(0);
+    expect(await d.page.getByRole('link', { name: /Cancel the subscription/ }).count()).toBe(0);
 
     // The customer's page shows the plan's cycle credit in its bucket.
     await d.visit(`/dashboard/customers/${customer.customer_id}`, 'customer-subscribed');

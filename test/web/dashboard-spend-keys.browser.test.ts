@@ -110,7 +110,10 @@ describe('dashboard spend keys (Chromium)', () => {
 
   it('rotates the key: the new key is shown once and works, the old one stops', async () => {
     const before = (await d.api('GET', `/v1/spend_keys/${keyId}`)).body.key_preview;
-    await clickRowButton(/^Rotate Team A/);
+    await d.page.getByRole('link', { name: /^Rotate Team A/ }).click();
+    await d.page.waitForURL((u) => u.pathname === `/dashboard/spend-keys/${keyId}/rotate`);
+    expect((await d.api('GET', `/v1/spend_keys/${keyId}`)).body.key_preview).toBe(before);
+    await clickRowButton(/^Rotate the key$/);
     const rotated = (await d.page.textContent('#new-spend-key'))!.trim();
     expect(rotated).toMatch(/^spk_live_/);
     expect(rotated).not.toBe(key);
@@ -126,7 +129,7 @@ describe('dashboard spend keys (Chromium)', () => {
 
   it("changes a key's limits on its page: the API sees them, the counters stay the API's", async () => {
     await d.page.goto(`${d.base}/dashboard/spend-keys`);
-    await d.page.getByRole('link', { name: 'Team A' }).click();
+    await d.page.getByRole('link', { name: 'Team A', exact: true }).click();
     await d.page.waitForURL((u) => u.pathname === `/dashboard/spend-keys/${keyId}`);
     await d.visit(`/dashboard/spend-keys/${keyId}`, 'spend-key');
     const api = (await d.api('GET', `/v1/spend_keys/${keyId}`)).body;
@@ -147,5 +150,26 @@ describe('dashboard spend keys (Chromium)', () => {
     expect(after).toMatchObject({ spend_limit: { amount: '7.5000000000', cycle: 'weekly' }, request_limit: null, rate_limit: { rpm: 60 } });
     expect(await exactText(d.page, '#current-spend')).toBe(`${after.current_spend} of 7.5000000000 (weekly)`);
     expect(await d.page.textContent('#current-requests')).toBe(`${after.current_requests} (no limit)`);
+  });
+
+  it('revokes a key only after its confirmation page, which works without JavaScript, and offers the actions on the key\'s own page', async () => {
+    const noScript = await d.browser.newContext({ javaScriptEnabled: false });
+    await noScript.addCookies(await d.context.cookies());
+    const page = await noScript.newPage();
+    await page.goto(`${d.base}/dashboard/spend-keys/${keyId}`);
+    expect(await page.getByRole('link', { name: /^Revoke Team A/ }).count()).toBe(1);
+    await page.getByRole('link', { name: /^Revoke Team A/ }).click();
+    await page.waitForURL((u) => u.pathname === `/dashboard/spend-keys/${keyId}/revoke`);
+    expect(await page.textContent('h1')).toBe('Revoke the spend key Team A?');
+    await page.getByRole('link', { name: 'Go back' }).click();
+    await page.waitForURL((u) => u.pathname === '/dashboard/spend-keys');
+    expect((await d.api('GET', `/v1/spend_keys/${keyId}`)).status).toBe(200);
+
+    await page.getByRole('link', { name: /^Revoke Team A/ }).click();
+    await page.getByRole('button', { name: 'Revoke the key' }).click();
+    await page.waitForSelector('#spend-key-message');
+    expect(await page.textContent('#spend-key-message')).toContain('revoked');
+    expect((await d.api('GET', `/v1/spend_keys/${keyId}`)).status).toBe(404);
+    await noScript.close();
   });
 });

@@ -11,6 +11,7 @@ import { formatsFor, type Formats } from '../format.ts';
 import { html } from '../html.ts';
 import { assertCsrf, WebError } from '../session.ts';
 import { csrfField, merchantOf, sendDashboardPage } from './shell.ts';
+import { cancelLink } from './subscriptions.ts';
 
 const PAGE_SIZE = 50;
 const CREDITS_SHOWN = 50;
@@ -114,7 +115,7 @@ ${granted ? html`<p class="notice" role="status" id="grant-notice">Granted ${fmt
 <div class="card"><h2>Details</h2><dl class="kv">
 <dt>Name</dt><dd>${displayName(customer)}</dd><dt>Email</dt><dd>${customer.email ?? '—'}</dd>
 <dt>Reference</dt><dd>${customer.reference_id ?? '—'}</dd><dt>Wallet</dt><dd><code>${customer.wallet_id}</code></dd>
-<dt>Subscription</dt><dd>${sub ? html`<a href="/dashboard/subscriptions">${sub.plan.name}</a> (${sub.status}${sub.pending_change ? html`, ${sub.pending_change.type} at cycle end` : ''})` : 'none'}</dd>
+<dt>Subscription</dt><dd>${sub ? html`<a href="/dashboard/subscriptions">${sub.plan.name}</a> (${sub.status}${sub.pending_change ? html`, ${sub.pending_change.type} at cycle end` : ''}) <span class="actions">${cancelLink(sub, new Map([[customer.id, displayName(customer)]]))}</span>` : 'none'}</dd>
 <dt>Created</dt><dd>${customer.created_at}</dd>
 </dl></div>
 ${walletCard(wallet, fmt)}
@@ -150,7 +151,7 @@ function creditsCard(credits: WalletCredit[], fmt: Formats) {
 ${
   credits.length === 0
     ? html`<p>No credit yet. Grant some above, or sell credit with a plan's bundles.</p>`
-    : html`<div class="table-wrap"><table id="credits" aria-labelledby="credits-title">
+    : html`<div class="table-wrap" tabindex="0" role="region" aria-labelledby="credits-title"><table id="credits" aria-labelledby="credits-title">
 <thead><tr><th scope="col">Date (UTC)</th><th scope="col">Source</th><th scope="col">Bucket</th><th scope="col" class="num">Amount</th><th scope="col">Description</th></tr></thead>
 <tbody>${credits.map(
         (c) => html`<tr><td>${c.createdAt.slice(0, 19).replace('T', ' ')}</td><td>${CREDIT_KIND_LABELS[c.kind] ?? c.kind}</td><td>${c.bucket}</td><td class="num">${fmt.money(c.amount)}</td><td>${c.description ?? ''}</td></tr>`,
@@ -159,7 +160,7 @@ ${
 }
 
 function customerTable(rows: ConnectionWithBalance[], buckets: Map<string, WalletBuckets>, fmt: Formats) {
-  return html`<div class="card table-wrap"><table>
+  return html`<div class="card table-wrap" tabindex="0" role="region" aria-label="Customers"><table>
 <caption class="visually-hidden">Customers, newest first, with their wallet buckets</caption>
 <thead><tr><th scope="col">Customer</th><th scope="col">Name</th><th scope="col">Reference</th><th scope="col" class="num">Balance</th><th scope="col" class="num">Prepaid</th><th scope="col" class="num">Cycle</th><th scope="col" class="num">Bundle</th></tr></thead>
 <tbody>

@@ -71,7 +71,7 @@ ${
     ? html`<div class="card"><h2>No meters yet</h2><p>A meter is the price you charge. Create one with your secret key:</p>
 <pre class="secret">curl -X POST $TOLLGATE/v1/meters -H "Authorization: Bearer sk_live_…" -H "Content-Type: application/json" \\
   -d '{"name":"Chat","rate_type":"fixed","tier_type":"tokens_1m","tiers":[{"start":0,"rate":"2.00"}]}'</pre></div>`
-    : html`<div class="card table-wrap"><table><caption class="visually-hidden">Meters</caption>
+    : html`<div class="card table-wrap" tabindex="0" role="region" aria-label="Meters"><table><caption class="visually-hidden">Meters</caption>
 <thead><tr><th scope="col">Name</th><th scope="col">Slug</th><th scope="col">Type</th><th scope="col">Tiers</th></tr></thead><tbody>
 ${meters.slice(0, 100).map((m) => html`<tr><td><a href="/dashboard/meters/${m.id}">${m.name}</a></td><td><code>${m.slug}</code></td><td>${m.rate_type}, ${m.tier_type}</td><td>${deserializeTiers(m.tiers).length}</td></tr>`)}
 </tbody></table></div>`

@@ -95,7 +95,7 @@ function reportSection(report: UsageReport, fmt: Formats) {
 <div class="card"><h2 id="requests-chart-title">Requests per day</h2><div class="chart" id="requests-chart" role="img" aria-labelledby="requests-chart-title"></div></div>
 <div class="card"><h2 id="revenue-chart-title">Revenue per day</h2><div class="chart" id="revenue-chart" role="img" aria-labelledby="revenue-chart-title"></div></div>
 ${jsonIsland('usage-data', chartData)}
-<div class="card"><h2>By day</h2><div class="table-wrap"><table>
+<div class="card"><h2>By day</h2><div class="table-wrap" tabindex="0" role="region" aria-label="Usage by day"><table>
 <caption class="visually-hidden">Usage per day, the same numbers as GET /v1/usage</caption>
 <thead><tr><th scope="col">Date</th><th scope="col" class="num">Requests</th><th scope="col" class="num">Tokens</th><th scope="col" class="num">Base cost</th><th scope="col" class="num">Fees</th><th scope="col" class="num">Service charge</th><th scope="col" class="num">Total</th></tr></thead>
 <tbody>
@@ -107,7 +107,7 @@ ${report.items.map(
 
 function leadersTable(fmt: Formats, id: string, title: string, keyHeader: string, rows: UsageLeaderRow[], keyCell: (key: string) => ReturnType<typeof html>) {
   return html`<div class="card"><h2 id="${id}-title">${title}</h2>
-${rows.length === 0 ? html`<p>None in this range.</p>` : html`<div class="table-wrap"><table id="${id}" aria-labelledby="${id}-title">
+${rows.length === 0 ? html`<p>None in this range.</p>` : html`<div class="table-wrap" tabindex="0" role="region" aria-labelledby="${id}-title"><table id="${id}" aria-labelledby="${id}-title">
 <thead><tr><th scope="col">${keyHeader}</th><th scope="col" class="num">Requests</th><th scope="col" class="num">Tokens</th><th scope="col" class="num">Fees</th><th scope="col" class="num">Total</th></tr></thead>
 <tbody>
 ${rows.map(

@@ -85,7 +85,7 @@ function planCard(p: Plan, fmt: Formats) {
 <dl class="kv"><dt>Price</dt><dd>${fmt.money(p.period_amount)} per ${p.billing_interval}</dd><dt>Credit included</dt><dd>${fmt.money(p.included_credit)}</dd>
 <dt>Unused credit</dt><dd>${p.rollover_type === 'full' ? 'rolls over' : 'expires at cycle end'}</dd><dt>Plan id</dt><dd><code>${p.plan_id}</code></dd>
 <dt>Meters</dt><dd>${p.linked_meters.length === 0 ? 'all' : p.linked_meters.map((m) => m.name).join(', ')}</dd></dl>
-${p.credit_bundles.length === 0 ? html`<p class="muted">No credit bundles.</p>` : html`<div class="table-wrap"><table><caption>Credit bundles of ${p.name}</caption>
+${p.credit_bundles.length === 0 ? html`<p class="muted">No credit bundles.</p>` : html`<div class="table-wrap" tabindex="0" role="region" aria-label="Credit bundles of ${p.name}"><table><caption>Credit bundles of ${p.name}</caption>
 <thead><tr><th scope="col">Bundle</th><th scope="col" class="num">Price</th><th scope="col" class="num">Credit</th></tr></thead>
 <tbody>${p.credit_bundles.map((b) => html`<tr><th scope="row">${b.name}</th><td class="num">${fmt.money(b.cost)}</td><td class="num">${fmt.money(b.credit_amount)}</td></tr>`)}</tbody></table></div>`}
 </div>`;

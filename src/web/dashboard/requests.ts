@@ -118,7 +118,7 @@ function emptyLog(filtered: boolean) {
 }
 
 function logTable(rows: RequestRow[], fmt: Formats, names: Map<string, string>) {
-  return html`<div class="card table-wrap"><table>
+  return html`<div class="card table-wrap" tabindex="0" role="region" aria-label="Requests"><table>
 <caption class="visually-hidden">Requests, newest first</caption>
 <thead><tr><th scope="col">Request</th><th scope="col">Status</th><th scope="col">Customer</th><th scope="col">Model</th><th scope="col" class="num">Usage</th><th scope="col" class="num">Fee</th><th scope="col" class="num">Total cost</th><th scope="col">Created (UTC)</th></tr></thead>
 <tbody>
@@ -186,7 +186,7 @@ ${tokensApply(r, tierType) ? tokenRows(r, fmt) : ''}${mediaUsage(r, tierType, fm
 <dt>Customer wallet pays</dt><dd>${money(r.total_wallet_cost)}</dd><dt>Merchant pays</dt><dd>${money(r.total_merchant_cost)}</dd>
 <dt>Total</dt><dd id="detail-total">${money(r.total_request_cost)}</dd>
 </dl>
-${r.fee.breakdown.length > 0 ? html`<h3>Fee tiers</h3><div class="table-wrap"><table><thead><tr><th scope="col">Tier start</th><th scope="col">Rate</th><th scope="col" class="num">Cost</th></tr></thead><tbody>
+${r.fee.breakdown.length > 0 ? html`<h3>Fee tiers</h3><div class="table-wrap" tabindex="0" role="region" aria-label="Fee tiers"><table><thead><tr><th scope="col">Tier start</th><th scope="col">Rate</th><th scope="col" class="num">Cost</th></tr></thead><tbody>
 ${r.fee.breakdown.map((b) => html`<tr><td>${fmt.count(b.tier.start)}</td><td>${rate(b.tier.rate)}</td><td class="num">${money(b.cost)}</td></tr>`)}
 </tbody></table></div>` : ''}
 </div>

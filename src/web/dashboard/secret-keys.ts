@@ -2,7 +2,8 @@ import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { nowIsoOf, type AppDeps } from '../../http/types.ts';
 import { insertSecretKey, listSecretKeys, revokeSecretKey } from '../../storage/secret-keys.ts';
 import { html } from '../html.ts';
-import { assertCsrf } from '../session.ts';
+import { assertCsrf, WebError } from '../session.ts';
+import { confirmLink, sendConfirmPage } from './confirm.ts';
 import { csrfField, merchantOf, sendDashboardPage } from './shell.ts';
 
 const LIST_LIMIT = 100;
@@ -31,13 +32,13 @@ ${csrfField(request, reply)}
 <label for="key-name">Name</label><input id="key-name" name="name" maxlength="255" value="Secret key" required>
 <button type="submit">Create secret key</button>
 </form>
-<div class="card table-wrap"><table>
+<div class="card table-wrap" tabindex="0" role="region" aria-label="Secret keys"><table>
 <caption class="visually-hidden">Active secret keys</caption>
 <thead><tr><th scope="col">Name</th><th scope="col">Key</th><th scope="col">Created</th><th scope="col"><span class="visually-hidden">Actions</span></th></tr></thead>
 <tbody>
 ${keys.slice(0, LIST_LIMIT).map(
   (k) => html`<tr><td>${k.name}</td><td><code>${k.key_hint}</code></td><td>${k.created_at.slice(0, 16).replace('T', ' ')}</td>
-<td><form method="post" action="/dashboard/secret-keys/${k.id}/revoke">${csrfField(request, reply)}<button class="danger" type="submit" aria-label="Revoke ${k.name} (${k.key_hint})">Revoke</button></form></td></tr>`,
+<td class="actions">${confirmLink(`/dashboard/secret-keys/${k.id}/revoke`, 'Revoke', `Revoke ${k.name} (${k.key_hint})`, true)}</td></tr>`,
 )}
 </tbody></table></div>`,
     });
@@ -50,6 +51,19 @@ ${keys.slice(0, LIST_LIMIT).map(
     const name = String((request.body as Record<string, unknown>).name ?? '').trim().slice(0, 255) || 'Secret key';
     const { secret } = await insertSecretKey(deps.storage.db, merchantOf(request), name, nowIsoOf(deps));
     return page(request, reply, { created: secret, status: 201 });
+  });
+
+  app.get<{ Params: { id: string } }>('/dashboard/secret-keys/:id/revoke', async (request, reply) => {
+    const keys = await listSecretKeys(deps.storage, merchantOf(request), undefined, LIST_LIMIT);
+    const key = keys.find((k) => k.id === request.params.id);
+    if (!key) throw new WebError(404, `No secret key with id ${request.params.id}.`);
+    return sendConfirmPage(request, reply, '/dashboard/secret-keys', {
+      question: `Revoke the secret key ${key.name}?`,
+      consequence: html`<code>${key.key_hint}</code> stops working at once and for good: every API call made with it is refused. Create and deploy its replacement first.`,
+      action: `/dashboard/secret-keys/${encodeURIComponent(key.id)}/revoke`,
+      confirmLabel: 'Revoke the key',
+      back: '/dashboard/secret-keys',
+    });
   });
 
   app.post<{ Params: { id: string } }>('/dashboard/secret-keys/:id/revoke', async (request, reply) => {

@@ -9,6 +9,7 @@ import { plainIssues } from '../form-issues.ts';
 import { formatsFor, type Formats } from '../format.ts';
 import { html, type SafeHtml } from '../html.ts';
 import { assertCsrf, WebError } from '../session.ts';
+import { confirmLink, sendConfirmPage } from './confirm.ts';
 import { csrfField, merchantOf, sendDashboardPage } from './shell.ts';
 
 const LIST_LIMIT = 100;
@@ -139,6 +140,7 @@ ${flash.error ? html`<p class="error" role="alert" id="spend-key-error">${flash.
 ${limitInputs(flash.form ?? formOfKey(k))}
 <button type="submit">Save limits</button>
 </form>
+<div class="card actions"><h2>Actions</h2>${keyActions(request, reply, k)}</div>
 <p><a href="/dashboard/spend-keys">All spend keys</a></p>`,
     });
   };
@@ -168,6 +170,22 @@ ${limitInputs(flash.form ?? formOfKey(k))}
     return page(request, reply, { message: `${row.name} is ${status === 'paused' ? 'paused: its requests are refused until you resume it' : 'active again'}.` });
   });
 
+  /** The confirmation step of rotate and revoke (see confirm.ts): names the key and what stops working. */
+  const confirmStep = async (request: FastifyRequest<{ Params: { id: string } }>, reply: FastifyReply, step: 'rotate' | 'revoke') => {
+    const row = await findSpendKey(deps.storage, scopeOf(request), request.params.id);
+    if (!row) throw new WebError(404, `No spend key with id ${request.params.id}.`);
+    const k = presentSpendKey(row, new Date(nowOf(deps)));
+    const action = `/dashboard/spend-keys/${encodeURIComponent(k.spend_key_id)}/${step}`;
+    return sendConfirmPage(request, reply, '/dashboard/spend-keys', step === 'rotate'
+      ? { question: `Rotate the spend key ${k.name}?`, action, back: '/dashboard/spend-keys', confirmLabel: 'Rotate the key',
+          consequence: html`A new key replaces <code>${k.key_preview}</code>, which stops working at once: whoever uses it needs the new one. Its limits and counters stay.` }
+      : { question: `Revoke the spend key ${k.name}?`, action, back: '/dashboard/spend-keys', confirmLabel: 'Revoke the key',
+          consequence: html`<code>${k.key_preview}</code> stops working at once and for good; requests made with it are refused. This cannot be undone.` });
+  };
+
+  app.get<{ Params: { id: string } }>('/dashboard/spend-keys/:id/rotate', (request, reply) => confirmStep(request, reply, 'rotate'));
+  app.get<{ Params: { id: string } }>('/dashboard/spend-keys/:id/revoke', (request, reply) => confirmStep(request, reply, 'revoke'));
+
   app.post<{ Params: { id: string } }>('/dashboard/spend-keys/:id/rotate', async (request, reply) => {
     assertCsrf(request);
     const rotated = await rotateSpendKey(deps.storage, scopeOf(request), request.params.id);
@@ -191,10 +209,16 @@ const spendText = (fmt: Formats, k: SpendKey) =>
 const requestsText = (fmt: Formats, k: SpendKey) =>
   limitText(fmt.count(k.current_requests), k.request_limit ? { of: fmt.count(k.request_limit.count), cycle: k.request_limit.cycle } : null);
 
+/** Pause or resume (at once: it is undone as easily), rotate and revoke (each after a confirmation page). */
+function keyActions(request: FastifyRequest, reply: FastifyReply, k: SpendKey) {
+  const label = k.status === 'active' ? 'Pause' : 'Resume';
+  const base = `/dashboard/spend-keys/${k.spend_key_id}`;
+  return html`<form method="post" action="${base}/status">${csrfField(request, reply)}<input type="hidden" name="status" value="${k.status === 'active' ? 'paused' : 'active'}"><button class="secondary" type="submit" aria-label="${label} ${k.name} (${k.key_preview})">${label}</button></form>
+${confirmLink(`${base}/rotate`, 'Rotate', `Rotate ${k.name} (${k.key_preview})`)}${confirmLink(`${base}/revoke`, 'Revoke', `Revoke ${k.name} (${k.key_preview})`, true)}`;
+}
+
 function keyTable(request: FastifyRequest, reply: FastifyReply, keys: SpendKey[], fmt: Formats) {
-  const action = (k: SpendKey, path: string, label: string, extra = html``, cls = 'secondary') =>
-    html`<form method="post" action="/dashboard/spend-keys/${k.spend_key_id}/${path}">${csrfField(request, reply)}${extra}<button class="${cls}" type="submit" aria-label="${label} ${k.name} (${k.key_preview})">${label}</button></form>`;
-  return html`<div class="card table-wrap"><table id="spend-keys">
+  return html`<div class="card table-wrap" tabindex="0" role="region" aria-label="Spend keys"><table id="spend-keys">
 <caption class="visually-hidden">Spend keys with their limits and current counters</caption>
 <thead><tr><th scope="col">Name</th><th scope="col">Key</th><th scope="col">Status</th><th scope="col">Customer</th><th scope="col">Spend this cycle</th><th scope="col">Requests this cycle</th><th scope="col">Rate limit</th><th scope="col" class="num">Total spend</th><th scope="col"><span class="visually-hidden">Actions</span></th></tr></thead>
 <tbody>
@@ -203,8 +227,7 @@ ${keys.map(
 <td>${k.customer_id ? html`<a href="/dashboard/customers/${k.customer_id}">${k.customer_id}</a>` : html`<span class="muted">your wallet</span>`}</td>
 <td class="spend">${spendText(fmt, k)}</td><td class="requests">${requestsText(fmt, k)}</td>
 <td>${k.rate_limit ? `${fmt.count(k.rate_limit.rpm)}/min` : '—'}</td><td class="num">${fmt.money(k.total_spend)}</td>
-<td class="actions">${action(k, 'status', k.status === 'active' ? 'Pause' : 'Resume', html`<input type="hidden" name="status" value="${k.status === 'active' ? 'paused' : 'active'}">`)}
-${action(k, 'rotate', 'Rotate')}${action(k, 'revoke', 'Revoke', html``, 'danger')}</td></tr>`,
+<td class="actions">${keyActions(request, reply, k)}</td></tr>`,
 )}
 </tbody></table></div>`;
 }

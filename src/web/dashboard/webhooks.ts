@@ -88,7 +88,7 @@ async function webhookOf(deps: AppDeps, request: FastifyRequest<{ Params: { id: 
 }
 
 function webhookTable(hooks: WebhookRow[]) {
-  return html`<div class="card table-wrap"><table id="webhooks">
+  return html`<div class="card table-wrap" tabindex="0" role="region" aria-label="Webhook endpoints"><table id="webhooks">
 <caption class="visually-hidden">Webhook endpoints</caption>
 <thead><tr><th scope="col">Name</th><th scope="col">URL</th><th scope="col">Events</th><th scope="col">Status</th><th scope="col">Failing since</th></tr></thead>
 <tbody>
@@ -99,7 +99,7 @@ ${hooks.map(presentWebhook).map(
 }
 
 function deliveryTable(request: FastifyRequest, reply: FastifyReply, webhookId: string, rows: ReturnType<typeof presentDelivery>[]) {
-  return html`<div class="table-wrap"><table id="deliveries" aria-labelledby="deliveries-title">
+  return html`<div class="table-wrap" tabindex="0" role="region" aria-labelledby="deliveries-title"><table id="deliveries" aria-labelledby="deliveries-title">
 <thead><tr><th scope="col">Event</th><th scope="col">State</th><th scope="col" class="num">Attempts</th><th scope="col">Last answer</th><th scope="col">Last attempt (UTC)</th><th scope="col">Next attempt (UTC)</th><th scope="col"><span class="visually-hidden">Actions</span></th></tr></thead>
 <tbody>
 ${rows.map(
