@@ -2,6 +2,7 @@ import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { sweepExpiredHolds } from '../../src/gateway/settle.ts';
 import { verifyLedger } from '../../src/ledger/verify.ts';
+import { usageLeaders } from '../../src/routes/usage.ts';
 import type { TestApp } from '../helpers/app.ts';
 import { databasesUnderTest } from '../helpers/databases.ts';
 import { OPENAI_CHAT, startGatewayOnMock } from '../helpers/gateway.ts';
@@ -65,9 +66,10 @@ function namesMerchant(statement: string, ref: Reference, refs: Reference[]): bo
 }
 
 // Ready to shard by merchant: the statements representative flows send (the gateway's admission
-// and settlement, recorded usage, a grant, reports and lists under each filter, ledger
-// verification, the hold sweep), as PostgreSQL itself saw them (pg_stat_statements on a throwaway
-// server), so raw SQL and the pipelined batches are checked as well as the query builder's.
+// and settlement, recorded usage, a grant, reports and lists under each filter, the overview's
+// leaders, ledger verification, the hold sweep), as PostgreSQL itself saw them
+// (pg_stat_statements on a throwaway server), so raw SQL and the pipelined batches are checked as
+// well as the query builder's.
 describe.skipIf(!databasesUnderTest().includes('postgres'))('statements of representative flows on per-request and ledger tables', () => {
   let cluster: PostgresCluster;
   let upstream: MockUpstream;
@@ -186,6 +188,8 @@ async function representativeFlows(t: TestApp, base: string): Promise<void> {
   await get(`/v1/requests?limit=2&cursor=${page.next_cursor}`);
   await get(`/v1/requests/guard-1`);
   await get(`/v1/customers/${customer.customer_id}`);
+  // The dashboard overview's leaders (top customers and models).
+  await usageLeaders(t.storage, t.merchant.merchantId, { start: today }, new Date(t.clock.now()), 5);
 
   // Ledger maintenance.
   expect((await verifyLedger(t.storage)).problems).toEqual([]);
