@@ -95,9 +95,7 @@ export type PayInput = {
 export async function payCheckout(deps: PurchaseDeps, input: PayInput): Promise<PayResult> {
   const { storage, payments } = deps;
   const stamp = input.at.toISOString();
-  if (await passesMaximumBalance(deps, input)) {
-    return { status: 'failed', message: `This purchase would take the balance above the most a wallet may hold (${displayAmount(MAX_WALLET_BALANCE_UNITS)}); nothing was charged.` };
-  }
+  if (await passesMaximumBalance(deps, input)) return overMaximumBalance();
   const payment = await insertPayment(storage.db, {
     merchant_id: input.session.merchant_id,
     connection_id: input.session.connection_id,
@@ -130,12 +128,18 @@ export async function payCheckout(deps: PurchaseDeps, input: PayInput): Promise<
   return settle(deps, input, payment, charged.outcome, charged.saved);
 }
 
+/** The refusal of a purchase that would take the wallet above its maximum balance, before any charge. */
+export const overMaximumBalance = (): PayResult => ({
+  status: 'failed',
+  message: `This purchase would take the balance above the most a wallet may hold (${displayAmount(MAX_WALLET_BALANCE_UNITS)}); nothing was charged.`,
+});
+
 /**
  * Whether crediting the purchase would take the customer's wallet above the maximum balance. Asked
  * before the customer pays: a payment the provider confirmed is credited in full (fundWallet).
  * A plan adds nothing to the prepaid balance at checkout; its cycle credit is capped instead.
  */
-async function passesMaximumBalance(deps: PurchaseDeps, input: PayInput): Promise<boolean> {
+export async function passesMaximumBalance(deps: PurchaseDeps, input: PayInput): Promise<boolean> {
   if (!input.session.connection_id || input.purchase.kind === 'plan') return false;
   const credit = input.purchase.kind === 'bundle' ? BigInt(input.purchase.bundle.credit_amount) : input.amount;
   const wallet = await deps.storage.db
@@ -152,7 +156,7 @@ async function passesMaximumBalance(deps: PurchaseDeps, input: PayInput): Promis
  * recorded failed and gives up the session's reference, so nothing blocks another attempt and
  * nothing is credited.
  */
-async function failCheckoutPayment(
+export async function failCheckoutPayment(
   deps: PurchaseDeps,
   payment: PaymentRow,
   sessionId: string,

@@ -1,6 +1,19 @@
 import Stripe from 'stripe';
 import { z } from 'zod';
-import { ProviderUnavailableError, type ChargeInput, type ChargeOutcome, type CheckoutDetails, type CheckoutField, type PaymentProvider, type ProviderEvent, type ProviderPaymentState, type SavedMethod } from './types.ts';
+import { closeStripeCheckout, intentOutcome, startStripeCheckout, STRIPE_CHECKOUT_ORIGIN, stripeCheckoutState, type StripeCheckoutContext } from './stripe-checkout.ts';
+import {
+  ProviderUnavailableError,
+  type ChargeInput,
+  type ChargeOutcome,
+  type CheckoutDetails,
+  type CheckoutField,
+  type HostedCheckout,
+  type HostedCheckoutInput,
+  type PaymentProvider,
+  type ProviderEvent,
+  type ProviderPaymentState,
+  type SavedMethod,
+} from './types.ts';
 
 /**
  * The Stripe adapter, on the official `stripe` package. Every charge is a PaymentIntent whose
@@ -36,6 +49,9 @@ export class StripePaymentProvider implements PaymentProvider {
   ];
   readonly #stripe: Stripe;
   readonly #settings: StripeSettings;
+  /** Stripe Checkout's pages: Stripe's own, or the stand-in's (which serves them with its API) when the API is elsewhere. */
+  readonly hostedCheckoutOrigins: readonly string[];
+  readonly #checkout: StripeCheckoutContext;
 
   constructor(settings: StripeSettings) {
     this.#settings = settings;
@@ -49,6 +65,19 @@ export class StripePaymentProvider implements PaymentProvider {
         ? { host: base.hostname, port: base.port || (base.protocol === 'https:' ? 443 : 80), protocol: base.protocol === 'http:' ? ('http' as const) : ('https' as const) }
         : {}),
     });
+    this.hostedCheckoutOrigins = [base ? base.origin : STRIPE_CHECKOUT_ORIGIN];
+    this.#checkout = { stripe: this.#stripe, currency: settings.currency, answered, outcomeOf, savedOf };
+  }
+
+  /** Stripe Checkout: the customer pays on Stripe's page (stripe-checkout.ts). */
+  async startHostedCheckout(input: HostedCheckoutInput): Promise<HostedCheckout> {
+    const cents = centsOf(input.amount);
+    if (cents === null) return { status: 'failed', providerRef: null, reason: NOT_WHOLE_CENTS };
+    return startStripeCheckout(this.#checkout, input, cents);
+  }
+
+  async closeHostedCheckout(providerRef: string): Promise<ProviderPaymentState> {
+    return closeStripeCheckout(this.#checkout, providerRef);
   }
 
   async chargeAtCheckout(input: ChargeInput & { details: CheckoutDetails }): Promise<{ outcome: ChargeOutcome; saved: SavedMethod | null }> {
@@ -118,13 +147,27 @@ export class StripePaymentProvider implements PaymentProvider {
         { idempotencyKey: input.idempotencyKey },
       );
     } catch (e) {
-      return declined(e);
+      return this.#offSessionRefused(e, input.idempotencyKey);
     }
     const outcome = outcomeOf(intent);
     if (outcome.status === 'succeeded') return outcome;
     // Nobody is present to finish it: cancelled, so it can never succeed without being credited.
     await answered(() => this.#stripe.paymentIntents.cancel(intent.id, {}, { idempotencyKey: `${input.idempotencyKey}:cancel` }));
     return { status: 'failed', providerRef: intent.id, reason: outcome.status === 'failed' ? outcome.reason : 'The payment needs the customer to confirm it.' };
+  }
+
+  /**
+   * An off-session charge Stripe refused. The PaymentIntent it left (`requires_payment_method`) is
+   * cancelled, so it can never be completed later without being credited; a card whose issuer
+   * asks for 3-D Secure with nobody present says so, in words the merchant can act on.
+   */
+  async #offSessionRefused(e: unknown, idempotencyKey: string): Promise<ChargeOutcome> {
+    const outcome = declined(e);
+    if (outcome.status !== 'failed' || !outcome.providerRef) return outcome;
+    const intentId = outcome.providerRef;
+    await answered(() => this.#stripe.paymentIntents.cancel(intentId, {}, { idempotencyKey: `${idempotencyKey}:cancel` }));
+    const code = e instanceof Stripe.errors.StripeError ? e.code : undefined;
+    return code === 'authentication_required' ? { ...outcome, reason: AUTHENTICATION_REQUIRED } : outcome;
   }
 
   /** Verifies a webhook delivery with the package's own signature check, at the app's time `nowMs`. */
@@ -144,7 +187,8 @@ export class StripePaymentProvider implements PaymentProvider {
     const parsed = stripeEventShape.safeParse(event);
     if (!parsed.success) throw new InvalidProviderEvent('The signed body is not a Stripe event (it needs an id, a type and data.object).');
     const object = parsed.data.data.object;
-    const paymentRef = object.object === 'payment_intent' && typeof object.id === 'string' ? object.id : null;
+    const about = object.object === 'payment_intent' || object.object === 'checkout.session';
+    const paymentRef = about && typeof object.id === 'string' ? object.id : null;
     return { id: parsed.data.id, type: parsed.data.type, paymentRef };
   }
 
@@ -154,8 +198,9 @@ export class StripePaymentProvider implements PaymentProvider {
    * current status is the truth.
    */
   async paymentState(paymentRef: string): Promise<ProviderPaymentState> {
+    if (paymentRef.startsWith('cs_')) return stripeCheckoutState(this.#checkout, paymentRef);
     const intent = await answered(() => this.#stripe.paymentIntents.retrieve(paymentRef, { expand: ['payment_method'] }));
-    const outcome = outcomeOf(intent);
+    const outcome = intentOutcome(this.#checkout, intent);
     const customer = typeof intent.customer === 'string' ? intent.customer : (intent.customer?.id ?? null);
     return {
       paymentId: intent.metadata?.[METADATA_KEY] ?? null,
@@ -164,6 +209,10 @@ export class StripePaymentProvider implements PaymentProvider {
     };
   }
 }
+
+/** The failure of an off-session charge whose card needs 3-D Secure: only the customer, present, can pay it. */
+export const AUTHENTICATION_REQUIRED =
+  'The card issuer requires the customer to authenticate this payment, which cannot be done without them; nothing was charged. The customer can pay through a checkout.';
 
 /** A webhook delivery whose signature does not verify, or whose signed body is not an event. */
 class InvalidProviderEvent extends Error {}
@@ -200,7 +249,8 @@ function centsOf(amount: bigint): bigint | null {
   return amount % UNITS_PER_CENT === 0n ? amount / UNITS_PER_CENT : null;
 }
 
-const notWholeCents = (): ChargeOutcome => ({ status: 'failed', providerRef: null, reason: 'Stripe charges whole cents; the amount has a fraction of a cent.' });
+const NOT_WHOLE_CENTS = 'Stripe charges whole cents; the amount has a fraction of a cent.';
+const notWholeCents = (): ChargeOutcome => ({ status: 'failed', providerRef: null, reason: NOT_WHOLE_CENTS });
 
 function outcomeOf(intent: Stripe.PaymentIntent): ChargeOutcome {
   switch (intent.status) {

@@ -42,7 +42,44 @@ export interface PaymentProvider {
   verifyEvent?(rawBody: Buffer, signature: string | undefined, nowMs: number): ProviderEvent;
   /** The payment an event is about, as the provider has it now (events may arrive out of order). */
   paymentState?(paymentRef: string): Promise<ProviderPaymentState>;
+  /**
+   * Providers whose own hosted page takes the card (Stripe Checkout): starts a payment there and
+   * returns its reference and the page to send the customer to. Nothing is charged yet; the
+   * outcome is learnt from `paymentState` (the customer's return, or the provider's event).
+   */
+  startHostedCheckout?(input: HostedCheckoutInput): Promise<HostedCheckout>;
+  /**
+   * Closes an unfinished hosted checkout so that it can no longer be paid (the customer came back
+   * to pay another way) and answers its state afterwards: `succeeded` when it was paid meanwhile,
+   * else `failed` with the reason HOSTED_CHECKOUT_CLOSED.
+   */
+  closeHostedCheckout?(providerRef: string): Promise<ProviderPaymentState>;
+  /** The origins a hosted checkout's page lives on (the checkout form is redirected there). */
+  readonly hostedCheckoutOrigins?: readonly string[];
 }
+
+/** A payment to be taken on the provider's hosted page. */
+export type HostedCheckoutInput = ChargeInput & {
+  /** What the provider's page names as bought. */
+  itemName: string;
+  /** Where the provider sends the customer after paying, and when they go back without paying. */
+  successUrl: string;
+  cancelUrl: string;
+  /** When the provider's page should stop taking the payment (the provider may bound it). */
+  expiresAtMs: number;
+  nowMs: number;
+  /** The customer's email when known, so the provider's page need not ask for it. */
+  email: string | null;
+};
+
+/** Started (the customer is sent to `url`), or refused before the provider was asked. */
+export type HostedCheckout = { status: 'started'; providerRef: string; url: string } | { status: 'failed'; providerRef: null; reason: string };
+
+/**
+ * A hosted checkout that ended without a payment (closed for another attempt, or expired at the
+ * provider): not a decline, so card-testing limits do not count it.
+ */
+export const HOSTED_CHECKOUT_CLOSED = 'hosted_checkout_closed';
 
 /** A verified provider event; `paymentRef` is the provider's payment it is about, if any. */
 export type ProviderEvent = { id: string; type: string; paymentRef: string | null };

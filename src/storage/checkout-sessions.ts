@@ -71,10 +71,11 @@ export function keptContactOf(session: CheckoutSessionRow): CheckoutContact {
 
 /**
  * How many of a session's payments the provider declined. A declined payment gives the session's
- * reference up by naming it before a colon (`cs_…:pay_…`); one the provider did not answer
- * (`unanswered`) is not the card's fault and does not count.
+ * reference up by naming it before a colon (`cs_…:pay_…`); one that failed for a reason that is
+ * not the card's fault (`notDeclines`: the provider did not answer, a hosted checkout closed
+ * unpaid) does not count.
  */
-export async function countCheckoutDeclines(db: Db, sessionId: string, unanswered: string): Promise<number> {
+export async function countCheckoutDeclines(db: Db, sessionId: string, notDeclines: readonly string[]): Promise<number> {
   const prefix = `${sessionId}:`;
   const rows = await db
     .selectFrom('payments')
@@ -84,5 +85,5 @@ export async function countCheckoutDeclines(db: Db, sessionId: string, unanswere
     .where('status', '=', 'failed')
     .execute();
   // LIKE reads `_` as any character (and SQLite ignores case): the exact prefix decides.
-  return rows.filter((r) => r.reference.startsWith(prefix) && r.failure_reason !== unanswered).length;
+  return rows.filter((r) => r.reference.startsWith(prefix) && !notDeclines.includes(r.failure_reason ?? '')).length;
 }
