@@ -106,7 +106,7 @@ export async function buildApp(options: AppOptions): Promise<App> {
 
   const commerce = { storage: deps.storage, payments: deps.payments, clock: deps.clock, commerceState: deps.commerceState };
   registerHealthRoutes(app, deps);
-  await app.register(async (scope) => registerCheckoutPage(scope, { ...commerce, rateLimiter: deps.rateLimiter, currency: deps.config.currency }));
+  await app.register(async (scope) => registerCheckoutPage(scope, { ...commerce, rateLimiter: deps.rateLimiter, currency: deps.config.currency, publicBaseUrl: deps.config.publicBaseUrl }));
   await app.register(async (scope) => registerPaymentWebhookRoutes(scope.withTypeProvider<ZodTypeProvider>(), commerce), { prefix: '/v1' });
   registerOpenApiRoute(app);
   await registerWebRoutes(app, deps);

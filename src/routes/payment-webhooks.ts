@@ -9,9 +9,9 @@ import type { App } from '../http/types.ts';
 import { presentCustomer } from './customers.ts';
 
 /**
- * The largest delivery read. Stripe documents no byte limit for an event; a PaymentIntent event,
- * the only kind this route acts on, is a few KB (its metadata at most 50 pairs of 500 characters,
- * about 40 KB), so 512 KiB leaves ample room and keeps what an unauthenticated caller can make the
+ * The largest delivery read. Stripe documents no byte limit for an event; a PaymentIntent or
+ * Checkout Session event, the kinds this route acts on, is a few KB (a Checkout Session of one line
+ * item, metadata at most 50 pairs of 500 characters, about 40 KB), so 512 KiB leaves ample room and keeps what an unauthenticated caller can make the
  * process hold small.
  */
 export const MAX_EVENT_BYTES = 512 * 1024;
@@ -22,7 +22,7 @@ const receivedSchema = z.object({
 });
 
 /**
- * `POST /v1/payments/stripe/webhook`: Stripe's events about our PaymentIntents, registered only
+ * `POST /v1/payments/stripe/webhook`: Stripe's events about our PaymentIntents and Checkout Sessions, registered only
  * when Stripe is the payment provider. No API key: the `Stripe-Signature` header, checked by the
  * `stripe` package against STRIPE_WEBHOOK_SECRET over the raw body, is the credential. Registered
  * in its own scope because the signature covers the bytes as sent, so the body is not parsed.
@@ -49,7 +49,7 @@ export function registerPaymentWebhookRoutes(app: App, deps: PurchaseDeps): void
       schema: {
         tags: ['payments'],
         security: [],
-        summary: "Stripe's webhook events (configure this URL in Stripe with the events payment_intent.*)",
+        summary: "Stripe's webhook events (configure this URL in Stripe with the events payment_intent.*, checkout.session.completed and checkout.session.expired)",
         description:
           'The Stripe-Signature header is checked before the body is read: its timestamp must be within 5 minutes of now, either way. Bodies over 512 KiB are refused (413 payload_too_large).',
         headers: z.object({ 'stripe-signature': z.string().optional() }),

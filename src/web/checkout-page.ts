@@ -9,6 +9,7 @@ import {
   type PayResult,
   type Purchase,
 } from '../commerce/checkout.ts';
+import { returnFromHostedCheckout, startHostedCheckout, type HostedPayResult } from '../commerce/hosted-checkout.ts';
 import type { PurchaseDeps } from '../commerce/subscriptions.ts';
 import { dateOf } from '../domain/clock.ts';
 import { isValidEmail } from '../domain/email.ts';
@@ -41,8 +42,21 @@ type Form = Record<string, string>;
 export const CHECKOUT_FORM_LIMIT = 8 * 1024;
 type Opened = { session: CheckoutSessionRow; token: string };
 
-/** `currency`: what every amount is in (CURRENCY), shown beside each one. */
-export type CheckoutPageDeps = PurchaseDeps & { rateLimiter: RateLimiter; currency: string };
+/**
+ * `currency`: what every amount is in (CURRENCY), shown beside each one. `publicBaseUrl`
+ * (PUBLIC_BASE_URL): where a provider's hosted page sends the customer back; else the URL the
+ * request reached.
+ */
+export type CheckoutPageDeps = PurchaseDeps & { rateLimiter: RateLimiter; currency: string; publicBaseUrl?: string | undefined };
+
+/**
+ * Whether the customer pays on the provider's own page (Stripe Checkout): this page then takes the
+ * amount and contact only and sends the customer there. A form that carries the provider's own
+ * fields (an integration that collected a Stripe PaymentMethod itself) is still charged here.
+ */
+function paysOnProviderPage(deps: CheckoutPageDeps, form: Form = {}): boolean {
+  return deps.payments.startHostedCheckout !== undefined && !deps.payments.checkoutFields.some((f) => form[f.name]);
+}
 
 export function registerCheckoutPage(app: FastifyInstance, deps: CheckoutPageDeps): void {
   // The checkout form and nothing else: other bodies are refused (415) unread.
@@ -83,9 +97,24 @@ export function registerCheckoutPage(app: FastifyInstance, deps: CheckoutPageDep
     if (refusal) return refused(deps, reply, opened, refusal, form);
     const input = await payInput(deps, opened.session, form);
     if (typeof input === 'string') return page(deps, reply.status(400), opened.session, await checkoutForm(deps, opened, input, form));
-    const result = await payCheckout(deps, input);
+    const result: HostedPayResult = paysOnProviderPage(deps, form) ? await startHostedCheckout(deps, input, hostedUrls(deps, request, opened)) : await payCheckout(deps, input);
+    if (result.status === 'redirect') return reply.redirect(result.url, 303);
     if (result.status === 'failed' && result.declined) await recordDecline(deps, request.ip);
     return showResult(deps, request, reply, opened, result, form);
+  });
+
+  // Where the provider's hosted page sends the customer once paid: the payment is read from the
+  // provider and settled here, unless its event did so first (then the same success page).
+  app.get<{ Querystring: { token?: string } }>('/checkout/return', { config: { public: true }, schema: { hide: true } }, async (request, reply) => {
+    const secret = secretOf(request.query.token);
+    const session = secret ? await findCheckoutSessionByTokenHash(deps.storage.db, hashCheckoutSecret(secret)) : undefined;
+    if (!session) return messagePage(reply.status(404), null, 'Checkout not found', 'This checkout link is not valid. Ask the shop for a new one.');
+    const opened = { session, token: request.query.token! };
+    const result = await returnFromHostedCheckout(deps, session, (row) => presentCustomer(row, dateOf(deps.clock)));
+    if (result.status === 'failed' && sessionOpen(session, dateOf(deps.clock)) !== 'open') {
+      return messagePage(reply.status(410), session, 'Checkout expired', 'This checkout link has expired. Ask the shop for a new one.');
+    }
+    return showResult(deps, request, reply, opened, result, {});
   });
 
   app.post<{ Body: Form }>('/checkout/confirm', { config: { public: true }, bodyLimit: CHECKOUT_FORM_LIMIT, schema: { hide: true } }, async (request, reply) => {
@@ -117,6 +146,14 @@ async function open(deps: CheckoutPageDeps, token: string | undefined, reply: Fa
     return null;
   }
   return { session, token: token! };
+}
+
+/** The provider's page sends the customer back to the return page once paid, or to this form. */
+function hostedUrls(deps: CheckoutPageDeps, request: FastifyRequest, opened: Opened) {
+  const configured = deps.publicBaseUrl ?? `${request.protocol}://${request.host}`;
+  const base = configured.endsWith('/') ? configured : `${configured}/`;
+  const token = encodeURIComponent(opened.token);
+  return { successUrl: `${base}checkout/return?token=${token}`, cancelUrl: `${base}checkout?token=${token}` };
 }
 
 /** The token is base64 of JSON {secret, base}; anything else opens nothing. */
@@ -267,6 +304,7 @@ async function checkoutForm(deps: CheckoutPageDeps, opened: Opened, error: strin
   const field = (name: string, label: string, attrs: string, hint?: string) =>
     `<label for="${name}">${esc(label)}</label><input id="${name}" name="${name}" ${attrs}${hint ? ` aria-describedby="${name}-hint"` : ''}>` +
     (hint ? `<p class="hint" id="${name}-hint">${esc(hint)}</p>` : '');
+  const hosted = paysOnProviderPage(deps);
   const fields = [
     purchase.price === null
       ? field('amount', `Amount (${deps.currency})`, `inputmode="decimal" required autocomplete="transaction-amount" pattern="[0-9]+([.][0-9]{1,10})?"${value('amount')}`)
@@ -274,15 +312,17 @@ async function checkoutForm(deps: CheckoutPageDeps, opened: Opened, error: strin
     newCustomer
       ? field('name', 'Name (optional)', `autocomplete="name"${value('name')}`) + field('email', 'Email (optional)', `type="email" autocomplete="email"${value('email')}`)
       : '',
-    ...deps.payments.checkoutFields.map((f) =>
+    ...(hosted ? [] : deps.payments.checkoutFields).map((f) =>
       field(f.name, f.label, `required autocomplete="${esc(f.autocomplete)}"${f.inputmode ? ` inputmode="${f.inputmode}"` : ''}${f.pattern ? ` pattern="${esc(f.pattern)}"` : ''}`, f.hint),
     ),
   ].join('\n');
   const laterChange = purchase.kind === 'plan' && purchase.terms.change === 'downgrade';
   const pay = purchase.price === null ? 'Pay' : laterChange ? 'Confirm the plan change' : `Pay ${money(purchase.price, deps.currency)}`;
+  // The provider's page cannot be framed: it opens in the whole window, also from a shop's iframe.
+  const next = hosted ? '\n<p class="hint">Next you enter your card on the payment provider\'s secure page.</p>' : '';
   return `${summary(purchase, session.mode, deps.currency)}
 ${error ? `<p class="error" role="alert">${esc(error)}</p>` : ''}
-<form method="post" action="/checkout/pay">
+<form method="post" action="/checkout/pay"${hosted ? ' target="_top"' : ''}>${next}
 <input type="hidden" name="token" value="${esc(token)}">
 ${fields}
 <button type="submit">${esc(pay)}</button>
@@ -298,7 +338,9 @@ async function page(
 ): Promise<FastifyReply> {
   const name = await merchantName(deps, session.merchant_id);
   const origin = new URL(session.origin_url).origin;
-  return send(reply, origin, name, content, message ? { origin, message } : null);
+  // The form is redirected to the provider's hosted page: the policy's form-action must allow it.
+  const formTargets = paysOnProviderPage(deps) ? [...(deps.payments.hostedCheckoutOrigins ?? [])] : [];
+  return send(reply, origin, name, content, message ? { origin, message } : null, formTargets);
 }
 
 function messagePage(reply: FastifyReply, session: CheckoutSessionRow | null, title: string, text: string): FastifyReply {
@@ -310,8 +352,16 @@ function messagePage(reply: FastifyReply, session: CheckoutSessionRow | null, ti
  * is this module's own markup, every value in it escaped with `esc`. The completion message, if
  * any, is a JSON island the one script reads (no inline script).
  */
-function send(reply: FastifyReply, frameOrigin: string | null, merchant: string, content: string, completed: { origin: string; message: Record<string, unknown> } | null): FastifyReply {
+function send(
+  reply: FastifyReply,
+  frameOrigin: string | null,
+  merchant: string,
+  content: string,
+  completed: { origin: string; message: Record<string, unknown> } | null,
+  formTargets: string[] = [],
+): FastifyReply {
   return sendPage(reply, {
+    formTargets,
     title: `${merchant} · Checkout`,
     status: reply.statusCode,
     styles: [CHECKOUT_STYLESHEET],

@@ -38,6 +38,19 @@ export async function startAppOnStripeStandIn(
   return { stripeApi, config, storage, app, secretKey };
 }
 
+/**
+ * Listens on a loopback port (a browser and the stand-in's hosted page reach the app there) and
+ * has the stand-in send Stripe's events to the app's webhook route, signed at the app's time.
+ * Returns the app's base URL.
+ */
+export async function listenForStripe(started: StripeApp, clock: TestClock, webhookSecret: string): Promise<string> {
+  await started.app.listen({ port: 0, host: '127.0.0.1' });
+  const address = started.app.server.address();
+  const base = `http://127.0.0.1:${typeof address === 'object' && address ? address.port : 0}`;
+  started.stripeApi.sendWebhooksTo({ url: `${base}/v1/payments/stripe/webhook`, secret: webhookSecret, now: () => clock.now() });
+  return base;
+}
+
 export async function closeStripeApp(started: StripeApp | undefined): Promise<void> {
   await started?.app.close();
   await started?.storage.close();

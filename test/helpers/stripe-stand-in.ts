@@ -1,5 +1,7 @@
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
+import Stripe from 'stripe';
+import { checkoutSessionRoutes, type CheckoutStandIn } from './stripe-checkout-stand-in.ts';
 
 /**
  * A local HTTP stand-in for the part of Stripe's API the adapter uses (customers, PaymentMethod
@@ -14,10 +16,24 @@ import type { AddressInfo } from 'node:net';
  *   (`authentication_required`) off-session.
  *
  * Tests change an intent as Stripe would once the customer acts (`setIntentStatus`).
+ *
+ * It also stands in for Stripe Checkout (stripe-checkout-stand-in.ts): Checkout Sessions through
+ * the API, their hosted card page at `/c/pay/<id>` on the same origin, and signed webhook events
+ * sent to Tollgate once `sendWebhooksTo` names it.
  */
 export type StandInRequest = { method: string; path: string; params: Record<string, string>; idempotencyKey: string | undefined };
 
-type Intent = Record<string, unknown> & { id: string; status: string };
+export type Intent = Record<string, unknown> & { id: string; status: string };
+
+/** What a saved card does when charged later with nobody present. */
+export type OffSession = 'succeeds' | 'declines' | 'authentication_required';
+export type Card = { brand: string; last4: string; offSession: OffSession };
+
+/** Where the stand-in sends Stripe's events, signed with `secret` at `now()` (the app's clock). */
+export type WebhookTarget = { url: string; secret: string; now: () => number };
+/** `immediate`: an event is delivered before the customer is redirected; `held`: kept until `deliverHeld`. */
+export type WebhookTiming = 'immediate' | 'held';
+export type Delivery = { eventId: string; type: string; status: number; body: string };
 
 export type StripeStandIn = {
   url: string;
@@ -26,6 +42,16 @@ export type StripeStandIn = {
   problems: string[];
   intents: Map<string, Intent>;
   setIntentStatus(id: string, status: string, lastError?: string): void;
+  /** Stripe Checkout: its sessions by id (for assertions). */
+  checkoutSessions: CheckoutStandIn['sessions'];
+  /** Tollgate's webhook endpoint and secret: events are sent there from now on. */
+  sendWebhooksTo(target: WebhookTarget): void;
+  /** Whether events wait for `deliverHeld` (the redirect first) or go at once (the event first). */
+  setWebhookTiming(timing: WebhookTiming): void;
+  /** Delivers the events held so far, in order, and answers what Tollgate said to each. */
+  deliverHeld(): Promise<Delivery[]>;
+  /** Every delivery made, in order. */
+  deliveries: Delivery[];
   /**
    * While on, every request is carried out (an intent is created and kept) but never answered: the
    * connection is dropped, as when Stripe took a payment and the answer was lost.
@@ -37,22 +63,27 @@ export type StripeStandIn = {
   close(): Promise<void>;
 };
 
-const CARDS: Record<string, { brand: string; last4: string }> = {
-  pm_card_visa: { brand: 'visa', last4: '4242' },
-  pm_card_chargeDeclined: { brand: 'visa', last4: '0002' },
-  pm_card_authenticationRequired: { brand: 'visa', last4: '3184' },
+/** Stripe's test PaymentMethods; cards saved on the hosted page join them. */
+const TEST_METHODS: Record<string, Card> = {
+  pm_card_visa: { brand: 'visa', last4: '4242', offSession: 'succeeds' },
+  pm_card_chargeDeclined: { brand: 'visa', last4: '0002', offSession: 'declines' },
+  pm_card_authenticationRequired: { brand: 'visa', last4: '3184', offSession: 'authentication_required' },
 };
 
 export async function startStripeStandIn(secretKey: string): Promise<StripeStandIn> {
   const requests: StandInRequest[] = [];
   const problems: string[] = [];
   const intents = new Map<string, Intent>();
+  const methods = new Map<string, Card>(Object.entries(TEST_METHODS));
   const answered = new Map<string, { status: number; body: unknown }>();
   let n = 0;
   let dropping = false;
   const nextId = (prefix: string) => `${prefix}_standin${String(++n).padStart(6, '0')}`;
 
-  const paymentMethod = (id: string, customer: string | null) => ({ id, object: 'payment_method', type: 'card', card: CARDS[id] ?? { brand: 'visa', last4: '0000' }, customer });
+  const paymentMethod = (id: string, customer: string | null) => {
+    const card = methods.get(id) ?? { brand: 'visa', last4: '0000' };
+    return { id, object: 'payment_method', type: 'card', card: { brand: card.brand, last4: card.last4 }, customer };
+  };
   const present = (intent: Intent, params: Record<string, string>) =>
     Object.values(params).includes('payment_method') && typeof intent.payment_method === 'string'
       ? { ...intent, payment_method: paymentMethod(intent.payment_method, intent.customer as string) }
@@ -64,7 +95,8 @@ export async function startStripeStandIn(secretKey: string): Promise<StripeStand
 
   function createIntent(params: Record<string, string>): { status: number; body: unknown } {
     const pm = params.payment_method ?? '';
-    if (!CARDS[pm]) return { status: 400, body: { error: { type: 'invalid_request_error', code: 'resource_missing', message: `No such PaymentMethod: '${pm}'` } } };
+    const card = methods.get(pm);
+    if (!card) return { status: 400, body: { error: { type: 'invalid_request_error', code: 'resource_missing', message: `No such PaymentMethod: '${pm}'` } } };
     const offSession = params.off_session === 'true';
     const intent: Intent = {
       id: nextId('pi'),
@@ -79,11 +111,12 @@ export async function startStripeStandIn(secretKey: string): Promise<StripeStand
       last_payment_error: null,
     };
     intents.set(intent.id, intent);
-    if (pm === 'pm_card_chargeDeclined') {
+    if (card.offSession === 'declines') {
       Object.assign(intent, { status: 'requires_payment_method', last_payment_error: { code: 'card_declined', message: 'Your card was declined.' } });
       return cardError('card_declined', 'Your card was declined.', intent);
     }
-    if (pm === 'pm_card_authenticationRequired') {
+    // Cards saved on the hosted page were authenticated there: only one whose issuer always asks is refused later.
+    if (card.offSession === 'authentication_required' || (pm === 'pm_card_authenticationRequired' && !offSession)) {
       if (offSession) {
         Object.assign(intent, { status: 'requires_payment_method', last_payment_error: { code: 'authentication_required', message: 'This payment requires authentication.' } });
         return cardError('authentication_required', 'This payment requires authentication.', intent);
@@ -94,6 +127,8 @@ export async function startStripeStandIn(secretKey: string): Promise<StripeStand
   }
 
   function route(method: string, path: string, params: Record<string, string>): { status: number; body: unknown } {
+    const checkoutAnswer = checkout.api(method, path, params);
+    if (checkoutAnswer) return checkoutAnswer;
     if (method === 'POST' && path === '/v1/customers') return { status: 200, body: { id: nextId('cus'), object: 'customer', metadata: {} } };
     let m = /^\/v1\/payment_methods\/([^/]+)\/attach$/.exec(path);
     if (method === 'POST' && m) {
@@ -112,6 +147,29 @@ export async function startStripeStandIn(secretKey: string): Promise<StripeStand
     return { status: 404, body: { error: { type: 'invalid_request_error', message: `Unrecognized request URL (${method}: ${path})` } } };
   }
 
+  // Events: signed as Stripe signs them, at the app's time, delivered now or held.
+  let target: WebhookTarget | null = null;
+  let timing: WebhookTiming = 'immediate';
+  const held: { id: string; type: string; object: unknown }[] = [];
+  const deliveries: Delivery[] = [];
+  async function deliver(event: { id: string; type: string; object: unknown }): Promise<Delivery> {
+    if (!target) throw new Error('the stand-in has no webhook target');
+    const now = Math.floor(target.now() / 1000);
+    const payload = JSON.stringify({ id: event.id, object: 'event', type: event.type, api_version: Stripe.API_VERSION, created: now, data: { object: event.object } });
+    const header = Stripe.webhooks.generateTestHeaderString({ payload, secret: target.secret, timestamp: now });
+    const res = await fetch(target.url, { method: 'POST', headers: { 'content-type': 'application/json', 'stripe-signature': header }, body: payload });
+    const delivery = { eventId: event.id, type: event.type, status: res.status, body: await res.text() };
+    deliveries.push(delivery);
+    return delivery;
+  }
+  async function emit(type: string, object: unknown): Promise<void> {
+    if (!target) return;
+    const event = { id: nextId('evt'), type, object: structuredClone(object) };
+    if (timing === 'held') held.push(event);
+    else await deliver(event);
+  }
+  const checkout = checkoutSessionRoutes({ nextId, intents, methods, emit, paymentMethod, base: () => base });
+
   const server = createServer((req: IncomingMessage, res: ServerResponse) => {
     const chunks: Buffer[] = [];
     req.on('data', (c: Buffer) => chunks.push(c));
@@ -119,6 +177,8 @@ export async function startStripeStandIn(secretKey: string): Promise<StripeStand
       const url = new URL(req.url ?? '/', 'http://stand-in');
       const form = Buffer.concat(chunks).toString('utf8');
       const params = Object.fromEntries(new URLSearchParams(req.method === 'GET' ? url.search : form));
+      // Stripe Checkout's own page, where a browser (not the package) pays.
+      if (url.pathname.startsWith('/c/')) return void checkout.page(req.method ?? '', url.pathname, params, res);
       const idempotencyKey = req.headers['idempotency-key'] as string | undefined;
       requests.push({ method: req.method ?? '', path: url.pathname, params, idempotencyKey });
       const where = `${req.method} ${url.pathname}`;
@@ -138,11 +198,25 @@ export async function startStripeStandIn(secretKey: string): Promise<StripeStand
   });
   await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
   const { port } = server.address() as AddressInfo;
+  const base = `http://127.0.0.1:${port}`;
   return {
-    url: `http://127.0.0.1:${port}`,
+    url: base,
     requests,
     problems,
     intents,
+    checkoutSessions: checkout.sessions,
+    sendWebhooksTo(t) {
+      target = t;
+    },
+    setWebhookTiming(t) {
+      timing = t;
+    },
+    async deliverHeld() {
+      const sent: Delivery[] = [];
+      for (const event of held.splice(0)) sent.push(await deliver(event));
+      return sent;
+    },
+    deliveries,
     setIntentStatus(id, status, lastError) {
       const intent = intents.get(id);
       if (!intent) throw new Error(`no intent ${id}`);
