@@ -63,7 +63,7 @@ export async function startServer(
     { intervalMs: opts.renewalIntervalMs ?? RENEWAL_INTERVAL_MS, onError: (err, subscriptionId) => app.log.error({ err, subscriptionId }, 'subscription renewal failed') },
   );
   app.log.info(
-    { database: storage.describe, redis: Boolean(redis), heapGrowingPercent: heapGrowthLimited ? config.heapGrowingPercent : 'not set by Tollgate' },
+    { database: storage.describe, ...(storage.replica ? { reports: storage.replica.reads.describe } : {}), redis: Boolean(redis), heapGrowingPercent: heapGrowthLimited ? config.heapGrowingPercent : 'not set by Tollgate' },
     `Tollgate listening on ${url}`,
   );
   return {
