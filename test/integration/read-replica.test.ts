@@ -1,6 +1,8 @@
 import { sql } from 'kysely';
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { loadConfig } from '../../src/config.ts';
+import { startServer } from '../../src/main.ts';
 import { reportsOf } from '../../src/storage/db.ts';
 import { startTestApp, type CustomerWithMeter, type TestApp } from '../helpers/app.ts';
 import { databasesUnderTest } from '../helpers/databases.ts';
@@ -77,6 +79,19 @@ describe.skipIf(!databasesUnderTest().includes('postgres'))('reports read from a
     expect(reads).not.toBe(t.storage);
     const { rows } = await sql<{ jit: string; in_recovery: boolean }>`select current_setting('jit') as jit, pg_is_in_recovery() as in_recovery`.execute(reads.db);
     expect(rows[0]).toEqual({ jit: 'off', in_recovery: true });
+  });
+
+  it('is what a server started from DATABASE_URL and DATABASE_READ_URL reads its reports from', async () => {
+    const server = await startServer(
+      loadConfig({ PORT: '0', DATABASE_URL: cluster.primaryUrl, DATABASE_READ_URL: cluster.replicaUrl, CALL_JOURNAL_DIR: 'off', LOG_LEVEL: 'silent' }),
+    );
+    try {
+      const res = await fetch(`${server.url}/readyz`);
+      expect(res.status).toBe(200);
+      expect(await res.json()).toMatchObject({ status: 'ready', database: 'postgres', replica: { status: 'streaming' } });
+    } finally {
+      await server.stop();
+    }
   });
 
   it('shows a write in the usage report and request list once the replica has replayed it, and the lag meanwhile', async () => {
