@@ -20,6 +20,8 @@ export async function startAppOnStripeStandIn(
   dialect: 'sqlite' | 'postgres',
   clock: TestClock,
   secrets: { apiKey: string; webhookSecret: string },
+  /** More settings, e.g. `CURRENCY`. */
+  env: Record<string, string> = {},
 ): Promise<StripeApp> {
   const stripeApi = await startStripeStandIn(secrets.apiKey);
   const database = await freshDatabase(dialect);
@@ -29,6 +31,7 @@ export async function startAppOnStripeStandIn(
     STRIPE_SECRET_KEY: secrets.apiKey,
     STRIPE_WEBHOOK_SECRET: secrets.webhookSecret,
     STRIPE_API_BASE: stripeApi.url,
+    ...env,
   });
   const storage = openStorage(database.url, { poolSize: 10 });
   await migrateToLatest(storage);

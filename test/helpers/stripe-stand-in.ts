@@ -177,8 +177,8 @@ export async function startStripeStandIn(secretKey: string): Promise<StripeStand
       const url = new URL(req.url ?? '/', 'http://stand-in');
       const form = Buffer.concat(chunks).toString('utf8');
       const params = Object.fromEntries(new URLSearchParams(req.method === 'GET' ? url.search : form));
-      // Stripe Checkout's own page, where a browser (not the package) pays.
-      if (url.pathname.startsWith('/c/')) return void checkout.page(req.method ?? '', url.pathname, params, res);
+      // Stripe Checkout's own page, where a browser (not the package) pays (and asks for a favicon).
+      if (!url.pathname.startsWith('/v1/')) return void checkout.page(req.method ?? '', url.pathname, params, res);
       const idempotencyKey = req.headers['idempotency-key'] as string | undefined;
       requests.push({ method: req.method ?? '', path: url.pathname, params, idempotencyKey });
       const where = `${req.method} ${url.pathname}`;
