@@ -63,6 +63,12 @@ function serverOptions(port: number, dir: string): string {
 }
 
 /** A throwaway primary alone, for tests that need server settings of their own (extensions, logging). */
+/**
+ * initdb, a base backup and two server starts take 3–5 s on a quiet host and several times that
+ * on a loaded one (the whole suite in parallel): a hook that starts clusters may take this long.
+ */
+export const CLUSTER_START_TIMEOUT_MS = 180_000;
+
 export type PostgresCluster = { url: string; destroy(): Promise<void> };
 
 export async function startPostgresCluster(settings: string[] = []): Promise<PostgresCluster> {
@@ -83,7 +89,7 @@ async function startClusters(opts: { replica: boolean; settings: string[] }): Pr
   const started: string[] = [];
   const start = async (dataDir: string, port: number, log: string) => {
     const options = [serverOptions(port, dir), ...opts.settings.map((s) => `-c ${s}`)].join(' ');
-    await pgTool('pg_ctl', ['-D', dataDir, '-l', join(dir, log), '-o', options, '-w', '-t', '30', 'start']);
+    await pgTool('pg_ctl', ['-D', dataDir, '-l', join(dir, log), '-o', options, '-w', '-t', '120', 'start']);
     if (!started.includes(dataDir)) started.push(dataDir);
   };
   const stop = (dataDir: string) => pgTool('pg_ctl', ['-D', dataDir, '-m', 'fast', '-w', 'stop']);

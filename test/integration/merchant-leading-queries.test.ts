@@ -7,7 +7,7 @@ import type { TestApp } from '../helpers/app.ts';
 import { databasesUnderTest } from '../helpers/databases.ts';
 import { OPENAI_CHAT, startGatewayOnMock } from '../helpers/gateway.ts';
 import type { MockUpstream } from '../helpers/mock-upstream.ts';
-import { startPostgresCluster, type PostgresCluster } from '../helpers/replica-cluster.ts';
+import { CLUSTER_START_TIMEOUT_MS, startPostgresCluster, type PostgresCluster } from '../helpers/replica-cluster.ts';
 
 /** The per-request and ledger tables: a shard by merchant would hold its rows of each. */
 const PER_MERCHANT_TABLES = [
@@ -92,7 +92,7 @@ describe.skipIf(!databasesUnderTest().includes('postgres'))('statements of repre
     const { rows } = await admin.query<{ query: string }>('select query from pg_stat_statements');
     statements = rows.map((r) => r.query);
     await admin.end();
-  });
+  }, CLUSTER_START_TIMEOUT_MS);
   afterAll(async () => {
     await t?.close();
     await upstream?.close();

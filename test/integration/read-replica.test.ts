@@ -6,7 +6,7 @@ import { startServer } from '../../src/main.ts';
 import { reportsOf } from '../../src/storage/db.ts';
 import { startTestApp, type CustomerWithMeter, type TestApp } from '../helpers/app.ts';
 import { databasesUnderTest } from '../helpers/databases.ts';
-import { startReplicaCluster, type ReplicaCluster } from '../helpers/replica-cluster.ts';
+import { CLUSTER_START_TIMEOUT_MS, startReplicaCluster, type ReplicaCluster } from '../helpers/replica-cluster.ts';
 import { until } from '../helpers/until.ts';
 
 type Ready = { status: string; replica?: { status: string; lag_seconds?: number; lag_bytes?: number } };
@@ -26,7 +26,7 @@ describe.skipIf(!databasesUnderTest().includes('postgres'))('reports read from a
       env: { DATABASE_READ_URL: cluster.replicaUrl },
     });
     payer = await t.customerWithMeter({ credit: '100' });
-  });
+  }, CLUSTER_START_TIMEOUT_MS);
   afterAll(async () => {
     await t?.close();
     await cluster?.destroy();
