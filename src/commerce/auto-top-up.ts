@@ -2,6 +2,7 @@ import { sql, type ExpressionBuilder } from 'kysely';
 import { dateOf } from '../domain/clock.ts';
 import { fundWallet } from '../ledger/funding.ts';
 import { admittableOf } from '../ledger/decide/admission.ts';
+import type { UnwrittenHolds } from '../ledger/wallets.ts';
 import type { Storage } from '../storage/db.ts';
 import type { Database } from '../storage/schema.ts';
 import { ProviderUnavailableError, UNANSWERED, type ChargeOutcome } from '../payments/types.ts';
@@ -23,9 +24,23 @@ import { savedMethodOf, type PurchaseDeps } from './subscriptions.ts';
 /** The longest a caller waits for another's purchase on PostgreSQL (the database's lock_timeout). */
 const WAIT_LIMIT_MS = 10_000;
 
-export type TopUpResult = 'covered' | 'bought' | 'bought_by_another' | 'no_auto_top_up' | 'payment_failed';
+/**
+ * `cannot_cover`: not even MAX_PURCHASES_PER_REQUEST bundles would cover the request, so none is
+ * bought. `waited`: the shortfall was holds in flight, and some of them settled meanwhile.
+ */
+export type TopUpResult = 'covered' | 'bought' | 'bought_by_another' | 'waited' | 'no_auto_top_up' | 'payment_failed' | 'cannot_cover';
 
-export async function topUpIfShort(deps: PurchaseDeps, walletId: string, needed: bigint, now: Date): Promise<TopUpResult> {
+/** The most bundles one request's shortage buys, one after another. */
+export const MAX_PURCHASES_PER_REQUEST = 5;
+
+/**
+ * Makes the wallet able to cover `needed`, or says why it cannot: the purchase is decided against
+ * settled spend (decision 0037). When the wallet is short only because of holds of requests still
+ * in flight (its balance, as if nothing were held, covers the request), nothing is bought: the
+ * caller waits for holds to settle (they usually settle lower than held) and looks again; only a
+ * balance that is short by itself buys the bundle.
+ */
+export async function topUpIfShort(deps: PurchaseDeps, walletId: string, needed: bigint, now: Date, unwritten: UnwrittenHolds | null = null): Promise<TopUpResult> {
   const { storage } = deps;
   const sub = await storage.db
     .selectFrom('subscriptions')
@@ -41,12 +56,15 @@ export async function topUpIfShort(deps: PurchaseDeps, walletId: string, needed:
   const stamp = now.toISOString();
   // A purchase that is still being paid is waited for, then the balance is read again.
   for (let round = 0; round < 3; round++) {
-    const snapshot = await shortfallSnapshot(deps, walletId, sub.id, needed);
+    const snapshot = await shortfallSnapshot(deps, walletId, sub.id, needed, unwritten);
     if (snapshot.available >= needed) return round === 0 ? 'covered' : 'bought_by_another';
     if (snapshot.lastPending) {
       if ((await outcomeOf(deps, snapshot.lastPending)) === 'failed') return 'payment_failed';
       continue;
     }
+    // Short only by what is held: the holds settle first (a purchase now would buy against them).
+    if (snapshot.settled >= needed && snapshot.held > 0n && (await holdsSettled(deps, walletId, snapshot, unwritten))) return 'waited';
+    if (snapshot.settled + BigInt(sub.credit_amount) * BigInt(MAX_PURCHASES_PER_REQUEST) < needed) return 'cannot_cover';
     const reference = `${sub.id}:${snapshot.bought + 1n}`;
     // The purchase holds its turn from before its row exists until its outcome is written, so a
     // caller that finds the row pending, or loses the race to insert it, waits for that turn.
@@ -151,7 +169,7 @@ export async function settleTopUpFromProvider(deps: PurchaseDeps, payment: Payme
  * subscription made, and the one still being paid, if any. A purchase's success and its credit
  * commit together, so a snapshot never sees one without the other.
  */
-async function shortfallSnapshot(deps: PurchaseDeps, walletId: string, subscriptionId: string, needed: bigint) {
+async function shortfallSnapshot(deps: PurchaseDeps, walletId: string, subscriptionId: string, needed: bigint, unwritten: UnwrittenHolds | null) {
   const purchases = (eb: ExpressionBuilder<Database, 'wallets'>) =>
     eb.selectFrom('payments').where('purpose', '=', 'auto_top_up').where('reference', 'like', `${subscriptionId}:%`);
   const row = await deps.storage.db
@@ -168,14 +186,14 @@ async function shortfallSnapshot(deps: PurchaseDeps, walletId: string, subscript
     ])
     .where('id', '=', walletId)
     .executeTakeFirstOrThrow();
-  // The holds an app admitted in process and has not written yet (SQLite's deferred admission) are
-  // not counted: they become rows within milliseconds, and a top-up decided that much later is harmless.
-  // The admission's own rule (admittableOf), overrun allowance included: a wallet this calls
-  // covered is one the retried admission admits. Measured by the balance alone, a wallet whose
-  // requests in flight may overrun looked covered, so nothing was bought and the retry was 402.
+  // The admission's own rule (admittableOf), overrun allowance and the holds this process admitted
+  // and has not written yet (SQLite's deferred admission; a short call's settlement may write its
+  // hold never) included: a wallet this calls covered is one the retried admission admits.
   const wallet = { id: row.id, balance: BigInt(row.balance), held: BigInt(row.held), overrun: row.overrun, cycle_credit: BigInt(row.cycle_credit), bundle_credit: BigInt(row.bundle_credit) };
-  const available = admittableOf(wallet, null, true, needed);
-  return { available, bought: BigInt(row.bought ?? 0n), lastPending: row.pending };
+  const available = admittableOf(wallet, unwritten, true, needed);
+  // What the wallet could take once every hold in flight settled at nothing: its settled money.
+  const settled = admittableOf({ ...wallet, held: 0n }, null, true, needed);
+  return { available, settled, held: heldOn(wallet, unwritten), balance: wallet.balance, bought: BigInt(row.bought ?? 0n), lastPending: row.pending };
 }
 
 /** Waits for the purchase in progress under `reference` to end, and tells how it ended. */
@@ -249,28 +267,80 @@ export type ShortWallet = {
    * a purchase, since plan credit pays only such usage.
    */
   drawsPlanCredit: boolean;
+  /** The holds this process admitted and has not written yet, which the admission counted (SQLite's deferred admission). */
+  unwritten?: UnwrittenHolds | null;
 };
 
 /**
- * Runs a billed path's admission (or charge) and, when the customer's wallet could not pay it,
- * buys the subscription's auto top-up bundle (once however many requests are short at the same
- * time) and tries once more. The refusal is returned as it was when there is nothing to buy: no
- * auto top-up bundle, a meter the plan does not link, the merchant's share refused, or a declined
- * payment. `shortWallet` reads the refusal for what to buy.
+ * Runs a billed path's admission (or charge) and, while the customer's wallet cannot pay it and
+ * auto top-up can make it able to, waits for holds in flight to settle or buys the subscription's
+ * auto top-up bundle (once however many requests are short at the same time), and tries again: a
+ * funded card never leaves a request refused that a purchase could cover, also when concurrent
+ * requests take the credit first. The refusal is returned when there is nothing to buy: no auto
+ * top-up bundle, a meter the plan does not link, the merchant's share refused, a declined payment,
+ * a request larger than MAX_PURCHASES_PER_REQUEST bundles, or no progress after MAX_ROUNDS tries.
+ * `shortWallet` reads the refusal for what to buy.
  */
 export async function admitWithAutoTopUp<T extends { outcome: string }>(
   deps: PurchaseDeps,
   shortWallet: (refused: Extract<T, Refused>) => ShortWallet,
   attempt: () => Promise<T>,
 ): Promise<T> {
-  const first = await attempt();
-  if (!isWalletRefusal(first)) return first;
-  const short = shortWallet(first);
-  if (!short.drawsPlanCredit) return first;
-  const result = await topUpIfShort(deps, short.walletId, short.needed, dateOf(deps.clock));
-  return result === 'no_auto_top_up' || result === 'payment_failed' ? first : attempt();
+  let result = await attempt();
+  let purchases = 0;
+  for (let round = 0; round < MAX_ROUNDS && isWalletRefusal(result); round++) {
+    const short = shortWallet(result);
+    if (!short.drawsPlanCredit) return result;
+    const step = await topUpIfShort(deps, short.walletId, short.needed, dateOf(deps.clock), short.unwritten ?? null);
+    if (step === 'no_auto_top_up' || step === 'payment_failed' || step === 'cannot_cover') return result;
+    if (step === 'bought' && ++purchases > MAX_PURCHASES_PER_REQUEST) return result;
+    // Covered by the database's figures but refused: holds this process admitted and has not
+    // written yet (SQLite's deferred admission) are being written; a moment later they count.
+    if (step === 'covered' && round > 0) await pause(HOLD_POLL_MS);
+    result = await attempt();
+  }
+  return result;
 }
+
+/** Tries of one request before its refusal stands; each waits for a settlement or a purchase. */
+const MAX_ROUNDS = 20;
 
 function isWalletRefusal<T extends { outcome: string }>(outcome: T): outcome is Extract<T, Refused> {
   return outcome.outcome === 'insufficient_balance' && (outcome as unknown as Refused).payer === 'wallet';
+}
+
+/** How often a caller short by holds looks at the wallet again, and for how long at most. */
+const HOLD_POLL_MS = 10;
+export const HOLD_WAIT_MS = 30_000;
+
+/** What requests in flight hold on a wallet: its hold rows, and this process's holds not written yet. */
+const heldOn = (wallet: { id: string; held: bigint }, unwritten: UnwrittenHolds | null) => wallet.held + (unwritten ? unwritten.on(wallet.id) : 0n);
+
+const pause = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms));
+
+/**
+ * Waits until the wallet's holds or balance move from `seen` (a request in flight settled, or was
+ * released): true; false when nothing moved within HOLD_WAIT_MS (a call that long still running),
+ * and the caller then buys, since a customer with a funded card is not refused. The callers
+ * waiting on one wallet in this process share one look at it (CommerceState.holdWaits).
+ */
+async function holdsSettled(deps: PurchaseDeps, walletId: string, seen: { held: bigint; balance: bigint }, unwritten: UnwrittenHolds | null): Promise<boolean> {
+  const waits = deps.commerceState.holdWaits;
+  const key = `${walletId}:${seen.held}:${seen.balance}`;
+  let wait = waits.get(key);
+  if (!wait) {
+    wait = watchWallet(deps, walletId, seen, unwritten).finally(() => waits.delete(key));
+    waits.set(key, wait);
+  }
+  return wait;
+}
+
+async function watchWallet(deps: PurchaseDeps, walletId: string, seen: { held: bigint; balance: bigint }, unwritten: UnwrittenHolds | null): Promise<boolean> {
+  for (let waited = 0; waited < HOLD_WAIT_MS; waited += HOLD_POLL_MS) {
+    await pause(HOLD_POLL_MS);
+    const row = await deps.storage.db.selectFrom('wallets').select(['id', 'held', 'balance']).where('id', '=', walletId).executeTakeFirstOrThrow();
+    const wallet = { id: row.id, held: BigInt(row.held), balance: BigInt(row.balance) };
+    if (heldOn(wallet, unwritten) !== seen.held || wallet.balance !== seen.balance) return true;
+  }
+  return false;
 }

@@ -419,7 +419,7 @@ async function planForward(
   };
   const admitted = await admitWithAutoTopUp(
     deps,
-    () => ({ walletId, needed: estimate.wallet, drawsPlanCredit: meterPriced && billing.drawsPlanCredit === true }),
+    () => ({ walletId, needed: estimate.wallet, drawsPlanCredit: meterPriced && billing.drawsPlanCredit === true, unwritten: gateway.deferredWrites.unwritten }),
     () => admit(storage, gateway, admission),
   ).catch((err: unknown) => {
     // The commit may have landed before the connection was lost: the request is not sent, so its

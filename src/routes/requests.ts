@@ -342,7 +342,7 @@ export function registerRequestRoutes(app: App, deps: AppDeps, unwritten: Unwrit
       const input = chargeInputOf(principal, body, hash, parties);
       const outcome = await admitWithAutoTopUp(
         deps,
-        (refused) => ({ walletId: parties.connection.wallet_id, needed: refused.needed, drawsPlanCredit: refused.drawsPlanCredit }),
+        (refused) => ({ walletId: parties.connection.wallet_id, needed: refused.needed, drawsPlanCredit: refused.drawsPlanCredit, unwritten }),
         () => writer.run(CHARGE_JOB, input),
       );
       switch (outcome.outcome) {

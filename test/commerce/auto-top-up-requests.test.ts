@@ -155,32 +155,75 @@ describe.each(databasesUnderTest())('auto top-up on the request path on %s', (di
     expect(after.bundle).toBeGreaterThan(0n);
   });
 
-  it('forward: a wallet whose requests in flight may overrun buys the bundle instead of answering 402 (the purchase decided by the admission rule)', async () => {
+  it('forward: a request short only because of a hold in flight waits for it to settle (lower) and buys nothing', async () => {
     const m = await meter(PER_TOKEN);
     const probe = await createCustomer(t);
     const hold = await holdFor(tokenOf(probe.customerId, m.meter_slug));
-    // Enough for two holds and a fifth of one more: two requests fit by the balance alone.
-    const c = await subscribed({ cycle: formatMoney(hold * 2n + hold / 5n), meterIds: [m.meter_id], bundle: { cost: '3', credit_amount: formatMoney(hold * 4n) } });
+    // A hold and a half: the second request fits the balance, not the balance less the first's hold.
+    const c = await subscribed({ cycle: formatMoney(hold + hold / 2n), meterIds: [m.meter_id], bundle: { cost: '3', credit_amount: formatMoney(hold * 4n) } });
     const token = tokenOf(c.customerId, m.meter_slug);
 
-    // One request held at the provider, so one hold is in flight.
     let release!: () => void;
-    upstream.setNext({ path: '/chat/completions', releasedBy: new Promise<void>((resolve) => (release = resolve)) });
+    // The first answers 20 output tokens of the 2000 held for.
+    upstream.setNext({ path: '/chat/completions', releasedBy: new Promise<void>((resolve) => (release = resolve)), outputTokens: 20 });
     const first = forward(token);
     const heldOf = async () => BigInt((await t.storage.db.selectFrom('wallets').select('held').where('id', '=', c.walletId).executeTakeFirstOrThrow()).held);
     await vi.waitFor(async () => expect(await heldOf()).toBeGreaterThan(0n));
-    // The wallet's last overrun was half its hold: admissions now count what the one in flight and
-    // the next may overrun (decision 0025), so the balance alone covers the second but admission does not.
-    await t.storage.db.updateTable('wallets').set({ overrun: 500 }).where('id', '=', c.walletId).execute();
 
     const chargesBefore = t.payments.charges.length;
-    const second = await forward(token);
-    expect(second.status, await second.clone().text()).toBe(200);
-    await second.text();
-    expect(t.payments.charges.slice(chargesBefore)).toEqual([expect.objectContaining({ amount: parseMoney('3'), status: 'succeeded' })]);
+    let secondEnded = false;
+    const second = forward(token).finally(() => (secondEnded = true));
+    // Decided against the hold, the bundle was bought at once and the second forwarded; it waits instead.
+    await new Promise((resolve) => setTimeout(resolve, 50));
+    expect(secondEnded).toBe(false);
+    expect(t.payments.charges.length).toBe(chargesBefore);
     release();
     expect((await first).status).toBe(200);
-    expect(await autoTopUps(c.walletId)).toEqual([{ status: 'succeeded', amount: parseMoney('3') }]);
+    const answered = await second;
+    expect(answered.status, await answered.clone().text()).toBe(200);
+    await answered.text();
+    // The first settled far below its hold: nothing needed buying.
+    expect(t.payments.charges.slice(chargesBefore)).toEqual([]);
+    expect(await autoTopUps(c.walletId)).toEqual([]);
+    await t.settledRecord(answered.headers.get('x-tollgate-request-id'));
+  });
+
+  it('POST /v1/requests: 60 concurrent requests, each bundle paying for 4: none refused, and bundles bought only for what was spent', async () => {
+    const m = await meter(PER_REQUEST);
+    const c = await subscribed({ cycle: '0', meterIds: [m.meter_id], bundle: { cost: '1', credit_amount: '1' } });
+    const statuses = await Promise.all(Array.from({ length: 60 }, async () => (await recordUsage(c.customerId, m.meter_slug)).status));
+    expect(statuses.filter((s) => s !== 201)).toEqual([]);
+    // 60 × 0.25 = 15 spent: 15 bundles of 1, the last one spent to zero.
+    expect(await autoTopUps(c.walletId)).toEqual(Array(15).fill({ status: 'succeeded', amount: parseMoney('1') }));
+    expect(await walletBuckets(t.storage, c.walletId)).toMatchObject({ balance: 0n });
+  });
+
+  it('forward: 30 concurrent requests whose holds settle far lower are all forwarded, with bundles bought against what they spent, not what they held', async () => {
+    const m = await meter(PER_TOKEN);
+    const probe = await createCustomer(t);
+    const hold = await holdFor(tokenOf(probe.customerId, m.meter_slug));
+    // Each bundle covers two holds; the cycle credit one.
+    const credit = hold * 2n;
+    const c = await subscribed({ cycle: formatMoney(hold), meterIds: [m.meter_id], bundle: { cost: '2', credit_amount: formatMoney(credit) } });
+    const token = tokenOf(c.customerId, m.meter_slug);
+    // Each answers 20 output tokens of the 2000 held for.
+    upstream.setNext({ path: '/chat/completions', delayMs: 30, times: 30, outputTokens: 20 });
+    const responses = await Promise.all(Array.from({ length: 30 }, () => forward(token)));
+    const results = await Promise.all(responses.map(async (res) => ({ status: res.status, id: res.headers.get('x-tollgate-request-id'), text: await res.text() })));
+    expect(results.filter((r) => r.status !== 200).map((r) => r.text)).toEqual([]);
+    let spent = 0n;
+    for (const r of results) {
+      const record = await t.settledRecord(r.id);
+      expect(record.status).toBe('completed');
+      spent += parseMoney(record.total_wallet_cost);
+    }
+    const bought = (await autoTopUps(c.walletId)).length;
+    // A purchase is made only when the settled balance could not cover one more hold, so the balance
+    // after the last one was below a hold and a bundle: the cycle credit and what was bought exceed
+    // what was spent by less than that.
+    expect(hold + BigInt(bought) * credit - spent).toBeLessThan(hold + credit);
+    const after = await walletBuckets(t.storage, c.walletId);
+    expect(after.balance).toBe(hold + BigInt(bought) * credit - spent);
   });
 
   it('forward: 402 before any provider call when there is no auto top-up bundle', async () => {
