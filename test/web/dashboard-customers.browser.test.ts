@@ -31,6 +31,8 @@ describe('dashboard customers (Chromium)', () => {
     await creditWallet(d.t.storage, customer.wallet.wallet_id, parseMoney('10'), new Date().toISOString());
     await creditWallet(d.t.storage, customer.wallet.wallet_id, parseMoney('3.5'), new Date().toISOString(), 'cycle');
     await creditWallet(d.t.storage, customer.wallet.wallet_id, parseMoney('0.25'), new Date().toISOString(), 'bundle');
+    // The app's clock stands still; moved past these credits, the grant below is the newest.
+    d.t.clock.set(Date.now() + 1_000);
     await d.visit('/dashboard/customers', 'customers');
     const [row] = await tableValues(d.page, 'table');
     expect(row).toEqual([customer.customer_id, 'Ada Lovelace', 'user-42', await balanceOverApi(), '10.0000000000', '3.5000000000', '0.2500000000']);

@@ -106,6 +106,7 @@ describe('dashboard tables fit the window (Chromium)', () => {
       '/dashboard/meters',
       '/dashboard/plans',
       '/dashboard/subscriptions',
+      '/dashboard/payments',
       '/dashboard/spend-keys',
       `/dashboard/spend-keys/${keys[0]!.spend_key_id}`,
       '/dashboard/webhooks',

@@ -5,6 +5,7 @@ import { registerAccountPages } from './account.ts';
 import { registerCustomerPages } from './customers.ts';
 import { registerMeterPages } from './meters.ts';
 import { registerOverviewPage } from './overview.ts';
+import { registerPaymentPages } from './payments.ts';
 import { registerRequestPages } from './requests.ts';
 import { registerPlanPages } from './plans.ts';
 import { registerSecretKeyPages } from './secret-keys.ts';
@@ -39,6 +40,7 @@ export function registerDashboardRoutes(app: FastifyInstance, deps: AppDeps): vo
     registerWebhookPages(pages, deps);
     registerPlanPages(pages, deps);
     registerSubscriptionPages(pages, deps);
+    registerPaymentPages(pages, deps);
     registerAccountPages(pages, deps);
   });
 }

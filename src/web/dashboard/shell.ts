@@ -10,6 +10,7 @@ export const NAV = [
   ['/dashboard/meters', 'Meters'],
   ['/dashboard/plans', 'Plans'],
   ['/dashboard/subscriptions', 'Subscriptions'],
+  ['/dashboard/payments', 'Payments'],
   ['/dashboard/spend-keys', 'Spend keys'],
   ['/dashboard/webhooks', 'Webhooks'],
   ['/dashboard/secret-keys', 'Secret keys'],

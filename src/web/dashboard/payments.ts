@@ -1,0 +1,124 @@
+import type { FastifyInstance } from 'fastify';
+import { parseMoney } from '../../domain/money.ts';
+import { monthlyRecurringRevenue } from '../../domain/recurring-revenue.ts';
+import { ApiError } from '../../http/errors.ts';
+import { nowOf, type AppDeps } from '../../http/types.ts';
+import { walletBuckets } from '../../ledger/wallet-history.ts';
+import { usageReport } from '../../routes/usage.ts';
+import { customerNames } from '../../storage/customer-names.ts';
+import { reportsOf } from '../../storage/db.ts';
+import { findMerchant } from '../../storage/merchants.ts';
+import { listPayments, liveSubscriptionPrices, receivedByPurpose, type PaymentFilters, type PaymentListRow, type PaymentPurpose } from '../../storage/payment-reports.ts';
+import type { PaymentStatus } from '../../storage/schema.ts';
+import { customerLink, formatsFor, type Formats } from '../format.ts';
+import { html } from '../html.ts';
+import { merchantOf, sendDashboardPage } from './shell.ts';
+
+const PAGE_SIZE = 50;
+const DAY_MS = 86_400_000;
+const DEFAULT_DAYS = 30;
+
+const PURPOSES: Record<PaymentPurpose, string> = { checkout: 'Checkout', renewal: 'Renewal', auto_top_up: 'Auto top-up' };
+const STATUSES: readonly PaymentStatus[] = ['succeeded', 'pending', 'requires_action', 'failed'];
+
+type PaymentsQuery = { from?: string; to?: string; purpose?: string; status?: string; cursor?: string };
+
+const isDate = (v: string | undefined): v is string => typeof v === 'string' && /^\d{4}-\d{2}-\d{2}$/.test(v);
+const dayOf = (ms: number) => new Date(ms).toISOString().slice(0, 10);
+const nextDay = (date: string) => dayOf(Date.parse(`${date}T00:00:00Z`) + DAY_MS);
+
+/**
+ * What came in and what recurs: the payments customers made (checkout, renewals, auto top-ups),
+ * revenue as those payments plus the usage fees of the same days, monthly recurring revenue and
+ * live subscriptions, and the merchant's own wallet.
+ */
+export function registerPaymentPages(app: FastifyInstance, deps: AppDeps): void {
+  app.get('/dashboard/payments', async (request, reply) => {
+    const q = request.query as PaymentsQuery;
+    const merchantId = merchantOf(request);
+    const now = nowOf(deps);
+    const to = isDate(q.to) ? q.to : dayOf(now);
+    const from = isDate(q.from) ? q.from : dayOf(now - (DEFAULT_DAYS - 1) * DAY_MS);
+    const range = { from: `${from}T00:00:00.000Z`, before: `${nextDay(to)}T00:00:00.000Z` };
+    const purpose = (Object.keys(PURPOSES) as PaymentPurpose[]).find((p) => p === q.purpose);
+    const status = STATUSES.find((s) => s === q.status);
+    const filters: PaymentFilters = { ...range, ...(purpose ? { purpose } : {}), ...(status ? { status } : {}) };
+    const reports = reportsOf(deps.storage);
+    const [rows, received, live, merchant, fees] = await Promise.all([
+      listPayments(reports, merchantId, filters, { cursor: q.cursor || undefined, limit: PAGE_SIZE }),
+      receivedByPurpose(reports, merchantId, range),
+      liveSubscriptionPrices(reports, merchantId),
+      findMerchant(deps.storage, merchantId),
+      usageFees(deps, merchantId, from, to, now),
+    ]);
+    const page = rows.slice(0, PAGE_SIZE);
+    const next = rows.length > PAGE_SIZE ? page[page.length - 1]!.id : null;
+    const [names, wallets] = await Promise.all([
+      customerNames(reports, merchantId, page.map((p) => p.connection_id)),
+      walletBuckets(deps.storage, merchantId, merchant ? [merchant.wallet_id] : []),
+    ]);
+    const fmt = formatsFor(deps.config.currency);
+    const paid = [...received.values()].reduce((sum, r) => sum + r.amount, 0n);
+    const own = merchant ? wallets.get(merchant.wallet_id) : undefined;
+    const query = new URLSearchParams({ from, to, ...(purpose ? { purpose } : {}), ...(status ? { status } : {}) });
+    return sendDashboardPage(request, reply, '/dashboard/payments', {
+      title: 'Payments and revenue',
+      main: html`<h1>Payments and revenue</h1>
+<form class="card filters" method="get" action="/dashboard/payments" aria-label="Filters">
+<div><label for="p-from">From (UTC)</label><input id="p-from" name="from" type="date" value="${from}"></div>
+<div><label for="p-to">To (UTC)</label><input id="p-to" name="to" type="date" value="${to}"></div>
+<div><label for="p-purpose">Kind</label><select id="p-purpose" name="purpose"><option value="">Any</option>
+${Object.entries(PURPOSES).map(([value, label]) => html`<option value="${value}"${value === purpose ? html` selected` : ''}>${label}</option>`)}</select></div>
+<div><label for="p-status">Status</label><select id="p-status" name="status"><option value="">Any</option>
+${STATUSES.map((s) => html`<option${s === status ? html` selected` : ''}>${s}</option>`)}</select></div>
+<div><button type="submit">Show</button></div>
+</form>
+<div class="card stats" aria-label="Revenue">
+<div><h2>Revenue</h2><p class="num" id="revenue-total">${fees === null ? '—' : fmt.money(paid + fees)}</p><p class="muted">payments and usage fees, ${from} to ${to}</p></div>
+<div><h2>Payments received</h2><p class="num" id="revenue-payments">${fmt.money(paid)}</p></div>
+<div><h2>Usage fees</h2><p class="num" id="revenue-fees">${fees === null ? '—' : fmt.money(fees)}</p></div>
+</div>
+<div class="card stats" aria-label="Subscriptions and wallet">
+<div><h2>Monthly recurring revenue</h2><p class="num" id="mrr">${fmt.money(monthlyRecurringRevenue(live.sums))}</p></div>
+<div><h2>Active subscriptions</h2><p class="num" id="active-subscriptions">${fmt.count(live.count)}</p></div>
+<div><h2>Your wallet</h2><p class="num" id="merchant-wallet">${own ? fmt.money(own.balance) : '—'}</p><p class="muted">what requests billed to you draw on</p></div>
+</div>
+${receivedTable(received, fmt)}
+${page.length === 0 ? html`<div class="card"><h2>No payments match</h2><p>Payments appear here when a customer pays at a checkout, a subscription renews or an auto top-up is bought.</p></div>` : paymentTable(page, fmt, names)}
+${next ? html`<p><a class="button secondary" rel="next" href="/dashboard/payments?${query.toString()}&amp;cursor=${encodeURIComponent(next)}">Older payments</a></p>` : ''}`,
+    });
+  });
+}
+
+/** The usage fees of the same UTC days, as GET /v1/usage totals them; null when the range is refused. */
+async function usageFees(deps: AppDeps, merchantId: string, from: string, to: string, now: number): Promise<bigint | null> {
+  try {
+    const report = await usageReport(deps.storage, merchantId, { start: `${from}T00:00:00+00:00`, end: `${to}T00:00:00+00:00` }, new Date(now));
+    return parseMoney(report.totals.total_fee_amount);
+  } catch (e) {
+    if (e instanceof ApiError) return null;
+    throw e;
+  }
+}
+
+function receivedTable(received: Map<PaymentPurpose, { count: number; amount: bigint }>, fmt: Formats) {
+  return html`<div class="card"><h2 id="received-title">Received by kind</h2>
+<div class="table-wrap" tabindex="0" role="region" aria-labelledby="received-title"><table id="received">
+<thead><tr><th scope="col">Kind</th><th scope="col" class="num">Payments</th><th scope="col" class="num">Amount</th></tr></thead>
+<tbody>${(Object.entries(PURPOSES) as [PaymentPurpose, string][]).map(([p, label]) => {
+    const r = received.get(p) ?? { count: 0, amount: 0n };
+    return html`<tr><th scope="row">${label}</th><td class="num">${fmt.count(r.count)}</td><td class="num">${fmt.money(r.amount)}</td></tr>`;
+  })}</tbody></table></div></div>`;
+}
+
+function paymentTable(rows: PaymentListRow[], fmt: Formats, names: Map<string, string>) {
+  return html`<div class="card table-wrap" tabindex="0" role="region" aria-label="Payments"><table id="payments">
+<caption class="visually-hidden">Payments, newest first</caption>
+<thead><tr><th scope="col">Date (UTC)</th><th scope="col">Customer</th><th scope="col">Kind</th><th scope="col">Status</th><th scope="col" class="num">Amount</th><th scope="col">Provider reference</th></tr></thead>
+<tbody>
+${rows.map(
+  (p) => html`<tr id="payment-${p.id}"><td>${p.created_at.slice(0, 16).replace('T', ' ')}</td><td>${customerLink(p.connection_id, names)}</td><td>${PURPOSES[p.purpose]}</td>
+<td class="status">${p.status}${p.failure_reason ? html` <span class="muted">(${p.failure_reason})</span>` : ''}</td><td class="num">${fmt.money(p.amount)}</td><td><code>${p.provider_ref ?? p.id}</code></td></tr>`,
+)}
+</tbody></table></div>`;
+}
