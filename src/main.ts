@@ -2,6 +2,8 @@ import v8 from 'node:v8';
 import { Redis } from 'ioredis';
 import { buildApp } from './app.ts';
 import { startRenewalScheduler } from './commerce/renewals.ts';
+import { startPaymentReconciler } from './commerce/reconciliation.ts';
+import { CommerceState } from './commerce/state.ts';
 import { dateOf, systemClock, type Clock } from './domain/clock.ts';
 import { sweepExpiredHolds } from './gateway/settle.ts';
 import type { Config } from './config.ts';
@@ -15,12 +17,15 @@ import { WebhookDispatcher } from './webhooks/dispatcher.ts';
 import { CallJournal } from './ledger/journal/journal.ts';
 import { replayCallJournal, type ReplaySummary } from './ledger/journal/replay.ts';
 import { createPaymentProvider } from './payments/index.ts';
+import { presentCustomer } from './routes/customers.ts';
 
 export type RunningServer = { app: App; url: string; stop(): Promise<void> };
 
 const SWEEP_INTERVAL_MS = 30_000;
 /** How often due subscriptions are looked for (each instance; a subscription is renewed once). */
 const RENEWAL_INTERVAL_MS = 60_000;
+/** How often payments and refunds left undecided are reconciled against the payment provider. */
+const RECONCILE_INTERVAL_MS = 60_000;
 
 /** config -> storage -> migrations -> buildApp() -> listen. */
 export async function startServer(
@@ -62,6 +67,14 @@ export async function startServer(
     { storage, payments, clock },
     { intervalMs: opts.renewalIntervalMs ?? RENEWAL_INTERVAL_MS, onError: (err, subscriptionId) => app.log.error({ err, subscriptionId }, 'subscription renewal failed') },
   );
+  const reconciler = startPaymentReconciler(
+    { storage, payments, clock, commerceState: new CommerceState() },
+    {
+      intervalMs: RECONCILE_INTERVAL_MS,
+      customerEventData: (row) => presentCustomer(row, dateOf(clock)),
+      onError: (err) => app.log.error({ err }, 'payment reconciliation failed'),
+    },
+  );
   app.log.info(
     { database: storage.describe, ...(storage.replica ? { reports: storage.replica.reads.describe } : {}), redis: Boolean(redis), heapGrowingPercent: heapGrowthLimited ? config.heapGrowingPercent : 'not set by Tollgate' },
     `Tollgate listening on ${url}`,
@@ -73,7 +86,7 @@ export async function startServer(
       for (const timer of sweeper) clearInterval(timer);
       // Background work stops while the requests in flight finish, so the shutdown takes the
       // longest of their deadlines, not their sum (decision 0010).
-      await Promise.all([webhooks.stop(), renewals.stop(), app.close()]);
+      await Promise.all([webhooks.stop(), renewals.stop(), reconciler.stop(), app.close()]);
       // Every settlement is written (app.close drained them): the journal keeps nothing.
       journal?.close();
       await releaseConnections(storage, limiter, redis);

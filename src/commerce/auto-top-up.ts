@@ -134,6 +134,7 @@ async function creditPurchase(
 ): Promise<boolean> {
   return deps.storage.db.transaction().execute(async (trx) => {
     if (!(await transitionPayment(trx, payment.id, ['pending'], { status: 'succeeded', provider_ref: providerRef, updated_at: stamp }))) return false;
+    deps.faultAt?.('credit');
     await fundWallet(trx, { merchantId: payment.merchant_id, walletId, ...credit, source: 'payment', reference: payment.id, at: stamp });
     return true;
   });

@@ -233,6 +233,7 @@ async function settle(deps: PurchaseDeps, input: PayInput, payment: PaymentRow, 
   const completeOnce = () =>
     storage.db.transaction().execute(async (trx) => {
       if (!(await transitionPayment(trx, payment.id, ['pending', 'requires_action'], succeeded))) return null;
+      deps.faultAt?.('credit');
       return complete(deps, trx, input, payment, saved);
     });
   try {

@@ -1,4 +1,4 @@
-import { UNANSWERED, type ChargeOutcome, type ProviderEvent } from '../payments/types.ts';
+import { NOT_CHARGED, UNANSWERED, type ChargeOutcome, type ProviderEvent, type ProviderPaymentState } from '../payments/types.ts';
 import type { CustomerEventData } from '../storage/connections.ts';
 import { isUniqueViolation } from '../storage/errors.ts';
 import { transitionPayment, type PaymentRow } from '../storage/subscriptions.ts';
@@ -37,7 +37,14 @@ export async function processProviderEvent(deps: PurchaseDeps, event: ProviderEv
 
 async function applyEvent(deps: PurchaseDeps, event: ProviderEvent, customerEventData: CustomerEventData): Promise<EventResult> {
   if (!event.paymentRef || !deps.payments.paymentState) return 'ignored';
-  const state = await deps.payments.paymentState(event.paymentRef);
+  return settleFromProviderState(deps, await deps.payments.paymentState(event.paymentRef), customerEventData);
+}
+
+/**
+ * Settles our payment as the provider has it now: what an event leads to, and what the
+ * reconciliation does with the answer to its own question (reconciliation.ts).
+ */
+export async function settleFromProviderState(deps: PurchaseDeps, state: ProviderPaymentState, customerEventData: CustomerEventData): Promise<EventResult> {
   if (!state.paymentId) return 'ignored';
   const payment = await deps.storage.db
     .selectFrom('payments')
@@ -72,18 +79,20 @@ async function applyEvent(deps: PurchaseDeps, event: ProviderEvent, customerEven
 }
 
 /**
- * A payment recorded failed because its provider did not answer (UNANSWERED) that the provider
- * did take after all is settled like a pending one: it is made pending again (compare-and-set, so
- * once) and the caller settles it. Any other settled payment stays as it is.
+ * A payment recorded failed because its provider did not answer (UNANSWERED), or because the
+ * reconciliation did not find it at the provider (NOT_CHARGED, its search may lag), that the
+ * provider did take after all is settled like a pending one: it is made pending again
+ * (compare-and-set, so once) and the caller settles it. Any other settled payment stays as it is.
  */
 async function reopenUnanswered(deps: PurchaseDeps, payment: PaymentRow, outcome: ChargeOutcome): Promise<boolean> {
-  if (payment.status !== 'failed' || payment.failure_reason !== UNANSWERED || outcome.status !== 'succeeded') return false;
+  const reason = payment.failure_reason;
+  if (payment.status !== 'failed' || (reason !== UNANSWERED && reason !== NOT_CHARGED) || outcome.status !== 'succeeded') return false;
   const reopened = await deps.storage.db
     .updateTable('payments')
     .set({ status: 'pending', failure_reason: null })
     .where('id', '=', payment.id)
     .where('status', '=', 'failed')
-    .where('failure_reason', '=', UNANSWERED)
+    .where('failure_reason', '=', reason)
     .executeTakeFirst();
   if (Number(reopened.numUpdatedRows) !== 1) return false;
   payment.status = 'pending';

@@ -96,7 +96,13 @@ async function renew(deps: CommerceDeps, sub: SubscriptionRow, now: Date): Promi
     return 'provider_unavailable';
   }
   if (outcome.status === 'succeeded') {
-    await storage.db.transaction().execute((trx) => startNextCycle(deps, trx, sub, ending, next));
+    // The payment is marked succeeded with the cycle it pays for, so a crash between the two never
+    // leaves a charge without its credit (the reconciliation settles a payment left pending).
+    await storage.db.transaction().execute(async (trx) => {
+      if (outcome.paymentId) await transitionPayment(trx, outcome.paymentId, ['pending'], { status: 'succeeded', provider_ref: outcome.providerRef, updated_at: now.toISOString() });
+      deps.faultAt?.('credit');
+      await startNextCycle(deps, trx, sub, ending, next);
+    });
     return 'renewed';
   }
   const reason = outcome.status === 'failed' ? outcome.reason : 'The payment needs the customer to confirm it.';
@@ -110,7 +116,13 @@ async function renew(deps: CommerceDeps, sub: SubscriptionRow, now: Date): Promi
  * one is taken as it is, a pending one is asked again with the same key, which never charges
  * twice. 'provider_unavailable' when the provider does not answer (the row stays pending).
  */
-async function chargePeriod(deps: CommerceDeps, sub: SubscriptionRow, plan: PlanRow, attempt: number, now: Date): Promise<ChargeOutcome | 'provider_unavailable'> {
+async function chargePeriod(
+  deps: CommerceDeps,
+  sub: SubscriptionRow,
+  plan: PlanRow,
+  attempt: number,
+  now: Date,
+): Promise<(ChargeOutcome & { paymentId?: string }) | 'provider_unavailable'> {
   const amount = BigInt(plan.period_amount);
   if (amount === 0n) return { status: 'succeeded', providerRef: 'free' };
   const stamp = now.toISOString();
@@ -141,11 +153,12 @@ async function chargePeriod(deps: CommerceDeps, sub: SubscriptionRow, plan: Plan
     if (e instanceof ProviderUnavailableError) return 'provider_unavailable';
     throw e;
   }
-  const succeeded = outcome.status === 'succeeded';
+  // A success is recorded by the caller, in the transaction that starts the cycle it pays for.
+  if (outcome.status === 'succeeded') return { ...outcome, paymentId: payment.id };
   await transitionPayment(deps.storage.db, payment.id, ['pending'], {
-    status: succeeded ? 'succeeded' : 'failed',
+    status: 'failed',
     provider_ref: outcome.providerRef,
-    failure_reason: succeeded ? null : outcome.status === 'failed' ? outcome.reason : 'requires_action',
+    failure_reason: outcome.status === 'failed' ? outcome.reason : 'requires_action',
     updated_at: stamp,
   });
   return outcome;

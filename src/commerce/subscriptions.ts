@@ -23,8 +23,12 @@ import { enqueueEvent, type EventType } from '../webhooks/outbox.ts';
 import { presentSubscription } from './subscription-view.ts';
 import type { CommerceState } from './state.ts';
 
-/** What the commerce code needs: storage, the payment provider, and the app's clock. */
-export type CommerceDeps = { storage: Storage; payments: PaymentProvider; clock: Clock };
+/**
+ * What the commerce code needs: storage, the payment provider, and the app's clock. `faultAt`
+ * (tests only) is called at the step that credits a payment, inside its transaction: a throw there
+ * is a crash at that step, which the reconciliation must recover from.
+ */
+export type CommerceDeps = { storage: Storage; payments: PaymentProvider; clock: Clock; faultAt?: (step: 'credit') => void };
 /** What checkout payments and auto top-ups also need: what they keep in process (the app's). */
 export type PurchaseDeps = CommerceDeps & { commerceState: CommerceState };
 export type Customer = { id: string; wallet_id: string };

@@ -40,6 +40,7 @@ export const ID_PREFIX = {
   subscription: 'sub_',
   paymentMethod: 'pm_',
   payment: 'pay_',
+  refund: 'rfd_',
   checkoutSession: 'cs_',
   webhook: 'wh_',
   delivery: 'whd_',

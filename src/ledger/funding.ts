@@ -92,3 +92,34 @@ export async function expireBucket(
   await recordBalanceEvent(trx, input.walletId, input.at);
   return left;
 }
+
+/**
+ * A refund's move of payment credit: `take_back` removes credit a refunded payment gave (kind
+ * `customer_refund`), `restore` puts it back when the provider refused that refund (kind
+ * `customer_refund_reversed`); both reference the refund. The caller locked the wallet and decided
+ * the amount from it (at most what the bucket holds), in this transaction.
+ */
+export async function moveRefundCredit(
+  trx: Transaction<Database>,
+  input: { merchantId: string; walletId: string; bucket: 'prepaid' | 'bundle'; amount: bigint; direction: 'take_back' | 'restore'; reference: string; at: string },
+): Promise<void> {
+  if (input.amount <= 0n) return;
+  const delta = input.direction === 'take_back' ? -input.amount : input.amount;
+  await trx
+    .updateTable('wallets')
+    .set((eb) => ({ balance: eb('balance', '+', delta), ...(input.bucket === 'bundle' ? { bundle_credit: eb('bundle_credit', '+', delta) } : {}) }))
+    .where('id', '=', input.walletId)
+    .execute();
+  await appendTransaction(trx, {
+    kind: input.direction === 'take_back' ? 'customer_refund' : 'customer_refund_reversed',
+    merchantId: input.merchantId,
+    reference: input.reference,
+    description: input.direction === 'take_back' ? 'Payment refunded' : 'Refund refused by the payment provider',
+    legs: [
+      { account: walletAccount(input.walletId, input.bucket), amount: delta },
+      { account: customerPaymentsAccount(input.merchantId), amount: -delta },
+    ],
+    at: input.at,
+  });
+  await recordBalanceEvent(trx, input.walletId, input.at);
+}

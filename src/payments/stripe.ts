@@ -12,6 +12,8 @@ import {
   type PaymentProvider,
   type ProviderEvent,
   type ProviderPaymentState,
+  type RefundInput,
+  type RefundOutcome,
   type SavedMethod,
 } from './types.ts';
 
@@ -38,6 +40,7 @@ const METADATA_KEY = 'tollgate_payment_id';
 
 export class StripePaymentProvider implements PaymentProvider {
   readonly id = 'stripe';
+  readonly refundStep = UNITS_PER_CENT;
   readonly checkoutFields: readonly CheckoutField[] = [
     {
       name: 'payment_method',
@@ -208,6 +211,52 @@ export class StripePaymentProvider implements PaymentProvider {
       saved: outcome.status === 'succeeded' && customer ? savedOf(intent.payment_method, customer) : null,
     };
   }
+
+  async lookupPayment(idempotencyKey: string): Promise<ProviderPaymentState | null> {
+    const found = await findIntentOfPayment(this.#stripe, idempotencyKey);
+    return found ? this.paymentState(found) : null;
+  }
+
+  async refund(input: RefundInput): Promise<RefundOutcome> {
+    return refundIntent(this.#stripe, input);
+  }
+}
+
+/**
+ * The PaymentIntent made for our payment row, found by the metadata every charge carries (Stripe's
+ * search; its index may lag behind by a minute, which is why reconciliation asks only about
+ * payments long past their call, and a later webhook event still settles one it missed).
+ */
+async function findIntentOfPayment(stripe: Stripe, paymentId: string): Promise<string | null> {
+  if (!/^[A-Za-z0-9_-]+$/.test(paymentId)) return null;
+  const found = await answered(() => stripe.paymentIntents.search({ query: `metadata['${METADATA_KEY}']:'${paymentId}'`, limit: 1 }));
+  return found.data[0]?.id ?? null;
+}
+
+/**
+ * A refund of a PaymentIntent, in whole cents, with our refund row's id as its idempotency key.
+ * Stripe answers a card refund `pending` or `succeeded`; both are taken as accepted (a pending
+ * card refund completes on Stripe's side). `failed` or `canceled`, or Stripe refusing the request,
+ * is a refusal.
+ */
+async function refundIntent(stripe: Stripe, input: RefundInput): Promise<RefundOutcome> {
+  const cents = centsOf(input.amount);
+  if (cents === null || cents <= 0n) return { status: 'failed', providerRef: null, reason: 'Stripe refunds whole cents; the amount has a fraction of a cent.' };
+  // A hosted checkout's payment is known by its Checkout Session; the refund names its PaymentIntent.
+  const intentId = input.paymentRef.startsWith('cs_') ? await intentOfCheckout(stripe, input.paymentRef) : input.paymentRef;
+  if (!intentId) return { status: 'failed', providerRef: null, reason: 'The Stripe Checkout Session has no payment to refund.' };
+  let refund: Stripe.Refund;
+  try {
+    refund = await stripe.refunds.create(
+      { payment_intent: intentId, amount: Number(cents), metadata: { tollgate_refund_id: input.idempotencyKey } },
+      { idempotencyKey: input.idempotencyKey },
+    );
+  } catch (e) {
+    if (e instanceof Stripe.errors.StripeInvalidRequestError) return { status: 'failed', providerRef: null, reason: e.message };
+    throw noAnswer(e) ?? e;
+  }
+  if (refund.status === 'failed' || refund.status === 'canceled') return { status: 'failed', providerRef: refund.id, reason: `Stripe reports the refund ${refund.status}.` };
+  return { status: 'succeeded', providerRef: refund.id };
 }
 
 /** The failure of an off-session charge whose card needs 3-D Secure: only the customer, present, can pay it. */
@@ -298,3 +347,9 @@ function savedOf(method: string | Stripe.PaymentMethod | null, customerId: strin
 }
 
 const capitalised = (s: string) => s.charAt(0).toUpperCase() + s.slice(1);
+
+async function intentOfCheckout(stripe: Stripe, sessionId: string): Promise<string | null> {
+  const session = await answered(() => stripe.checkout.sessions.retrieve(sessionId));
+  const intent = session.payment_intent;
+  return typeof intent === 'string' ? intent : (intent?.id ?? null);
+}

@@ -56,7 +56,25 @@ export interface PaymentProvider {
   closeHostedCheckout?(providerRef: string): Promise<ProviderPaymentState>;
   /** The origins a hosted checkout's page lives on (the checkout form is redirected there). */
   readonly hostedCheckoutOrigins?: readonly string[];
+  /**
+   * The payment the provider made under our idempotency key (our payment row's id), as it is now;
+   * null when the provider has none: it was never charged. Reconciliation asks this of payments
+   * whose outcome Tollgate did not record (a crash, a timeout).
+   */
+  lookupPayment(idempotencyKey: string): Promise<ProviderPaymentState | null>;
+  /**
+   * Gives `amount` of a succeeded payment back to the customer. The key is our refund row's id,
+   * so asking again never refunds twice. Throws ProviderUnavailableError when there is no answer.
+   */
+  refund(input: RefundInput): Promise<RefundOutcome>;
+  /** The smallest step the provider refunds in (Stripe: one cent); any amount when absent. */
+  readonly refundStep?: bigint;
 }
+
+export type RefundInput = { paymentRef: string; amount: bigint; idempotencyKey: string };
+
+/** `succeeded`: the provider accepted the refund (its money goes back); `failed`: it refused it. */
+export type RefundOutcome = { status: 'succeeded'; providerRef: string } | { status: 'failed'; providerRef: string | null; reason: string };
 
 /** A payment to be taken on the provider's hosted page. */
 export type HostedCheckoutInput = ChargeInput & {
@@ -106,3 +124,9 @@ export const PROVIDER_RETRY_AFTER_S = 30;
 
 /** A payment's failure_reason when its provider did not answer: its event may still settle it. */
 export const UNANSWERED = 'provider_unavailable';
+
+/**
+ * A payment's failure_reason when the reconciliation found that the provider never made it (the
+ * process died before the call reached the provider, or a call that got no answer never arrived).
+ */
+export const NOT_CHARGED = 'not_charged';

@@ -73,7 +73,7 @@ export function keptContactOf(session: CheckoutSessionRow): CheckoutContact {
  * How many of a session's payments the provider declined. A declined payment gives the session's
  * reference up by naming it before a colon (`cs_…:pay_…`); one that failed for a reason that is
  * not the card's fault (`notDeclines`: the provider did not answer, a hosted checkout closed
- * unpaid) does not count.
+ * unpaid, never charged) does not count.
  */
 export async function countCheckoutDeclines(db: Db, sessionId: string, notDeclines: readonly string[]): Promise<number> {
   const prefix = `${sessionId}:`;

@@ -397,6 +397,22 @@ export interface PaymentsTable {
   updated_at: string;
 }
 
+export interface RefundsTable {
+  id: string;
+  merchant_id: string;
+  payment_id: string;
+  amount: bigint;
+  credit_amount: bigint;
+  wallet_id: string | null;
+  bucket: 'prepaid' | 'bundle' | null;
+  provider_ref: string | null;
+  status: 'pending' | 'succeeded' | 'failed';
+  reason: string | null;
+  failure_reason: string | null;
+  created_at: string;
+  updated_at: string;
+}
+
 export type CheckoutMode = 'onboarding' | 'topup' | 'subscription' | 'credit_bundle';
 
 export interface CheckoutSessionsTable {
@@ -485,6 +501,7 @@ export interface Database {
   payment_methods: PaymentMethodsTable;
   subscriptions: SubscriptionsTable;
   payments: PaymentsTable;
+  refunds: RefundsTable;
   checkout_sessions: CheckoutSessionsTable;
   provider_events: ProviderEventsTable;
   dashboard_sessions: DashboardSessionsTable;

@@ -1,5 +1,5 @@
 import type { RateLimiter } from '../http/rate-limit.ts';
-import { HOSTED_CHECKOUT_CLOSED, UNANSWERED } from '../payments/types.ts';
+import { HOSTED_CHECKOUT_CLOSED, NOT_CHARGED, UNANSWERED } from '../payments/types.ts';
 import type { Storage } from '../storage/db.ts';
 import { countCheckoutDeclines, type CheckoutSessionRow } from '../storage/checkout-sessions.ts';
 
@@ -38,7 +38,7 @@ export function sessionLocked(): AttemptRefusal {
 
 /** Whether the session's declines have locked it (the page shows the lock instead of the form). */
 export async function isSessionLocked(deps: Pick<CheckoutLimitDeps, 'storage'>, session: CheckoutSessionRow): Promise<boolean> {
-  return (await countCheckoutDeclines(deps.storage.db, session.id, [UNANSWERED, HOSTED_CHECKOUT_CLOSED])) >= DECLINES_PER_SESSION;
+  return (await countCheckoutDeclines(deps.storage.db, session.id, [UNANSWERED, HOSTED_CHECKOUT_CLOSED, NOT_CHARGED])) >= DECLINES_PER_SESSION;
 }
 
 /** Counts a card the provider declined against the client's address. */

@@ -15,6 +15,7 @@ export const EVENT_TYPES = [
   'subscription.updated',
   'subscription.cancelled',
   'subscription.payment_failed',
+  'payment.refunded',
 ] as const;
 
 export type EventType = (typeof EVENT_TYPES)[number];
