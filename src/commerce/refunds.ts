@@ -39,6 +39,7 @@ async function creditOfPayment(trx: Transaction<Database>, payment: PaymentRow):
     .selectFrom('ledger_transactions as t')
     .innerJoin('ledger_postings as p', 'p.transaction_id', 't.id')
     .select(['p.account', 'p.amount'])
+    .where('t.merchant_id', '=', payment.merchant_id)
     .where('t.kind', '=', 'customer_payment')
     .where('t.reference', '=', payment.id)
     .execute();
