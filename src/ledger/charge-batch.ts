@@ -1,24 +1,22 @@
 import type { FastifyBaseLogger } from 'fastify';
-import type { Transaction } from 'kysely';
-import pg from 'pg';
 import { newId } from '../domain/ids.ts';
 import type { PricedRequest } from '../domain/pricing.ts';
-import { batchStatement, jsonRows, repeatedRequests, REQUEST_ID_TAKEN, takenRequests, writeBatch, type BatchRows } from '../storage/batch-write.ts';
-import { prepared, type Storage } from '../storage/db.ts';
-import { readLiveMeters, type MeterRow } from '../storage/meters.ts';
-import { inPipelinedTransaction } from '../storage/pipelined-transaction.ts';
+import type { BatchRows } from '../storage/batch-write.ts';
+import type { Storage } from '../storage/db.ts';
 import { metadataRows } from '../storage/requests.ts';
-import type { Database } from '../storage/schema.ts';
-import { pairsDrawingPlanCredit, planCreditKey } from '../storage/subscriptions.ts';
+import { planCreditKey } from '../storage/subscriptions.ts';
 import { eventRows } from '../webhooks/outbox.ts';
 import { batchTime, postCharge, type ChargeInput, type ChargeOutcome, type PostedCharge } from './charge.ts';
 import { balanceShortfall, mayChargeMerchantWallet, payerWalletOf, priceCharge, walletsDebitedBy } from './decide/charge.ts';
 import { drawsPlanCredit } from './decide/balance.ts';
-import { counterAt, counterId, counterKeyOf, counterRow, countersInKeyOrder, lockUsageCounters, type CounterKey } from './tier-counters.ts';
+import { counterAt, counterId, counterKeyOf, counterRow, type CounterKey } from './tier-counters.ts';
 import { BalanceChanges } from './events.ts';
 import { GroupCommitWriter, type BatchJob } from './group-commit.ts';
 import { ledgerRows } from './postings.ts';
 import type { WalletRow } from './wallets.ts';
+import { inChargeBatchTransaction } from './store/postgres.ts';
+import { chargeBatchSteps } from './store/sqlite.ts';
+import type { ChargeBatchSteps } from './store/types.ts';
 
 /**
  * A batch takes every request waiting, up to a budget of statement parameters: a request writes
@@ -112,61 +110,15 @@ class RequestIdsTaken extends Error {
   }
 }
 
-/** The two steps of a batch that touch the database; `write` also commits, or rolls back. */
-type BatchSteps = {
-  /**
-   * Locks the tier counters (created when missing), then the wallets, and reads them, with which
-   * of their live customers' usage on these meters draws plan credit, and the live meters. Meters
-   * are read, not locked: a tier change racing a charge may apply from the next batch on.
-   */
-  lock(counterKeys: CounterKey[], walletIds: string[], meterIds: string[]): Promise<Locked>;
-  /** Writes the batch's rows; the ids of records whose request_id was taken (then nothing is written). */
-  write(rows: BatchRows): Promise<{ taken: string[] }>;
-};
 
 /**
- * A batch's transaction: on PostgreSQL pipelined (BEGIN goes with the lock statement, COMMIT with
- * the write statement: two round trips), on SQLite an ordinary one.
+ * A batch's transaction and its two steps, from the engine's store: on PostgreSQL pipelined (two
+ * round trips), on SQLite an ordinary transaction.
  */
-function inBatchTransaction<T>(storage: Storage, work: (steps: BatchSteps) => Promise<T>): Promise<T> {
+function inBatchTransaction<T>(storage: Storage, work: (steps: ChargeBatchSteps) => Promise<T>): Promise<T> {
   const pool = storage.pipeline;
-  if (!pool) return storage.db.transaction().execute((trx) => work(sqliteSteps(trx)));
-  return inPipelinedTransaction(pool, (trx) =>
-    work({
-      lock: async (counterKeys, walletIds, meterIds) =>
-        lockedOf(await trx.begin<LockedRow>(LOCK_COUNTERS_AND_WALLETS, lockValues(counterKeys, walletIds, meterIds))),
-      write: async (rows) => {
-        if (rows.requests.length === 0) {
-          await trx.commit();
-          return { taken: [] };
-        }
-        const repeated = repeatedRequests(rows.requests);
-        if (repeated.length > 0) return { taken: repeated };
-        const { text, values } = batchStatement(rows);
-        try {
-          await trx.commit({ text, values });
-          return { taken: [] };
-        } catch (error) {
-          if (!(error instanceof pg.DatabaseError && error.constraint === REQUEST_ID_TAKEN)) throw error;
-          const taken = await takenRequests(storage.db, rows.requests);
-          if (taken.length === 0) throw error;
-          return { taken };
-        }
-      },
-    }),
-  );
-}
-
-function sqliteSteps(trx: Transaction<Database>): BatchSteps {
-  return {
-    lock: async (counterKeys, walletIds, meterIds) => {
-      const positions = await lockUsageCounters(trx, 'sqlite', counterKeys);
-      const { wallets, liveCustomers } = await lockWalletsWithCustomers(trx, walletIds);
-      const drawingPlanCredit = await pairsDrawingPlanCredit(trx, [...liveCustomers], meterIds);
-      return { positions, wallets, liveCustomers, drawingPlanCredit, meters: await readLiveMeters(trx, meterIds) };
-    },
-    write: (rows) => writeBatch(trx, rows),
-  };
+  if (pool) return inChargeBatchTransaction(storage, pool, work);
+  return storage.db.transaction().execute((trx) => work(chargeBatchSteps(trx)));
 }
 
 type Charged = PostedCharge & {
@@ -179,7 +131,7 @@ type Charged = PostedCharge & {
 
 type Attempt = { inputs: ChargeInput[]; duplicates: Set<ChargeInput>; now: Date };
 
-async function chargeBatchInTransaction(steps: BatchSteps, { inputs, duplicates, now }: Attempt): Promise<BatchOutcome[]> {
+async function chargeBatchInTransaction(steps: ChargeBatchSteps, { inputs, duplicates, now }: Attempt): Promise<BatchOutcome[]> {
   const at = now.toISOString();
   const live = inputs.filter((input) => !duplicates.has(input));
 
@@ -231,128 +183,6 @@ async function chargeBatchInTransaction(steps: BatchSteps, { inputs, duplicates,
   return inputs.map((input) => (duplicates.has(input) ? { outcome: 'duplicate' } : outcomes.get(input)!));
 }
 
-type Locked = {
-  positions: Map<string, bigint>;
-  wallets: Map<string, WalletRow>;
-  liveCustomers: Set<string>;
-  /** planCreditKey of each (live customer, meter) pair whose usage draws plan credit. */
-  drawingPlanCredit: Set<string>;
-  /** The batch's meters that are not deleted, by id. */
-  meters: Map<string, MeterRow>;
-};
-
-/**
- * The lock statement's values: counters in key order, wallet ids in id order (every writer locks
- * in one global order: tier counters by key, then wallets by id), and the batch's meters.
- */
-function lockValues(counterKeys: CounterKey[], walletIds: string[], meterIds: string[]): [string, string[], string[]] {
-  const counters = jsonRows(countersInKeyOrder(counterKeys).map((k) => counterRow(k, 0n)));
-  return [counters, [...new Set(walletIds)].sort(), meterIds];
-}
-
-function lockedOf(rows: LockedRow[]): Locked {
-  const locked: Locked = { positions: new Map(), wallets: new Map(), liveCustomers: new Set(), drawingPlanCredit: new Set(), meters: new Map() };
-  for (const r of rows) {
-    if (r.kind === 'meter') {
-      const meter = JSON.parse(r.meter_row!) as MeterRow;
-      locked.meters.set(meter.id, meter);
-      continue;
-    }
-    if (r.kind === 'plan') {
-      locked.drawingPlanCredit.add(planCreditKey({ connectionId: r.connection_id!, meterId: r.meter_id! }));
-      continue;
-    }
-    if (r.kind === 'counter') {
-      locked.positions.set(counterId({ meterId: r.meter_id!, connectionId: r.connection_id!, periodStart: r.period_start! }), BigInt(r.units!));
-      continue;
-    }
-    const { id, merchant_id, owner_type, balance, cycle_credit, bundle_credit, held, created_at } = r;
-    locked.wallets.set(id!, {
-      id: id!,
-      merchant_id: merchant_id!,
-      owner_type: owner_type!,
-      balance: balance!,
-      cycle_credit: cycle_credit!,
-      bundle_credit: bundle_credit!,
-      held: held!,
-      created_at: created_at!,
-    });
-    if (r.live_customer_id) locked.liveCustomers.add(r.live_customer_id);
-  }
-  return locked;
-}
-
-/**
- * Tier counters, then wallets, locked in one statement on PostgreSQL: the wallets' scan waits on a
- * count of the counters upsert, so every counter is locked before the first wallet is. The same
- * statement tells which of the wallets' live customers draw plan credit on the batch's meters
- * (pairsDrawingPlanCredit's rule), so the request path asks nothing of subscriptions, and reads
- * the batch's live meters, each as its row in JSON (every meter column is text, so JSON keeps it
- * exactly): a read of their own, on another connection, cost every batch a second backend's
- * wake-up and a query of its own. Fixed text, prepared once per connection: the counters travel
- * as JSON rows, wallet and meter ids as arrays.
- */
-const LOCK_COUNTERS_AND_WALLETS = prepared(`
-  with counters as (
-    insert into meter_usage_counters (meter_id, connection_id, period_start, units)
-    select meter_id, connection_id, period_start, units from json_populate_recordset(null::meter_usage_counters, $1)
-    on conflict (meter_id, connection_id, period_start) do update set units = meter_usage_counters.units
-    returning meter_id, connection_id, period_start, units),
-  locked as (
-    select wallets.*, connections.id as live_customer_id
-    from wallets left join connections on connections.wallet_id = wallets.id and connections.deleted_at is null
-    where wallets.id = any($2::text[]) and (select count(*) from counters) >= 0
-    order by wallets.id
-    for update of wallets)
-  select 'counter' as kind, meter_id, connection_id, period_start, units,
-    null::text as id, null::text as merchant_id, null::text as owner_type, null::bigint as balance,
-    null::bigint as cycle_credit, null::bigint as bundle_credit, null::bigint as held, null::text as created_at,
-    null::text as live_customer_id, null::text as meter_row
-  from counters
-  union all
-  select 'wallet', null, null, null, null, id, merchant_id, owner_type, balance, cycle_credit, bundle_credit, held, created_at,
-    live_customer_id, null
-  from locked
-  union all
-  select 'plan', plan_meters.meter_id, subscriptions.connection_id, null, null, null, null, null, null, null, null, null, null, null, null
-  from locked
-  join subscriptions on subscriptions.connection_id = locked.live_customer_id and subscriptions.status in ('active', 'past_due')
-  join plan_meters on plan_meters.plan_id = subscriptions.plan_id and plan_meters.meter_id = any($3::text[])
-  union all
-  select 'meter', null, null, null, null, null, null, null, null, null, null, null, null, null, row_to_json(meters)::text
-  from meters where meters.id = any($3::text[]) and meters.deleted_at is null`);
-
-type LockedRow = { kind: 'counter' | 'wallet' | 'plan' | 'meter'; meter_id: string | null; connection_id: string | null; period_start: string | null; units: bigint | null } & {
-  [K in keyof WalletRow]: WalletRow[K] | null;
-} & { live_customer_id: string | null; meter_row: string | null };
-
-/**
- * Reads wallets (on SQLite, whose write lock the transaction holds from its start) and tells, in
- * the same statement, which of their customers are still live: a customer deleted after the
- * caller looked it up is charged nothing.
- */
-async function lockWalletsWithCustomers(
-  trx: Transaction<Database>,
-  ids: string[],
-): Promise<{ wallets: Map<string, WalletRow>; liveCustomers: Set<string> }> {
-  const unique = [...new Set(ids)].sort();
-  if (unique.length === 0) return { wallets: new Map(), liveCustomers: new Set() };
-  const rows = await trx
-    .selectFrom('wallets')
-    .leftJoin('connections', (join) => join.onRef('connections.wallet_id', '=', 'wallets.id').on('connections.deleted_at', 'is', null))
-    .selectAll('wallets')
-    .select('connections.id as live_customer_id')
-    .where('wallets.id', 'in', unique)
-    .orderBy('wallets.id')
-    .execute();
-  const wallets = new Map<string, WalletRow>();
-  const liveCustomers = new Set<string>();
-  for (const { live_customer_id, ...wallet } of rows) {
-    wallets.set(wallet.id, wallet);
-    if (live_customer_id) liveCustomers.add(live_customer_id);
-  }
-  return { wallets, liveCustomers };
-}
 
 /**
  * Prices one request at the current position and, when its wallets can pay, debits them in memory

@@ -4,7 +4,7 @@
  * (admitInTransaction; one request alone is a batch of one, admitRequest), or a whole batch in
  * one statement when every member fits (PostgreSQL).
  */
-import { CompiledQuery, type Transaction } from 'kysely';
+import type { Transaction } from 'kysely';
 import type { BatchJob } from '../group-commit.ts';
 import {
   isSpendKeyRefusal,
@@ -14,16 +14,16 @@ import {
   type SpendKeyRefusal,
   type SpendKeyRequest,
 } from '../spend-key-limits.ts';
-import { JsonRows } from '../../storage/batch-write.ts';
-import { prepared, type Storage } from '../../storage/db.ts';
+import type { Storage } from '../../storage/db.ts';
 import type { Database } from '../../storage/schema.ts';
-import { metadataRows, type RequestRow } from '../../storage/requests.ts';
+import type { RequestRow } from '../../storage/requests.ts';
 import { holdRowsOf, type HoldRow } from '../holds.ts';
 import { lockWallets, type UnwrittenHolds, type WalletRow } from '../wallets.ts';
 import { admittableOf, holdParts, overrunsEnded, refusedPart } from '../decide/admission.ts';
 import { drawsPlanCredit } from '../decide/balance.ts';
 import { pricingFor, type BillingContext } from '../billing.ts';
 import { writeAdmissionRows } from './rows.ts';
+import { admitWholeBatch, type AdmissionBatch } from '../store/postgres.ts';
 import type { EstimatedCharge } from '../settlement/recover.ts';
 
 export type AdmitInput = {
@@ -124,62 +124,29 @@ export async function admitInTransaction(
 }
 
 /**
- * PostgreSQL fast path for a batch of admissions: one statement, committed on its own. It locks
- * the paying wallets, checks that each can cover everything the batch holds on it (from its
- * prepaid balance alone when any member may not draw plan credit: availableFor) (then every
- * member passes admitInTransaction's check in any order), and writes the holds, the wallets'
- * `held` and the pending records. When a wallet cannot cover all of it, the statement fails on
- * purpose (division by zero), nothing is written, and the batch takes the ordinary path, which
- * decides member by member. Spend-key requests always take the ordinary path.
+ * PostgreSQL fast path for a batch of admissions: the holds decided in process, admitted in one
+ * statement only when every paying wallet covers everything the batch holds on it (from its
+ * prepaid balance alone when any member may not draw plan credit), so every member passes
+ * admitInTransaction's check in any order (ledger/store/postgres.ts admitWholeBatch). Otherwise nothing
+ * is written and the batch takes the ordinary path, which decides member by member. Spend-key
+ * requests always take the ordinary path.
  */
 async function admitInOneStatement(storage: Storage, inputs: AdmitInput[]): Promise<AdmitOutcome[] | null> {
   if (storage.dialect !== 'postgres' || inputs.some((input) => input.billing.spendKey)) return null;
-  const need = new Map<string, bigint>();
-  /** Wallets some member may only take the prepaid balance of: all they hold must fit in it. */
-  const prepaidOnly = new Set<string>();
-  const holds: HoldRow[] = [];
-  const records: RequestRow[] = [];
+  const batch: AdmissionBatch = { need: new Map(), prepaidOnly: new Set(), holds: [], records: [] };
   const outcomes: AdmitOutcome[] = [];
   for (const input of inputs) {
     const now = input.now;
     const createdAt = now.toISOString();
     const rows = holdRowsOf(holdParts(input.walletId, input.billing.merchantWalletId, input.estimate), input.requestId, now, input.ttlMs);
-    for (const hold of rows) need.set(hold.wallet_id, (need.get(hold.wallet_id) ?? 0n) + hold.amount);
-    if (!drawsPlanCredit(input.billing)) prepaidOnly.add(input.walletId);
-    holds.push(...rows);
-    records.push(pendingRecord(input, input.requestId, createdAt));
+    for (const hold of rows) batch.need.set(hold.wallet_id, (batch.need.get(hold.wallet_id) ?? 0n) + hold.amount);
+    if (!drawsPlanCredit(input.billing)) batch.prepaidOnly.add(input.walletId);
+    batch.holds.push(...rows);
+    batch.records.push(pendingRecord(input, input.requestId, createdAt));
     outcomes.push({ outcome: 'admitted', recordId: input.requestId, holdIds: rows.map((hold) => hold.id), createdAt });
   }
-  if (need.size === 0) return null;
-  // The statement's text depends on which tables get rows, not on how many: it is prepared once.
-  const json = new JsonRows();
-  // What each wallet must cover, typed by the holds table's columns of the same names.
-  const needRows = json.select('holds', [...need].map(([wallet_id, amount]) => ({ wallet_id, amount })));
-  // Always present (maybe empty), so the text stays the same.
-  const prepaidOnlyRows = json.select('wallets', [...prepaidOnly].map((id) => ({ id })), ['id']);
-  const metadata = metadataRows(records);
-  const text = prepared(`
-    with need as (${needRows}),
-    prepaid_only as (${prepaidOnlyRows}),
-    locked as (select id, balance, held, overrun, cycle_credit, bundle_credit from wallets where id in (select wallet_id from need) order by id for update),
-    ok as (
-      select count(*) = (select count(*) from need) as ok
-      from locked join need on need.wallet_id = locked.id
-      where locked.balance - locked.held
-          - case when locked.id in (select id from prepaid_only) then locked.cycle_credit + locked.bundle_credit else 0 end >= need.amount
-        and (locked.overrun = 0 or locked.held = 0)
-    ),
-    upd as (
-      update wallets set held = wallets.held + need.amount, overrun = 0 from need
-      where wallets.id = need.wallet_id and (select ok from ok)
-      returning wallets.id
-    ),
-    h as (${json.insert('holds', holds)}),
-    r as (${json.insert('requests', records)})
-    ${metadata.length > 0 ? `, m as (${json.insert('request_metadata', metadata)})` : ''}
-    select 1 / (select case when ok then 1 else 0 end from ok) as admitted`);
-  await storage.db.executeQuery(CompiledQuery.raw(text, json.values));
-  return outcomes;
+  if (batch.need.size === 0) return null;
+  return (await admitWholeBatch(storage, batch)) ? outcomes : null;
 }
 
 /** Admission as a group-commit job (ledger/group-commit.ts). */

@@ -3,14 +3,15 @@
  * memory, PostgreSQL's hot wallets take from leases (decision 0013); the rows follow off the
  * response path, or a settlement that comes first takes the admission over.
  */
-import { CompiledQuery, type Transaction } from 'kysely';
+import type { Transaction } from 'kysely';
 import type { BatchJob, GroupCommitWriter } from '../group-commit.ts';
 import type { Storage } from '../../storage/db.ts';
 import type { Database } from '../../storage/schema.ts';
 import { holdRowsOf, type HoldRow } from '../holds.ts';
-import { lockWallets, UnwrittenHolds, type WalletRow } from '../wallets.ts';
+import { lockWallets, UnwrittenHolds } from '../wallets.ts';
 import type { Lease, WalletLeases } from '../leases.ts';
-import { admittableOf, holdParts, overrunsEnded, refusedPart, type HoldPart } from '../decide/admission.ts';
+import { admittableOf, holdParts, overrunsEnded, refusedPart, type AdmissionWallet, type HoldPart } from '../decide/admission.ts';
+import { endOverruns, readAdmissionWallets } from '../store/sqlite.ts';
 import { drawsPlanCredit } from '../decide/balance.ts';
 import { isOverrun } from '../decide/overrun.ts';
 import { pendingRecord, type AdmitInput, type AdmitOutcome } from './admit.ts';
@@ -165,7 +166,7 @@ async function reserveInProcess(storage: Storage, writes: DeferredWrites, parts:
   const { unwritten, walletReads } = writes;
   const walletIds = [...new Set(parts.map((part) => part.walletId))];
   const remembered = walletReads.remembered(storage, walletIds);
-  const refusedIn = (wallets: Map<string, WalletBalance>) => refusedPart(parts, (walletId, amount) => admittableOf(wallets.get(walletId)!, unwritten, drawsPlanCredit, amount));
+  const refusedIn = (wallets: Map<string, AdmissionWallet>) => refusedPart(parts, (walletId, amount) => admittableOf(wallets.get(walletId)!, unwritten, drawsPlanCredit, amount));
   const reserve = () => {
     for (const part of parts) unwritten.reserve(part.walletId, part.amount);
   };
@@ -175,20 +176,18 @@ async function reserveInProcess(storage: Storage, writes: DeferredWrites, parts:
     return undefined;
   }
   return storage.db.connection().execute(async (db) => {
-    const rows = walletIds.length > 0 ? (await db.executeQuery(walletBalancesQuery(walletIds))).rows : [];
-    const wallets = new Map(rows.map((row) => [row.id, row]));
+    const wallets = await readAdmissionWallets(db, walletIds);
     walletReads.remember(storage, wallets);
     const refusal = refusedIn(wallets);
     // Read before this request's own parts are reserved: only an overrun with nothing in flight ends.
     const ended = refusal ? [] : overrunsEnded(parts, (walletId) => wallets.get(walletId), unwritten);
     // Reserved before the connection is let go: no other decision sees these wallets without them.
     if (!refusal) reserve();
-    if (ended.length > 0) await db.executeQuery(CompiledQuery.raw(`update wallets set overrun = 0 where id in (${ended.map(() => '?').join(', ')})`, ended));
+    await endOverruns(db, ended);
     return refusal;
   });
 }
 
-type WalletBalance = Pick<WalletRow, 'id' | 'balance' | 'held' | 'overrun' | 'cycle_credit' | 'bundle_credit'>;
 
 /**
  * Wallet balances as the embedded admission last read them, each with the storage's write count
@@ -200,13 +199,13 @@ type WalletBalance = Pick<WalletRow, 'id' | 'balance' | 'held' | 'overrun' | 'cy
  * SQLite's WAL read lock: system calls, ~14 µs under load). One per app (DeferredWrites).
  */
 class WalletReads {
-  #reads = new Map<string, { row: WalletBalance; writes: number }>();
+  #reads = new Map<string, { row: AdmissionWallet; writes: number }>();
 
   /** The rows of these wallets as last read, while nothing was written through `storage` since; else null. */
-  remembered(storage: Storage, ids: string[]): Map<string, WalletBalance> | null {
+  remembered(storage: Storage, ids: string[]): Map<string, AdmissionWallet> | null {
     const writes = storage.writeCount?.();
     if (writes === undefined) return null;
-    const wallets = new Map<string, WalletBalance>();
+    const wallets = new Map<string, AdmissionWallet>();
     for (const id of ids) {
       const read = this.#reads.get(id);
       if (read?.writes !== writes) return null;
@@ -215,7 +214,7 @@ class WalletReads {
     return wallets;
   }
 
-  remember(storage: Storage, wallets: Map<string, WalletBalance>): void {
+  remember(storage: Storage, wallets: Map<string, AdmissionWallet>): void {
     const writes = storage.writeCount?.();
     if (writes === undefined) return;
     if (this.#reads.size >= WALLET_READS_MAX) this.#reads = new Map();
@@ -224,19 +223,6 @@ class WalletReads {
 }
 
 const WALLET_READS_MAX = 10_000;
-
-/**
- * What an admission reads of its one or two wallets, compiled once per shape: building the query
- * anew costs more than running it, and this read is on every embedded request's path.
- */
-const WALLET_BALANCES_SQL = [
-  'select id, balance, held, overrun, cycle_credit, bundle_credit from wallets where id = ?',
-  'select id, balance, held, overrun, cycle_credit, bundle_credit from wallets where id in (?, ?)',
-];
-
-function walletBalancesQuery(ids: string[]): CompiledQuery<WalletBalance> {
-  return CompiledQuery.raw(WALLET_BALANCES_SQL[ids.length - 1]!, ids) as CompiledQuery<WalletBalance>;
-}
 
 /** The wallets deferred admission writes change: those of their holds (carved from a lease or not). */
 function admissionWriteWalletIds(writes: AdmissionWrite[]): string[] {
