@@ -65,11 +65,11 @@ describe.each(databasesUnderTest())('webhook delivery on %s', (dialect) => {
   const deliveries = async (m: Merchant, webhookId: string) => (await api(m, 'GET', `/v1/webhooks/${webhookId}/deliveries`)).data;
 
   beforeAll(() => {
-    nowMs = Date.now();
+    nowMs = t.clock.now();
   });
 
   it('delivers customer.created signed both ways: standardwebhooks and the documented hex check accept it, a tampered body fails both', async () => {
-    nowMs = Date.now();
+    nowMs = t.clock.now();
     const m = await t.newMerchant();
     const r = await receiver();
     const hook = await webhookFor(m, r.url);
@@ -97,7 +97,7 @@ describe.each(databasesUnderTest())('webhook delivery on %s', (dialect) => {
   });
 
   it('signs with the time of sending, so a receiver refuses a delivery whose timestamp is stale', async () => {
-    nowMs = Date.now() - 10 * 60_000;
+    nowMs = t.clock.now() - 10 * 60_000;
     const m = await t.newMerchant();
     const r = await receiver();
     const hook = await webhookFor(m, r.url);
@@ -109,7 +109,7 @@ describe.each(databasesUnderTest())('webhook delivery on %s', (dialect) => {
   });
 
   it('retries a receiver answering 500 twice on schedule, then delivers on the third attempt with the same event id', async () => {
-    nowMs = Date.now();
+    nowMs = t.clock.now();
     const m = await t.newMerchant();
     const r = await receiver((_req, _res, i) => (i < 2 ? 500 : 200));
     const hook = await webhookFor(m, r.url);
@@ -142,7 +142,7 @@ describe.each(databasesUnderTest())('webhook delivery on %s', (dialect) => {
   });
 
   it('follows the whole retry schedule with jitter, then marks the delivery failed', async () => {
-    nowMs = Date.now();
+    nowMs = t.clock.now();
     const m = await t.newMerchant();
     const r = await receiver(() => 503);
     const hook = await webhookFor(m, r.url);
@@ -167,7 +167,7 @@ describe.each(databasesUnderTest())('webhook delivery on %s', (dialect) => {
   });
 
   it('disables an endpoint that failed every attempt for 5 days, shows it, and PATCH enabled re-enables it', async () => {
-    nowMs = Date.now();
+    nowMs = t.clock.now();
     const m = await t.newMerchant();
     const r = await receiver(() => 500);
     const hook = await webhookFor(m, r.url);
@@ -200,7 +200,7 @@ describe.each(databasesUnderTest())('webhook delivery on %s', (dialect) => {
   });
 
   it('delivers the customer events under the older connection.* names to a webhook that chose them, and nothing it did not choose', async () => {
-    nowMs = Date.now();
+    nowMs = t.clock.now();
     const m = await t.newMerchant();
     const r = await receiver();
     await webhookFor(m, r.url, ['connection.created']);
@@ -212,13 +212,15 @@ describe.each(databasesUnderTest())('webhook delivery on %s', (dialect) => {
   });
 
   it('sends an event only to webhooks that existed when it happened, and only to its own merchant', async () => {
-    nowMs = Date.now();
+    nowMs = t.clock.now();
     const a = await t.newMerchant();
     const b = await t.newMerchant();
     const ra = await receiver();
     const rb = await receiver();
     await webhookFor(b, rb.url);
     await newCustomer(a);
+    // The webhook comes a moment after the event (the app's clock stands still otherwise).
+    t.clock.advance(1);
     await webhookFor(a, ra.url);
     await round(dispatcher());
     expect(ra.received).toHaveLength(0);
@@ -226,7 +228,7 @@ describe.each(databasesUnderTest())('webhook delivery on %s', (dialect) => {
   });
 
   it('writes nothing to the events of merchants without webhooks, nor to a merchant\'s events from before its first webhook', async () => {
-    nowMs = Date.now();
+    nowMs = t.clock.now();
     const without = await t.newMerchant();
     const later = await t.newMerchant();
     await newCustomer(without);
@@ -251,7 +253,7 @@ describe.each(databasesUnderTest())('webhook delivery on %s', (dialect) => {
   });
 
   it('redelivers a delivery on request with the same event id', async () => {
-    nowMs = Date.now();
+    nowMs = t.clock.now();
     const m = await t.newMerchant();
     const r = await receiver();
     const hook = await webhookFor(m, r.url);
@@ -269,7 +271,7 @@ describe.each(databasesUnderTest())('webhook delivery on %s', (dialect) => {
   });
 
   it('signs with both secrets during a rotation overlap, and with the new one only after it', async () => {
-    nowMs = Date.now();
+    nowMs = t.clock.now();
     const m = await t.newMerchant();
     const r = await receiver();
     const hook = await webhookFor(m, r.url);
@@ -292,7 +294,7 @@ describe.each(databasesUnderTest())('webhook delivery on %s', (dialect) => {
   });
 
   it('refuses to connect when the host resolves to loopback at delivery time (DNS rebinding), and never reaches it', async () => {
-    nowMs = Date.now();
+    nowMs = t.clock.now();
     const m = await t.newMerchant();
     const r = await receiver();
     const port = new URL(r.url).port;
@@ -306,7 +308,7 @@ describe.each(databasesUnderTest())('webhook delivery on %s', (dialect) => {
   });
 
   it('refuses a webhook saved for loopback once the operator turns loopback off', async () => {
-    nowMs = Date.now();
+    nowMs = t.clock.now();
     const m = await t.newMerchant();
     const r = await receiver();
     const hook = await webhookFor(m, r.url);
@@ -317,7 +319,7 @@ describe.each(databasesUnderTest())('webhook delivery on %s', (dialect) => {
   });
 
   it('never follows a redirect: a 302 to loopback is a failed attempt and the target is never called', async () => {
-    nowMs = Date.now();
+    nowMs = t.clock.now();
     const m = await t.newMerchant();
     const target = await receiver();
     const r = await receiver((_req, res) => {
@@ -333,7 +335,7 @@ describe.each(databasesUnderTest())('webhook delivery on %s', (dialect) => {
   });
 
   it('reads at most 64 KiB of a receiver answer and stops the rest', async () => {
-    nowMs = Date.now();
+    nowMs = t.clock.now();
     const m = await t.newMerchant();
     const total = 64 * 1024 * 1024;
     let written = 0;
@@ -359,7 +361,7 @@ describe.each(databasesUnderTest())('webhook delivery on %s', (dialect) => {
   });
 
   it('keeps delivering to one merchant while another merchant’s receiver never answers', async () => {
-    nowMs = Date.now();
+    nowMs = t.clock.now();
     const slowMerchant = await t.newMerchant();
     const fastMerchant = await t.newMerchant();
     const hanging = await receiver(() => 'handled');
@@ -385,7 +387,7 @@ describe('webhook metrics', () => {
   it('counts attempts and successes and reports the queue lag in /metrics', async () => {
     const t = await startTestApp('sqlite', { env: { WEBHOOK_ALLOW_HTTP_LOOPBACK: 'true' } });
     const ok = await startReceiver();
-    let nowMs = Date.now();
+    let nowMs = t.clock.now();
     const d = new WebhookDispatcher({
       storage: t.storage,
       policy: { allowHttpLoopback: true },
