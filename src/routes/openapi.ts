@@ -15,31 +15,54 @@ export function registerOpenApiRoute(app: App): void {
 
 type Operation = Record<string, unknown>;
 
-const errorResponse = (description: string) => ({
-  description,
-  content: {
-    'application/json': {
-      schema: {
-        type: 'object',
-        required: ['error'],
-        properties: {
-          error: {
-            type: 'object',
-            required: ['message', 'code', 'status'],
-            properties: {
-              message: { type: 'string' },
-              code: { type: 'string' },
-              status: { type: 'integer' },
-              issues: {
-                type: 'array',
-                items: { type: 'object', properties: { path: { type: 'array', items: {} }, message: { type: 'string' } } },
-              },
-            },
-          },
+const tollgateError = {
+  type: 'object',
+  required: ['error'],
+  properties: {
+    error: {
+      type: 'object',
+      required: ['message', 'code', 'status'],
+      properties: {
+        message: { type: 'string' },
+        code: { type: 'string' },
+        status: { type: 'integer' },
+        issues: {
+          type: 'array',
+          items: { type: 'object', properties: { path: { type: 'array', items: {} }, message: { type: 'string' } } },
         },
       },
     },
   },
+};
+
+/** OpenAI's error shape (OpenAI-compatible providers answer it too); `code` may be a string, a number or null. */
+const openaiError = {
+  type: 'object',
+  required: ['error'],
+  properties: { error: { type: 'object', required: ['message'], properties: { message: { type: 'string' }, type: { type: ['string', 'null'] }, param: {}, code: {} } } },
+};
+
+const anthropicError = {
+  type: 'object',
+  required: ['type', 'error'],
+  properties: { type: { const: 'error' }, error: { type: 'object', required: ['type', 'message'], properties: { type: { type: 'string' }, message: { type: 'string' } } } },
+};
+
+/** Google's RPC error: `code` is the HTTP status, `status` the RPC status name. */
+const googleError = {
+  type: 'object',
+  required: ['error'],
+  properties: { error: { type: 'object', required: ['code', 'message'], properties: { code: { type: 'integer' }, message: { type: 'string' }, status: { type: 'string' }, details: { type: 'array' } } } },
+};
+
+/**
+ * A gateway error: Tollgate's refusals come in the error dialect of the client's provider surface
+ * (decision 0021), and an error the provider answered is relayed in its own shape (forward) or the
+ * client's format (rewrite), so the body is one of the four dialects.
+ */
+const errorResponse = (description: string) => ({
+  description: `${description} In the dialect of the provider surface (Tollgate's envelope, or OpenAI's, Anthropic's or Google's error shape, keeping the interface's \`code\`); an error the provider answered is relayed in its own shape, or in the client's format through the rewrite proxy.`,
+  content: { 'application/json': { schema: { anyOf: [tollgateError, openaiError, anthropicError, googleError] } } },
 });
 
 const passThroughBody = (description: string) => ({

@@ -9,6 +9,7 @@ import { databasesUnderTest, priceOverridesFile } from './databases.ts';
 import { startGatewayOnMock, THREE_PROVIDERS } from './gateway.ts';
 import type { MockUpstream, RecordedRequest } from './mock-upstream.ts';
 import { until } from './until.ts';
+import { checkResponsesAgainstOpenApi } from './openapi-responses.ts';
 
 /**
  * One gateway on one mock provider for a whole client e2e file, and per test a fresh customer
@@ -84,6 +85,7 @@ export function useClientHarness() {
     await t?.close();
     await upstream?.close();
   });
+  checkResponsesAgainstOpenApi(() => t);
   beforeEach(async () => {
     upstream.reset();
     customer = await newCustomer('10');

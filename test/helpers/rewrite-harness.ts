@@ -9,6 +9,7 @@ import { priceOverridesFile, type TestDatabase } from './databases.ts';
 import { startGatewayOnMock, THREE_PROVIDERS } from './gateway.ts';
 import type { MockUpstream, RecordedRequest } from './mock-upstream.ts';
 import { until } from './until.ts';
+import { checkResponsesAgainstOpenApi } from './openapi-responses.ts';
 
 /**
  * The rewrite proxy's client tests' shared stand: a gateway on the mock provider (OpenAI,
@@ -80,6 +81,7 @@ export function useRewriteHarness(dialect: TestDatabase['dialect']): RewriteHarn
     await t?.close();
     await upstream?.close();
   });
+  checkResponsesAgainstOpenApi(() => t);
   beforeEach(async () => {
     upstream.reset();
     const created = (await lava.customers.create({ name: 'Rewrite user' })) as unknown as { customer_id: string; wallet: { wallet_id: string } };

@@ -9,6 +9,7 @@ import { startGatewayOnMock, THREE_PROVIDERS } from './gateway.ts';
 import { live } from './live.ts';
 import type { MockUpstream, RecordedRequest } from './mock-upstream.ts';
 import { until } from './until.ts';
+import { checkResponsesAgainstOpenApi } from './openapi-responses.ts';
 
 /**
  * The forward gateway the official provider clients (openai 7, @anthropic-ai/sdk 1,
@@ -118,6 +119,7 @@ export function useSdkGateway(dialect: TestDatabase['dialect']) {
     await t?.close();
     await upstream?.close();
   });
+  checkResponsesAgainstOpenApi(() => t);
 
   beforeEach(async () => {
     // A fresh customer per test: its wallet only ever moves by this test's requests.
