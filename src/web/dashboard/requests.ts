@@ -1,3 +1,4 @@
+import { Readable } from 'node:stream';
 import type { FastifyInstance } from 'fastify';
 import type { AppDeps } from '../../http/types.ts';
 import { presentRequest, type RequestRecord } from '../../routes/requests.ts';
@@ -5,6 +6,7 @@ import { findMeter, listMeters, type MeterRow } from '../../storage/meters.ts';
 import { reportsOf } from '../../storage/db.ts';
 import { listRequests, type RequestFilters } from '../../storage/request-queries.ts';
 import { findRequestByRequestId, type RequestRow } from '../../storage/requests.ts';
+import { metadataKeysOf } from '../../storage/request-metadata-keys.ts';
 import { customerNames } from '../../storage/customer-names.ts';
 import { customerLink, formatsFor, type Formats } from '../format.ts';
 import { html } from '../html.ts';
@@ -12,8 +14,10 @@ import { WebError } from '../session.ts';
 import { merchantOf, sendDashboardPage } from './shell.ts';
 
 const PAGE_SIZE = 25;
-const CSV_MAX_ROWS = 10_000;
+/** Records read per query while the export streams: every matching record is written, however many. */
 const CSV_BATCH = 500;
+/** Metadata keys that get a column of their own (in key order). */
+const CSV_MAX_METADATA_KEYS = 100;
 const STATUSES = ['pending', 'completed', 'error'] as const;
 
 type LogQuery = { customer?: string; meter?: string; status?: string; metadata?: string; from?: string; to?: string; cursor?: string };
@@ -78,19 +82,12 @@ ${next ? html`<p><a class="button secondary" href="/dashboard/requests?${querySt
   app.get('/dashboard/requests.csv', async (request, reply) => {
     const merchantId = merchantOf(request);
     const filters = filtersOf(request.query as LogQuery);
-    const lines = [CSV_COLUMNS.join(',')];
-    let beforePk: string | undefined;
-    while (lines.length <= CSV_MAX_ROWS) {
-      const rows = await listRequests(reportsOf(deps.storage).db, merchantId, filters, { beforePk, limit: CSV_BATCH });
-      for (const row of rows.slice(0, CSV_BATCH)) lines.push(csvLine(presentRequest(row)));
-      if (rows.length <= CSV_BATCH) break;
-      beforePk = rows[CSV_BATCH - 1]!.id;
-    }
+    const keys = await metadataKeysOf(reportsOf(deps.storage).db, merchantId, filters, CSV_MAX_METADATA_KEYS);
     return reply
       .header('content-type', 'text/csv; charset=utf-8')
       .header('content-disposition', 'attachment; filename="requests.csv"')
       .header('cache-control', 'no-store')
-      .send(`${lines.slice(0, CSV_MAX_ROWS + 1).join('\r\n')}\r\n`);
+      .send(Readable.from(csvLines(deps, merchantId, filters, keys)));
   });
 
   app.get<{ Params: { id: string } }>('/dashboard/requests/:id', async (request, reply) => {
@@ -195,8 +192,25 @@ ${r.fee.breakdown.map((b) => html`<tr><td>${fmt.count(b.tier.start)}</td><td>${r
 
 const CSV_COLUMNS = ['request_id', 'status', 'customer_id', 'meter_id', 'provider', 'model', 'input_tokens', 'output_tokens', 'base_cost', 'fee', 'service_charge', 'total_request_cost', 'created_at'];
 
-function csvLine(r: RequestRecord): string {
-  const cells = [r.request_id, r.status, r.customer_id, r.meter_id, r.provider, r.model, r.model_usage.input_tokens, r.model_usage.output_tokens, r.model_usage.total_cost, r.fee.amount, r.service_charge.amount, r.total_request_cost, r.created_at];
+/**
+ * The export, line by line as the records are read (newest first, CSV_BATCH a query): the
+ * response starts at once and holds one batch in memory, whatever the number of records. Each
+ * metadata key gets a `metadata.<key>` column after the fixed ones.
+ */
+async function* csvLines(deps: AppDeps, merchantId: string, filters: RequestFilters, keys: string[]): AsyncGenerator<string> {
+  yield `${[...CSV_COLUMNS, ...keys.map((k) => `metadata.${k}`)].map(csvCell).join(',')}\r\n`;
+  let beforePk: string | undefined;
+  for (;;) {
+    const rows = await listRequests(reportsOf(deps.storage).db, merchantId, filters, { beforePk, limit: CSV_BATCH });
+    const batch = rows.slice(0, CSV_BATCH);
+    if (batch.length > 0) yield batch.map((row) => `${csvLine(presentRequest(row), keys)}\r\n`).join('');
+    if (rows.length <= CSV_BATCH) return;
+    beforePk = batch[batch.length - 1]!.id;
+  }
+}
+
+function csvLine(r: RequestRecord, keys: string[]): string {
+  const cells = [r.request_id, r.status, r.customer_id, r.meter_id, r.provider, r.model, r.model_usage.input_tokens, r.model_usage.output_tokens, r.model_usage.total_cost, r.fee.amount, r.service_charge.amount, r.total_request_cost, r.created_at, ...keys.map((k) => r.metadata[k])];
   return cells.map((c) => csvCell(c === null || c === undefined ? '' : String(c))).join(',');
 }
 
