@@ -173,6 +173,46 @@ describe.each(databasesUnderTest())('Stripe Checkout on %s', (dialect) => {
     expect(resultsOf(started.stripeApi.deliveries.filter((d) => d.type === 'checkout.session.expired'))).toEqual(['checkout.session.expired: unchanged']);
   });
 
+  it('a Stripe page that expires unpaid frees the session by its event, without counting as a decline; the next attempt pays', async () => {
+    const s = await session({ checkout_mode: 'onboarding' });
+    const first = await toStripe(s.token, { amount: '6' });
+    started.stripeApi.setWebhookTiming('held');
+    started.stripeApi.expireCheckoutSession(stripeSessionOf(first).id);
+    expect(resultsOf(await started.stripeApi.deliverHeld())).toEqual(['checkout.session.expired: failed']);
+    expect((await paymentsOf(s.id)).map((p) => [p.status, p.failure_reason])).toEqual([['failed', HOSTED_CHECKOUT_CLOSED]]);
+    // Stripe's page sends nobody back once expired; a return anyway says nothing was charged.
+    const back = await fetch(`${base}/checkout/return?token=${encodeURIComponent(s.token)}`);
+    expect(await back.text()).toContain('Nothing was charged');
+    started.stripeApi.setWebhookTiming('immediate');
+    const second = await toStripe(s.token, { amount: '6' });
+    expect((await payOnStripe(second, '4242424242424242')).status).toBe(303);
+    expect((await walletBuckets(started.storage, (await customerOf(s.id))!.wallet_id)).prepaid).toBe(parseMoney('6'));
+  });
+
+  it('a downgrade, with nothing to pay now, goes through a Stripe setup page: the card is saved by a SetupIntent and the change is scheduled', async () => {
+    const pro = (await api('POST', '/v1/plans', { name: 'Large', period_amount: '30', billing_interval: 'month' })).body;
+    const small = (await api('POST', '/v1/plans', { name: 'Small', period_amount: '5', billing_interval: 'month' })).body;
+    const subscribe = await session({ checkout_mode: 'subscription', plan_id: pro.plan_id });
+    await payOnStripe(await toStripe(subscribe.token), '4242424242424242');
+    const customerId = (await customerOf(subscribe.id))!.id;
+
+    const downgrade = await session({ checkout_mode: 'subscription', plan_id: small.plan_id, customer_id: customerId });
+    const page = await toStripe(downgrade.token);
+    const sent = started.stripeApi.requests.filter((r) => r.path === '/v1/checkout/sessions').at(-1)!;
+    expect(sent.params).toMatchObject({ mode: 'setup', currency: 'usd', 'setup_intent_data[metadata][tollgate_payment_id]': expect.stringMatching(/^pay/) });
+    expect(sent.params['line_items[0][price_data][unit_amount]']).toBeUndefined();
+    expect(await (await fetch(page)).text()).toContain('Save card');
+    const saved = await payOnStripe(page, '4000000000000341');
+    expect(await (await fetch(saved.headers.get('location')!)).text()).toContain('Payment received');
+
+    const [payment] = await paymentsOf(downgrade.id);
+    expect(payment).toMatchObject({ status: 'succeeded', amount: 0n, provider_ref: expect.stringMatching(/^seti_/) });
+    const methods = await started.storage.db.selectFrom('payment_methods').select('label').where('connection_id', '=', customerId).orderBy('id').execute();
+    expect(methods.map((m) => m.label)).toEqual(['Visa ending 4242', 'Visa ending 0341']);
+    const { subscription } = (await api('GET', `/v1/customers/${customerId}/subscription`)).body;
+    expect(subscription).toMatchObject({ plan_id: pro.plan_id, pending_change: { type: 'downgrade' } });
+  });
+
   it('a subscription through 3-D Secure on Stripe: a failed authentication pays nothing, a completed one subscribes; the saved card renews off-session', async () => {
     const plan = (await api('POST', '/v1/plans', { name: 'Pro', period_amount: '9.99', included_credit: '12', billing_interval: 'month' })).body;
     const s = await session({ checkout_mode: 'subscription', plan_id: plan.plan_id, reference_id: `order-${dialect}` });

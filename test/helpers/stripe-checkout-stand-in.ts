@@ -56,6 +56,8 @@ export type CheckoutStandIn = {
   sessions: Map<string, CheckoutSession>;
   /** Answers a Checkout API call, or null when the path is not one. */
   api(method: string, path: string, params: Record<string, string>): Answer | null;
+  /** Expires an open session as Stripe does when its time runs out (its event follows). */
+  expire(id: string): void;
   /** Serves the hosted page. */
   page(method: string, path: string, params: Record<string, string>, res: ServerResponse): void;
 };
@@ -223,7 +225,15 @@ export function checkoutSessionRoutes(deps: CheckoutStandInDeps): CheckoutStandI
     servePage(method, path, params, res).catch((e: unknown) => send(res, 500, `<h1>Stand-in error</h1><pre>${esc(String(e))}</pre>`));
   }
 
-  return { sessions, api, page };
+  return {
+    sessions,
+    api,
+    page,
+    expire: (id) => {
+      const session = sessions.get(id);
+      if (!session || expire(session).status !== 200) throw new Error(`checkout session ${id} is not open`);
+    },
+  };
 }
 
 function amountOf(session: CheckoutSession): string {

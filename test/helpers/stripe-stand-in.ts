@@ -44,6 +44,8 @@ export type StripeStandIn = {
   setIntentStatus(id: string, status: string, lastError?: string): void;
   /** Stripe Checkout: its sessions by id (for assertions). */
   checkoutSessions: CheckoutStandIn['sessions'];
+  /** Expires an open Checkout Session as Stripe does when its time runs out. */
+  expireCheckoutSession(id: string): void;
   /** Tollgate's webhook endpoint and secret: events are sent there from now on. */
   sendWebhooksTo(target: WebhookTarget): void;
   /** Whether events wait for `deliverHeld` (the redirect first) or go at once (the event first). */
@@ -205,6 +207,7 @@ export async function startStripeStandIn(secretKey: string): Promise<StripeStand
     problems,
     intents,
     checkoutSessions: checkout.sessions,
+    expireCheckoutSession: (id) => checkout.expire(id),
     sendWebhooksTo(t) {
       target = t;
     },
