@@ -1,5 +1,6 @@
 import pg from 'pg';
-import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { dateOf } from '../../src/domain/clock.ts';
 import { hashSecret } from '../../src/domain/secrets.ts';
 import { loadConfig } from '../../src/config.ts';
 import { IDEMPOTENCY_LEASE_MS, IDEMPOTENCY_TTL_MS } from '../../src/http/idempotency.ts';
@@ -171,7 +172,7 @@ describe.each(databasesUnderTest())('Idempotency-Key on %s', (dialect) => {
       expect(probe?.state).toBe('done');
 
       const key = freshKey();
-      const now = new Date();
+      const now = dateOf(t.clock);
       const claimed = await claimIdempotencyKey(t.storage.db, {
         scope,
         key,
@@ -206,7 +207,7 @@ describe.each(databasesUnderTest())('Idempotency-Key on %s', (dialect) => {
       const scope = await keyIdOf(mm.secretKey);
       const hash = await fingerprintOf(mm.secretKey, r);
       const key = freshKey();
-      const crashedAt = Date.now() - IDEMPOTENCY_LEASE_MS - 1_000;
+      const crashedAt = t.clock.now() - IDEMPOTENCY_LEASE_MS - 1_000;
       await t.storage.db
         .insertInto('idempotency_keys')
         .values({
@@ -268,8 +269,8 @@ describe.each(databasesUnderTest())('Idempotency-Key on %s', (dialect) => {
           state: 'done',
           response_status: 201,
           response_body: '{"stale":true}',
-          created_at: new Date(Date.now() - 2 * dayMs).toISOString(),
-          expires_at: new Date(Date.now() - dayMs).toISOString(),
+          created_at: new Date(t.clock.now() - 2 * dayMs).toISOString(),
+          expires_at: new Date(t.clock.now() - dayMs).toISOString(),
         })
         .execute();
 
@@ -290,7 +291,7 @@ describe.each(databasesUnderTest())('Idempotency-Key on %s', (dialect) => {
     const scope = await keyIdOf(mm.secretKey);
     const body = resources[1]![1].body;
     const key = freshKey();
-    const abandoned = { scope, key, created_at: new Date(Date.now() - IDEMPOTENCY_LEASE_MS - 1_000).toISOString() };
+    const abandoned = { scope, key, created_at: new Date(t.clock.now() - IDEMPOTENCY_LEASE_MS - 1_000).toISOString() };
     expect(
       await claimIdempotencyKey(t.storage.db, {
         ...abandoned,
@@ -301,7 +302,7 @@ describe.each(databasesUnderTest())('Idempotency-Key on %s', (dialect) => {
     const retried = await post(t, '/v1/customers', { secret: mm.secretKey, key, body });
     expect(retried.statusCode).toBe(201);
 
-    const late = { status: 201, body: '{"late":true}', expiresAt: new Date(Date.now() + IDEMPOTENCY_TTL_MS).toISOString() };
+    const late = { status: 201, body: '{"late":true}', expiresAt: new Date(t.clock.now() + IDEMPOTENCY_TTL_MS).toISOString() };
     expect(await completeIdempotencyKey(t.storage.db, abandoned, late)).toBe(false);
     await releaseIdempotencyKey(t.storage.db, abandoned);
     const replay = await post(t, '/v1/customers', { secret: mm.secretKey, key, body });
@@ -339,7 +340,7 @@ describe.each(databasesUnderTest())('Idempotency-Key on %s', (dialect) => {
         expect(Number(busy.headers['retry-after'])).toBeLessThanOrEqual(IDEMPOTENCY_LEASE_MS / 1000);
 
         // As if the original's process had hung past its lease: the retry takes the key over.
-        vi.useFakeTimers({ toFake: ['Date'], now: Date.now() + IDEMPOTENCY_LEASE_MS + 1_000 });
+        t.clock.advance(IDEMPOTENCY_LEASE_MS + 1_000);
         const retry = post(t, '/v1/customers', { secret: mm.secretKey, key, body });
         await expect.poll(async () => (await claimOf())?.created_at, { timeout: 5_000 }).not.toBe(originalClaim);
         await unlock();
@@ -352,7 +353,6 @@ describe.each(databasesUnderTest())('Idempotency-Key on %s', (dialect) => {
         expect(replay.headers['idempotent-replayed']).toBe('true');
         expect(replay.body).toBe(second.body);
       } finally {
-        vi.useRealTimers();
         await unlock();
       }
     },
