@@ -22,6 +22,7 @@ import * as m0018 from './migrations/0018_request_usage_details.ts';
 import * as m0019 from './migrations/0019_password_resets.ts';
 import * as m0020 from './migrations/0020_webhook_deliveries_by_event.ts';
 import * as m0022 from './migrations/0022_refunds.ts';
+import * as m0026 from './migrations/0026_usage_rollups_grouped.ts';
 
 /** The ordered, frozen list. New migrations are appended, never inserted or edited. */
 const MIGRATIONS: Record<string, Migration> = {
@@ -46,6 +47,7 @@ const MIGRATIONS: Record<string, Migration> = {
   '0019_password_resets': m0019,
   '0020_webhook_deliveries_by_event': m0020,
   '0022_refunds': m0022,
+  '0026_usage_rollups_grouped': m0026,
 };
 
 const provider: MigrationProvider = { getMigrations: async () => MIGRATIONS };

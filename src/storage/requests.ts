@@ -73,7 +73,7 @@ export async function failPendingRecord(trx: Transaction<Database>, dialect: Dia
   return stored !== undefined;
 }
 
-/** Adds records to both usage rollups: per (connection, meter), and per metadata pair as well. */
+/** Adds records to every usage rollup (rollupWrites). */
 async function addToRollups(trx: Transaction<Database>, dialect: Dialect, rows: RequestRow[]): Promise<void> {
   await runWrites(trx, dialect, rollupWrites(rows));
 }

@@ -1,11 +1,11 @@
 /**
- * What request records add to the usage rollups (15-minute buckets, per customer and meter, and
- * per metadata pair as well), and the writes that add it: one description for a single record's
+ * What request records add to the usage rollups (15-minute buckets, per customer and meter, per
+ * metadata pair as well, and at the grain reports read: decision 0042), and the writes that add it: one description for a single record's
  * write (storage/requests.ts), a charge batch (batch-write.ts) and a settlement batch.
  */
 import type { BatchWrite } from './batch-write.ts';
 import type { RequestRow } from './requests.ts';
-import type { UsageRollupsByMetadataTable, UsageRollupsTable } from './schema.ts';
+import type { UsageRollupsByMetadataTable, UsageRollupsGroupedTable, UsageRollupsTable } from './schema.ts';
 
 const BUCKET_MS = 15 * 60 * 1000;
 
@@ -15,12 +15,37 @@ function bucketStart(iso: string): string {
   return new Date(Math.floor(t / BUCKET_MS) * BUCKET_MS).toISOString();
 }
 
-/** The writes that add these records to both rollups, summed per row (runWrites' `addTo`). */
+/** The writes that add these records to every rollup, summed per row (runWrites' `addTo`). */
 export function rollupWrites(records: RequestRow[]): BatchWrite[] {
   return [
     { addTo: 'usage_rollups', key: ROLLUP_KEY, sums: ROLLUP_SUMS, rows: rollupAdditions(records) },
     { addTo: 'usage_rollups_by_metadata', key: METADATA_ROLLUP_KEY, sums: ROLLUP_SUMS, rows: metadataRollupAdditions(records) },
+    { addTo: 'usage_rollups_grouped', key: GROUPED_ROLLUP_KEY, sums: ROLLUP_SUMS, rows: groupedRollupAdditions(records) },
   ];
+}
+
+/**
+ * What records add to the rollups at a report's grain: one row per (merchant, bucket) for the
+ * total, per customer, per meter and per metadata pair (a record without a customer or meter is
+ * in no customer's or meter's group), summed in memory, in key order.
+ */
+function groupedRollupAdditions(rows: RequestRow[]): UsageRollupsGroupedTable[] {
+  const byKey = new Map<string, UsageRollupsGroupedTable>();
+  const bucketOf = bucketCache();
+  const add = (row: RequestRow, bucket: string, dimension: UsageRollupsGroupedTable['dimension'], key: string, value: string) => {
+    const id = JSON.stringify([row.merchant_id, dimension, key, value, bucket]);
+    const sum = byKey.get(id) ?? withZeroSums({ merchant_id: row.merchant_id, dimension, key, value, bucket_start: bucket });
+    addRecordTo(sum, row);
+    byKey.set(id, sum);
+  };
+  for (const row of rows) {
+    const bucket = bucketOf(row.created_at);
+    add(row, bucket, 'total', '', '');
+    if (row.connection_id) add(row, bucket, 'customer', row.connection_id, '');
+    if (row.meter_id) add(row, bucket, 'meter', row.meter_id, '');
+    for (const [key, value] of Object.entries(JSON.parse(row.metadata) as Record<string, string>)) add(row, bucket, 'metadata', key, value);
+  }
+  return inIdOrder(byKey);
 }
 
 /**
@@ -119,6 +144,7 @@ type RollupSum = (typeof ROLLUP_SUMS)[number];
 /** The primary keys the rollup upserts conflict on. */
 const ROLLUP_KEY = ['merchant_id', 'bucket_start', 'connection_id', 'meter_id'] as const;
 const METADATA_ROLLUP_KEY = ['merchant_id', 'key', 'value', 'bucket_start', 'connection_id', 'meter_id'] as const;
+const GROUPED_ROLLUP_KEY = ['merchant_id', 'dimension', 'key', 'value', 'bucket_start'] as const;
 
 /** A new rollup row: its key columns with every sum at zero (assigned, not spread: V8 spreads slowly). */
 function withZeroSums<K extends object>(key: K): K & Record<RollupSum, bigint> {

@@ -202,6 +202,27 @@ export interface UsageRollupsByMetadataTable extends UsageRollupsTable {
   value: string;
 }
 
+/**
+ * The same 15-minute sums at the grain a report reads (decision 0042): per merchant (dimension
+ * 'total', key and value ''), per customer ('customer', key = connection id), per meter ('meter',
+ * key = meter id) and per metadata pair ('metadata', key and value of the pair).
+ */
+export interface UsageRollupsGroupedTable {
+  merchant_id: string;
+  dimension: 'total' | 'customer' | 'meter' | 'metadata';
+  key: string;
+  value: string;
+  bucket_start: string;
+  requests: bigint;
+  tokens: bigint;
+  usage_cost: bigint;
+  fee: bigint;
+  service_charge: bigint;
+  request_cost: bigint;
+  wallet_cost: bigint;
+  merchant_cost: bigint;
+}
+
 export interface MeterUsageCountersTable {
   meter_id: string;
   connection_id: string;
@@ -488,6 +509,7 @@ export interface Database {
   request_metadata: RequestMetadataTable;
   usage_rollups: UsageRollupsTable;
   usage_rollups_by_metadata: UsageRollupsByMetadataTable;
+  usage_rollups_grouped: UsageRollupsGroupedTable;
   meter_usage_counters: MeterUsageCountersTable;
   events: EventsTable;
   webhooks: WebhooksTable;

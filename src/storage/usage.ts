@@ -1,12 +1,12 @@
 /**
- * Aggregates behind GET /usage. Both paths return sums per 15-minute UTC bucket, which are then
+ * Aggregates behind GET /usage. Every path returns sums per 15-minute UTC bucket, which are then
  * folded into the report's local days in JS: a day at any quarter-hour offset is a whole number
  * of buckets, and the SQL stays the same on SQLite and PostgreSQL (no timezone arithmetic).
  */
 import { sql, type Kysely } from 'kysely';
 import { dayIndexOf, type UsageRange } from '../domain/usage-window.ts';
 import { requestConditions, type MetadataPair, type RequestFilters } from './request-queries.ts';
-import type { Database } from './schema.ts';
+import type { Database, UsageRollupsGroupedTable } from './schema.ts';
 import type { Storage } from './db.ts';
 import { ROLLUP_SUMS } from './rollups.ts';
 
@@ -42,12 +42,70 @@ export async function usageByDay(
   return foldIntoDays(range, await bucketsFor(storage.db, merchantId, range, filters));
 }
 
-/** No metadata pair or one: rollups; two or more: the records (rollups per pair combination would multiply). */
-function bucketsFor(db: Kysely<Database>, merchantId: string, range: UsageRange, filters: RequestFilters): Promise<BucketRow[]> {
+/**
+ * Which rollup a report reads (decision 0042): one group (everything, a customer, a meter or a
+ * metadata pair) reads usage_rollups_grouped, at most 96 rows a day; a customer and a meter
+ * together, or a pair with either, read the finer rollups that carry both; two or more pairs read
+ * the records, driven by the pair with the fewest requests in the range.
+ */
+async function bucketsFor(db: Kysely<Database>, merchantId: string, range: UsageRange, filters: RequestFilters): Promise<BucketRow[]> {
   const [first, ...rest] = filters.metadata;
+  const group = singleGroupOf(filters);
+  if (group) return bucketsFromGroup(db, merchantId, range, group);
   if (!first) return bucketsFromRollups(db, merchantId, range, filters);
   if (rest.length === 0) return bucketsFromRollups(db, merchantId, range, filters, first);
-  return bucketsFromRecords(db, merchantId, range, filters);
+  const pairs = await rarestFirst(db, merchantId, range, filters.metadata);
+  return bucketsFromRecords(db, merchantId, range, { ...filters, metadata: pairs });
+}
+
+type Group = Pick<UsageRollupsGroupedTable, 'dimension' | 'key' | 'value'>;
+
+/** The one group of usage_rollups_grouped the filters select, or undefined when they name more than one dimension. */
+function singleGroupOf(filters: RequestFilters): Group | undefined {
+  const named = [filters.connectionId, filters.meterId, ...filters.metadata].filter((f) => f !== undefined).length;
+  if (named > 1) return undefined;
+  if (filters.connectionId !== undefined) return { dimension: 'customer', key: filters.connectionId, value: '' };
+  if (filters.meterId !== undefined) return { dimension: 'meter', key: filters.meterId, value: '' };
+  const [pair] = filters.metadata;
+  if (pair) return { dimension: 'metadata', key: pair[0], value: pair[1] };
+  return { dimension: 'total', key: '', value: '' };
+}
+
+function bucketsFromGroup(db: Kysely<Database>, merchantId: string, range: UsageRange, group: Group): Promise<BucketRow[]> {
+  return db
+    .selectFrom('usage_rollups_grouped')
+    .select(['bucket_start as bucket', ...ROLLUP_SUMS])
+    .where('merchant_id', '=', merchantId)
+    .where('dimension', '=', group.dimension)
+    .where('key', '=', group.key)
+    .where('value', '=', group.value)
+    .where('bucket_start', '>=', isoOf(range.startMs))
+    .where('bucket_start', '<', isoOf(range.endMs))
+    .execute() as Promise<BucketRow[]>;
+}
+
+/**
+ * The pairs ordered by how many requests carry each in the range (fewest first), counted from
+ * usage_rollups_grouped: the records path reads only the first pair's records, so a report with a
+ * rare pair and a common one costs the rare one's matches whichever order the caller gave.
+ */
+async function rarestFirst(db: Kysely<Database>, merchantId: string, range: UsageRange, pairs: readonly MetadataPair[]): Promise<MetadataPair[]> {
+  const counted = await Promise.all(
+    pairs.map(async (pair) => {
+      const row = await db
+        .selectFrom('usage_rollups_grouped')
+        .select((eb) => eb.fn.sum<string | number | bigint | null>('requests').as('requests'))
+        .where('merchant_id', '=', merchantId)
+        .where('dimension', '=', 'metadata')
+        .where('key', '=', pair[0])
+        .where('value', '=', pair[1])
+        .where('bucket_start', '>=', isoOf(range.startMs))
+        .where('bucket_start', '<', isoOf(range.endMs))
+        .executeTakeFirst();
+      return { pair, requests: toBigInt(row?.requests) };
+    }),
+  );
+  return counted.sort((a, b) => (a.requests < b.requests ? -1 : a.requests > b.requests ? 1 : 0)).map((c) => c.pair);
 }
 
 function foldIntoDays(range: UsageRange, buckets: readonly BucketRow[]): UsageSums[] {

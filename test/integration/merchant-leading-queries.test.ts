@@ -15,6 +15,7 @@ const PER_MERCHANT_TABLES = [
   'request_metadata',
   'usage_rollups',
   'usage_rollups_by_metadata',
+  'usage_rollups_grouped',
   'meter_usage_counters',
   'ledger_transactions',
   'ledger_postings',

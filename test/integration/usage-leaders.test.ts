@@ -82,6 +82,12 @@ describe.each(databasesUnderTest())('usage leaders on %s', (dialect) => {
       .insertInto('usage_rollups')
       .values([...Array.from({ length: 20 }, (_, i) => row(big.customer_id, i, each)), row(small.customer_id, 0, parseMoney('1'))])
       .execute();
+    // GET /usage for one customer reads the same sums from the rollup at its grain.
+    const grouped = ({ connection_id, meter_id: _meter, ...sums }: ReturnType<typeof row>) => ({ ...sums, dimension: 'customer' as const, key: connection_id, value: '' });
+    await t.storage.db
+      .insertInto('usage_rollups_grouped')
+      .values(Array.from({ length: 20 }, (_, i) => grouped(row(big.customer_id, i, each))))
+      .execute();
     const leaders = await usageLeaders(t.storage, merchant.merchantId, { start: today, end: today }, new Date(), 5);
     expect(2n ** 63n).toBeLessThan(each * 20n);
     expect(leaders.customers.map((c) => [c.key, c.total_request_cost, c.total_requests])).toEqual([
