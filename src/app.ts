@@ -27,6 +27,7 @@ import { registerHealthRoutes } from './routes/health.ts';
 import { registerMeterRoutes } from './routes/meters.ts';
 import { registerOpenApiRoute } from './routes/openapi.ts';
 import { registerPaymentWebhookRoutes } from './routes/payment-webhooks.ts';
+import { registerPaymentRoutes } from './routes/payments.ts';
 import { registerPlanRoutes } from './routes/plans.ts';
 import { registerRequestRoutes } from './routes/requests.ts';
 import { registerSecretKeyRoutes } from './routes/secret-keys.ts';
@@ -161,6 +162,7 @@ export async function buildApp(options: AppOptions): Promise<App> {
       registerCreditBundleRoutes(api, deps);
       registerWebhookRoutes(api, deps);
       registerSubscriptionRoutes(api, commerce);
+      registerPaymentRoutes(api, commerce);
       registerCheckoutSessionRoutes(api, { ...commerce, publicBaseUrl: deps.config.publicBaseUrl });
     },
     { prefix: '/v1' },

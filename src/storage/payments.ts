@@ -1,27 +1,14 @@
 import type { Kysely, Transaction } from 'kysely';
-import type { Storage } from './db.ts';
-import { newestFirstPage, type PageRequest } from './pages.ts';
+import { exactSumColumns, exactSumOf } from './exact-sum.ts';
 import type { Database, PaymentsTable, RefundsTable } from './schema.ts';
 
 /**
- * Reads of a merchant's payments and their refunds, and the refund rows' writes. Payments are
- * written by the commerce flows through storage/subscriptions.ts (insertPayment, transitionPayment).
+ * A merchant's payment by id, its refunds, and the refund rows' writes. Payments are written by
+ * the commerce flows through storage/subscriptions.ts (insertPayment, transitionPayment) and
+ * listed through storage/payment-reports.ts.
  */
 export type RefundRow = RefundsTable;
 type Db = Kysely<Database> | Transaction<Database>;
-
-export type PaymentFilter = { customerId?: string; status?: PaymentsTable['status'] };
-
-export async function listPayments(storage: Storage, merchantId: string, page: PageRequest, filter: PaymentFilter = {}): Promise<PaymentsTable[]> {
-  return storage.db
-    .selectFrom('payments')
-    .selectAll()
-    .where('merchant_id', '=', merchantId)
-    .$if(filter.customerId !== undefined, (q) => q.where('connection_id', '=', filter.customerId!))
-    .$if(filter.status !== undefined, (q) => q.where('status', '=', filter.status!))
-    .$call((q) => newestFirstPage(q, page))
-    .execute();
-}
 
 export async function findMerchantPayment(db: Db, merchantId: string, id: string): Promise<PaymentsTable | undefined> {
   return db.selectFrom('payments').selectAll().where('merchant_id', '=', merchantId).where('id', '=', id).executeTakeFirst();
@@ -37,12 +24,12 @@ export async function refundedAmounts(db: Db, paymentIds: string[]): Promise<Map
   if (paymentIds.length === 0) return new Map();
   const rows = await db
     .selectFrom('refunds')
-    .select(['payment_id', (eb) => eb.fn.sum<bigint | string | number>('amount').as('total')])
+    .select(['payment_id', ...exactSumColumns('amount', 'total')])
     .where('payment_id', 'in', paymentIds)
     .where('status', '<>', 'failed')
     .groupBy('payment_id')
     .execute();
-  return new Map(rows.map((r) => [r.payment_id, BigInt(r.total)]));
+  return new Map(rows.map((r) => [r.payment_id, exactSumOf(r, 'total')]));
 }
 
 export async function insertRefund(db: Db, row: RefundRow): Promise<void> {

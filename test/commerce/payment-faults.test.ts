@@ -1,5 +1,5 @@
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { payCheckout, purchaseOf, type PayResult } from '../../src/commerce/checkout.ts';
+import type { PayResult } from '../../src/commerce/checkout.ts';
 import { topUpIfShort } from '../../src/commerce/auto-top-up.ts';
 import { reconcilePayments, RECONCILE_AFTER_MS } from '../../src/commerce/reconciliation.ts';
 import { renewDueSubscriptions } from '../../src/commerce/renewals.ts';
@@ -8,11 +8,11 @@ import type { PurchaseDeps } from '../../src/commerce/subscriptions.ts';
 import { dateOf } from '../../src/domain/clock.ts';
 import { parseMoney } from '../../src/domain/money.ts';
 import { verifyLedger } from '../../src/ledger/verify.ts';
-import { TEST_CARDS, type TestFaultPoint } from '../../src/payments/test-provider.ts';
+import type { TestFaultPoint } from '../../src/payments/test-provider.ts';
 import { ProviderUnavailableError } from '../../src/payments/types.ts';
 import { presentCustomer } from '../../src/routes/customers.ts';
 import { startTestApp, type TestApp } from '../helpers/app.ts';
-import { createCustomer, createPlan, saveTestCard, subscribe, walletBuckets } from '../helpers/commerce.ts';
+import { createCustomer, createPlan, openCheckoutSession, payCheckoutSession, saveTestCard, subscribe, walletBuckets } from '../helpers/commerce.ts';
 import { databasesUnderTest } from '../helpers/databases.ts';
 
 /**
@@ -80,25 +80,8 @@ describe.each(databasesUnderTest())('no charge without a credit on %s', (dialect
     expect(taken).toBe(credited + refunded);
   }
 
-  async function openTopUpSession(customerId: string) {
-    const res = await t.app.inject({ method: 'POST', url: '/v1/checkout_sessions', headers: t.auth(), payload: { checkout_mode: 'topup', origin_url: 'https://shop.example.com/', customer_id: customerId } });
-    expect(res.statusCode, res.body).toBe(201);
-    return t.storage.db.selectFrom('checkout_sessions').selectAll().where('id', '=', res.json().checkout_session_id).executeTakeFirstOrThrow();
-  }
-
-  async function pay(sessionId: string): Promise<PayResult | Error> {
-    const session = await t.storage.db.selectFrom('checkout_sessions').selectAll().where('id', '=', sessionId).executeTakeFirstOrThrow();
-    const input = {
-      session,
-      purchase: await purchaseOf(deps(), session),
-      amount: parseMoney('20'),
-      details: { card_number: TEST_CARDS.succeeds },
-      contact: { first_name: null, last_name: null, email: null, phone: null },
-      customerEventData: (row: Parameters<typeof presentCustomer>[0]) => presentCustomer(row, dateOf(t.clock)),
-      at: dateOf(t.clock),
-    };
-    return payCheckout(deps(), input).catch((e: Error) => e);
-  }
+  const openTopUpSession = (customerId: string) => openCheckoutSession(t, customerId);
+  const pay = (sessionId: string): Promise<PayResult | Error> => payCheckoutSession(t, deps(), sessionId).catch((e: Error) => e);
 
   describe('checkout', () => {
     it.each(FAULTS)('%s ends with the top-up credited once', async (_name, point, error) => {

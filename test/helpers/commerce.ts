@@ -1,4 +1,9 @@
+import { payCheckout, purchaseOf, type PayResult } from '../../src/commerce/checkout.ts';
+import type { PurchaseDeps } from '../../src/commerce/subscriptions.ts';
+import { dateOf } from '../../src/domain/clock.ts';
+import { parseMoney } from '../../src/domain/money.ts';
 import { TEST_CARDS } from '../../src/payments/test-provider.ts';
+import { presentCustomer } from '../../src/routes/customers.ts';
 import type { Storage } from '../../src/storage/db.ts';
 import { insertPaymentMethod } from '../../src/storage/subscriptions.ts';
 import type { TestApp } from './app.ts';
@@ -48,4 +53,29 @@ export async function walletBuckets(storage: Storage, walletId: string) {
 export async function eventsOfType(storage: Storage, type: string) {
   const rows = await storage.db.selectFrom('events').selectAll().where('type', '=', type).orderBy('id').execute();
   return rows.map((r) => ({ ...r, data: JSON.parse(r.payload) as Record<string, unknown> }));
+}
+
+/**
+ * Opens a checkout session as the merchant (a top-up for the customer unless `bundleId` names a
+ * credit bundle to buy) and returns its stored row.
+ */
+export async function openCheckoutSession(t: TestApp, customerId: string, bundleId?: string) {
+  const payload = { checkout_mode: bundleId ? 'credit_bundle' : 'topup', origin_url: 'https://shop.example.com/', customer_id: customerId, ...(bundleId ? { credit_bundle_id: bundleId } : {}) };
+  const res = await t.app.inject({ method: 'POST', url: '/v1/checkout_sessions', headers: t.auth(), payload });
+  if (res.statusCode !== 201) throw new Error(`checkout session not created: ${res.body}`);
+  return t.storage.db.selectFrom('checkout_sessions').selectAll().where('id', '=', res.json().checkout_session_id).executeTakeFirstOrThrow();
+}
+
+/** Pays a checkout session with the test card that succeeds, as the hosted page does (`amount` for a top-up). */
+export async function payCheckoutSession(t: TestApp, deps: PurchaseDeps, sessionId: string, amount = '20'): Promise<PayResult> {
+  const session = await t.storage.db.selectFrom('checkout_sessions').selectAll().where('id', '=', sessionId).executeTakeFirstOrThrow();
+  return payCheckout(deps, {
+    session,
+    purchase: await purchaseOf(deps, session),
+    amount: session.mode === 'credit_bundle' ? (await purchaseOf(deps, session)).price! : parseMoney(amount),
+    details: { card_number: TEST_CARDS.succeeds },
+    contact: { first_name: null, last_name: null, email: null, phone: null },
+    customerEventData: (row) => presentCustomer(row, dateOf(t.clock)),
+    at: dateOf(t.clock),
+  });
 }
