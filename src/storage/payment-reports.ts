@@ -55,3 +55,16 @@ export async function liveSubscriptionPrices(storage: Storage, merchantId: strin
     sums: new Map(rows.map((r) => [r.billing_interval, exactSumOf(r, 'price')])),
   };
 }
+
+/** The money given back: refunds that succeeded, created in the range (count and exact sum). */
+export async function refundedInRange(storage: Storage, merchantId: string, f: Pick<PaymentFilters, 'from' | 'before'>): Promise<{ count: number; amount: bigint }> {
+  const row = await storage.db
+    .selectFrom('refunds')
+    .where('merchant_id', '=', merchantId)
+    .where('status', '=', 'succeeded')
+    .$if(f.from !== undefined, (q) => q.where('created_at', '>=', f.from!))
+    .$if(f.before !== undefined, (q) => q.where('created_at', '<', f.before!))
+    .select((eb) => [eb.fn.countAll<number>().as('count'), ...exactSumColumns('amount', 'amount')])
+    .executeTakeFirst();
+  return { count: Number(row?.count ?? 0), amount: row ? exactSumOf(row, 'amount') : 0n };
+}

@@ -2,7 +2,8 @@ import fc from 'fast-check';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { divRoundHalfUp, parseMoney } from '../../src/domain/money.ts';
 import { monthlyRecurringRevenue } from '../../src/domain/recurring-revenue.ts';
-import { listPayments, liveSubscriptionPrices, receivedByPurpose } from '../../src/storage/payment-reports.ts';
+import { listPayments, liveSubscriptionPrices, receivedByPurpose, refundedInRange } from '../../src/storage/payment-reports.ts';
+import { insertRefund } from '../../src/storage/payments.ts';
 import { startTestApp, type TestApp } from '../helpers/app.ts';
 import { createCustomer, createPlan, saveTestCard, subscribe } from '../helpers/commerce.ts';
 import { databasesUnderTest } from '../helpers/databases.ts';
@@ -18,7 +19,7 @@ describe.each(databasesUnderTest())('payment reports on %s', (dialect) => {
   });
   afterAll(async () => t?.close());
 
-  it('sums succeeded payments by kind, lists every payment, and prices live subscriptions per interval', async () => {
+  it('sums succeeded payments by kind and succeeded refunds, lists every payment, and prices live subscriptions per interval', async () => {
     const monthly = await createPlan(t, { name: 'Pro', period_amount: '20.1234567891', billing_interval: 'month' });
     const yearly = await createPlan(t, { name: 'Annual', period_amount: '99999999', billing_interval: 'year' });
     const subscribed = async (planId: string, card: 'succeeds' | 'declined') => {
@@ -42,6 +43,15 @@ describe.each(databasesUnderTest())('payment reports on %s', (dialect) => {
     expect(total).toBe(parseMoney('20.1234567891') * 2n + parseMoney('99999999'));
     expect([...received.values()].reduce((n, r) => n + r.count, 0)).toBe(3);
     expect(await receivedByPurpose(t.storage, merchantId, { from: '2999-01-01T00:00:00.000Z' })).toEqual(new Map());
+
+    const paidOne = all.find((p) => p.status === 'succeeded')!;
+    const at = new Date().toISOString();
+    const refund = { merchant_id: merchantId, payment_id: paidOne.id, credit_amount: 0n, wallet_id: null, bucket: null, provider_ref: null, reason: null, failure_reason: null, created_at: at, updated_at: at };
+    await insertRefund(t.storage.db, { ...refund, id: 'rfd_report_1', amount: parseMoney('1.0000000001'), status: 'succeeded' });
+    await insertRefund(t.storage.db, { ...refund, id: 'rfd_report_2', amount: parseMoney('2'), status: 'succeeded' });
+    await insertRefund(t.storage.db, { ...refund, id: 'rfd_report_3', amount: parseMoney('7'), status: 'failed' });
+    expect(await refundedInRange(t.storage, merchantId, {})).toEqual({ count: 2, amount: parseMoney('3.0000000001') });
+    expect(await refundedInRange(t.storage, 'mer_other', {})).toEqual({ count: 0, amount: 0n });
 
     const live = await liveSubscriptionPrices(t.storage, merchantId);
     expect(live.count).toBe(3);

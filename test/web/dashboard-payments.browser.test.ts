@@ -1,6 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { parseMoney } from '../../src/domain/money.ts';
 import { creditWallet } from '../../src/ledger/wallets.ts';
+import { insertRefund } from '../../src/storage/payments.ts';
 import { createPlan, saveTestCard, subscribe } from '../helpers/commerce.ts';
 import { exactText, signedInDashboard, tableValues, type DashboardSession } from '../helpers/dashboard.ts';
 
@@ -33,6 +34,13 @@ describe('dashboard payments and revenue (Chromium)', () => {
     expect(recorded.status, JSON.stringify(recorded.body)).toBe(201);
     await d.t.settledRecord('paid-1', d.t.auth(d.secretKey));
     await creditWallet(d.t.storage, d.walletId, parseMoney('20'), new Date(d.t.clock.now()).toISOString());
+    // A refund of 5 on Ada's payment, as the refund flow records it once the provider agreed.
+    const adaPayment = await d.t.storage.db.selectFrom('payments').selectAll().where('connection_id', '=', customers.ada!).executeTakeFirstOrThrow();
+    const at = new Date(d.t.clock.now()).toISOString();
+    await insertRefund(d.t.storage.db, {
+      id: 'rfd_dashboard_test', merchant_id: d.merchantId, payment_id: adaPayment.id, amount: parseMoney('5'), credit_amount: 0n, wallet_id: null, bucket: null,
+      provider_ref: 're_test', status: 'succeeded', reason: null, failure_reason: null, created_at: at, updated_at: at,
+    });
   });
   afterAll(async () => {
     await d?.close();
@@ -47,6 +55,7 @@ describe('dashboard payments and revenue (Chromium)', () => {
     const byCustomer = new Map(stored.map((p) => [p.connection_id, p]));
     expect(byCustomer.get(customers.cy!)?.status).toBe('failed');
     const link = d.page.locator(`#payment-${byCustomer.get(customers.ada!)!.id} a`);
+    expect(await exactText(d.page, `#payment-${byCustomer.get(customers.ada!)!.id} td:nth-child(6)`)).toBe('5.0000000000');
     expect(await link.textContent()).toBe('ada@example.com');
     expect(await link.getAttribute('title')).toBe(customers.ada);
 
@@ -55,7 +64,7 @@ describe('dashboard payments and revenue (Chromium)', () => {
     expect(failed.map((r) => r[1])).toEqual(['cy@example.com']);
   });
 
-  it('shows revenue as received payments plus usage fees, MRR, active subscriptions and the merchant wallet', async () => {
+  it('shows revenue as received payments less refunds plus usage fees, MRR, active subscriptions and the merchant wallet', async () => {
     await d.page.goto(`${d.base}/dashboard/payments`);
     const today = new Date(d.t.clock.now()).toISOString().slice(0, 10);
     const stored = await d.t.storage.db.selectFrom('payments').selectAll().where('merchant_id', '=', d.merchantId).where('status', '=', 'succeeded').execute();
@@ -65,14 +74,16 @@ describe('dashboard payments and revenue (Chromium)', () => {
     expect(parseMoney(usage.total_fee_amount)).toBeGreaterThan(0n);
     expect(await exactText(d.page, '#revenue-payments')).toBe(formatUnits(paid));
     expect(await exactText(d.page, '#revenue-fees')).toBe(usage.total_fee_amount);
-    expect(await exactText(d.page, '#revenue-total')).toContain(formatUnits(paid + parseMoney(usage.total_fee_amount)));
+    expect(await exactText(d.page, '#revenue-refunds')).toContain('5.0000000000');
+    expect(await exactText(d.page, '#revenue-total')).toContain(formatUnits(paid - parseMoney('5') + parseMoney(usage.total_fee_amount)));
     // 20 a month, and 120 a year is 10 a month; the declined subscription does not count.
     expect(await exactText(d.page, '#mrr')).toBe('30.0000000000');
     expect(await d.page.textContent('#mrr')).toBe('$30.00');
     expect(await d.page.textContent('#active-subscriptions')).toBe('2');
     expect(await exactText(d.page, '#merchant-wallet')).toBe('20.0000000000');
     const received = await tableValues(d.page, '#received');
-    expect(received.reduce((n, r) => n + Number(r[1]), 0)).toBe(2);
+    expect(received.slice(0, 3).reduce((n, r) => n + Number(r[1]), 0)).toBe(2);
+    expect(received[3]).toEqual(['Refunds', '1', '-5.0000000000']);
   });
 });
 

@@ -8,7 +8,8 @@ import { usageReport } from '../../routes/usage.ts';
 import { customerNames } from '../../storage/customer-names.ts';
 import { reportsOf } from '../../storage/db.ts';
 import { findMerchant } from '../../storage/merchants.ts';
-import { listPayments, liveSubscriptionPrices, receivedByPurpose, type PaymentFilters, type PaymentListRow, type PaymentPurpose } from '../../storage/payment-reports.ts';
+import { refundedAmounts } from '../../storage/payments.ts';
+import { listPayments, liveSubscriptionPrices, receivedByPurpose, refundedInRange, type PaymentFilters, type PaymentListRow, type PaymentPurpose } from '../../storage/payment-reports.ts';
 import type { PaymentStatus } from '../../storage/schema.ts';
 import { customerLink, formatsFor, type Formats } from '../format.ts';
 import { html } from '../html.ts';
@@ -28,8 +29,8 @@ const dayOf = (ms: number) => new Date(ms).toISOString().slice(0, 10);
 const nextDay = (date: string) => dayOf(Date.parse(`${date}T00:00:00Z`) + DAY_MS);
 
 /**
- * What came in and what recurs: the payments customers made (checkout, renewals, auto top-ups),
- * revenue as those payments plus the usage fees of the same days, monthly recurring revenue and
+ * What came in and what recurs: the payments customers made (checkout, renewals, auto top-ups)
+ * and the refunds given back, revenue as payments less refunds plus the usage fees of the same days, monthly recurring revenue and
  * live subscriptions, and the merchant's own wallet.
  */
 export function registerPaymentPages(app: FastifyInstance, deps: AppDeps): void {
@@ -44,21 +45,24 @@ export function registerPaymentPages(app: FastifyInstance, deps: AppDeps): void 
     const status = STATUSES.find((s) => s === q.status);
     const filters: PaymentFilters = { ...range, ...(purpose ? { purpose } : {}), ...(status ? { status } : {}) };
     const reports = reportsOf(deps.storage);
-    const [rows, received, live, merchant, fees] = await Promise.all([
+    const [rows, received, refunded, live, merchant, fees] = await Promise.all([
       listPayments(reports, merchantId, filters, { cursor: q.cursor || undefined, limit: PAGE_SIZE }),
       receivedByPurpose(reports, merchantId, range),
+      refundedInRange(reports, merchantId, range),
       liveSubscriptionPrices(reports, merchantId),
       findMerchant(deps.storage, merchantId),
       usageFees(deps, merchantId, from, to, now),
     ]);
     const page = rows.slice(0, PAGE_SIZE);
     const next = rows.length > PAGE_SIZE ? page[page.length - 1]!.id : null;
-    const [names, wallets] = await Promise.all([
+    const [names, wallets, refundedById] = await Promise.all([
       customerNames(reports, merchantId, page.map((p) => p.connection_id)),
       walletBuckets(deps.storage, merchantId, merchant ? [merchant.wallet_id] : []),
+      refundedAmounts(reports.db, page.map((p) => p.id)),
     ]);
     const fmt = formatsFor(deps.config.currency);
     const paid = [...received.values()].reduce((sum, r) => sum + r.amount, 0n);
+    const net = paid - refunded.amount;
     const own = merchant ? wallets.get(merchant.wallet_id) : undefined;
     const query = new URLSearchParams({ from, to, ...(purpose ? { purpose } : {}), ...(status ? { status } : {}) });
     return sendDashboardPage(request, reply, '/dashboard/payments', {
@@ -74,8 +78,9 @@ ${STATUSES.map((s) => html`<option${s === status ? html` selected` : ''}>${s}</o
 <div><button type="submit">Show</button></div>
 </form>
 <div class="card stats" aria-label="Revenue">
-<div><h2>Revenue</h2><p class="num" id="revenue-total">${fees === null ? '—' : fmt.money(paid + fees)}</p><p class="muted">payments and usage fees, ${from} to ${to}</p></div>
+<div><h2>Revenue</h2><p class="num" id="revenue-total">${fees === null ? '—' : fmt.money(net + fees)}</p><p class="muted">payments less refunds, and usage fees, ${from} to ${to}</p></div>
 <div><h2>Payments received</h2><p class="num" id="revenue-payments">${fmt.money(paid)}</p></div>
+<div><h2>Refunded</h2><p class="num" id="revenue-refunds">${fmt.money(refunded.amount)}</p><p class="muted">${fmt.count(refunded.count)} refunds</p></div>
 <div><h2>Usage fees</h2><p class="num" id="revenue-fees">${fees === null ? '—' : fmt.money(fees)}</p></div>
 </div>
 <div class="card stats" aria-label="Subscriptions and wallet">
@@ -83,8 +88,8 @@ ${STATUSES.map((s) => html`<option${s === status ? html` selected` : ''}>${s}</o
 <div><h2>Active subscriptions</h2><p class="num" id="active-subscriptions">${fmt.count(live.count)}</p></div>
 <div><h2>Your wallet</h2><p class="num" id="merchant-wallet">${own ? fmt.money(own.balance) : '—'}</p><p class="muted">what requests billed to you draw on</p></div>
 </div>
-${receivedTable(received, fmt)}
-${page.length === 0 ? html`<div class="card"><h2>No payments match</h2><p>Payments appear here when a customer pays at a checkout, a subscription renews or an auto top-up is bought.</p></div>` : paymentTable(page, fmt, names)}
+${receivedTable(received, refunded, fmt)}
+${page.length === 0 ? html`<div class="card"><h2>No payments match</h2><p>Payments appear here when a customer pays at a checkout, a subscription renews or an auto top-up is bought.</p></div>` : paymentTable(page, fmt, names, refundedById)}
 ${next ? html`<p><a class="button secondary" rel="next" href="/dashboard/payments?${query.toString()}&amp;cursor=${encodeURIComponent(next)}">Older payments</a></p>` : ''}`,
     });
   });
@@ -101,24 +106,25 @@ async function usageFees(deps: AppDeps, merchantId: string, from: string, to: st
   }
 }
 
-function receivedTable(received: Map<PaymentPurpose, { count: number; amount: bigint }>, fmt: Formats) {
+function receivedTable(received: Map<PaymentPurpose, { count: number; amount: bigint }>, refunded: { count: number; amount: bigint }, fmt: Formats) {
   return html`<div class="card"><h2 id="received-title">Received by kind</h2>
 <div class="table-wrap" tabindex="0" role="region" aria-labelledby="received-title"><table id="received">
 <thead><tr><th scope="col">Kind</th><th scope="col" class="num">Payments</th><th scope="col" class="num">Amount</th></tr></thead>
 <tbody>${(Object.entries(PURPOSES) as [PaymentPurpose, string][]).map(([p, label]) => {
     const r = received.get(p) ?? { count: 0, amount: 0n };
     return html`<tr><th scope="row">${label}</th><td class="num">${fmt.count(r.count)}</td><td class="num">${fmt.money(r.amount)}</td></tr>`;
-  })}</tbody></table></div></div>`;
+  })}
+<tr><th scope="row">Refunds</th><td class="num">${fmt.count(refunded.count)}</td><td class="num">${fmt.money(-refunded.amount)}</td></tr></tbody></table></div></div>`;
 }
 
-function paymentTable(rows: PaymentListRow[], fmt: Formats, names: Map<string, string>) {
+function paymentTable(rows: PaymentListRow[], fmt: Formats, names: Map<string, string>, refunded: Map<string, bigint>) {
   return html`<div class="card table-wrap" tabindex="0" role="region" aria-label="Payments"><table id="payments">
 <caption class="visually-hidden">Payments, newest first</caption>
-<thead><tr><th scope="col">Date (UTC)</th><th scope="col">Customer</th><th scope="col">Kind</th><th scope="col">Status</th><th scope="col" class="num">Amount</th><th scope="col">Provider reference</th></tr></thead>
+<thead><tr><th scope="col">Date (UTC)</th><th scope="col">Customer</th><th scope="col">Kind</th><th scope="col">Status</th><th scope="col" class="num">Amount</th><th scope="col" class="num">Refunded</th><th scope="col">Provider reference</th></tr></thead>
 <tbody>
 ${rows.map(
   (p) => html`<tr id="payment-${p.id}"><td>${p.created_at.slice(0, 16).replace('T', ' ')}</td><td>${customerLink(p.connection_id, names)}</td><td>${PURPOSES[p.purpose]}</td>
-<td class="status">${p.status}${p.failure_reason ? html` <span class="muted">(${p.failure_reason})</span>` : ''}</td><td class="num">${fmt.money(p.amount)}</td><td><code>${p.provider_ref ?? p.id}</code></td></tr>`,
+<td class="status">${p.status}${p.failure_reason ? html` <span class="muted">(${p.failure_reason})</span>` : ''}</td><td class="num">${fmt.money(p.amount)}</td><td class="num">${refunded.has(p.id) ? fmt.money(refunded.get(p.id)!) : '—'}</td><td><code>${p.provider_ref ?? p.id}</code></td></tr>`,
 )}
 </tbody></table></div>`;
 }
