@@ -127,8 +127,8 @@ describe('hosted checkout in Chromium', () => {
   it('an expired token is refused', async () => {
     const { customerId } = await createCustomer(t);
     const session = await createSession({ checkout_mode: 'topup', customer_id: customerId });
-    // The session's lifetime has run out (the page reads the real clock).
-    await t.storage.db.updateTable('checkout_sessions').set({ expires_at: new Date(Date.now() - 1000).toISOString() }).where('id', '=', session.checkout_session_id).execute();
+    // The session's lifetime has run out on the app's clock, which the page reads.
+    await t.storage.db.updateTable('checkout_sessions').set({ expires_at: new Date(t.clock.now() - 1000).toISOString() }).where('id', '=', session.checkout_session_id).execute();
     page = await browser.newPage();
     const res = await page.goto(session.checkout_url);
     expect(res!.status()).toBe(410);
