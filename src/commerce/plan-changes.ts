@@ -1,11 +1,12 @@
 import type { Transaction } from 'kysely';
 import { nextCycleEnd } from '../domain/billing-cycle.ts';
+import { newId } from '../domain/ids.ts';
 import { fundWallet } from '../ledger/funding.ts';
 import type { Storage } from '../storage/db.ts';
 import { findPlanIncludingDeleted, type PlanRow } from '../storage/plans.ts';
 import type { Database } from '../storage/schema.ts';
-import type { SubscriptionRow } from '../storage/subscriptions.ts';
-import { emitSubscriptionEvent, type Customer } from './subscriptions.ts';
+import { insertPayment, latestPaymentMethod, transitionPayment, type SubscriptionRow } from '../storage/subscriptions.ts';
+import { emitSubscriptionEvent, savedMethodOf, type CommerceDeps, type Customer } from './subscriptions.ts';
 
 /**
  * Plan changes of a live subscription (decision 0037). An upgrade (a plan whose period amount is
@@ -221,4 +222,60 @@ export async function scheduleCancellation(storage: Storage, sub: SubscriptionRo
     if (Number(result.numUpdatedRows) !== 1) return;
     await emitSubscriptionUpdated(trx, { ...sub, cancel_at_cycle_end: 1 }, { type: 'cancellation', status: 'scheduled', effective_at: sub.cycle_end_at }, at);
   });
+}
+
+export type ApiChangeOutcome =
+  | { ok: true; subscription: SubscriptionRow }
+  | { ok: false; reason: 'subscription_exists' | 'payment_method_required' | 'payment_failed'; message: string };
+
+/**
+ * POST /v1/subscriptions for a customer whose subscription is running: the same plan is 409; a
+ * downgrade is scheduled for the cycle's end; an upgrade charges the new plan's period amount to
+ * the saved payment method (none: 402 `payment_method_required`, use a checkout) and starts it at
+ * once, as a paid checkout would. The charge's payment row (purpose `renewal`, a reference that
+ * names no cycle) is written before the provider is called and its id is the idempotency key; a
+ * provider that does not answer leaves it pending (503), and should the provider have taken the
+ * money, its event records it succeeded for a refund (no current cycle is named), never a credit
+ * lost track of.
+ */
+export async function changePlanByApi(deps: CommerceDeps, live: SubscriptionRow, customer: Customer, plan: PlanRow, at: Date): Promise<ApiChangeOutcome> {
+  const { storage } = deps;
+  const stamp = at.toISOString();
+  const current = (await findPlanIncludingDeleted(storage, live.plan_id))!;
+  const kind = planChangeOf(current, plan);
+  if (kind === 'same') return { ok: false, reason: 'subscription_exists', message: 'The customer is already subscribed to this plan.' };
+  if (kind === 'downgrade') {
+    await storage.db.transaction().execute((trx) => scheduleDowngrade(trx, live, plan, stamp));
+    return { ok: true, subscription: { ...live, pending_plan_id: plan.id, cancel_at_cycle_end: 0 } };
+  }
+  const method = await latestPaymentMethod(storage.db, customer.id);
+  if (!method) return { ok: false, reason: 'payment_method_required', message: 'An upgrade to a paid plan needs a saved payment method; use a subscription checkout.' };
+  const payment = (await insertPayment(storage.db, {
+    merchant_id: live.merchant_id,
+    connection_id: customer.id,
+    provider: deps.payments.id,
+    provider_ref: null,
+    purpose: 'renewal',
+    reference: `${live.id}:upgrade to ${plan.id} ${newId('payment')}:1`,
+    amount: BigInt(plan.period_amount),
+    status: 'pending',
+    failure_reason: null,
+    created_at: stamp,
+    updated_at: stamp,
+  }))!;
+  const outcome = await deps.payments.chargeSaved({ amount: payment.amount, idempotencyKey: payment.id, description: `${plan.name}: upgrade`, method: savedMethodOf(method) });
+  if (outcome.status !== 'succeeded') {
+    const reason = outcome.status === 'failed' ? outcome.reason : 'The payment needs the customer to confirm it; use a subscription checkout.';
+    await transitionPayment(storage.db, payment.id, ['pending'], { status: 'failed', provider_ref: outcome.providerRef, failure_reason: reason, updated_at: stamp });
+    return { ok: false, reason: 'payment_failed', message: reason };
+  }
+  const upgraded = await storage.db.transaction().execute(async (trx) => {
+    if (!(await transitionPayment(trx, payment.id, ['pending'], { status: 'succeeded', provider_ref: outcome.providerRef, updated_at: stamp }))) return false;
+    if (await upgradeNow(trx, live, customer, current, plan, payment.id, at)) return true;
+    // The subscription moved on meanwhile (a renewal, another change): the payment is kept as prepaid funds.
+    await fundWallet(trx, { merchantId: live.merchant_id, walletId: customer.wallet_id, bucket: 'prepaid', amount: payment.amount, source: 'payment', reference: payment.id, description: `${plan.name}: upgrade paid while the subscription changed`, at: stamp });
+    return false;
+  });
+  if (!upgraded) return { ok: false, reason: 'subscription_exists', message: 'The subscription changed while the upgrade was paid; the payment is recorded (as prepaid funds, or for a refund) and the plan is unchanged.' };
+  return { ok: true, subscription: { ...live, plan_id: plan.id } };
 }

@@ -42,7 +42,7 @@ export const ERRORS = {
   last_secret_key: { status: 409, message: 'The last secret key of a merchant cannot be deleted.' },
   meter_slug_taken: { status: 409, message: 'Another meter of this merchant already uses this slug.' },
   reference_id_taken: { status: 409, message: 'Another customer of this merchant already uses this reference_id.' },
-  subscription_exists: { status: 409, message: 'The customer already has a subscription that is not cancelled.' },
+  subscription_exists: { status: 409, message: 'The customer is already subscribed to this plan.' },
   subscription_cancelled: { status: 409, message: 'The subscription is cancelled.' },
   payment_not_refundable: { status: 409, message: 'Only a succeeded payment that credited a wallet (or was never credited) can be refunded.' },
   refund_exceeds_unspent_credit: { status: 409, message: 'The refund is more than the payment has left, or than the credit the customer has not spent.' },

@@ -1,6 +1,6 @@
 import { z } from 'zod';
 import { presentSubscription } from '../commerce/subscription-view.ts';
-import { scheduleCancellation, updateSubscriptionTerms, type SubscriptionUpdate } from '../commerce/plan-changes.ts';
+import { changePlanByApi, scheduleCancellation, updateSubscriptionTerms, type SubscriptionUpdate } from '../commerce/plan-changes.ts';
 import { startSubscription, type CommerceDeps } from '../commerce/subscriptions.ts';
 import { dateOf } from '../domain/clock.ts';
 import { principalOf } from '../http/auth.ts';
@@ -101,9 +101,10 @@ export function registerSubscriptionRoutes(app: App, deps: CommerceDeps): void {
         body: createBody,
         response: {
           201: z.object({ subscription: subscriptionSchema }),
+          200: z.object({ subscription: subscriptionSchema }).describe('The customer had a subscription: its plan changed (an upgrade, paid with the saved payment method) or will at the cycle end (a downgrade, in pending_change)'),
           ...standardErrors,
-          402: errorResponse('`payment_method_required` (a paid plan, no saved payment method) or `payment_failed`'),
-          409: errorResponse('`subscription_exists`: the customer already has a subscription that is not cancelled'),
+          402: errorResponse('`payment_method_required` (a paid plan or an upgrade, no saved payment method: use a subscription checkout) or `payment_failed`'),
+          409: errorResponse('`subscription_exists`: the customer is already subscribed to this plan, or its first period is still being charged'),
         },
       },
     },
@@ -113,10 +114,14 @@ export function registerSubscriptionRoutes(app: App, deps: CommerceDeps): void {
       if (!customer) throw validationError([{ path: ['customer_id'], message: `no customer with id ${request.body.customer_id}` }]);
       const plan = await findPlan(storage, merchantId, request.body.plan_id);
       if (!plan) throw validationError([{ path: ['plan_id'], message: `no plan with id ${request.body.plan_id}` }]);
-      const started = await startSubscription(deps, merchantId, customer, plan, dateOf(deps.clock));
+      // A running subscription changes plan instead (decision 0037): 200, the same subscription.
+      const live = await runningSubscriptionOf(deps, customer.id);
+      const started = live
+        ? await changePlanByApi(deps, live, customer, plan, dateOf(deps.clock))
+        : await startSubscription(deps, merchantId, customer, plan, dateOf(deps.clock));
       if (!started.ok) throw new ApiError(started.reason, started.message);
       const view = await findSubscriptionView(storage.db, merchantId, started.subscription.id);
-      return reply.status(201).send({ subscription: presentSubscription(view!) });
+      return reply.status(live ? 200 : 201).send({ subscription: presentSubscription(view!) });
     },
   );
 
@@ -190,4 +195,9 @@ async function liveSubscription(deps: Pick<CommerceDeps, 'storage'>, merchantId:
   if (!sub || sub.status === 'incomplete') throw notFound('subscription', id);
   if (sub.status === 'cancelled') throw new ApiError('subscription_cancelled');
   return sub;
+}
+
+/** The customer's subscription that is running (active or past due), if any. */
+async function runningSubscriptionOf(deps: Pick<CommerceDeps, 'storage'>, connectionId: string) {
+  return deps.storage.db.selectFrom('subscriptions').selectAll().where('connection_id', '=', connectionId).where('status', 'in', ['active', 'past_due']).executeTakeFirst();
 }

@@ -5,7 +5,7 @@ import { parseMoney } from '../../src/domain/money.ts';
 import { verifyLedger } from '../../src/ledger/verify.ts';
 import { TEST_CARDS } from '../../src/payments/test-provider.ts';
 import { startTestApp, type TestApp } from '../helpers/app.ts';
-import { createCustomer, createPlan, eventsOfType, subscribe, walletBuckets } from '../helpers/commerce.ts';
+import { createCustomer, createPlan, eventsOfType, saveTestCard, subscribe, walletBuckets } from '../helpers/commerce.ts';
 import { databasesUnderTest } from '../helpers/databases.ts';
 
 /**
@@ -155,5 +155,43 @@ describe.each(databasesUnderTest())('plan changes on %s', (dialect) => {
     const refused = await checkout({ customer_id: customerId, plan_id: free.plan_id });
     expect(refused.statusCode).toBe(409);
     expect(refused.json().error.code).toBe('subscription_exists');
+  });
+
+  it('POST /v1/subscriptions for a subscriber changes its plan: an upgrade charged to the saved card now, a downgrade scheduled; without a card an upgrade is 402', async () => {
+    const { customerId, walletId, free, sub } = await onFree();
+    const pro = await createPlan(t, { name: 'Pro', period_amount: '20', included_credit: '25', billing_interval: 'month' });
+    const refused = await subscribe(t, customerId, pro.plan_id);
+    expect(refused.statusCode).toBe(402);
+    expect(refused.json().error.code).toBe('payment_method_required');
+
+    await saveTestCard(t.storage, t.merchant.merchantId, customerId);
+    const before = t.payments.charges.length;
+    const upgraded = await subscribe(t, customerId, pro.plan_id);
+    expect(upgraded.statusCode, upgraded.body).toBe(200);
+    expect(upgraded.json().subscription).toMatchObject({ subscription_id: sub.subscription_id, plan_id: pro.plan_id, pending_change: null, credits: { cycle_remaining: '27.0000000000' } });
+    expect(t.payments.charges.slice(before)).toEqual([expect.objectContaining({ amount: parseMoney('20'), status: 'succeeded' })]);
+    expect((await walletBuckets(t.storage, walletId)).prepaid).toBe(0n);
+
+    const downgraded = await subscribe(t, customerId, free.plan_id);
+    expect(downgraded.statusCode).toBe(200);
+    expect(downgraded.json().subscription).toMatchObject({ plan_id: pro.plan_id, pending_change: { type: 'downgrade', plan_id: free.plan_id } });
+    expect(t.payments.charges.length).toBe(before + 1);
+    expect((await subscribe(t, customerId, pro.plan_id)).statusCode).toBe(409);
+    expect((await updatesOf(sub.subscription_id)).map((c) => `${c.type}:${c.status}`)).toEqual(['upgrade:applied', 'downgrade:scheduled']);
+  });
+
+  it('an upgrade paid while the renewal is charging the subscription changes nothing and is credited as prepaid funds', async () => {
+    const { customerId, walletId, free, sub } = await onFree();
+    const pro = await createPlan(t, { name: 'Pro', period_amount: '5', included_credit: '5', billing_interval: 'month' });
+    const session = (await checkout({ customer_id: customerId, plan_id: pro.plan_id })).json();
+    // A renewal claimed it (another instance, mid-charge).
+    const claimedUntil = new Date(dateOf(t.clock).getTime() + 60_000).toISOString();
+    await t.storage.db.updateTable('subscriptions').set({ claimed_until: claimedUntil }).where('id', '=', sub.subscription_id).execute();
+    expect((await pay(session.checkout_session_token)).statusCode).toBe(200);
+    expect(await subscriptionOf(customerId)).toMatchObject({ plan_id: free.plan_id, cycle_start_at: sub.cycle_start_at });
+    expect(await walletBuckets(t.storage, walletId)).toMatchObject({ prepaid: parseMoney('5'), cycle: parseMoney('2') });
+    const done = (await t.app.inject({ method: 'GET', url: `/v1/checkout_sessions/${session.checkout_session_id}`, headers: t.auth() })).json();
+    expect(done).toMatchObject({ subscription_id: null, completed_at: expect.any(String) });
+    expect(await updatesOf(sub.subscription_id)).toEqual([]);
   });
 });
