@@ -2,6 +2,7 @@ import type { Transaction } from 'kysely';
 import { nextCycleEnd } from '../domain/billing-cycle.ts';
 import { newId } from '../domain/ids.ts';
 import { fundWallet } from '../ledger/funding.ts';
+import { ProviderUnavailableError, UNANSWERED, type ChargeOutcome } from '../payments/types.ts';
 import type { Storage } from '../storage/db.ts';
 import { findPlanIncludingDeleted, type PlanRow } from '../storage/plans.ts';
 import type { Database } from '../storage/schema.ts';
@@ -234,9 +235,9 @@ export type ApiChangeOutcome =
  * the saved payment method (none: 402 `payment_method_required`, use a checkout) and starts it at
  * once, as a paid checkout would. The charge's payment row (purpose `renewal`, a reference that
  * names no cycle) is written before the provider is called and its id is the idempotency key; a
- * provider that does not answer leaves it pending (503), and should the provider have taken the
- * money, its event records it succeeded for a refund (no current cycle is named), never a credit
- * lost track of.
+ * provider that does not answer records it failed unanswered (503), and should the provider have
+ * taken the money, its event or the reconciliation records it succeeded for a refund (no current
+ * cycle is named), never a payment lost track of.
  */
 export async function changePlanByApi(deps: CommerceDeps, live: SubscriptionRow, customer: Customer, plan: PlanRow, at: Date): Promise<ApiChangeOutcome> {
   const { storage } = deps;
@@ -263,7 +264,15 @@ export async function changePlanByApi(deps: CommerceDeps, live: SubscriptionRow,
     created_at: stamp,
     updated_at: stamp,
   }))!;
-  const outcome = await deps.payments.chargeSaved({ amount: payment.amount, idempotencyKey: payment.id, description: `${plan.name}: upgrade`, method: savedMethodOf(method) });
+  let outcome: ChargeOutcome;
+  try {
+    outcome = await deps.payments.chargeSaved({ amount: payment.amount, idempotencyKey: payment.id, description: `${plan.name}: upgrade`, method: savedMethodOf(method) });
+  } catch (e) {
+    // 503: nothing changes. Should the provider have taken it, the reconciliation reopens this row
+    // and the renewal code, finding no current cycle in its reference, keeps it for a refund.
+    if (e instanceof ProviderUnavailableError) await transitionPayment(storage.db, payment.id, ['pending'], { status: 'failed', failure_reason: UNANSWERED, updated_at: stamp });
+    throw e;
+  }
   if (outcome.status !== 'succeeded') {
     const reason = outcome.status === 'failed' ? outcome.reason : 'The payment needs the customer to confirm it; use a subscription checkout.';
     await transitionPayment(storage.db, payment.id, ['pending'], { status: 'failed', provider_ref: outcome.providerRef, failure_reason: reason, updated_at: stamp });
