@@ -1,4 +1,6 @@
+import type { Transaction } from 'kysely';
 import type { Storage } from '../storage/db.ts';
+import type { Database } from '../storage/schema.ts';
 import { exactSumColumns, exactSumForOrdering, exactSumOf } from '../storage/exact-sum.ts';
 import { BUCKET_ORDER, parseWalletAccount, walletAccount, type Bucket } from './accounts.ts';
 
@@ -106,13 +108,28 @@ async function checkTransactionChunk(
   return { transactions: Number(counted.n), lastId };
 }
 
-/** The next WALLETS_PER_CHUNK wallets after `after`, compared with their postings and holds. */
+/**
+ * The next WALLETS_PER_CHUNK wallets after `after`, compared with their postings and holds, all
+ * read in one snapshot: read one statement after another, a hold released or a charge committed
+ * between the wallet read and the holds read (leases come and go all the time on a live
+ * gateway) would show as a mismatch that is not there. PostgreSQL reads the chunk in one
+ * REPEATABLE READ transaction, read only (it waits for no lock and takes none that writers wait
+ * for); SQLite in one transaction, which keeps writers out for the few milliseconds it lasts.
+ */
 async function checkWalletChunk(
   storage: Storage,
   after: string | null,
   report: (p: LedgerProblem) => void,
 ): Promise<{ wallets: number; lastId: string | null }> {
-  const db = storage.db;
+  const snapshot = storage.dialect === 'postgres' ? storage.db.transaction().setIsolationLevel('repeatable read').setAccessMode('read only') : storage.db.transaction();
+  return snapshot.execute((trx) => compareWalletChunk(trx, after, report));
+}
+
+async function compareWalletChunk(
+  db: Transaction<Database>,
+  after: string | null,
+  report: (p: LedgerProblem) => void,
+): Promise<{ wallets: number; lastId: string | null }> {
   const wallets = await db
     .selectFrom('wallets')
     .select(['id', 'balance', 'cycle_credit', 'bundle_credit', 'held'])
