@@ -1,10 +1,14 @@
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { reconcilePayments, RECONCILE_AFTER_MS } from '../../src/commerce/reconciliation.ts';
 import { renewDueSubscriptions } from '../../src/commerce/renewals.ts';
+import { CommerceState } from '../../src/commerce/state.ts';
+import { dateOf } from '../../src/domain/clock.ts';
 import { parseMoney } from '../../src/domain/money.ts';
 import { verifyLedger } from '../../src/ledger/verify.ts';
 import { createPaymentProvider } from '../../src/payments/index.ts';
 import { AUTHENTICATION_REQUIRED } from '../../src/payments/stripe.ts';
 import { HOSTED_CHECKOUT_CLOSED } from '../../src/payments/types.ts';
+import { presentCustomer } from '../../src/routes/customers.ts';
 import { TestClock } from '../helpers/clock.ts';
 import { eventsOfType, walletBuckets } from '../helpers/commerce.ts';
 import { databasesUnderTest } from '../helpers/databases.ts';
@@ -214,6 +218,25 @@ describe.each(databasesUnderTest())('Stripe Checkout on %s', (dialect) => {
     expect(methods.map((m) => m.label)).toEqual(['Visa ending 4242', 'Visa ending 0341']);
     const { subscription } = (await api('GET', `/v1/customers/${customerId}/subscription`)).body;
     expect(subscription).toMatchObject({ plan_id: pro.plan_id, pending_change: { type: 'downgrade' } });
+  });
+
+  it('with the return and the events both lost, the reconciliation leaves an open Stripe page alone and credits it once paid', async () => {
+    const s = await session({ checkout_mode: 'topup', customer_id: (await api('POST', '/v1/customers', { reference_id: `recon-${dialect}` })).body.customer_id });
+    started.stripeApi.setWebhookTiming('held');
+    const page = await toStripe(s.token, { amount: '8' });
+    const deps = { storage: started.storage, payments: createPaymentProvider(started.config), clock, commerceState: new CommerceState() };
+    const reconcile = () => reconcilePayments(deps, (row) => presentCustomer(row, dateOf(clock)), new Date(clock.now() + RECONCILE_AFTER_MS + 1));
+    await reconcile();
+    expect((await paymentsOf(s.id)).map((p) => p.status)).toEqual(['requires_action']);
+
+    // Paid on Stripe's page; the customer closes the window before the return.
+    expect((await payOnStripe(page, '4242424242424242')).status).toBe(303);
+    await reconcile();
+    const customer = (await customerOf(s.id))!;
+    expect((await walletBuckets(started.storage, customer.wallet_id)).prepaid).toBe(parseMoney('8'));
+    expect(resultsOf(await started.stripeApi.deliverHeld())).toEqual(['payment_intent.succeeded: unchanged', 'checkout.session.completed: unchanged']);
+    expect(await (await fetch(`${base}/checkout/return?token=${encodeURIComponent(s.token)}`)).text()).toContain('Payment received');
+    expect(await creditsOf(s.id)).toBe(1);
   });
 
   it('a subscription through 3-D Secure on Stripe: a failed authentication pays nothing, a completed one subscribes; the saved card renews off-session', async () => {
