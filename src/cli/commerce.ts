@@ -18,7 +18,7 @@ function bundleParser(value: string, previous: Item[] = []): Item[] {
 }
 
 /**
- * `tollgate plans …`, `tollgate subscriptions …` and `tollgate checkout create`: the commerce
+ * `tollgate plans …`, `tollgate subscriptions …`, `tollgate checkout create` and `tollgate payments …`: the commerce
  * operations of the API, for a merchant (its secret key), over HTTP. `--json` prints the API's
  * answer as is; otherwise a line per item.
  */
@@ -95,5 +95,37 @@ export function commerceCommands(run: Run): Command[] {
         o.json ? null : (a) => `Checkout ${(a as Item).checkout_session_id}\nToken: ${(a as Item).checkout_session_token}\nPage:  ${(a as Item).checkout_url}`,
       ),
     );
-  return [plans, subscriptions, checkout];
+  return [plans, subscriptions, checkout, paymentsCommand(run)];
+}
+
+/** `tollgate payments list|refund`: the merchant's payments and their refunds (decision 0038). */
+function paymentsCommand(run: Run): Command {
+  const payments = new Command('payments').description("a merchant's payments and refunds, through the API");
+  addApiOptions(payments.command('list').description('list payments, newest first'))
+    .addOption(new Option('--status <status>', 'only payments in this status').choices(['pending', 'requires_action', 'succeeded', 'failed']))
+    .addOption(new Option('--purpose <purpose>', 'only payments of this kind').choices(['checkout', 'renewal', 'auto_top_up']))
+    .option('--json', 'print the API answer')
+    .action((o: ApiOptions & Json & { status?: string; purpose?: string }) =>
+      run(
+        () => callApi(o, 'GET', `payments?limit=100${o.status ? `&status=${enc(o.status)}` : ''}${o.purpose ? `&purpose=${enc(o.purpose)}` : ''}`),
+        o.json ? null : (a) => itemsOf(a).map((p) => `${p.payment_id}  ${p.customer_id ?? '-'}  ${p.purpose}  ${p.status}  ${p.amount}  refunded ${p.amount_refunded}  ${p.created_at}`).join('\n'),
+      ),
+    );
+  addApiOptions(payments.command('refund').description('refund a payment through the payment provider (by default as much as the unspent credit allows)'))
+    .argument('<payment_id>')
+    .option('--amount <amount>', 'the money to give back, e.g. 5.00')
+    .option('--reason <text>', 'why, kept with the refund')
+    .option('--json', 'print the API answer')
+    .action((id: string, o: ApiOptions & Json & { amount?: string; reason?: string }) =>
+      run(
+        () => callApi(o, 'POST', `payments/${enc(id)}/refund`, { ...(o.amount ? { amount: o.amount } : {}), ...(o.reason ? { reason: o.reason } : {}) }),
+        o.json
+          ? null
+          : (a) => {
+              const refund = (a as { refund: Item }).refund;
+              return `Refund ${refund.refund_id} of ${refund.amount} ${refund.status === 'pending' ? 'recorded; the payment provider has not answered yet' : 'accepted'} (credit taken back: ${refund.credit_amount}).`;
+            },
+      ),
+    );
+  return payments;
 }

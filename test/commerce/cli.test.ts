@@ -1,7 +1,8 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startTestApp, type TestApp } from '../helpers/app.ts';
 import { tollgate } from '../helpers/cli.ts';
-import { createCustomer } from '../helpers/commerce.ts';
+import { CommerceState } from '../../src/commerce/state.ts';
+import { createCustomer, openCheckoutSession, payCheckoutSession } from '../helpers/commerce.ts';
 
 describe('tollgate plans, subscriptions and checkout (CLI over the API)', () => {
   let t: TestApp;
@@ -40,5 +41,24 @@ describe('tollgate plans, subscriptions and checkout (CLI over the API)', () => 
     const refused = await tollgate(['checkout', 'create', '--mode', 'topup', '--origin-url', 'https://shop.example.com'], env);
     expect(refused.code).toBe(1);
     expect(refused.stderr).toMatch(/connection_id.*\(validation_error\)/);
+  });
+
+  it('lists payments and refunds one, by an amount and then the rest', async () => {
+    const { customerId } = await createCustomer(t);
+    const session = await openCheckoutSession(t, customerId);
+    await payCheckoutSession(t, { storage: t.storage, payments: t.payments, clock: t.clock, commerceState: new CommerceState() }, session.id, '12');
+    const payments = JSON.parse((await tollgate(['payments', 'list', '--purpose', 'checkout', '--json'], env)).stdout);
+    const payment = payments.data.find((p: { customer_id: string }) => p.customer_id === customerId);
+    expect(payment).toMatchObject({ amount: '12.0000000000', status: 'succeeded' });
+    const part = await tollgate(['payments', 'refund', payment.payment_id, '--amount', '2', '--reason', 'goodwill'], env);
+    expect(part.code, part.stderr).toBe(0);
+    expect(part.stdout).toMatch(/^Refund rfd_\S+ of 2\.0000000000 accepted \(credit taken back: 2\.0000000000\)\./);
+    const rest = JSON.parse((await tollgate(['payments', 'refund', payment.payment_id, '--json'], env)).stdout);
+    expect(rest.refund).toMatchObject({ amount: '10.0000000000', status: 'succeeded' });
+    const listed = await tollgate(['payments', 'list', '--status', 'succeeded'], env);
+    expect(listed.stdout).toContain(`${payment.payment_id}  ${customerId}  checkout  succeeded  12.0000000000  refunded 12.0000000000`);
+    const none = await tollgate(['payments', 'refund', payment.payment_id], env);
+    expect(none.code).toBe(1);
+    expect(none.stderr).toMatch(/refund_exceeds_unspent_credit/);
   });
 });
