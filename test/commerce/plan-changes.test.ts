@@ -1,9 +1,13 @@
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { reconcilePayments, RECONCILE_AFTER_MS } from '../../src/commerce/reconciliation.ts';
 import { renewDueSubscriptions } from '../../src/commerce/renewals.ts';
+import { CommerceState } from '../../src/commerce/state.ts';
 import { dateOf } from '../../src/domain/clock.ts';
 import { parseMoney } from '../../src/domain/money.ts';
 import { verifyLedger } from '../../src/ledger/verify.ts';
 import { TEST_CARDS } from '../../src/payments/test-provider.ts';
+import { ProviderUnavailableError } from '../../src/payments/types.ts';
+import { presentCustomer } from '../../src/routes/customers.ts';
 import { startTestApp, type TestApp } from '../helpers/app.ts';
 import { createCustomer, createPlan, eventsOfType, saveTestCard, subscribe, walletBuckets } from '../helpers/commerce.ts';
 import { databasesUnderTest } from '../helpers/databases.ts';
@@ -193,5 +197,25 @@ describe.each(databasesUnderTest())('plan changes on %s', (dialect) => {
     const done = (await t.app.inject({ method: 'GET', url: `/v1/checkout_sessions/${session.checkout_session_id}`, headers: t.auth() })).json();
     expect(done).toMatchObject({ subscription_id: null, completed_at: expect.any(String) });
     expect(await updatesOf(sub.subscription_id)).toEqual([]);
+  });
+
+  it('an upgrade by POST whose provider answers nothing after charging is 503 and changes nothing; the reconciliation refunds what was taken', async () => {
+    const { customerId, walletId, free, sub } = await onFree();
+    const pro = await createPlan(t, { name: 'Pro', period_amount: '5', billing_interval: 'month' });
+    await saveTestCard(t.storage, t.merchant.merchantId, customerId);
+    t.payments.failOnce('after_charge', new ProviderUnavailableError('test', new Error('timed out after charging')));
+    const res = await subscribe(t, customerId, pro.plan_id);
+    expect(res.statusCode).toBe(503);
+    expect(await subscriptionOf(customerId)).toMatchObject({ plan_id: free.plan_id, cycle_start_at: sub.cycle_start_at });
+
+    t.clock.advance(RECONCILE_AFTER_MS + 1);
+    const deps = { storage: t.storage, payments: t.payments, clock: t.clock, commerceState: new CommerceState() };
+    await reconcilePayments(deps, (row) => presentCustomer(row, dateOf(t.clock)), dateOf(t.clock));
+    const payment = await t.storage.db.selectFrom('payments').selectAll().where('reference', 'like', `${sub.subscription_id}:upgrade%`).executeTakeFirstOrThrow();
+    expect(payment).toMatchObject({ status: 'succeeded', failure_reason: 'cycle_closed', amount: parseMoney('5') });
+    const refunds = await t.storage.db.selectFrom('refunds').select(['status', 'amount']).where('payment_id', '=', payment.id).execute();
+    expect(refunds.map((r) => ({ status: r.status, amount: BigInt(r.amount) }))).toEqual([{ status: 'succeeded', amount: parseMoney('5') }]);
+    expect(await subscriptionOf(customerId)).toMatchObject({ plan_id: free.plan_id });
+    expect((await walletBuckets(t.storage, walletId)).prepaid).toBe(0n);
   });
 });
