@@ -89,6 +89,8 @@ const configSchema = z.object({
   /** A wallet lease unused this long is given back. */
   WALLET_LEASE_IDLE_MS: z.coerce.number().int().min(10).default(2000),
   WALLET_LEASE_TTL_MS: z.coerce.number().int().min(300).default(5000),
+  /** How long an admission taken in process stays unwritten: a request answered sooner is written once, by its settlement. */
+  ADMISSION_WRITE_DELAY_MS: z.coerce.number().int().min(1).default(50),
   /** When set, GET /metrics answers only `Authorization: Bearer <this token>`. */
   METRICS_TOKEN: z.string().min(16, 'must be at least 16 characters').optional(),
   /**
@@ -163,6 +165,8 @@ export type Config = {
   walletLeaseIdleMs: number;
   /** A wallet lease's own lifetime, renewed while its instance lives (decision 0019). */
   walletLeaseTtlMs: number;
+  /** How long an admission taken in process stays unwritten (decision 0011). */
+  admissionWriteDelayMs: number;
   defaultMaxOutputTokens: number;
   /** Input tokens held for a medium named by reference (decision 0019): an allowance, not a bound. */
   mediaReferenceHoldTokens: number;
@@ -244,6 +248,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     walletLeaseHotAfter: c.WALLET_LEASE_HOT_AFTER === 'off' ? null : c.WALLET_LEASE_HOT_AFTER,
     walletLeaseIdleMs: c.WALLET_LEASE_IDLE_MS,
     walletLeaseTtlMs: c.WALLET_LEASE_TTL_MS,
+    admissionWriteDelayMs: c.ADMISSION_WRITE_DELAY_MS,
     defaultMaxOutputTokens: c.DEFAULT_MAX_OUTPUT_TOKENS,
     mediaReferenceHoldTokens: c.MEDIA_REFERENCE_HOLD_TOKENS,
     providerContextHoldTokens: c.PROVIDER_CONTEXT_HOLD_TOKENS,

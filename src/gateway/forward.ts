@@ -103,7 +103,7 @@ export function createGateway(deps: AppDeps, app: App, unwritten: UnwrittenHolds
     settlements: new Settlements(app.log, background, contexts, deps.journal ?? null),
     writer,
     background,
-    deferredWrites: deferredWrites(background, unwritten),
+    deferredWrites: deferredWrites(background, unwritten, deps.config.admissionWriteDelayMs),
     holds,
     leases: leaseKeeper && hotAfter !== null ? new WalletLeases(deps.storage, leaseKeeper, { hotAfter, idleMs, ttlMs }, app.log, deps.clock) : null,
     journal: deps.journal ?? null,
