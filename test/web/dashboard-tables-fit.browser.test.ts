@@ -107,6 +107,7 @@ describe('dashboard tables fit the window (Chromium)', () => {
       '/dashboard/plans',
       '/dashboard/subscriptions',
       '/dashboard/payments',
+      '/dashboard/usage?by=customer',
       '/dashboard/spend-keys',
       `/dashboard/spend-keys/${keys[0]!.spend_key_id}`,
       '/dashboard/webhooks',

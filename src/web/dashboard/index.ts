@@ -6,6 +6,7 @@ import { registerCustomerPages } from './customers.ts';
 import { registerMeterPages } from './meters.ts';
 import { registerOverviewPage } from './overview.ts';
 import { registerPaymentPages } from './payments.ts';
+import { registerUsagePages } from './usage.ts';
 import { registerRequestPages } from './requests.ts';
 import { registerPlanPages } from './plans.ts';
 import { registerSecretKeyPages } from './secret-keys.ts';
@@ -41,6 +42,7 @@ export function registerDashboardRoutes(app: FastifyInstance, deps: AppDeps): vo
     registerPlanPages(pages, deps);
     registerSubscriptionPages(pages, deps);
     registerPaymentPages(pages, deps);
+    registerUsagePages(pages, deps);
     registerAccountPages(pages, deps);
   });
 }

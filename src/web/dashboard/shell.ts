@@ -6,6 +6,7 @@ import { csrfTokenFor } from '../session.ts';
 export const NAV = [
   ['/dashboard', 'Overview'],
   ['/dashboard/requests', 'Requests'],
+  ['/dashboard/usage', 'Usage'],
   ['/dashboard/customers', 'Customers'],
   ['/dashboard/meters', 'Meters'],
   ['/dashboard/plans', 'Plans'],
