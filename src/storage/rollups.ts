@@ -5,7 +5,7 @@
  */
 import type { BatchWrite } from './batch-write.ts';
 import type { RequestRow } from './requests.ts';
-import type { UsageRollupsByMetadataTable, UsageRollupsGroupedTable, UsageRollupsTable } from './schema.ts';
+import type { UsageRollupsByDayTable, UsageRollupsByMetadataTable, UsageRollupsGroupedTable, UsageRollupsTable } from './schema.ts';
 
 const BUCKET_MS = 15 * 60 * 1000;
 
@@ -21,7 +21,29 @@ export function rollupWrites(records: RequestRow[]): BatchWrite[] {
     { addTo: 'usage_rollups', key: ROLLUP_KEY, sums: ROLLUP_SUMS, rows: rollupAdditions(records) },
     { addTo: 'usage_rollups_by_metadata', key: METADATA_ROLLUP_KEY, sums: ROLLUP_SUMS, rows: metadataRollupAdditions(records) },
     { addTo: 'usage_rollups_grouped', key: GROUPED_ROLLUP_KEY, sums: ROLLUP_SUMS, rows: groupedRollupAdditions(records) },
+    { addTo: 'usage_rollups_by_day', key: DAY_ROLLUP_KEY, sums: ROLLUP_SUMS, rows: dayRollupAdditions(records) },
   ];
+}
+
+/**
+ * What records add to the daily rollups the overview's leaders read: one row per (merchant,
+ * UTC day, customer) and per (merchant, UTC day, model; '' when none), in key order.
+ */
+function dayRollupAdditions(rows: RequestRow[]): UsageRollupsByDayTable[] {
+  const byKey = new Map<string, UsageRollupsByDayTable>();
+  const add = (row: RequestRow, day: string, dimension: UsageRollupsByDayTable['dimension'], key: string) => {
+    const id = JSON.stringify([row.merchant_id, dimension, day, key]);
+    const sum = byKey.get(id) ?? withZeroSums({ merchant_id: row.merchant_id, dimension, day_start: day, key });
+    addRecordTo(sum, row);
+    byKey.set(id, sum);
+  };
+  for (const row of rows) {
+    // created_at is ISO UTC text: its first ten characters are the UTC date.
+    const day = `${row.created_at.slice(0, 10)}T00:00:00.000Z`;
+    if (row.connection_id) add(row, day, 'customer', row.connection_id);
+    add(row, day, 'model', row.model ?? '');
+  }
+  return inIdOrder(byKey);
 }
 
 /**
@@ -145,6 +167,7 @@ type RollupSum = (typeof ROLLUP_SUMS)[number];
 const ROLLUP_KEY = ['merchant_id', 'bucket_start', 'connection_id', 'meter_id'] as const;
 const METADATA_ROLLUP_KEY = ['merchant_id', 'key', 'value', 'bucket_start', 'connection_id', 'meter_id'] as const;
 const GROUPED_ROLLUP_KEY = ['merchant_id', 'dimension', 'key', 'value', 'bucket_start'] as const;
+const DAY_ROLLUP_KEY = ['merchant_id', 'dimension', 'day_start', 'key'] as const;
 
 /** A new rollup row: its key columns with every sum at zero (assigned, not spread: V8 spreads slowly). */
 function withZeroSums<K extends object>(key: K): K & Record<RollupSum, bigint> {

@@ -223,6 +223,23 @@ export interface UsageRollupsGroupedTable {
   merchant_cost: bigint;
 }
 
+/** The same sums per UTC day, per customer and per model (key '' for records naming no model): decision 0042. */
+export interface UsageRollupsByDayTable {
+  merchant_id: string;
+  dimension: 'customer' | 'model';
+  /** Midnight UTC of the day, ISO text. */
+  day_start: string;
+  key: string;
+  requests: bigint;
+  tokens: bigint;
+  usage_cost: bigint;
+  fee: bigint;
+  service_charge: bigint;
+  request_cost: bigint;
+  wallet_cost: bigint;
+  merchant_cost: bigint;
+}
+
 export interface MeterUsageCountersTable {
   meter_id: string;
   connection_id: string;
@@ -510,6 +527,7 @@ export interface Database {
   usage_rollups: UsageRollupsTable;
   usage_rollups_by_metadata: UsageRollupsByMetadataTable;
   usage_rollups_grouped: UsageRollupsGroupedTable;
+  usage_rollups_by_day: UsageRollupsByDayTable;
   meter_usage_counters: MeterUsageCountersTable;
   events: EventsTable;
   webhooks: WebhooksTable;

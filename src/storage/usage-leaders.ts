@@ -1,11 +1,11 @@
 /**
  * The overview's "top customers" and "top models" for a usage range: the same sums as GET /usage,
- * grouped by customer (from the rollups GET /usage reads) or by model (from the records, which
- * the rollups do not split by model). Both count exactly the records GET /usage counts: settled
+ * grouped by customer or by model, from the daily rollups for the range's whole UTC days and the
+ * finer data at its two edges (decision 0042). Both count exactly the records GET /usage counts: settled
  * or failed ones (never pending) created in [range.startMs, range.endMs).
  */
 import { sql, type Kysely, type RawBuilder } from 'kysely';
-import type { UsageRange } from '../domain/usage-window.ts';
+import { DAY_MS, type UsageRange } from '../domain/usage-window.ts';
 import type { Database } from './schema.ts';
 import { ROLLUP_SUMS } from './rollups.ts';
 import { exactSumColumns, exactSumForOrdering, exactSumOf } from './exact-sum.ts';
@@ -41,42 +41,90 @@ function leadersOf(rows: readonly PartsRow[]): UsageLeader[] {
   });
 }
 
-/** The customers with the highest total request cost in the range (records without a customer left out). */
-export async function topCustomers(db: Kysely<Database>, merchantId: string, range: UsageRange, limit: number): Promise<UsageLeader[]> {
-  const rows = await db
-    .selectFrom('usage_rollups')
-    .select(['connection_id as key', ...sumParts((f) => f)])
+/**
+ * A range split at UTC midnights (decision 0042): its whole UTC days, read from the daily rollups,
+ * and the parts before the first and after the last (each under a day), read from the finer data.
+ * Without a whole UTC day inside, the whole range is an edge.
+ */
+function splitAtUtcDays(range: UsageRange): { wholeDays: [string, string] | null; edges: [string, string][] } {
+  const firstMidnight = Math.ceil(range.startMs / DAY_MS) * DAY_MS;
+  const lastMidnight = Math.floor(range.endMs / DAY_MS) * DAY_MS;
+  if (firstMidnight >= lastMidnight) return { wholeDays: null, edges: [[isoOf(range.startMs), isoOf(range.endMs)]] };
+  const edges: [string, string][] = [];
+  if (range.startMs < firstMidnight) edges.push([isoOf(range.startMs), isoOf(firstMidnight)]);
+  if (lastMidnight < range.endMs) edges.push([isoOf(lastMidnight), isoOf(range.endMs)]);
+  return { wholeDays: [isoOf(firstMidnight), isoOf(lastMidnight)], edges };
+}
+
+/** Rows of one dimension of the daily rollups over whole UTC days, as (key, sums...) for the union below. */
+function dailyRows(db: Kysely<Database>, merchantId: string, dimension: 'customer' | 'model', days: [string, string]) {
+  return db
+    .selectFrom('usage_rollups_by_day')
+    .select(['key', ...ROLLUP_SUMS])
     .where('merchant_id', '=', merchantId)
-    .where('bucket_start', '>=', isoOf(range.startMs))
-    .where('bucket_start', '<', isoOf(range.endMs))
-    .where('connection_id', '!=', '')
-    .groupBy('connection_id')
-    .orderBy(exactSumForOrdering('request_cost'), 'desc')
-    .orderBy(sql`sum(requests)`, 'desc')
-    .orderBy('connection_id')
+    .where('dimension', '=', dimension)
+    .where('day_start', '>=', days[0])
+    .where('day_start', '<', days[1]);
+}
+
+/** One part of a leaders union: rows of (key, the rollup sums), whichever table they come from. */
+type UnionPart = ReturnType<typeof dailyRows>;
+
+/** The groups of the union ranked: exact sums per key, highest request cost first, then most requests, then key. */
+async function ranked(db: Kysely<Database>, parts: UnionPart[], limit: number): Promise<UsageLeader[]> {
+  const [first, ...rest] = parts;
+  if (!first) return [];
+  const union = rest.reduce((q, part) => q.unionAll(part), first);
+  const rows = await db
+    .selectFrom(union.as('u'))
+    .select(['u.key as key', ...sumParts((f) => sql.ref(`u.${f}`))])
+    .groupBy('u.key')
+    .orderBy(exactSumForOrdering(sql.ref('u.request_cost')), 'desc')
+    .orderBy(sql`sum(u.requests)`, 'desc')
+    .orderBy('u.key')
     .limit(limit)
     .execute();
   return leadersOf(rows as unknown as PartsRow[]);
 }
 
 /**
+ * The customers with the highest total request cost in the range (records without a customer
+ * left out): daily rollups for its whole UTC days, the 15-minute rollups at its edges.
+ */
+export async function topCustomers(db: Kysely<Database>, merchantId: string, range: UsageRange, limit: number): Promise<UsageLeader[]> {
+  const { wholeDays, edges } = splitAtUtcDays(range);
+  const edgeRows = edges.map(([from, to]) =>
+    db
+      .selectFrom('usage_rollups')
+      .select(['connection_id as key', ...ROLLUP_SUMS])
+      .where('merchant_id', '=', merchantId)
+      .where('bucket_start', '>=', from)
+      .where('bucket_start', '<', to)
+      .where('connection_id', '!=', ''),
+  );
+  const parts = [...(wholeDays ? [dailyRows(db, merchantId, 'customer', wholeDays)] : []), ...edgeRows] as UnionPart[];
+  return ranked(db, parts, limit);
+}
+
+/**
  * The models with the highest total request cost in the range; records that name no model are
- * grouped under the key ''. Reads the records through the (merchant_id, created_at) index.
+ * grouped under the key ''. Daily rollups for its whole UTC days; at its edges the records,
+ * through the (merchant_id, created_at) index.
  */
 export async function topModels(db: Kysely<Database>, merchantId: string, range: UsageRange, limit: number): Promise<UsageLeader[]> {
-  const model = sql<string>`coalesce(requests.model, '')`;
-  const rows = await db
-    .selectFrom('requests')
-    .select([model.as('key'), ...sumParts((f) => RECORD_EXPRESSIONS[f])])
-    .where('requests.merchant_id', '=', merchantId)
-    .where('requests.created_at', '>=', isoOf(range.startMs))
-    .where('requests.created_at', '<', isoOf(range.endMs))
-    .where('requests.status', '!=', 'pending')
-    .groupBy(model)
-    .orderBy(exactSumForOrdering(RECORD_EXPRESSIONS.request_cost), 'desc')
-    .orderBy(sql`count(*)`, 'desc')
-    .orderBy(model)
-    .limit(limit)
-    .execute();
-  return leadersOf(rows as unknown as PartsRow[]);
+  const { wholeDays, edges } = splitAtUtcDays(range);
+  const edgeRows = edges.map(([from, to]) =>
+    db
+      .selectFrom('requests')
+      .select([
+        sql<string>`coalesce(requests.model, '')`.as('key'),
+        ...ROLLUP_SUMS.map((f) => RECORD_EXPRESSIONS[f].as(f)),
+      ])
+      .where('requests.merchant_id', '=', merchantId)
+      .where('requests.created_at', '>=', from)
+      .where('requests.created_at', '<', to)
+      .where('requests.status', '!=', 'pending'),
+  );
+  const parts = [...(wholeDays ? [dailyRows(db, merchantId, 'model', wholeDays)] : []), ...edgeRows] as UnionPart[];
+  return ranked(db, parts, limit);
 }

@@ -16,6 +16,7 @@ const PER_MERCHANT_TABLES = [
   'usage_rollups',
   'usage_rollups_by_metadata',
   'usage_rollups_grouped',
+  'usage_rollups_by_day',
   'meter_usage_counters',
   'ledger_transactions',
   'ledger_postings',

@@ -3,10 +3,12 @@ import { sql, type Kysely } from 'kysely';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { dayWindow, DAY_MS } from '../../src/domain/usage-window.ts';
 import { up as createGroupedRollups } from '../../src/storage/migrations/0026_usage_rollups_grouped.ts';
+import { up as createDailyRollups } from '../../src/storage/migrations/0026_usage_rollups_per_day.ts';
 import type { RequestFilters } from '../../src/storage/request-queries.ts';
 import { insertRequestRecord, type RequestRow } from '../../src/storage/requests.ts';
 import { ROLLUP_SUMS } from '../../src/storage/rollups.ts';
 import { emptySums, usageByDay, type UsageSums } from '../../src/storage/usage.ts';
+import { topCustomers, topModels } from '../../src/storage/usage-leaders.ts';
 import { startTestApp, type TestApp } from '../helpers/app.ts';
 import { databasesUnderTest } from '../helpers/databases.ts';
 
@@ -123,17 +125,35 @@ function expectedDays(records: RequestRow[], range: { days: { startMs: number; e
       if (filters.meterId !== undefined && r.meter_id !== filters.meterId) continue;
       const metadata = JSON.parse(r.metadata) as Record<string, string>;
       if (!filters.metadata.every(([k, v]) => metadata[k] === v)) continue;
-      sums.requests += 1n;
-      sums.tokens += r.input_tokens + r.output_tokens;
-      sums.usage_cost += r.input_cost + r.output_cost;
-      sums.fee += r.fee_amount;
-      sums.service_charge += r.service_charge_amount;
-      sums.request_cost += r.total_request_cost;
-      sums.wallet_cost += r.total_wallet_cost;
-      sums.merchant_cost += r.total_merchant_cost;
+      addRecord(sums, r);
     }
     return sums;
   });
+}
+
+function addRecord(sums: UsageSums, r: RequestRow): void {
+  sums.requests += 1n;
+  sums.tokens += r.input_tokens + r.output_tokens;
+  sums.usage_cost += r.input_cost + r.output_cost;
+  sums.fee += r.fee_amount;
+  sums.service_charge += r.service_charge_amount;
+  sums.request_cost += r.total_request_cost;
+  sums.wallet_cost += r.total_wallet_cost;
+  sums.merchant_cost += r.total_merchant_cost;
+}
+
+/** The leaders computed from the raw records: non-pending records in the range, summed per key. */
+function expectedLeaders(records: RequestRow[], range: { startMs: number; endMs: number }, keyOf: (r: RequestRow) => string | null): Map<string, UsageSums> {
+  const byKey = new Map<string, UsageSums>();
+  for (const r of records) {
+    const at = Date.parse(r.created_at);
+    const key = keyOf(r);
+    if (r.status === 'pending' || at < range.startMs || at >= range.endMs || key === null) continue;
+    const sums = byKey.get(key) ?? emptySums();
+    addRecord(sums, r);
+    byKey.set(key, sums);
+  }
+  return byKey;
 }
 
 type GroupedRow = Record<string, string>;
@@ -146,6 +166,17 @@ async function groupedRows(db: Kysely<unknown>, merchantIds: string[]): Promise<
     .execute();
   const text = rows.map((r) => Object.fromEntries(Object.entries(r).map(([k, v]) => [k, String(v)])));
   const id = (r: GroupedRow) => JSON.stringify([r.merchant_id, r.dimension, r.key, r.value, r.bucket_start]);
+  return text.sort((a, b) => (id(a) < id(b) ? -1 : id(a) > id(b) ? 1 : 0));
+}
+
+async function dailyRows(db: Kysely<unknown>, merchantIds: string[]): Promise<GroupedRow[]> {
+  const rows = await (db as Kysely<{ usage_rollups_by_day: Record<string, unknown> }>)
+    .selectFrom('usage_rollups_by_day')
+    .selectAll()
+    .where('merchant_id', 'in', merchantIds)
+    .execute();
+  const text = rows.map((r) => Object.fromEntries(Object.entries(r).map(([k, v]) => [k, String(v)])));
+  const id = (r: GroupedRow) => JSON.stringify([r.merchant_id, r.dimension, r.day_start, r.key]);
   return text.sort((a, b) => (id(a) < id(b) ? -1 : id(a) > id(b) ? 1 : 0));
 }
 
@@ -185,6 +216,25 @@ describe.each(databasesUnderTest())('usage at the grain asked for on %s', (diale
     );
   });
 
+  it('top customers and models equal the raw records summed per key over any range, ranked by request cost', async () => {
+    await fc.assert(
+      fc.asyncProperty(fc.array(seedArb, { minLength: 1, maxLength: 40 }), fc.array(rangeArb, { minLength: 3, maxLength: 6 }), async (seeds, ranges) => {
+        const { merchantId, rows } = await seed(seeds);
+        for (const range of ranges) {
+          const customers = await topCustomers(t.storage.db, merchantId, range, 100);
+          const models = await topModels(t.storage.db, merchantId, range, 100);
+          expect(new Map(customers.map((c) => [c.key, c.sums]))).toEqual(expectedLeaders(rows, range, (r) => r.connection_id));
+          expect(new Map(models.map((m) => [m.key, m.sums]))).toEqual(expectedLeaders(rows, range, (r) => r.model ?? ''));
+          for (const leaders of [customers, models]) {
+            const costs = leaders.map((l) => l.sums.request_cost);
+            expect(costs).toEqual([...costs].sort((a, b) => (a > b ? -1 : a < b ? 1 : 0)));
+          }
+        }
+      }),
+      { numRuns: 20 },
+    );
+  });
+
   it('the migration backfills from the finer rollups exactly what the writers added', async () => {
     await seed(fc.sample(seedArb, { numRuns: 60, seed: 42 }));
     const written = await groupedRows(t.storage.db as unknown as Kysely<unknown>, merchants);
@@ -194,5 +244,11 @@ describe.each(databasesUnderTest())('usage at the grain asked for on %s', (diale
     await sql`drop table usage_rollups_grouped`.execute(t.storage.db);
     await createGroupedRollups(t.storage.db as unknown as Kysely<unknown>);
     expect(await groupedRows(t.storage.db as unknown as Kysely<unknown>, merchants)).toEqual(written);
+
+    const daily = await dailyRows(t.storage.db as unknown as Kysely<unknown>, merchants);
+    expect(daily.length).toBeGreaterThan(0);
+    await sql`drop table usage_rollups_by_day`.execute(t.storage.db);
+    await createDailyRollups(t.storage.db as unknown as Kysely<unknown>);
+    expect(await dailyRows(t.storage.db as unknown as Kysely<unknown>, merchants)).toEqual(daily);
   });
 });

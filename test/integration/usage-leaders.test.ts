@@ -58,43 +58,35 @@ describe.each(databasesUnderTest())('usage leaders on %s', (dialect) => {
     expect((await usageLeaders(t.storage, t.merchant.merchantId, range, now, 1)).customers).toHaveLength(1);
   });
 
-  it("keeps a customer's total exact past what a 64-bit integer holds (20 buckets of 90,000,000 each)", async () => {
+  it("keeps a customer's total exact past what a 64-bit integer holds (20 days of 90,000,000 each)", async () => {
     const merchant = await t.newMerchant('Large');
     const big = (await t.app.inject({ method: 'POST', url: '/v1/customers', headers: t.auth(merchant.secretKey), payload: {} })).json();
     const small = (await t.app.inject({ method: 'POST', url: '/v1/customers', headers: t.auth(merchant.secretKey), payload: {} })).json();
     const each = parseMoney('90000000');
     const dayStart = Date.parse(`${today}T00:00:00.000Z`);
-    const row = (customer: string, i: number, cost: bigint) => ({
-      merchant_id: merchant.merchantId,
-      bucket_start: new Date(dayStart + i * 15 * 60_000).toISOString(),
-      connection_id: customer,
-      meter_id: '',
-      requests: 1n,
-      tokens: 0n,
-      usage_cost: cost,
-      fee: 0n,
-      service_charge: 0n,
-      request_cost: cost,
-      wallet_cost: cost,
-      merchant_cost: 0n,
-    });
+    const sums = (cost: bigint) => ({ requests: 1n, tokens: 0n, usage_cost: cost, fee: 0n, service_charge: 0n, request_cost: cost, wallet_cost: cost, merchant_cost: 0n });
+    const at = (i: number) => new Date(dayStart - i * 86_400_000).toISOString();
+    // The overview's leaders read whole UTC days from the daily rollup; GET /usage for one
+    // customer reads the same sums from the 15-minute rollup at its grain.
     await t.storage.db
-      .insertInto('usage_rollups')
-      .values([...Array.from({ length: 20 }, (_, i) => row(big.customer_id, i, each)), row(small.customer_id, 0, parseMoney('1'))])
+      .insertInto('usage_rollups_by_day')
+      .values([
+        ...Array.from({ length: 20 }, (_, i) => ({ merchant_id: merchant.merchantId, dimension: 'customer' as const, day_start: at(i), key: big.customer_id, ...sums(each) })),
+        { merchant_id: merchant.merchantId, dimension: 'customer' as const, day_start: at(0), key: small.customer_id, ...sums(parseMoney('1')) },
+      ])
       .execute();
-    // GET /usage for one customer reads the same sums from the rollup at its grain.
-    const grouped = ({ connection_id, meter_id: _meter, ...sums }: ReturnType<typeof row>) => ({ ...sums, dimension: 'customer' as const, key: connection_id, value: '' });
     await t.storage.db
       .insertInto('usage_rollups_grouped')
-      .values(Array.from({ length: 20 }, (_, i) => grouped(row(big.customer_id, i, each))))
+      .values(Array.from({ length: 20 }, (_, i) => ({ merchant_id: merchant.merchantId, dimension: 'customer' as const, key: big.customer_id, value: '', bucket_start: at(i), ...sums(each) })))
       .execute();
-    const leaders = await usageLeaders(t.storage, merchant.merchantId, { start: today, end: today }, new Date(), 5);
+    const range = { start: at(19).slice(0, 10), end: today };
+    const leaders = await usageLeaders(t.storage, merchant.merchantId, range, new Date(), 5);
     expect(2n ** 63n).toBeLessThan(each * 20n);
     expect(leaders.customers.map((c) => [c.key, c.total_request_cost, c.total_requests])).toEqual([
       [big.customer_id, '1800000000.0000000000', 20],
       [small.customer_id, '1.0000000000', 1],
     ]);
-    const report = await usageReport(t.storage, merchant.merchantId, { start: today, end: today, customer_id: big.customer_id }, new Date());
+    const report = await usageReport(t.storage, merchant.merchantId, { ...range, customer_id: big.customer_id }, new Date());
     expect(report.totals.total_request_cost).toBe('1800000000.0000000000');
   });
 });
