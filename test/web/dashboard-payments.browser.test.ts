@@ -54,7 +54,7 @@ describe('dashboard payments and revenue (Chromium)', () => {
     expect(rows.map((r) => [r[4], r[3]!.split(' ')[0]])).toEqual(stored.map((p) => [formatUnits(BigInt(p.amount)), p.status]));
     const byCustomer = new Map(stored.map((p) => [p.connection_id, p]));
     expect(byCustomer.get(customers.cy!)?.status).toBe('failed');
-    const link = d.page.locator(`#payment-${byCustomer.get(customers.ada!)!.id} a`);
+    const link = d.page.locator(`#payment-${byCustomer.get(customers.ada!)!.id} td:nth-child(2) a`);
     expect(await exactText(d.page, `#payment-${byCustomer.get(customers.ada!)!.id} td:nth-child(6)`)).toBe('5.0000000000');
     expect(await link.textContent()).toBe('ada@example.com');
     expect(await link.getAttribute('title')).toBe(customers.ada);

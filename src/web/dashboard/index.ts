@@ -7,6 +7,7 @@ import { registerMeterPages } from './meters.ts';
 import { registerOverviewPage } from './overview.ts';
 import { registerPaymentPages } from './payments.ts';
 import { registerUsagePages } from './usage.ts';
+import { registerPaymentRefundPages } from './payment-refunds.ts';
 import { registerRequestPages } from './requests.ts';
 import { registerPlanPages } from './plans.ts';
 import { registerSecretKeyPages } from './secret-keys.ts';
@@ -43,6 +44,7 @@ export function registerDashboardRoutes(app: FastifyInstance, deps: AppDeps): vo
     registerSubscriptionPages(pages, deps);
     registerPaymentPages(pages, deps);
     registerUsagePages(pages, deps);
+    registerPaymentRefundPages(pages, deps);
     registerAccountPages(pages, deps);
   });
 }

@@ -13,6 +13,7 @@ import { listPayments, liveSubscriptionPrices, receivedByPurpose, refundedInRang
 import type { PaymentStatus } from '../../storage/schema.ts';
 import { customerLink, formatsFor, type Formats } from '../format.ts';
 import { html } from '../html.ts';
+import { refundLink } from './payment-refunds.ts';
 import { merchantOf, sendDashboardPage } from './shell.ts';
 
 const PAGE_SIZE = 50;
@@ -120,11 +121,11 @@ function receivedTable(received: Map<PaymentPurpose, { count: number; amount: bi
 function paymentTable(rows: PaymentListRow[], fmt: Formats, names: Map<string, string>, refunded: Map<string, bigint>) {
   return html`<div class="card table-wrap" tabindex="0" role="region" aria-label="Payments"><table id="payments">
 <caption class="visually-hidden">Payments, newest first</caption>
-<thead><tr><th scope="col">Date (UTC)</th><th scope="col">Customer</th><th scope="col">Kind</th><th scope="col">Status</th><th scope="col" class="num">Amount</th><th scope="col" class="num">Refunded</th><th scope="col">Provider reference</th></tr></thead>
+<thead><tr><th scope="col">Date (UTC)</th><th scope="col">Customer</th><th scope="col">Kind</th><th scope="col">Status</th><th scope="col" class="num">Amount</th><th scope="col" class="num">Refunded</th><th scope="col">Provider reference</th><th scope="col">Actions</th></tr></thead>
 <tbody>
 ${rows.map(
   (p) => html`<tr id="payment-${p.id}"><td>${p.created_at.slice(0, 16).replace('T', ' ')}</td><td>${customerLink(p.connection_id, names)}</td><td>${PURPOSES[p.purpose]}</td>
-<td class="status">${p.status}${p.failure_reason ? html` <span class="muted">(${p.failure_reason})</span>` : ''}</td><td class="num">${fmt.money(p.amount)}</td><td class="num">${refunded.has(p.id) ? fmt.money(refunded.get(p.id)!) : '—'}</td><td><code>${p.provider_ref ?? p.id}</code></td></tr>`,
+<td class="status">${p.status}${p.failure_reason ? html` <span class="muted">(${p.failure_reason})</span>` : ''}</td><td class="num">${fmt.money(p.amount)}</td><td class="num">${refunded.has(p.id) ? fmt.money(refunded.get(p.id)!) : '—'}</td><td><code>${p.provider_ref ?? p.id}</code></td><td class="actions">${refundLink(p)}</td></tr>`,
 )}
 </tbody></table></div>`;
 }
