@@ -9,7 +9,8 @@ import type { Database } from '../storage/schema.ts';
 import { BalanceChanges } from './events.ts';
 import { enqueueEvent } from '../webhooks/outbox.ts';
 import { releaseHoldInTransaction } from './holds.ts';
-import { appendTransaction, type LedgerTransactionInput, type Leg } from './postings.ts';
+import type { LedgerTransactionInput, Leg } from './postings.ts';
+import { appendTransaction } from './store/common.ts';
 import { lockWallets, saveBalance, type WalletRow } from './wallets.ts';
 import { debitInMemory, drawsPlanCredit } from './decide/balance.ts';
 import {

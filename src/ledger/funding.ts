@@ -2,7 +2,7 @@ import type { Transaction } from 'kysely';
 import type { Database } from '../storage/schema.ts';
 import { customerPaymentsAccount, expiredCreditAccount, planCreditAccount, walletAccount, type Bucket } from './accounts.ts';
 import { recordBalanceEvent } from './events.ts';
-import { appendTransaction } from './postings.ts';
+import { appendTransaction } from './store/common.ts';
 import { applyCredit, creditRoom, lockWallets } from './wallets.ts';
 import { STORAGE_MAX_UNITS } from '../domain/money.ts';
 import type { Storage } from '../storage/db.ts';

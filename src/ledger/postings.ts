@@ -1,6 +1,5 @@
-import type { Transaction } from 'kysely';
 import { newId } from '../domain/ids.ts';
-import type { Database, LedgerPostingsTable, LedgerTransactionsTable } from '../storage/schema.ts';
+import type { LedgerPostingsTable, LedgerTransactionsTable } from '../storage/schema.ts';
 
 export type Leg = { account: string; amount: bigint };
 
@@ -14,24 +13,6 @@ export type LedgerTransactionInput = {
 };
 
 export class UnbalancedTransactionError extends Error {}
-
-/**
- * Appends one ledger transaction. Every transaction balances: its legs sum to zero.
- * `reference` makes a (kind, reference) pair unique, so a request is settled at most once.
- */
-export async function appendTransaction(trx: Transaction<Database>, input: LedgerTransactionInput): Promise<string> {
-  const [id] = await appendTransactions(trx, [input]);
-  return id!;
-}
-
-/** Several ledger transactions in two statements (one for the transactions, one for their legs). */
-async function appendTransactions(trx: Transaction<Database>, inputs: LedgerTransactionInput[]): Promise<string[]> {
-  if (inputs.length === 0) return [];
-  const { transactions, postings } = ledgerRows(inputs);
-  await trx.insertInto('ledger_transactions').values(transactions).execute();
-  if (postings.length > 0) await trx.insertInto('ledger_postings').values(postings).execute();
-  return transactions.map((t) => t.id);
-}
 
 /** The rows that record ledger transactions, with fresh ids; refuses any that does not balance. */
 export function ledgerRows(inputs: LedgerTransactionInput[]): { transactions: LedgerTransactionsTable[]; postings: LedgerPostingsTable[] } {

@@ -3,7 +3,7 @@ import { formatMoney, MAX_WALLET_BALANCE_UNITS } from '../domain/money.ts';
 import type { Storage } from '../storage/db.ts';
 import type { Database, WalletsTable } from '../storage/schema.ts';
 import { creditGrantsAccount, operatorFundingAccount, walletAccount, type Bucket } from './accounts.ts';
-import { appendTransaction } from './postings.ts';
+import { appendTransaction } from './store/common.ts';
 import { inLockOrder } from './decide/lock-order.ts';
 import { recordBalanceEvent } from './events.ts';
 

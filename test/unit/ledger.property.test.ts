@@ -12,7 +12,8 @@ import {
   walletAccount,
   type Bucket,
 } from '../../src/ledger/accounts.ts';
-import { appendTransaction, UnbalancedTransactionError, type Leg } from '../../src/ledger/postings.ts';
+import { UnbalancedTransactionError, type Leg } from '../../src/ledger/postings.ts';
+import { appendTransaction } from '../../src/ledger/store/common.ts';
 import { saveBalance, type WalletRow } from '../../src/ledger/wallets.ts';
 import { availableFor, debitInMemory, splitDebit } from '../../src/ledger/decide/balance.ts';
 import type { Database } from '../../src/storage/schema.ts';

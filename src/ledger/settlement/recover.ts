@@ -15,7 +15,7 @@ import { BalanceChanges } from '../events.ts';
 import { breakdownJson } from '../charge.ts';
 import { chargeLegs, type ChargeCredits } from '../decide/charge.ts';
 import { enqueueEvent } from '../../webhooks/outbox.ts';
-import { appendTransaction } from '../postings.ts';
+import { appendTransaction } from '../store/common.ts';
 import { releaseHoldInTransaction } from '../holds.ts';
 import { lockWallets, saveBalance, type WalletRow } from '../wallets.ts';
 import { debitInMemory } from '../decide/balance.ts';
