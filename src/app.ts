@@ -11,7 +11,8 @@ import { lazyRequestLogger, loggerOptions } from './http/logging.ts';
 import { rejectNulCharacters } from './http/nul-characters.ts';
 import { installMetrics } from './http/metrics.ts';
 import { documentSharedBehaviour } from './http/schemas.ts';
-import type { App, AppDeps, AppOptions } from './http/types.ts';
+import type { App } from './http/types.ts';
+import type { AppDeps, AppOptions } from './app-deps.ts';
 import { broadcastCredentialChanges } from './gateway/credential-broadcast.ts';
 import { systemClock } from './domain/clock.ts';
 import { registerDropInRoutes, registerGeminiDropInRoutes } from './gateway/drop-in.ts';
@@ -41,7 +42,7 @@ import { registerWebRoutes } from './web/index.ts';
 import { registerWebhookRoutes } from './routes/webhooks.ts';
 import { UnwrittenHolds } from './ledger/wallets.ts';
 
-export type { AppDeps, AppOptions } from './http/types.ts';
+export type { AppDeps, AppOptions } from './app-deps.ts';
 
 const BODY_LIMIT = 10 * 1024 * 1024;
 const RATE_WINDOW_MS = 60_000;

@@ -1,6 +1,6 @@
 import type { FastifyBaseLogger } from 'fastify';
 import { toSeconds, type Usage } from '../domain/pricing.ts';
-import type { AppDeps } from '../http/types.ts';
+import type { AppDeps } from '../app-deps.ts';
 import { dateOf, type Clock } from '../domain/clock.ts';
 import { FAIL_JOB, SETTLE_JOB, type SettleInput } from '../ledger/settlement/settle.ts';
 import { lockRecoveryCounters, recoverPendingInTransaction, releaseUnsentAdmission } from '../ledger/settlement/recover.ts';

@@ -1,36 +1,9 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { FastifyBaseLogger, FastifyInstance, RawServerDefault } from 'fastify';
-import type { DestinationStream } from 'pino';
 import type { ZodTypeProvider } from 'fastify-type-provider-zod';
-import type { Config } from '../config.ts';
 import type { Clock } from '../domain/clock.ts';
-import type { PaymentProvider } from '../payments/types.ts';
-import type { Storage } from '../storage/db.ts';
-import type { RateLimiter } from './rate-limit.ts';
-import type { CommerceState } from '../commerce/state.ts';
-import type { CallJournal } from '../ledger/journal/journal.ts';
 
 export type App = FastifyInstance<RawServerDefault, IncomingMessage, ServerResponse, FastifyBaseLogger, ZodTypeProvider>;
-
-/** Everything the app needs from outside; tests build it with real storage and limiters. */
-export type AppDeps = {
-  config: Config;
-  storage: Storage;
-  rateLimiter: RateLimiter;
-  /** Every decision by time reads this clock (holds, leases, spend-key limits, caches). */
-  clock: Clock;
-  /** Takes payments for checkout, renewals and auto top-up (the built-in test provider unless configured). */
-  payments: PaymentProvider;
-  /** What checkout and auto top-up keep in process between requests. */
-  commerceState: CommerceState;
-  /** Where logs go instead of stdout (tests read them back). */
-  logStream?: DestinationStream;
-  /** The instance's call journal (decision 0024), opened and replayed by the server before it serves; none in tests' apps unless given. */
-  journal?: CallJournal;
-};
-
-/** What buildApp is given: the clock defaults to the system's, the payment provider to the one the configuration selects. */
-export type AppOptions = Omit<AppDeps, 'clock' | 'payments' | 'commerceState'> & { clock?: Clock; payments?: PaymentProvider };
 
 declare module 'fastify' {
   interface FastifyContextConfig {
@@ -40,11 +13,11 @@ declare module 'fastify' {
 }
 
 /** The app's current time in milliseconds (its injected clock's). */
-export function nowOf(deps: AppDeps): number {
+export function nowOf(deps: { clock: Clock }): number {
   return deps.clock.now();
 }
 
 /** The same, as an ISO 8601 timestamp (what rows store). */
-export function nowIsoOf(deps: Pick<AppDeps, 'clock'>): string {
+export function nowIsoOf(deps: { clock: Clock }): string {
   return new Date(deps.clock.now()).toISOString();
 }

@@ -1,7 +1,8 @@
 import { z } from 'zod';
 import { ApiError } from '../http/errors.ts';
 import { errorResponse } from '../http/schemas.ts';
-import { nowOf, type App, type AppDeps } from '../http/types.ts';
+import { nowOf, type App } from '../http/types.ts';
+import type { AppDeps } from '../app-deps.ts';
 import { exchangeCliCode } from '../storage/cli-codes.ts';
 
 const body = z.object({ code: z.string().min(1).max(200) });

@@ -1,4 +1,5 @@
-import type { App, AppDeps } from '../http/types.ts';
+import type { App } from '../http/types.ts';
+import type { AppDeps } from '../app-deps.ts';
 import { registerCustomerReadRoutes } from './customers.ts';
 
 /** The older vocabulary: a connection is the same object as a customer, with the same `con_` id. */

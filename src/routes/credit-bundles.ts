@@ -3,9 +3,10 @@ import { principalOf } from '../http/auth.ts';
 import { notFound } from '../http/errors.ts';
 import { assertCursor, pageQuery, pageResponse, toPage } from '../http/pagination.ts';
 import { idParams, standardErrors } from '../http/schemas.ts';
-import type { App, AppDeps } from '../http/types.ts';
+import type { App } from '../http/types.ts';
+import type { AppDeps } from '../app-deps.ts';
 import { findCreditBundle, listCreditBundles } from '../storage/plans.ts';
-import { creditBundleSchema, presentCreditBundle } from './plans.ts';
+import { creditBundleSchema, presentCreditBundle } from '../services/plans.ts';
 import { merchantHasRow } from '../storage/pages.ts';
 
 const listQuery = pageQuery.extend({

@@ -9,7 +9,8 @@ import { ApiError, notFound } from '../http/errors.ts';
 import { metadataSchema } from '../http/metadata.ts';
 import { assertCursor, pageQuery, pageResponse, toPage } from '../http/pagination.ts';
 import { customerParams, errorResponse, optionalBody, positiveDecimal, standardErrors, successResponse } from '../http/schemas.ts';
-import { nowIsoOf, type App, type AppDeps } from '../http/types.ts';
+import { nowIsoOf, type App } from '../http/types.ts';
+import type { AppDeps } from '../app-deps.ts';
 import { cancelDeletedCustomersSubscription } from '../commerce/renewals.ts';
 import {
   findConnection,

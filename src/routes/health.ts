@@ -2,7 +2,8 @@ import { sql } from 'kysely';
 import { Gauge, type Registry } from 'prom-client';
 import { z } from 'zod';
 import { databaseUnavailable } from '../http/error-handler.ts';
-import type { App, AppDeps } from '../http/types.ts';
+import type { App } from '../http/types.ts';
+import type { AppDeps } from '../app-deps.ts';
 import type { ReadReplica, ReplicaLag } from '../storage/read-replica.ts';
 
 const healthResponse = z.object({ status: z.literal('ok') });

@@ -18,7 +18,8 @@ import { principalOf } from '../http/auth.ts';
 import { ApiError, notFound, validationError } from '../http/errors.ts';
 import { assertCursor, pageQuery, pageResponse, toPage } from '../http/pagination.ts';
 import { deletedResponse, idParams, optionalBody, standardErrors } from '../http/schemas.ts';
-import { nowIsoOf, type App, type AppDeps } from '../http/types.ts';
+import { nowIsoOf, type App } from '../http/types.ts';
+import type { AppDeps } from '../app-deps.ts';
 import {
   findMeter,
   insertMeter,

@@ -3,7 +3,8 @@ import { principalOf } from '../http/auth.ts';
 import { ApiError, notFound } from '../http/errors.ts';
 import { assertCursor, pageQuery, pageResponse, toPage } from '../http/pagination.ts';
 import { deletedResponse, errorResponse, idParams, optionalBody, standardErrors } from '../http/schemas.ts';
-import { nowIsoOf, type App, type AppDeps } from '../http/types.ts';
+import { nowIsoOf, type App } from '../http/types.ts';
+import type { AppDeps } from '../app-deps.ts';
 import {
   insertSecretKey,
   listSecretKeys,

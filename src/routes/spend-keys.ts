@@ -10,7 +10,8 @@ import { principalOf } from '../http/auth.ts';
 import { ApiError, notFound, validationError, type Issue } from '../http/errors.ts';
 import { assertCursor, pageQuery, pageResponse, toPage } from '../http/pagination.ts';
 import { customerRef, idParams, optionalBody, positiveDecimal, standardErrors, successResponse } from '../http/schemas.ts';
-import { nowOf, type App, type AppDeps } from '../http/types.ts';
+import { nowOf, type App } from '../http/types.ts';
+import type { AppDeps } from '../app-deps.ts';
 import type { Storage } from '../storage/db.ts';
 import {
   findSpendKey,

@@ -16,7 +16,7 @@ import {
   findSubscriptionView,
   listSubscriptionViews,
 } from '../storage/subscriptions.ts';
-import { planTermsSchema } from './plans.ts';
+import { planTermsSchema } from '../services/plans.ts';
 import { merchantHasRow } from '../storage/pages.ts';
 
 const subscriptionBaseSchema = z.object({

@@ -10,7 +10,8 @@ import {
 import { principalOf } from '../http/auth.ts';
 import { validationError, type Issue } from '../http/errors.ts';
 import { standardErrors } from '../http/schemas.ts';
-import type { App, AppDeps } from '../http/types.ts';
+import type { App } from '../http/types.ts';
+import type { AppDeps } from '../app-deps.ts';
 import { dateOf } from '../domain/clock.ts';
 import { reportsOf, type Storage } from '../storage/db.ts';
 import { addSums, emptySums, usageByDay, type UsageSums } from '../storage/usage.ts';

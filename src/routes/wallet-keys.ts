@@ -7,7 +7,8 @@ import { principalOf } from '../http/auth.ts';
 import { notFound } from '../http/errors.ts';
 import { assertCursor, pageQuery, pageResponse, toPage } from '../http/pagination.ts';
 import { customerRef, idParams, optionalBody, standardErrors, successResponse } from '../http/schemas.ts';
-import { nowIsoOf, type App, type AppDeps } from '../http/types.ts';
+import { nowIsoOf, type App } from '../http/types.ts';
+import type { AppDeps } from '../app-deps.ts';
 import {
   insertWalletKey,
   listWalletKeys,

@@ -1,5 +1,6 @@
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
-import { nowOf, type AppDeps } from '../http/types.ts';
+import { nowOf } from '../http/types.ts';
+import type { AppDeps } from '../app-deps.ts';
 import { createCliCode } from '../storage/cli-codes.ts';
 import { findMerchant } from '../storage/merchants.ts';
 import { html } from './html.ts';

@@ -1,7 +1,8 @@
 import fastifyCookie from '@fastify/cookie';
 import fastifyFormbody from '@fastify/formbody';
 import type { FastifyInstance } from 'fastify';
-import { nowIsoOf, type AppDeps } from '../http/types.ts';
+import { nowIsoOf } from '../http/types.ts';
+import type { AppDeps } from '../app-deps.ts';
 import { serverSecret } from '../storage/sessions.ts';
 import { registerAssetRoutes } from './assets.ts';
 import { registerCliConnectRoutes } from './cli-connect.ts';

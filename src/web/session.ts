@@ -1,7 +1,8 @@
 import { randomBytes, timingSafeEqual } from 'node:crypto';
 import type {} from '@fastify/cookie';
 import type { FastifyReply, FastifyRequest } from 'fastify';
-import { nowOf, type AppDeps } from '../http/types.ts';
+import { nowOf } from '../http/types.ts';
+import type { AppDeps } from '../app-deps.ts';
 import { createSession, deleteSession, findSession, type Session } from '../storage/sessions.ts';
 
 const SESSION_COOKIE = 'tollgate_session';

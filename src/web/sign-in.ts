@@ -1,6 +1,7 @@
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { isValidEmail } from '../domain/email.ts';
-import { nowIsoOf, nowOf, type AppDeps } from '../http/types.ts';
+import { nowIsoOf, nowOf } from '../http/types.ts';
+import type { AppDeps } from '../app-deps.ts';
 import { isUniqueViolation } from '../storage/errors.ts';
 import { createMerchant, findMerchantByEmail, MIN_PASSWORD_LENGTH, normalizedEmail, verifyPassword } from '../storage/merchants.ts';
 import { html } from './html.ts';

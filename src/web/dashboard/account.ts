@@ -1,5 +1,6 @@
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
-import { nowOf, type AppDeps } from '../../http/types.ts';
+import { nowOf } from '../../http/types.ts';
+import type { AppDeps } from '../../app-deps.ts';
 import { findMerchant, setMerchantLogin, verifyPassword } from '../../storage/merchants.ts';
 import { deleteMerchantSessions } from '../../storage/sessions.ts';
 import { html } from '../html.ts';

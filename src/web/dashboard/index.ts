@@ -1,5 +1,5 @@
 import type { FastifyInstance } from 'fastify';
-import type { AppDeps } from '../../http/types.ts';
+import type { AppDeps } from '../../app-deps.ts';
 import { loadSession } from '../session.ts';
 import { registerAccountPages } from './account.ts';
 import { registerCustomerPages } from './customers.ts';

@@ -2,7 +2,7 @@ import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { deserializeTiers, isTierList, parseTiers, serializeTiers, type Tier } from '../../domain/meters.ts';
 import { formatMoney } from '../../domain/money.ts';
 import { priceRequest, tierStartUnits, toSeconds } from '../../domain/pricing.ts';
-import type { AppDeps } from '../../http/types.ts';
+import type { AppDeps } from '../../app-deps.ts';
 import { findMeter, listMeters, updateMeter, type MeterRow } from '../../storage/meters.ts';
 import { formatsFor, type Formats } from '../format.ts';
 import { html, type SafeHtml } from '../html.ts';

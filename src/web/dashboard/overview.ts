@@ -1,6 +1,6 @@
 import type { FastifyInstance } from 'fastify';
 import { ApiError } from '../../http/errors.ts';
-import type { AppDeps } from '../../http/types.ts';
+import type { AppDeps } from '../../app-deps.ts';
 import { nowOf } from '../../http/types.ts';
 import { usageLeaders, usageReport, type UsageLeaderRow, type UsageLeaders, type UsageReport } from '../../routes/usage.ts';
 import { customerNames } from '../../storage/customer-names.ts';

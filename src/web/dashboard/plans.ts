@@ -1,7 +1,8 @@
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { ApiError } from '../../http/errors.ts';
-import { nowIsoOf, type AppDeps } from '../../http/types.ts';
-import { BILLING_INTERVALS, createPlan, planCreateBody, presentPlan, ROLLOVER_TYPES } from '../../routes/plans.ts';
+import { nowIsoOf } from '../../http/types.ts';
+import type { AppDeps } from '../../app-deps.ts';
+import { BILLING_INTERVALS, createPlan, planCreateBody, presentPlan, ROLLOVER_TYPES } from '../../services/plans.ts';
 import { listPlans } from '../../storage/plans.ts';
 import { plainIssues } from '../form-issues.ts';
 import { formatsFor, type Formats } from '../format.ts';

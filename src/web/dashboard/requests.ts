@@ -1,6 +1,6 @@
 import { Readable } from 'node:stream';
 import type { FastifyInstance } from 'fastify';
-import type { AppDeps } from '../../http/types.ts';
+import type { AppDeps } from '../../app-deps.ts';
 import { presentRequest, type RequestRecord } from '../../routes/requests.ts';
 import { findMeter, listMeters, type MeterRow } from '../../storage/meters.ts';
 import { reportsOf } from '../../storage/db.ts';

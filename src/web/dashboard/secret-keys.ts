@@ -1,5 +1,6 @@
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
-import { nowIsoOf, type AppDeps } from '../../http/types.ts';
+import { nowIsoOf } from '../../http/types.ts';
+import type { AppDeps } from '../../app-deps.ts';
 import { insertSecretKey, listSecretKeys, revokeSecretKey } from '../../storage/secret-keys.ts';
 import { html } from '../html.ts';
 import { assertCsrf, WebError } from '../session.ts';

@@ -2,7 +2,7 @@ import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { presentSubscription, type PresentedSubscription } from '../../commerce/subscription-view.ts';
 import { ApiError } from '../../http/errors.ts';
 import { ID_PREFIX } from '../../domain/ids.ts';
-import type { AppDeps } from '../../http/types.ts';
+import type { AppDeps } from '../../app-deps.ts';
 import { cancelAtCycleEnd } from '../../routes/subscriptions.ts';
 import { findSubscriptionView, listSubscriptionViews } from '../../storage/subscriptions.ts';
 import { findConnection } from '../../storage/connections.ts';

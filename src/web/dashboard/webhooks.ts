@@ -1,5 +1,6 @@
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
-import { nowOf, type AppDeps } from '../../http/types.ts';
+import { nowOf } from '../../http/types.ts';
+import type { AppDeps } from '../../app-deps.ts';
 import { chosenEvents, presentDelivery, presentWebhook, webhookCreateBody } from '../../routes/webhooks.ts';
 import { findWebhook, insertWebhook, listDeliveries, listWebhooks, MAX_WEBHOOKS_PER_MERCHANT, redeliver, type WebhookRow } from '../../storage/webhooks.ts';
 import { systemResolver, urlProblemAfterLookup } from '../../webhooks/url-safety.ts';
