@@ -269,7 +269,9 @@ async function customerForReference(trx: Transaction<Database>, session: Checkou
       .executeTakeFirst();
     if (taken) return taken;
   }
-  return insertConnectionIn(trx, session.merchant_id, { reference_id: session.reference_id, metadata: null, ...input.contact }, input.customerEventData, input.at.toISOString());
+  const created = await insertConnectionIn(trx, session.merchant_id, { reference_id: session.reference_id, metadata: null, ...input.contact }, input.at.toISOString());
+  await enqueueEvent(trx, { merchantId: session.merchant_id, type: 'customer.created', data: input.customerEventData(created), at: created.created_at });
+  return created;
 }
 
 /** The session's effects, in the transaction that records its payment as succeeded. */

@@ -1,6 +1,6 @@
 import type { FastifyError, FastifyInstance } from 'fastify';
 import { hasZodFastifySchemaValidationErrors } from 'fastify-type-provider-zod';
-import { ProviderUnavailableError, PROVIDER_RETRY_AFTER_S } from '../payments/types.ts';
+import { ProviderUnavailableError, PROVIDER_RETRY_AFTER_S } from '../domain/payment-provider-errors.ts';
 import { isDatabaseUnavailable } from '../storage/errors.ts';
 import { ApiError, envelope, validationError, type ErrorCode, type Issue } from './errors.ts';
 

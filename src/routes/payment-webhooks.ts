@@ -6,7 +6,7 @@ import { ApiError } from '../http/errors.ts';
 import { stripeSignatureHeaderProblem } from '../payments/stripe.ts';
 import { errorResponse } from '../http/schemas.ts';
 import type { App } from '../http/types.ts';
-import { presentCustomer } from './customers.ts';
+import { presentCustomer } from '../services/customers.ts';
 
 /**
  * The largest delivery read. Stripe documents no byte limit for an event; a PaymentIntent or

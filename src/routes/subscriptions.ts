@@ -1,6 +1,6 @@
 import { z } from 'zod';
 import { presentSubscription } from '../commerce/subscription-view.ts';
-import { changePlanByApi, scheduleCancellation, updateSubscriptionTerms, type SubscriptionUpdate } from '../commerce/plan-changes.ts';
+import { changePlanByApi, updateSubscriptionTerms, type SubscriptionUpdate } from '../commerce/plan-changes.ts';
 import { startSubscription, type CommerceDeps } from '../commerce/subscriptions.ts';
 import { dateOf } from '../domain/clock.ts';
 import { principalOf } from '../http/auth.ts';
@@ -12,11 +12,11 @@ import { findConnection, resolveCustomerId } from '../storage/connections.ts';
 import { findCreditBundle, findPlan } from '../storage/plans.ts';
 import {
   findCustomerSubscriptionView,
-  findSubscription,
   findSubscriptionView,
   listSubscriptionViews,
 } from '../storage/subscriptions.ts';
 import { planTermsSchema } from '../services/plans.ts';
+import { cancelAtCycleEnd, liveSubscription } from '../services/subscriptions.ts';
 import { merchantHasRow } from '../storage/pages.ts';
 
 const subscriptionBaseSchema = z.object({
@@ -182,19 +182,6 @@ export function registerSubscriptionRoutes(app: App, deps: CommerceDeps): void {
       return { subscription: base };
     },
   );
-}
-
-/** DELETE /subscriptions/{id} and the dashboard's Cancel: the subscription ends when its paid cycle does (decision 0016). */
-export async function cancelAtCycleEnd(deps: Pick<CommerceDeps, 'storage' | 'clock'>, merchantId: string, id: string): Promise<void> {
-  const sub = await liveSubscription(deps, merchantId, id);
-  await scheduleCancellation(deps.storage, sub, dateOf(deps.clock).toISOString());
-}
-
-async function liveSubscription(deps: Pick<CommerceDeps, 'storage'>, merchantId: string, id: string) {
-  const sub = await findSubscription(deps.storage.db, merchantId, id);
-  if (!sub || sub.status === 'incomplete') throw notFound('subscription', id);
-  if (sub.status === 'cancelled') throw new ApiError('subscription_cancelled');
-  return sub;
 }
 
 /** The customer's subscription that is running (active or past due), if any. */

@@ -16,7 +16,7 @@ import {
   rotateWalletKey,
   type WalletKeyRow,
 } from '../storage/wallet-keys.ts';
-import { walletForNewKey } from './spend-keys.ts';
+import { walletForNewKey } from '../services/spend-keys.ts';
 import { merchantHasRow } from '../storage/pages.ts';
 
 const walletKeySchema = z.object({
@@ -70,8 +70,9 @@ export function registerWalletKeyRoutes(app: App, deps: AppDeps): void {
     { schema: { tags, body: createBody, response: { 201: withKey, ...standardErrors } } },
     async (request, reply) => {
       const { name, ...walletFields } = request.body;
-      const wallet = await walletForNewKey(storage, request, walletFields);
-      const { row, secret } = await insertWalletKey(storage.db, { merchantId: principalOf(request).merchantId, wallet, name, at: nowIsoOf(deps) });
+      const { merchantId, merchantWalletId } = principalOf(request);
+      const wallet = await walletForNewKey(storage, { merchantId, merchantWalletId, walletKeyScope: request.walletKeyScope }, walletFields);
+      const { row, secret } = await insertWalletKey(storage.db, { merchantId, wallet, name, at: nowIsoOf(deps) });
       return reply.status(201).send({ ...present(row), key: secret });
     },
   );

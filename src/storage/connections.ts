@@ -2,7 +2,6 @@ import { ID_PREFIX, newId, newSecret } from '../domain/ids.ts';
 import { insertWallet } from './wallets.ts';
 import type { Storage } from './db.ts';
 import { isUniqueViolation } from './errors.ts';
-import { enqueueEvent } from '../webhooks/outbox.ts';
 import type { Kysely, Transaction } from 'kysely';
 import type { ConnectionsTable, Database } from './schema.ts';
 import { liveSubscriptionSummaries, type SubscriptionSummary } from './subscriptions.ts';
@@ -13,7 +12,8 @@ export type ConnectionWithBalance = ConnectionRow & { balance: bigint };
 
 /**
  * Builds the `data` of a customer event from the row the change left (the customer as the API shows
- * it). The caller supplies it: the shape belongs to the route layer, the transaction to this one.
+ * it). The shape belongs to the service layer; commerce, which creates customers at checkout, is
+ * given it.
  */
 export type CustomerEventData = (row: ConnectionWithBalance, subscription?: SubscriptionSummary | null) => Record<string, unknown>;
 
@@ -22,28 +22,15 @@ export type ConnectionFields = Pick<
   'reference_id' | 'first_name' | 'last_name' | 'email' | 'phone' | 'metadata'
 >;
 
-/** A connection (customer) and its own wallet, created together, with its `customer.created` event. */
-export async function insertConnection(
-  storage: Storage,
-  merchantId: string,
-  fields: ConnectionFields,
-  eventData: CustomerEventData,
-  createdAt: string,
-): Promise<ConnectionWithBalance | 'reference_taken'> {
-  try {
-    return await storage.db.transaction().execute((trx) => insertConnectionIn(trx, merchantId, fields, eventData, createdAt));
-  } catch (e) {
-    if (isUniqueViolation(e)) return 'reference_taken';
-    throw e;
-  }
-}
-
-/** The same, in the caller's transaction (a checkout creates its customer together with the payment's effects). */
+/**
+ * A connection (customer) and its own wallet, created together in the caller's transaction (which
+ * also writes its `customer.created` event). A reference_id another customer has makes the insert
+ * fail with a unique violation.
+ */
 export async function insertConnectionIn(
   trx: Transaction<Database>,
   merchantId: string,
   fields: ConnectionFields,
-  eventData: CustomerEventData,
   createdAt: string,
 ): Promise<ConnectionWithBalance> {
   const wallet = await insertWallet(trx, { merchantId, ownerType: 'connection', createdAt });
@@ -57,9 +44,7 @@ export async function insertConnectionIn(
     deleted_at: null,
   };
   await trx.insertInto('connections').values(row).execute();
-  const created = { ...row, balance: wallet.balance };
-  await enqueueEvent(trx, { merchantId, type: 'customer.created', data: eventData(created), at: createdAt });
-  return created;
+  return { ...row, balance: wallet.balance };
 }
 
 /**
@@ -150,19 +135,17 @@ export async function updateConnection(
 
 /**
  * Deletes a customer: its id, wallet and records stay (the ledger and usage still name it), but
- * its contact details and metadata are erased, since nobody can read them any more. The
- * `customer.deleted` event carries the customer as the deletion left it (ids, reference, wallet,
- * and its subscription if it had one), so the erased details do not live on in the event. Inside
- * the caller's transaction, which also ends the customer's subscription. Returns the deleted
- * customer's id (the value may be its reference_id), or null when no live customer has it.
+ * its contact details and metadata are erased, since nobody can read them any more. Inside the
+ * caller's transaction, which also ends the customer's subscription and writes `customer.deleted`.
+ * Returns the customer as the deletion left it (ids, reference, wallet) and the subscription it
+ * had, or null when no live customer has the id or reference.
  */
 export async function softDeleteConnection(
   trx: Transaction<Database>,
   merchantId: string,
   idOrReference: string,
   deletedAt: string,
-  eventData: CustomerEventData,
-): Promise<string | null> {
+): Promise<{ row: ConnectionWithBalance; subscription: SubscriptionSummary | null } | null> {
   const id = await findCustomerId(trx, merchantId, idOrReference);
   if (id === undefined) return null;
   const erased = { first_name: null, last_name: null, email: null, phone: null, metadata: null };
@@ -183,8 +166,7 @@ export async function softDeleteConnection(
     .executeTakeFirstOrThrow();
   // The subscription it had, as customer objects showed it (the caller then cancels it, decision 0016).
   const subscription = (await liveSubscriptionSummaries(trx, [id])).get(id) ?? null;
-  await enqueueEvent(trx, { merchantId, type: 'customer.deleted', data: eventData({ ...row, balance: BigInt(row.balance) }, subscription), at: deletedAt });
-  return id;
+  return { row: { ...row, balance: BigInt(row.balance) }, subscription };
 }
 
 /** The older request body and forward token name a connection by its secret. */

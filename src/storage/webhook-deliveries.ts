@@ -1,7 +1,6 @@
 import type { Kysely } from 'kysely';
 import { encodeTime } from 'ulid';
 import { ID_PREFIX, newId } from '../domain/ids.ts';
-import { deliveredName } from '../webhooks/events.ts';
 import type { Storage } from './db.ts';
 import type { Database, WebhookDeliveriesTable } from './schema.ts';
 
@@ -42,8 +41,14 @@ function undispatchedEvents(db: Kysely<Database>, scope: { merchantId: string; f
  * Makes the deliveries of events not yet fanned out: one per event and enabled webhook of its
  * merchant that asked for its type and existed when the event happened. Marks the events done in
  * the same transaction. Returns how many events it took (a full batch means more may wait).
+ * `deliveredName` is the event vocabulary's rule (webhooks/events.ts): the name an event goes out
+ * under to a webhook subscribed to `chosen`, or null when it did not ask for it.
  */
-export async function fanOutEvents(storage: Storage, at: string): Promise<{ events: number; deliveries: number }> {
+export async function fanOutEvents(
+  storage: Storage,
+  at: string,
+  deliveredName: (type: string, chosen: readonly string[] | null) => string | null,
+): Promise<{ events: number; deliveries: number }> {
   const scope = await undispatchedScope(storage.db);
   if (scope.length === 0) return { events: 0, deliveries: 0 };
   // Most rounds find nothing: a plain read first, so an idle dispatcher takes no write lock (SQLite).

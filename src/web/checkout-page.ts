@@ -17,8 +17,8 @@ import { MAX_AMOUNT_UNITS, MoneyFormatError, parseMoney } from '../domain/money.
 import { paymentProviderUnavailable } from '../http/error-handler.ts';
 import { PROVIDER_RETRY_AFTER_S } from '../payments/types.ts';
 import type { RateLimiter } from '../http/rate-limit.ts';
-import { hashCheckoutSecret } from '../routes/checkout-sessions.ts';
-import { presentCustomer } from '../routes/customers.ts';
+import { hashSecret } from '../domain/secrets.ts';
+import { presentCustomer } from '../services/customers.ts';
 import { receiptKeyMatches, receiptOf, receiptPath, type Receipt } from '../commerce/receipts.ts';
 import { findCheckoutSessionById, findCheckoutSessionByTokenHash, type CheckoutSessionRow } from '../storage/checkout-sessions.ts';
 import { isSessionLocked, recordDecline, refusalOfAttempt, sessionLocked, type AttemptRefusal } from './checkout-limits.ts';
@@ -107,7 +107,7 @@ export function registerCheckoutPage(app: FastifyInstance, deps: CheckoutPageDep
   // provider and settled here, unless its event did so first (then the same success page).
   app.get<{ Querystring: { token?: string } }>('/checkout/return', { config: { public: true }, schema: { hide: true } }, async (request, reply) => {
     const secret = secretOf(request.query.token);
-    const session = secret ? await findCheckoutSessionByTokenHash(deps.storage.db, hashCheckoutSecret(secret)) : undefined;
+    const session = secret ? await findCheckoutSessionByTokenHash(deps.storage.db, hashSecret(secret)) : undefined;
     if (!session) return messagePage(reply.status(404), null, 'Checkout not found', 'This checkout link is not valid. Ask the shop for a new one.');
     const opened = { session, token: request.query.token! };
     const result = await returnFromHostedCheckout(deps, session, (row) => presentCustomer(row, dateOf(deps.clock)));
@@ -134,7 +134,7 @@ export function registerCheckoutPage(app: FastifyInstance, deps: CheckoutPageDep
 /** The session a token opens, or an error page already sent (unknown, expired or used token). */
 async function open(deps: CheckoutPageDeps, token: string | undefined, reply: FastifyReply): Promise<Opened | null> {
   const secret = secretOf(token);
-  const session = secret ? await findCheckoutSessionByTokenHash(deps.storage.db, hashCheckoutSecret(secret)) : undefined;
+  const session = secret ? await findCheckoutSessionByTokenHash(deps.storage.db, hashSecret(secret)) : undefined;
   if (!session) {
     messagePage(reply.status(404), null, 'Checkout not found', 'This checkout link is not valid. Ask the shop for a new one.');
     return null;

@@ -4,7 +4,7 @@ import type { Dispatcher as HttpDispatcher } from 'undici';
 import type { Storage } from '../storage/db.ts';
 import { claimDueDeliveries, fanOutEvents, oldestDueAt, recordOutcome, type ClaimedDelivery } from '../storage/webhook-deliveries.ts';
 import { pruneDeliveredEvents } from '../storage/webhook-retention.ts';
-import { payloadText } from './events.ts';
+import { deliveredName, payloadText } from './events.ts';
 import { retryDelayMs, shouldDisable } from './schedule.ts';
 import { createDeliveryAgent, sendDelivery } from './sender.ts';
 import { signatureHeaders } from './signing.ts';
@@ -147,7 +147,7 @@ export class WebhookDispatcher {
     this.again = false;
     await this.pruneIfDue();
     const at = this.nowIso();
-    const fannedOut = await fanOutEvents(this.opts.storage, at);
+    const fannedOut = await fanOutEvents(this.opts.storage, at, deliveredName);
     const room = this.opts.maxConcurrency - this.sends.size;
     if (room <= 0) return;
     const busy = [...this.inFlight].filter(([, n]) => n >= PER_ENDPOINT_CONCURRENCY).map(([id]) => id);

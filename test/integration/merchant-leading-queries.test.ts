@@ -2,7 +2,7 @@ import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { sweepExpiredHolds } from '../../src/gateway/settle.ts';
 import { verifyLedger } from '../../src/ledger/verify.ts';
-import { usageLeaders } from '../../src/routes/usage.ts';
+import { usageLeaders } from '../../src/services/usage-reports.ts';
 import type { TestApp } from '../helpers/app.ts';
 import { databasesUnderTest } from '../helpers/databases.ts';
 import { OPENAI_CHAT, startGatewayOnMock } from '../helpers/gateway.ts';

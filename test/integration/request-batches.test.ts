@@ -5,7 +5,6 @@ import { CHARGE_JOB, chargeBatch, chargeWriter } from '../../src/ledger/charge-b
 import type { ChargeInput } from '../../src/ledger/charge.ts';
 import { verifyLedger } from '../../src/ledger/verify.ts';
 import { creditWallet, findWallet, UnwrittenHolds } from '../../src/ledger/wallets.ts';
-import { presentCustomer } from '../../src/routes/customers.ts';
 import { findConnection, softDeleteConnection } from '../../src/storage/connections.ts';
 import { findMerchant } from '../../src/storage/merchants.ts';
 import { findMeter, softDeleteMeter, updateMeter } from '../../src/storage/meters.ts';
@@ -171,7 +170,7 @@ describe.each(databasesUnderTest())('batched request charges on %s', (dialect) =
     const s = await setup(['1', '1']);
     const stale = await s.input(0, tokens(1000));
     const current = await s.input(1, tokens(1000));
-    await t.storage.db.transaction().execute((trx) => softDeleteConnection(trx, s.m.merchantId, s.customers[0]!.id, new Date().toISOString(), (row) => presentCustomer(row, new Date())));
+    await t.storage.db.transaction().execute((trx) => softDeleteConnection(trx, s.m.merchantId, s.customers[0]!.id, new Date().toISOString()));
     await updateMeter(t.storage, s.m.merchantId, s.meter.meter_id, { tiers: serializeTiers([{ start: 0, rate: usd('10') }]) });
 
     const outcomes = await chargeBatch(t.storage, [stale, current]);

@@ -1,7 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { parseMoney } from '../../src/domain/money.ts';
 import { creditWallet } from '../../src/ledger/wallets.ts';
-import type { RequestRecord } from '../../src/routes/requests.ts';
+import type { RequestRecord } from '../../src/services/requests.ts';
 import { startTestApp, type Merchant, type TestApp } from '../helpers/app.ts';
 import { databasesUnderTest } from '../helpers/databases.ts';
 

@@ -1,7 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { parseMoney } from '../../src/domain/money.ts';
 import { creditWallet } from '../../src/ledger/wallets.ts';
-import { usageLeaders, usageReport } from '../../src/routes/usage.ts';
+import { usageLeaders, usageReport } from '../../src/services/usage-reports.ts';
 import { startTestApp, type TestApp } from '../helpers/app.ts';
 import { databasesUnderTest } from '../helpers/databases.ts';
 

@@ -3,7 +3,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { formatMoney, parseMoney } from '../../src/domain/money.ts';
 import { chargeRequest } from '../../src/ledger/charge.ts';
 import { creditWallet } from '../../src/ledger/wallets.ts';
-import type { RequestRecord } from '../../src/routes/requests.ts';
+import type { RequestRecord } from '../../src/services/requests.ts';
 import { findConnection } from '../../src/storage/connections.ts';
 import { findMerchant } from '../../src/storage/merchants.ts';
 import { findMeterBySlug } from '../../src/storage/meters.ts';

@@ -1,5 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { fanOutEvents } from '../../src/storage/webhook-deliveries.ts';
+import { deliveredName } from '../../src/webhooks/events.ts';
 import { otherMerchantPage, signedInDashboard, type DashboardSession } from '../helpers/dashboard.ts';
 
 /**
@@ -21,7 +22,7 @@ describe('dashboard tenant isolation (Chromium)', () => {
     const hook = (await d.api('POST', '/v1/webhooks', { name: 'Owned', url: 'http://127.0.0.1:9/hook' })).body;
     const customer = (await d.api('POST', '/v1/customers', {})).body;
     const key = (await d.api('POST', '/v1/spend_keys', { name: 'Owned', spend_limit: { amount: '3', cycle: 'daily' } })).body;
-    await fanOutEvents(d.t.storage, new Date(d.t.clock.now() + 1_000).toISOString());
+    await fanOutEvents(d.t.storage, new Date(d.t.clock.now() + 1_000).toISOString(), deliveredName);
     const [delivery] = (await d.api('GET', `/v1/webhooks/${hook.webhook_id}/deliveries`)).body.data;
     expect(delivery).toBeDefined();
     const plan = (await d.api('POST', '/v1/plans', { name: 'Free', period_amount: '0', included_credit: '1', billing_interval: 'month' })).body;

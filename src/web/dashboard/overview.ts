@@ -2,7 +2,7 @@ import type { FastifyInstance } from 'fastify';
 import { ApiError } from '../../http/errors.ts';
 import type { AppDeps } from '../../app-deps.ts';
 import { nowOf } from '../../http/types.ts';
-import { usageLeaders, usageReport, type UsageLeaderRow, type UsageLeaders, type UsageReport } from '../../routes/usage.ts';
+import { usageLeaders, usageReport, type UsageLeaderRow, type UsageLeaders, type UsageReport } from '../../services/usage-reports.ts';
 import { customerNames } from '../../storage/customer-names.ts';
 import { customerLink, formatsFor, type Formats } from '../format.ts';
 import { html, jsonIsland } from '../html.ts';

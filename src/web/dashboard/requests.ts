@@ -1,7 +1,7 @@
 import { Readable } from 'node:stream';
 import type { FastifyInstance } from 'fastify';
 import type { AppDeps } from '../../app-deps.ts';
-import { presentRequest, type RequestRecord } from '../../routes/requests.ts';
+import { presentRequest, type RequestRecord } from '../../services/requests.ts';
 import { findMeter, listMeters, type MeterRow } from '../../storage/meters.ts';
 import { reportsOf } from '../../storage/db.ts';
 import { listRequests, type RequestFilters } from '../../storage/request-queries.ts';

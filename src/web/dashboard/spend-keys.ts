@@ -2,7 +2,7 @@ import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { CYCLES } from '../../domain/spend-limits.ts';
 import { nowOf } from '../../http/types.ts';
 import type { AppDeps } from '../../app-deps.ts';
-import { pastExpiryIssue, presentSpendKey, spendKeyCreateBody, spendKeySettingsOf, spendKeyUpdateBody } from '../../routes/spend-keys.ts';
+import { pastExpiryIssue, presentSpendKey, spendKeyCreateBody, spendKeySettingsOf, spendKeyUpdateBody } from '../../services/spend-keys.ts';
 import { findConnection } from '../../storage/connections.ts';
 import { findMerchant } from '../../storage/merchants.ts';
 import { findSpendKey, insertSpendKey, listSpendKeys, revokeSpendKey, rotateSpendKey, updateSpendKey, type SpendKeyScope } from '../../storage/spend-keys.ts';

@@ -3,7 +3,7 @@ import { presentSubscription, type PresentedSubscription } from '../../commerce/
 import { ApiError } from '../../http/errors.ts';
 import { ID_PREFIX } from '../../domain/ids.ts';
 import type { AppDeps } from '../../app-deps.ts';
-import { cancelAtCycleEnd } from '../../routes/subscriptions.ts';
+import { cancelAtCycleEnd } from '../../services/subscriptions.ts';
 import { findSubscriptionView, listSubscriptionViews } from '../../storage/subscriptions.ts';
 import { findConnection } from '../../storage/connections.ts';
 import { customerNames } from '../../storage/customer-names.ts';

@@ -1,7 +1,7 @@
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { nowOf } from '../../http/types.ts';
 import type { AppDeps } from '../../app-deps.ts';
-import { chosenEvents, presentDelivery, presentWebhook, webhookCreateBody } from '../../routes/webhooks.ts';
+import { chosenEvents, presentDelivery, presentWebhook, webhookCreateBody } from '../../services/webhook-endpoints.ts';
 import { findWebhook, insertWebhook, listDeliveries, listWebhooks, MAX_WEBHOOKS_PER_MERCHANT, redeliver, type WebhookRow } from '../../storage/webhooks.ts';
 import { systemResolver, urlProblemAfterLookup } from '../../webhooks/url-safety.ts';
 import { plainIssues } from '../form-issues.ts';
