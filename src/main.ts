@@ -17,7 +17,7 @@ import { WebhookDispatcher } from './webhooks/dispatcher.ts';
 import { CallJournal } from './ledger/journal/journal.ts';
 import { replayCallJournal, type ReplaySummary } from './ledger/journal/replay.ts';
 import { createPaymentProvider } from './payments/index.ts';
-import { presentCustomer } from './routes/customers.ts';
+import { presentCustomer } from './services/customers.ts';
 
 export type RunningServer = { app: App; url: string; stop(): Promise<void> };
 
