@@ -3,7 +3,7 @@ import type { PurchaseDeps } from '../../src/commerce/subscriptions.ts';
 import { dateOf } from '../../src/domain/clock.ts';
 import { parseMoney } from '../../src/domain/money.ts';
 import { TEST_CARDS } from '../../src/payments/test-provider.ts';
-import { presentCustomer } from '../../src/routes/customers.ts';
+import { presentCustomer } from '../../src/services/customers.ts';
 import type { Storage } from '../../src/storage/db.ts';
 import { insertPaymentMethod } from '../../src/storage/subscriptions.ts';
 import type { TestApp } from './app.ts';
