@@ -1,7 +1,8 @@
 import { Readable } from 'node:stream';
 import type { FastifyInstance } from 'fastify';
 import { formatMoney } from '../../domain/money.ts';
-import { nowOf, type AppDeps } from '../../http/types.ts';
+import { nowOf } from '../../http/types.ts';
+import type { AppDeps } from '../../app-deps.ts';
 import { customerNames } from '../../storage/customer-names.ts';
 import { reportsOf } from '../../storage/db.ts';
 import { listMeters } from '../../storage/meters.ts';
