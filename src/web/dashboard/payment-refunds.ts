@@ -1,6 +1,6 @@
 import type { FastifyInstance } from 'fastify';
 import { refundPayment } from '../../commerce/refunds.ts';
-import type { AppDeps } from '../../http/types.ts';
+import type { AppDeps } from '../../app-deps.ts';
 import { findMerchantPayment, refundedAmounts } from '../../storage/payments.ts';
 import { formatsFor } from '../format.ts';
 import { html } from '../html.ts';
