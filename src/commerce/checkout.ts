@@ -87,19 +87,12 @@ export type PayInput = {
   at: Date;
 };
 
-/**
- * Pays a session through the payment provider and, once the provider confirms the payment,
- * completes it. One payment of a session is live at a time (its reference is the session id; a
- * declined one gives the reference up), so two tabs cannot pay the same session twice.
- */
-export async function payCheckout(deps: PurchaseDeps, input: PayInput): Promise<PayResult> {
-  const { storage, payments } = deps;
-  const stamp = input.at.toISOString();
-  if (await passesMaximumBalance(deps, input)) return overMaximumBalance();
-  const payment = await insertPayment(storage.db, {
+/** The checkout's payment row, written before any provider call; null when the checkout already has one. */
+export function insertCheckoutPayment(deps: PurchaseDeps, input: PayInput, stamp: string): Promise<PaymentRow | null> {
+  return insertPayment(deps.storage.db, {
     merchant_id: input.session.merchant_id,
     connection_id: input.session.connection_id,
-    provider: payments.id,
+    provider: deps.payments.id,
     provider_ref: null,
     purpose: 'checkout',
     reference: input.session.id,
@@ -109,6 +102,18 @@ export async function payCheckout(deps: PurchaseDeps, input: PayInput): Promise<
     created_at: stamp,
     updated_at: stamp,
   });
+}
+
+/**
+ * Pays a session through the payment provider and, once the provider confirms the payment,
+ * completes it. One payment of a session is live at a time (its reference is the session id; a
+ * declined one gives the reference up), so two tabs cannot pay the same session twice.
+ */
+export async function payCheckout(deps: PurchaseDeps, input: PayInput): Promise<PayResult> {
+  const { storage, payments } = deps;
+  const stamp = input.at.toISOString();
+  if (await passesMaximumBalance(deps, input)) return overMaximumBalance();
+  const payment = await insertCheckoutPayment(deps, input, stamp);
   if (!payment) {
     const live = await findPayment(storage.db, 'checkout', input.session.id);
     if (live?.status === 'requires_action') return { status: 'requires_action', paymentId: live.id };

@@ -1,8 +1,8 @@
 import { HOSTED_CHECKOUT_CLOSED, ProviderUnavailableError, UNANSWERED, type HostedCheckout } from '../payments/types.ts';
 import { keepCheckoutContact, type CheckoutSessionRow } from '../storage/checkout-sessions.ts';
 import type { CustomerEventData } from '../storage/connections.ts';
-import { findPayment, insertPayment, transitionPayment, type PaymentRow } from '../storage/subscriptions.ts';
-import { failCheckoutPayment, overMaximumBalance, passesMaximumBalance, settleCheckoutFromProvider, type PayInput, type PayResult, type Purchase } from './checkout.ts';
+import { findPayment, transitionPayment } from '../storage/subscriptions.ts';
+import { failCheckoutPayment, insertCheckoutPayment, overMaximumBalance, passesMaximumBalance, settleCheckoutFromProvider, type PayInput, type PayResult, type Purchase } from './checkout.ts';
 import type { PurchaseDeps } from './subscriptions.ts';
 
 /**
@@ -124,22 +124,6 @@ async function settledMeanwhile(deps: PurchaseDeps, session: CheckoutSessionRow)
   const now = await deps.storage.db.selectFrom('checkout_sessions').selectAll().where('id', '=', session.id).executeTakeFirstOrThrow();
   if (now.completed_at) return { status: 'completed', session: now };
   return { status: 'failed', message: 'The payment did not go through. Nothing was charged; you can pay again.' };
-}
-
-function insertCheckoutPayment(deps: PurchaseDeps, input: PayInput, stamp: string): Promise<PaymentRow | null> {
-  return insertPayment(deps.storage.db, {
-    merchant_id: input.session.merchant_id,
-    connection_id: input.session.connection_id,
-    provider: deps.payments.id,
-    provider_ref: null,
-    purpose: 'checkout',
-    reference: input.session.id,
-    amount: input.amount,
-    status: 'pending',
-    failure_reason: null,
-    created_at: stamp,
-    updated_at: stamp,
-  });
 }
 
 /** What the provider's page names as bought. */

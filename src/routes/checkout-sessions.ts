@@ -1,10 +1,10 @@
-import { createHash } from 'node:crypto';
 import type { FastifyRequest } from 'fastify';
 import { z } from 'zod';
 import { CHECKOUT_SESSION_TTL_MS, presentCheckoutSession } from '../commerce/checkout.ts';
 import type { CommerceDeps } from '../commerce/subscriptions.ts';
 import { dateOf } from '../domain/clock.ts';
 import { newId, newSecret } from '../domain/ids.ts';
+import { hashSecret } from '../domain/secrets.ts';
 import { principalOf } from '../http/auth.ts';
 import { ApiError, notFound, validationError, type Issue } from '../http/errors.ts';
 import { assertCursor, pageQuery, pageResponse, toPage } from '../http/pagination.ts';
@@ -72,8 +72,6 @@ function keptOriginUrl(given: string): string {
   return url.pathname === '/' && !url.search && !url.hash && !given.endsWith('/') ? url.origin : url.href;
 }
 
-export const hashCheckoutSecret = (secret: string) => createHash('sha256').update(secret).digest('hex');
-
 /** This Tollgate's public URL, with a trailing slash: configured, or the one the request reached. */
 function publicBase(configured: string | undefined, request: FastifyRequest): string {
   const base = configured ?? `${request.protocol}://${request.host}`;
@@ -110,7 +108,7 @@ export function registerCheckoutSessionRoutes(app: App, deps: CommerceDeps & { p
         plan_id: target.planId,
         credit_bundle_id: target.bundleId,
         subscription_id: null,
-        token_hash: hashCheckoutSecret(secret),
+        token_hash: hashSecret(secret),
         expires_at: new Date(now.getTime() + CHECKOUT_SESSION_TTL_MS).toISOString(),
         completed_at: null,
         created_at: now.toISOString(),

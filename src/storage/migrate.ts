@@ -21,10 +21,9 @@ import * as m0017 from './migrations/0017_checkout_contact.ts';
 import * as m0018 from './migrations/0018_request_usage_details.ts';
 import * as m0019 from './migrations/0019_password_resets.ts';
 import * as m0020 from './migrations/0020_webhook_deliveries_by_event.ts';
-import * as m0022 from './migrations/0022_refunds.ts';
-import * as m0026 from './migrations/0026_usage_rollups_grouped.ts';
-// Named to sort after the first 0026: databases that ran that one take this one next.
-import * as m0026b from './migrations/0026_usage_rollups_per_day.ts';
+import * as m0021 from './migrations/0021_refunds.ts';
+import * as m0022 from './migrations/0022_usage_rollups_grouped.ts';
+import * as m0023 from './migrations/0023_usage_rollups_per_day.ts';
 
 /** The ordered, frozen list. New migrations are appended, never inserted or edited. */
 const MIGRATIONS: Record<string, Migration> = {
@@ -48,9 +47,9 @@ const MIGRATIONS: Record<string, Migration> = {
   '0018_request_usage_details': m0018,
   '0019_password_resets': m0019,
   '0020_webhook_deliveries_by_event': m0020,
-  '0022_refunds': m0022,
-  '0026_usage_rollups_grouped': m0026,
-  '0026_usage_rollups_per_day': m0026b,
+  '0021_refunds': m0021,
+  '0022_usage_rollups_grouped': m0022,
+  '0023_usage_rollups_per_day': m0023,
 };
 
 const provider: MigrationProvider = { getMigrations: async () => MIGRATIONS };
