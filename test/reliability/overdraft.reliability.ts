@@ -190,7 +190,7 @@ describe.runIf(postgres)('spend-key limit against a provider over-reporting 40 t
     const created = await t.app.inject({ method: 'POST', url: '/v1/spend_keys', headers: t.auth(), payload: { name: 'overdraft', spend_limit: { amount: KEY_LIMIT, cycle: 'total' } } });
     expect(created.statusCode).toBe(201);
     const key = created.json() as { key: string; spend_key_id: string };
-    const startedAt = new Date().toISOString();
+    const startedAt = new Date(t.clock.now()).toISOString();
 
     const figures = { forwards_200: 0, refused_402: 0, other: 0 };
     let sequence = 0;
