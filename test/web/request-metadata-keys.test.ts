@@ -1,15 +1,11 @@
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { metadataKeysOf } from '../../src/storage/request-metadata-keys.ts';
-import { startTestApp, type TestApp } from '../helpers/app.ts';
+import { useTestApp } from '../helpers/app.ts';
 import { databasesUnderTest } from '../helpers/databases.ts';
 
 /** The CSV export's metadata columns: the keys of the records the filters match, on both engines. */
 describe.each(databasesUnderTest())('metadata keys of the export on %s', (dialect) => {
-  let t: TestApp;
-  beforeAll(async () => {
-    t = await startTestApp(dialect);
-  });
-  afterAll(async () => t?.close());
+  const t = useTestApp(dialect);
 
   it('lists each key once, in order, only from the matching records', async () => {
     const c = await t.customerWithMeter({ credit: '5' });

@@ -1,16 +1,12 @@
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { parseMoney } from '../../src/domain/money.ts';
 import { usageGroups } from '../../src/storage/usage-groups.ts';
-import { startTestApp, type TestApp } from '../helpers/app.ts';
+import { useTestApp } from '../helpers/app.ts';
 import { databasesUnderTest } from '../helpers/databases.ts';
 
 /** The usage page's groups on both engines: exact sums per model, meter and metadata value, largest first. */
 describe.each(databasesUnderTest())('usage groups on %s', (dialect) => {
-  let t: TestApp;
-  beforeAll(async () => {
-    t = await startTestApp(dialect);
-  });
-  afterAll(async () => t?.close());
+  const t = useTestApp(dialect);
 
   it('sums completed requests per group, exactly, the largest total first', async () => {
     const c = await t.customerWithMeter({ credit: '100' });
