@@ -32,19 +32,8 @@ describe('the requests CSV export', () => {
       });
       expect(res.statusCode, res.body).toBe(201);
     }
-    const base = await baseUrl();
-    const page = await fetch(`${base}/dashboard/sign-in`);
-    const csrf = /name="_csrf" value="([^"]+)"/.exec(await page.text())![1]!;
-    const cookie = page.headers.getSetCookie().map((c) => c.split(';')[0]).join('; ');
-    const signedIn = await fetch(`${base}/dashboard/sign-in`, {
-      method: 'POST',
-      redirect: 'manual',
-      headers: { 'content-type': 'application/x-www-form-urlencoded', cookie },
-      body: new URLSearchParams({ _csrf: csrf, email: EMAIL, password: PASSWORD }).toString(),
-    });
-    expect(signedIn.status).toBe(303);
-    const session = [cookie, ...signedIn.headers.getSetCookie().map((c) => c.split(';')[0])].join('; ');
-    const csv = await fetch(`${base}/dashboard/requests.csv`, { headers: { cookie: session } });
+    const session = await signIn(await baseUrl(), EMAIL);
+    const csv = await fetch(`${session.base}/dashboard/requests.csv`, { headers: { cookie: session.cookie } });
     expect(csv.status).toBe(200);
     const rows = (await csv.text()).trim().split('\n').slice(1);
     expect(rows).toHaveLength(3);
