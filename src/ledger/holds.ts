@@ -38,37 +38,19 @@ export async function placeHold(
     const wallet = (await lockWallets(trx, storage.dialect, [input.walletId])).get(input.walletId);
     if (!wallet) throw new RangeError(`no wallet ${input.walletId}`);
     const available = availableOf(wallet, input.unwritten);
-    if (refusedPart([{ walletId: wallet.id, amount: input.amount, payer: 'wallet' }], () => available)) return { insufficient: { available } };
-    const holdId = await insertHold(trx, wallet, input.amount, input.reference, input.ttlMs, now);
-    return { holdId };
+    const part: HoldPart = { walletId: wallet.id, amount: input.amount, payer: 'wallet' };
+    if (refusedPart([part], () => available)) return { insufficient: { available } };
+    const [hold] = holdRowsOf([part], input.reference, now, input.ttlMs);
+    await insertHold(trx, wallet, hold!);
+    return { holdId: hold!.id };
   });
 }
 
-/** Records a hold on a wallet locked by the caller's transaction and raises its `held` total. */
-export async function insertHold(
-  trx: Transaction<Database>,
-  wallet: WalletRow,
-  amount: bigint,
-  reference: string,
-  ttlMs: number,
-  now: Date,
-): Promise<string> {
-  const holdId = newId('hold');
-  await trx
-    .insertInto('holds')
-    .values({
-      id: holdId,
-      wallet_id: wallet.id,
-      reference,
-      amount,
-      status: 'active',
-      created_at: now.toISOString(),
-      expires_at: new Date(now.getTime() + ttlMs).toISOString(),
-    })
-    .execute();
-  wallet.held += amount;
+/** Records a hold (built by holdRowsOf) on a wallet locked by the caller's transaction and raises its `held` total. */
+async function insertHold(trx: Transaction<Database>, wallet: WalletRow, hold: HoldRow): Promise<void> {
+  await trx.insertInto('holds').values(hold).execute();
+  wallet.held += hold.amount;
   await trx.updateTable('wallets').set({ held: wallet.held }).where('id', '=', wallet.id).execute();
-  return holdId;
 }
 
 /**
