@@ -52,6 +52,29 @@ describe.each(databasesUnderTest())('Idempotency-Key on forwarded calls on %s', 
     }, 'the first call to be written (its key no longer in use)').then((answer) => answer.value);
   }
   const upstreamCalls = () => upstream.requests.filter((r) => r.path === '/v1/chat/completions').length;
+  function expectConflict(retry: unknown, code: string) {
+    expect(retry).toBeInstanceOf(OpenAI.ConflictError);
+    expect((retry as InstanceType<typeof OpenAI.ConflictError>).error).toMatchObject({ code });
+  }
+  /**
+   * Holds the first call with `key` at the provider, runs `meanwhile`, then retries with the same
+   * key: the retry is told the key is in use, and the provider is called once.
+   */
+  async function retryWhileAtProvider(key: string, meanwhile: () => void) {
+    let answer!: () => void;
+    upstream.setNext({ path: '/chat/completions', releasedBy: new Promise<void>((resolve) => (answer = resolve)) });
+    const calls = upstreamCalls();
+    const first = viaForward().chat.completions.create(chat, withKey(key));
+    await vi.waitFor(() => expect(upstreamCalls()).toBeGreaterThan(calls));
+
+    meanwhile();
+    const retry = await viaForward().chat.completions.create(chat, withKey(key)).catch((err: unknown) => err);
+    expectConflict(retry, 'idempotency_key_in_use');
+    answer();
+    const { response } = await first.withResponse();
+    await t.settledRecord(response.headers.get('x-tollgate-request-id'));
+    expect(upstreamCalls() - calls).toBe(1);
+  }
 
   for (const [route, client] of [
     ['/v1/forward', viaForward],
@@ -96,38 +119,11 @@ describe.each(databasesUnderTest())('Idempotency-Key on forwarded calls on %s', 
   });
 
   it('a retry while the first call is still at the provider gets 409 idempotency_key_in_use, and the provider is called once', async () => {
-    let answer!: () => void;
-    upstream.setNext({ path: '/chat/completions', releasedBy: new Promise<void>((resolve) => (answer = resolve)) });
-    const calls = upstreamCalls();
-    const key = `in-flight-${dialect}`;
-    const first = viaForward().chat.completions.create(chat, withKey(key));
-    await vi.waitFor(() => expect(upstreamCalls()).toBeGreaterThan(calls));
-
-    const retry = await viaForward().chat.completions.create(chat, withKey(key)).catch((err: unknown) => err);
-    expect(retry).toBeInstanceOf(OpenAI.ConflictError);
-    expect((retry as InstanceType<typeof OpenAI.ConflictError>).error).toMatchObject({ code: 'idempotency_key_in_use' });
-    answer();
-    const { response } = await first.withResponse();
-    await t.settledRecord(response.headers.get('x-tollgate-request-id'));
-    expect(upstreamCalls() - calls).toBe(1);
+    await retryWhileAtProvider(`in-flight-${dialect}`, () => {});
   });
 
   it("a call still at the provider past a standard endpoint's 60 s lease keeps its key: a retry gets 409 idempotency_key_in_use", async () => {
-    let answer!: () => void;
-    upstream.setNext({ path: '/chat/completions', releasedBy: new Promise<void>((resolve) => (answer = resolve)) });
-    const calls = upstreamCalls();
-    const key = `long-call-${dialect}`;
-    const first = viaForward().chat.completions.create(chat, withKey(key));
-    await vi.waitFor(() => expect(upstreamCalls()).toBeGreaterThan(calls));
-
-    t.clock.advance(61_000);
-    const retry = await viaForward().chat.completions.create(chat, withKey(key)).catch((err: unknown) => err);
-    expect(retry).toBeInstanceOf(OpenAI.ConflictError);
-    expect((retry as InstanceType<typeof OpenAI.ConflictError>).error).toMatchObject({ code: 'idempotency_key_in_use' });
-    answer();
-    const { response } = await first.withResponse();
-    await t.settledRecord(response.headers.get('x-tollgate-request-id'));
-    expect(upstreamCalls() - calls).toBe(1);
+    await retryWhileAtProvider(`long-call-${dialect}`, () => t.clock.advance(61_000));
   });
 
   it('the same key with another body is refused with 422 idempotency_key_reused before the provider is called', async () => {
@@ -166,8 +162,7 @@ describe.each(databasesUnderTest())('Idempotency-Key on forwarded calls on %s', 
     expect(first.data.choices[0]!.message.content).toHaveLength(4 * outputTokens - 1);
     await t.settledRecord(first.response.headers.get('x-tollgate-request-id'));
     const retry = await onceWritten(() => viaForward().chat.completions.create(chat, withKey(key))).catch((err: unknown) => err);
-    expect(retry).toBeInstanceOf(OpenAI.ConflictError);
-    expect((retry as InstanceType<typeof OpenAI.ConflictError>).error).toMatchObject({ code: 'idempotent_answer_not_kept' });
+    expectConflict(retry, 'idempotent_answer_not_kept');
     expect(upstreamCalls() - calls).toBe(1);
   });
 
@@ -180,8 +175,7 @@ describe.each(databasesUnderTest())('Idempotency-Key on forwarded calls on %s', 
       for await (const chunk of stream) void chunk;
     })().catch(() => undefined);
     const retry = await onceWritten(() => viaForward().chat.completions.create({ ...chat, stream: true }, withKey(key))).catch((err: unknown) => err);
-    expect(retry).toBeInstanceOf(OpenAI.ConflictError);
-    expect((retry as InstanceType<typeof OpenAI.ConflictError>).error).toMatchObject({ code: 'idempotent_answer_not_kept' });
+    expectConflict(retry, 'idempotent_answer_not_kept');
     expect(upstreamCalls() - calls).toBe(1);
   });
 });
