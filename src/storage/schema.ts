@@ -176,13 +176,8 @@ export interface RequestMetadataTable {
   created_at: string;
 }
 
-export interface UsageRollupsTable {
-  merchant_id: string;
-  /** Start of a 15-minute UTC bucket, ISO text. */
-  bucket_start: string;
-  /** '' when the request had no connection / meter. */
-  connection_id: string;
-  meter_id: string;
+/** The sums every usage rollup table accumulates (rollups.ts ROLLUP_SUMS), whatever its key. */
+export interface UsageRollupSums {
   requests: bigint;
   tokens: bigint;
   usage_cost: bigint;
@@ -191,6 +186,15 @@ export interface UsageRollupsTable {
   request_cost: bigint;
   wallet_cost: bigint;
   merchant_cost: bigint;
+}
+
+export interface UsageRollupsTable extends UsageRollupSums {
+  merchant_id: string;
+  /** Start of a 15-minute UTC bucket, ISO text. */
+  bucket_start: string;
+  /** '' when the request had no connection / meter. */
+  connection_id: string;
+  meter_id: string;
 }
 
 /**
@@ -207,37 +211,21 @@ export interface UsageRollupsByMetadataTable extends UsageRollupsTable {
  * 'total', key and value ''), per customer ('customer', key = connection id), per meter ('meter',
  * key = meter id) and per metadata pair ('metadata', key and value of the pair).
  */
-export interface UsageRollupsGroupedTable {
+export interface UsageRollupsGroupedTable extends UsageRollupSums {
   merchant_id: string;
   dimension: 'total' | 'customer' | 'meter' | 'metadata';
   key: string;
   value: string;
   bucket_start: string;
-  requests: bigint;
-  tokens: bigint;
-  usage_cost: bigint;
-  fee: bigint;
-  service_charge: bigint;
-  request_cost: bigint;
-  wallet_cost: bigint;
-  merchant_cost: bigint;
 }
 
 /** The same sums per UTC day, per customer and per model (key '' for records naming no model): decision 0042. */
-export interface UsageRollupsByDayTable {
+export interface UsageRollupsByDayTable extends UsageRollupSums {
   merchant_id: string;
   dimension: 'customer' | 'model';
   /** Midnight UTC of the day, ISO text. */
   day_start: string;
   key: string;
-  requests: bigint;
-  tokens: bigint;
-  usage_cost: bigint;
-  fee: bigint;
-  service_charge: bigint;
-  request_cost: bigint;
-  wallet_cost: bigint;
-  merchant_cost: bigint;
 }
 
 export interface MeterUsageCountersTable {
