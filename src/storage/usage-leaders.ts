@@ -92,8 +92,7 @@ async function ranked(db: Kysely<Database>, parts: UnionPart[], limit: number): 
  * left out): daily rollups for its whole UTC days, the 15-minute rollups at its edges.
  */
 export async function topCustomers(db: Kysely<Database>, merchantId: string, range: UsageRange, limit: number): Promise<UsageLeader[]> {
-  const { wholeDays, edges } = splitAtUtcDays(range);
-  const edgeRows = edges.map(([from, to]) =>
+  return leaders(db, merchantId, 'customer', range, limit, (from, to) =>
     db
       .selectFrom('usage_rollups')
       .select(['connection_id as key', ...ROLLUP_SUMS])
@@ -102,8 +101,6 @@ export async function topCustomers(db: Kysely<Database>, merchantId: string, ran
       .where('bucket_start', '<', to)
       .where('connection_id', '!=', ''),
   );
-  const parts = [...(wholeDays ? [dailyRows(db, merchantId, 'customer', wholeDays)] : []), ...edgeRows] as UnionPart[];
-  return ranked(db, parts, limit);
 }
 
 /**
@@ -112,8 +109,7 @@ export async function topCustomers(db: Kysely<Database>, merchantId: string, ran
  * through the (merchant_id, created_at) index.
  */
 export async function topModels(db: Kysely<Database>, merchantId: string, range: UsageRange, limit: number): Promise<UsageLeader[]> {
-  const { wholeDays, edges } = splitAtUtcDays(range);
-  const edgeRows = edges.map(([from, to]) =>
+  return leaders(db, merchantId, 'model', range, limit, (from, to) =>
     db
       .selectFrom('requests')
       .select([
@@ -125,6 +121,24 @@ export async function topModels(db: Kysely<Database>, merchantId: string, range:
       .where('requests.created_at', '<', to)
       .where('requests.status', '!=', 'pending'),
   );
-  const parts = [...(wholeDays ? [dailyRows(db, merchantId, 'model', wholeDays)] : []), ...edgeRows] as UnionPart[];
+}
+
+/**
+ * The leaders of one dimension over a range: the daily rollups for its whole UTC days and, for
+ * each edge, the rows `edgeRows` reads from the finer data, ranked together.
+ */
+function leaders(
+  db: Kysely<Database>,
+  merchantId: string,
+  dimension: 'customer' | 'model',
+  range: UsageRange,
+  limit: number,
+  edgeRows: (from: string, to: string) => unknown,
+): Promise<UsageLeader[]> {
+  const { wholeDays, edges } = splitAtUtcDays(range);
+  const parts = [
+    ...(wholeDays ? [dailyRows(db, merchantId, dimension, wholeDays)] : []),
+    ...edges.map(([from, to]) => edgeRows(from, to)),
+  ] as UnionPart[];
   return ranked(db, parts, limit);
 }
