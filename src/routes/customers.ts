@@ -111,6 +111,3 @@ export function registerCustomerReadRoutes(app: App, deps: AppDeps, base: string
 export function registerConnectionRoutes(app: App, deps: AppDeps): void {
   registerCustomerReadRoutes(app, deps, '/connections', ['connections (older vocabulary)']);
 }
-
-// Tests written against the route module still find the customer's presentation here; it is the service's.
-export { presentCustomer } from '../services/customers.ts';

@@ -7,7 +7,7 @@ import { parseMoney } from '../../src/domain/money.ts';
 import { verifyLedger } from '../../src/ledger/verify.ts';
 import { TEST_CARDS } from '../../src/payments/test-provider.ts';
 import { ProviderUnavailableError } from '../../src/payments/types.ts';
-import { presentCustomer } from '../../src/routes/customers.ts';
+import { presentCustomer } from '../../src/services/customers.ts';
 import { startTestApp, type TestApp } from '../helpers/app.ts';
 import { createCustomer, createPlan, eventsOfType, saveTestCard, subscribe, walletBuckets } from '../helpers/commerce.ts';
 import { databasesUnderTest } from '../helpers/databases.ts';

@@ -8,7 +8,7 @@ import { verifyLedger } from '../../src/ledger/verify.ts';
 import { createPaymentProvider } from '../../src/payments/index.ts';
 import { AUTHENTICATION_REQUIRED } from '../../src/payments/stripe.ts';
 import { HOSTED_CHECKOUT_CLOSED } from '../../src/payments/types.ts';
-import { presentCustomer } from '../../src/routes/customers.ts';
+import { presentCustomer } from '../../src/services/customers.ts';
 import { TestClock } from '../helpers/clock.ts';
 import { eventsOfType, walletBuckets } from '../helpers/commerce.ts';
 import { databasesUnderTest } from '../helpers/databases.ts';
