@@ -18,7 +18,7 @@ import type { UnwrittenHolds } from '../ledger/wallets.ts';
 import { BUILTIN_PROVIDERS } from '../providers/builtin.ts';
 import type { ProviderModule } from '../providers/types.ts';
 import type { MeterRow } from '../storage/meters.ts';
-import { reportsOf } from '../storage/db.ts';
+import { reportsOf, type Storage } from '../storage/db.ts';
 import { findRequestPk, listRequests } from '../storage/request-queries.ts';
 import { createRequestLookups, type ChargeParty, type RequestLookups } from '../storage/request-lookups.ts';
 import type { PendingRecords } from '../gateway/pending-records.ts';
@@ -115,10 +115,10 @@ const listQuery = pageQuery.extend({
 });
 
 /** The client pages by request_id; the list runs on the internal id of the record it names. */
-async function cursorPosition({ storage }: AppDeps, merchantId: string, cursor: string | undefined) {
+async function cursorPosition(db: Storage['db'], merchantId: string, cursor: string | undefined) {
   let pk: string | undefined;
   await assertCursor(cursor, async (requestId) => {
-    pk = await findRequestPk(reportsOf(storage).db, merchantId, requestId);
+    pk = await findRequestPk(db, merchantId, requestId);
     return pk !== undefined;
   });
   return pk;
@@ -248,7 +248,7 @@ export function registerRequestRoutes(app: App, deps: AppDeps, unwritten: Unwrit
       // A list is a report: read from the replica, if any (a single record, GET /requests/{id}, is not).
       const reports = reportsOf(storage);
       const filters = await requestFiltersOf(reports.db, merchantId, request.query);
-      const beforePk = await cursorPosition(deps, merchantId, cursor);
+      const beforePk = await cursorPosition(reports.db, merchantId, cursor);
       const rows = await listRequests(reports.db, merchantId, filters, { beforePk, limit });
       return pageOfRecords(rows, limit);
     },
