@@ -158,27 +158,22 @@ function expectedLeaders(records: RequestRow[], range: { startMs: number; endMs:
 
 type GroupedRow = Record<string, string>;
 
-async function groupedRows(db: Kysely<unknown>, merchantIds: string[]): Promise<GroupedRow[]> {
-  const rows = await (db as Kysely<{ usage_rollups_grouped: Record<string, unknown> }>)
-    .selectFrom('usage_rollups_grouped')
+/** A rollup table's rows of these merchants, every column as text, sorted by the table's key columns. */
+async function rollupRows(db: Kysely<unknown>, table: string, keyColumns: string[], merchantIds: string[]): Promise<GroupedRow[]> {
+  const rows = await (db as Kysely<Record<string, Record<string, unknown>>>)
+    .selectFrom(table)
     .selectAll()
     .where('merchant_id', 'in', merchantIds)
     .execute();
   const text = rows.map((r) => Object.fromEntries(Object.entries(r).map(([k, v]) => [k, String(v)])));
-  const id = (r: GroupedRow) => JSON.stringify([r.merchant_id, r.dimension, r.key, r.value, r.bucket_start]);
+  const id = (r: GroupedRow) => JSON.stringify(keyColumns.map((c) => r[c]));
   return text.sort((a, b) => (id(a) < id(b) ? -1 : id(a) > id(b) ? 1 : 0));
 }
 
-async function dailyRows(db: Kysely<unknown>, merchantIds: string[]): Promise<GroupedRow[]> {
-  const rows = await (db as Kysely<{ usage_rollups_by_day: Record<string, unknown> }>)
-    .selectFrom('usage_rollups_by_day')
-    .selectAll()
-    .where('merchant_id', 'in', merchantIds)
-    .execute();
-  const text = rows.map((r) => Object.fromEntries(Object.entries(r).map(([k, v]) => [k, String(v)])));
-  const id = (r: GroupedRow) => JSON.stringify([r.merchant_id, r.dimension, r.day_start, r.key]);
-  return text.sort((a, b) => (id(a) < id(b) ? -1 : id(a) > id(b) ? 1 : 0));
-}
+const groupedRows = (db: Kysely<unknown>, merchantIds: string[]) =>
+  rollupRows(db, 'usage_rollups_grouped', ['merchant_id', 'dimension', 'key', 'value', 'bucket_start'], merchantIds);
+const dailyRows = (db: Kysely<unknown>, merchantIds: string[]) =>
+  rollupRows(db, 'usage_rollups_by_day', ['merchant_id', 'dimension', 'day_start', 'key'], merchantIds);
 
 /**
  * GET /usage reads usage_rollups_grouped for one group, the finer rollups for two dimensions and
