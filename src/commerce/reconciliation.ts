@@ -7,6 +7,7 @@ import { transitionPayment, type PaymentRow } from '../storage/subscriptions.ts'
 import { settleFromProviderState } from './provider-events.ts';
 import { askProviderToRefund, refundPayment, UNCREDITED_REASONS } from './refunds.ts';
 import type { PurchaseDeps } from './subscriptions.ts';
+import { runEveryInterval } from './rounds.ts';
 
 /**
  * The periodic reconciliation against the payment provider (decision 0038): whatever a crash, a
@@ -127,20 +128,5 @@ export function startPaymentReconciler(
   deps: PurchaseDeps,
   opts: { intervalMs: number; customerEventData: CustomerEventData; onError: (err: unknown) => void },
 ): { stop(): Promise<void> } {
-  let running: Promise<unknown> | null = null;
-  const timer = setInterval(() => {
-    if (running) return;
-    running = reconcilePayments(deps, opts.customerEventData, dateOf(deps.clock))
-      .catch(opts.onError)
-      .finally(() => {
-        running = null;
-      });
-  }, opts.intervalMs);
-  timer.unref();
-  return {
-    stop: async () => {
-      clearInterval(timer);
-      await running;
-    },
-  };
+  return runEveryInterval(opts.intervalMs, () => reconcilePayments(deps, opts.customerEventData, dateOf(deps.clock)), opts.onError);
 }

@@ -7,6 +7,7 @@ import { findPlanIncludingDeleted, type PlanRow } from '../storage/plans.ts';
 import type { Database } from '../storage/schema.ts';
 import { findPayment, insertPayment, latestPaymentMethod, transitionPayment, type PaymentRow, type SubscriptionRow } from '../storage/subscriptions.ts';
 import { bundleAfterChange, emitSubscriptionUpdated, planChangeOf } from './plan-changes.ts';
+import { runEveryInterval } from './rounds.ts';
 import { emitSubscriptionEvent, savedMethodOf, settleOrphanedReservations, startReservationFromProvider, type CommerceDeps } from './subscriptions.ts';
 
 /**
@@ -380,24 +381,12 @@ export function startRenewalScheduler(
   deps: CommerceDeps,
   opts: { intervalMs: number; onError: (err: unknown, subscriptionId?: string) => void },
 ): { stop(): Promise<void> } {
-  let running: Promise<unknown> | null = null;
-  let stopped = false;
-  const stopping = () => stopped;
-  const timer = setInterval(() => {
-    if (running) return;
-    running = renewDueSubscriptions(deps, dateOf(deps.clock), { stopping, onError: opts.onError })
-      .then(() => (stopped ? undefined : settleOrphanedReservations(deps, dateOf(deps.clock))))
-      .catch(opts.onError)
-      .finally(() => {
-        running = null;
-      });
-  }, opts.intervalMs);
-  timer.unref();
-  return {
-    stop: async () => {
-      stopped = true;
-      clearInterval(timer);
-      await running;
-    },
-  };
+  return runEveryInterval(
+    opts.intervalMs,
+    (stopping) =>
+      renewDueSubscriptions(deps, dateOf(deps.clock), { stopping, onError: opts.onError }).then(() =>
+        stopping() ? undefined : settleOrphanedReservations(deps, dateOf(deps.clock)),
+      ),
+    opts.onError,
+  );
 }
