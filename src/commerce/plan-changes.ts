@@ -7,7 +7,7 @@ import type { Storage } from '../storage/db.ts';
 import { findPlanIncludingDeleted, type PlanRow } from '../storage/plans.ts';
 import type { Database } from '../storage/schema.ts';
 import { insertPayment, latestPaymentMethod, transitionPayment, type SubscriptionRow } from '../storage/subscriptions.ts';
-import { emitSubscriptionEvent, savedMethodOf, type CommerceDeps, type Customer } from './subscriptions.ts';
+import { emitSubscriptionEvent, grantCycleCredit, savedMethodOf, type CommerceDeps, type Customer } from './subscriptions.ts';
 
 /**
  * Plan changes of a live subscription (decision 0037). An upgrade (a plan whose period amount is
@@ -139,17 +139,8 @@ export async function upgradeNow(
     .where((eb) => eb.or([eb('claimed_until', 'is', null), eb('claimed_until', '<', stamp)]))
     .executeTakeFirst();
   if (Number(written.numUpdatedRows) !== 1) return false;
-  await fundWallet(trx, {
-    merchantId: sub.merchant_id,
-    walletId: customer.wallet_id,
-    bucket: 'cycle',
-    amount: BigInt(plan.included_credit),
-    source: 'plan_credit',
-    // Unique per upgrade (its payment), apart from the renewals' `<subscription>:<cycle start>`.
-    reference: `${sub.id}:upgrade:${reference}`,
-    description: `${plan.name}: cycle credit (upgrade from ${current.name})`,
-    at: stamp,
-  });
+  // Referenced per upgrade (its payment), apart from the renewals' `<subscription>:<cycle start>`.
+  await grantCycleCredit(trx, sub, customer.wallet_id, plan, `${sub.id}:upgrade:${reference}`, stamp, `upgrade from ${current.name}`);
   await emitSubscriptionUpdated(trx, upgraded, { type: 'upgrade', status: 'applied', previous_plan_id: current.id, plan_id: plan.id, effective_at: stamp }, stamp);
   return true;
 }

@@ -1,14 +1,14 @@
 import type { Transaction } from 'kysely';
 import { nextCycleEnd } from '../domain/billing-cycle.ts';
 import { dateOf } from '../domain/clock.ts';
-import { expireBucket, fundWallet } from '../ledger/funding.ts';
+import { expireBucket } from '../ledger/funding.ts';
 import { ProviderUnavailableError, type ChargeOutcome } from '../payments/types.ts';
 import { findPlanIncludingDeleted, type PlanRow } from '../storage/plans.ts';
 import type { Database } from '../storage/schema.ts';
 import { findPayment, insertPayment, latestPaymentMethod, transitionPayment, type PaymentRow, type SubscriptionRow } from '../storage/subscriptions.ts';
 import { bundleAfterChange, emitSubscriptionUpdated, planChangeOf } from './plan-changes.ts';
 import { runEveryInterval } from './rounds.ts';
-import { emitSubscriptionEvent, savedMethodOf, settleOrphanedReservations, startReservationFromProvider, type CommerceDeps } from './subscriptions.ts';
+import { emitSubscriptionEvent, grantCycleCredit, savedMethodOf, settleOrphanedReservations, startReservationFromProvider, type CommerceDeps } from './subscriptions.ts';
 
 /**
  * The cycle engine. Every tick renews the subscriptions whose cycle has ended: it applies a
@@ -290,16 +290,7 @@ async function startNextCycle(deps: CommerceDeps, trx: Transaction<Database>, su
   if (Number(written.numUpdatedRows) !== 1) return;
   const walletId = await walletOf(trx, sub.connection_id);
   await applyRollover(deps, trx, sub, ending, walletId, false);
-  await fundWallet(trx, {
-    merchantId: sub.merchant_id,
-    walletId,
-    bucket: 'cycle',
-    amount: BigInt(next.included_credit),
-    source: 'plan_credit',
-    reference: `${sub.id}:${renewed.cycle_start_at}`,
-    description: `${next.name}: cycle credit`,
-    at: renewed.cycle_start_at,
-  });
+  await grantCycleCredit(trx, sub, walletId, next, `${sub.id}:${renewed.cycle_start_at}`, renewed.cycle_start_at);
   await emitSubscriptionEvent(trx, 'subscription.renewed', renewed, renewed.cycle_start_at, {
     previous_plan_id: changing ? ending.id : undefined,
   });

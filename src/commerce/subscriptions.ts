@@ -86,17 +86,34 @@ function newSubscriptionRow(merchantId: string, customer: Customer, plan: PlanRo
 
 /** Grants the first cycle's credit and emits `subscription.created`, in the caller's transaction. */
 async function beginFirstCycle(trx: Transaction<Database>, sub: SubscriptionRow, customer: Customer, plan: PlanRow): Promise<void> {
-  await fundWallet(trx, {
+  await grantCycleCredit(trx, sub, customer.wallet_id, plan, `${sub.id}:${sub.cycle_start_at}`, sub.cycle_start_at);
+  await emitSubscriptionEvent(trx, 'subscription.created', sub, sub.cycle_start_at);
+}
+
+/**
+ * Funds the wallet's cycle bucket with `plan`'s included credit for a cycle starting at `at`: a
+ * subscription's first cycle, each renewal and an upgrade all grant it here. `reference` makes the
+ * grant happen once per cycle; `note` tells a grant apart in the ledger's description.
+ */
+export function grantCycleCredit(
+  trx: Transaction<Database>,
+  sub: Pick<SubscriptionRow, 'merchant_id'>,
+  walletId: string,
+  plan: Pick<PlanRow, 'name' | 'included_credit'>,
+  reference: string,
+  at: string,
+  note?: string,
+): ReturnType<typeof fundWallet> {
+  return fundWallet(trx, {
     merchantId: sub.merchant_id,
-    walletId: customer.wallet_id,
+    walletId,
     bucket: 'cycle',
     amount: BigInt(plan.included_credit),
     source: 'plan_credit',
-    reference: `${sub.id}:${sub.cycle_start_at}`,
-    description: `${plan.name}: cycle credit`,
-    at: sub.cycle_start_at,
+    reference,
+    description: `${plan.name}: cycle credit${note ? ` (${note})` : ''}`,
+    at,
   });
-  await emitSubscriptionEvent(trx, 'subscription.created', sub, sub.cycle_start_at);
 }
 
 /**
