@@ -73,7 +73,9 @@ describe('a lease top-up', () => {
       // A top-up always wants at least what it needs (a number of requests' shares).
       fc.property(wallet, fc.bigInt({ min: 0n, max: 10_000n }), units, units, (w, need, extra, free) => {
         const want = need + extra;
-        const grant = leaseGrant({ ...w, cycle_credit: 0n, bundle_credit: 0n, balance: w.balance - w.cycle_credit - w.bundle_credit }, need, want, free);
+        // Leases are only granted on wallets without plan credit: the same wallet, its plan credit taken out.
+        const prepaid = { ...w, cycle_credit: 0n, bundle_credit: 0n, balance: w.balance - w.cycle_credit - w.bundle_credit };
+        const grant = leaseGrant(prepaid, need, want, free);
         if ('refused' in grant) return;
         expect(grant.amount).toBeGreaterThanOrEqual(need);
         if (overrunCounts(w.overrun, w.held)) {
@@ -81,7 +83,7 @@ describe('a lease top-up', () => {
           return;
         }
         expect(grant.endsOverrun).toBe(true);
-        const available = admittableOf({ ...w, cycle_credit: 0n, bundle_credit: 0n, balance: w.balance - w.cycle_credit - w.bundle_credit }, null, true, need);
+        const available = admittableOf(prepaid, null, true, need);
         const room = (available + free) / MAX_SHARE_OF_AVAILABLE - free;
         expect(grant.amount <= need || grant.amount <= room).toBe(true);
         expect(grant.amount <= want || grant.amount <= room).toBe(true);
