@@ -1,9 +1,10 @@
 import type { Browser, BrowserContext, Page } from 'playwright-core';
-import { expect } from 'vitest';
+import { afterAll, beforeAll, expect } from 'vitest';
 import { createMerchant } from '../../src/storage/merchants.ts';
 import { startTestApp, type TestApp } from './app.ts';
 import { startGatewayOnMock } from './gateway.ts';
 import type { MockUpstream } from './mock-upstream.ts';
+import { live } from './live.ts';
 import { launchChromium, loadWithWeight, overflowAtPhoneWidth, screenshotBothWidths, seriousAccessibilityViolations } from './browser.ts';
 
 export const PAGE_BUDGET_BYTES = 150 * 1024;
@@ -102,6 +103,22 @@ export async function signedInDashboard(
       await upstream?.close();
     },
   };
+}
+
+/**
+ * The signed-in dashboard of a describe block: started before its tests (beforeAll) and closed
+ * after them (afterAll), as useTestApp does for the app. What it returns reads through to the
+ * started session (see `live`).
+ */
+export function useSignedInDashboard(email: string, opts: Parameters<typeof signedInDashboard>[1] = {}): DashboardSession {
+  let started: DashboardSession | undefined;
+  beforeAll(async () => {
+    started = await signedInDashboard(email, opts);
+  });
+  afterAll(async () => {
+    await started?.close();
+  });
+  return live('the dashboard session', () => started);
 }
 
 async function signIn(page: Page, base: string, email: string): Promise<void> {

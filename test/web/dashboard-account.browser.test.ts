@@ -1,5 +1,5 @@
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { signedInDashboard, type DashboardSession } from '../helpers/dashboard.ts';
+import { describe, expect, it } from 'vitest';
+import { useSignedInDashboard } from '../helpers/dashboard.ts';
 
 const OLD_PASSWORD = 'a long enough password';
 const NEW_PASSWORD = 'a brand new passphrase';
@@ -10,14 +10,7 @@ const NEW_PASSWORD = 'a brand new passphrase';
  * another browser's session has ended, and this browser stays signed in.
  */
 describe('dashboard account: change password (Chromium)', () => {
-  let d: DashboardSession;
-
-  beforeAll(async () => {
-    d = await signedInDashboard('account@shop.example');
-  });
-  afterAll(async () => {
-    await d?.close();
-  });
+  const d = useSignedInDashboard('account@shop.example');
 
   const submit = async (current: string, next: string, again: string) => {
     await d.page.getByLabel('Current password').fill(current);

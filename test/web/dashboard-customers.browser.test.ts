@@ -1,23 +1,16 @@
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { parseMoney } from '../../src/domain/money.ts';
 import { creditWallet } from '../../src/ledger/wallets.ts';
-import { exactText, otherMerchantPage, signedInDashboard, tableValues, type DashboardSession } from '../helpers/dashboard.ts';
+import { exactText, otherMerchantPage, useSignedInDashboard, tableValues } from '../helpers/dashboard.ts';
 
 /**
  * The customers pages in real Chromium: the list with wallet buckets, a customer's detail with
  * its credit grants, and granting credit from the page — checked over the API, to the unit.
  */
 describe('dashboard customers (Chromium)', () => {
-  let d: DashboardSession;
+  const d = useSignedInDashboard('customers@shop.example');
   let customer: { customer_id: string; wallet: { wallet_id: string } };
   const balanceOverApi = async () => (await d.api('GET', `/v1/customers/${customer.customer_id}`)).body.wallet.balance as string;
-
-  beforeAll(async () => {
-    d = await signedInDashboard('customers@shop.example');
-  });
-  afterAll(async () => {
-    await d?.close();
-  });
 
   it('says how to create a first customer when there is none', async () => {
     await d.visit('/dashboard/customers', 'customers-empty');

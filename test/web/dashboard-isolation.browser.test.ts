@@ -1,7 +1,7 @@
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { fanOutEvents } from '../../src/storage/webhook-deliveries.ts';
 import { deliveredName } from '../../src/webhooks/events.ts';
-import { otherMerchantPage, signedInDashboard, type DashboardSession } from '../helpers/dashboard.ts';
+import { otherMerchantPage, useSignedInDashboard } from '../helpers/dashboard.ts';
 
 /**
  * One merchant's session cannot see or change another merchant's customers, spend keys, webhook
@@ -9,14 +9,7 @@ import { otherMerchantPage, signedInDashboard, type DashboardSession } from '../
  * (with the intruder's own valid CSRF token) is refused before it changes anything.
  */
 describe('dashboard tenant isolation (Chromium)', () => {
-  let d: DashboardSession;
-
-  beforeAll(async () => {
-    d = await signedInDashboard('owner@isolated.example', { env: { WEBHOOK_ALLOW_HTTP_LOOPBACK: 'true' } });
-  });
-  afterAll(async () => {
-    await d?.close();
-  });
+  const d = useSignedInDashboard('owner@isolated.example', { env: { WEBHOOK_ALLOW_HTTP_LOOPBACK: 'true' } });
 
   it("answers 404 to another merchant's pages and forms, and nothing changes", async () => {
     const hook = (await d.api('POST', '/v1/webhooks', { name: 'Owned', url: 'http://127.0.0.1:9/hook' })).body;

@@ -1,5 +1,5 @@
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { exactText, signedInDashboard, tableRows, type DashboardSession } from '../helpers/dashboard.ts';
+import { describe, expect, it } from 'vitest';
+import { exactText, useSignedInDashboard, tableRows } from '../helpers/dashboard.ts';
 
 const PER_MINUTE = { name: 'Voice', rate_type: 'fixed', tier_type: 'minutes', tiers: [{ start: 0, rate: '0.05' }] };
 
@@ -9,15 +9,8 @@ const PER_MINUTE = { name: 'Voice', rate_type: 'fixed', tier_type: 'minutes', ti
  * a call's length, and prices it as the API would.
  */
 describe('dashboard with a per-minute meter (Chromium)', () => {
-  let d: DashboardSession;
+  const d = useSignedInDashboard('voice@shop.example');
   let meterId: string;
-
-  beforeAll(async () => {
-    d = await signedInDashboard('voice@shop.example');
-  });
-  afterAll(async () => {
-    await d?.close();
-  });
 
   it('shows a voice request in seconds, without token rows', async () => {
     const c = await d.t.customerWithMeter({ credit: '10', meter: PER_MINUTE, secretKey: d.secretKey });

@@ -1,5 +1,5 @@
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { signedInDashboard, type DashboardSession } from '../helpers/dashboard.ts';
+import { describe, expect, it } from 'vitest';
+import { useSignedInDashboard } from '../helpers/dashboard.ts';
 
 /**
  * A dashboard page for something that does not exist, in real Chromium: answered 404 under the
@@ -7,14 +7,7 @@ import { signedInDashboard, type DashboardSession } from '../helpers/dashboard.t
  * accessible and light like every other page.
  */
 describe('dashboard not-found pages (Chromium)', () => {
-  let d: DashboardSession;
-
-  beforeAll(async () => {
-    d = await signedInDashboard('missing@shop.example');
-  });
-  afterAll(async () => {
-    await d?.close();
-  });
+  const d = useSignedInDashboard('missing@shop.example');
 
   it('titles a missing customer "Not found", keeps the navigation and marks its section', async () => {
     const response = await d.page.request.get(`${d.base}/dashboard/customers/con_nope`);

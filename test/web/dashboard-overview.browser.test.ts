@@ -1,7 +1,7 @@
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { parseMoney } from '../../src/domain/money.ts';
 import { creditWallet } from '../../src/ledger/wallets.ts';
-import { signedInDashboard, tableValues, type DashboardSession } from '../helpers/dashboard.ts';
+import { useSignedInDashboard, tableValues } from '../helpers/dashboard.ts';
 
 /**
  * The overview's top customers and top models in real Chromium: every row is the number the API
@@ -9,15 +9,8 @@ import { signedInDashboard, tableValues, type DashboardSession } from '../helper
  * for a model), and the ranking follows the total request cost.
  */
 describe('dashboard overview leaders (Chromium)', () => {
-  let d: DashboardSession;
+  const d = useSignedInDashboard('leaders@shop.example');
   const today = new Date().toISOString().slice(0, 10);
-
-  beforeAll(async () => {
-    d = await signedInDashboard('leaders@shop.example');
-  });
-  afterAll(async () => {
-    await d?.close();
-  });
 
   it('says how to record a first request while the log is empty, and tells an empty filter apart', async () => {
     await d.visit('/dashboard/requests', 'requests-empty');

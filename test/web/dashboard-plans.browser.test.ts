@@ -1,6 +1,6 @@
 import { newId } from '../../src/domain/ids.ts';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { exactText, signedInDashboard, tableRows, tableValues, type DashboardSession } from '../helpers/dashboard.ts';
+import { describe, expect, it } from 'vitest';
+import { exactText, useSignedInDashboard, tableRows, tableValues } from '../helpers/dashboard.ts';
 
 /**
  * Plans and subscriptions from the dashboard in real Chromium: a plan (with a credit bundle)
@@ -8,7 +8,7 @@ import { exactText, signedInDashboard, tableRows, tableValues, type DashboardSes
  * subscriptions list with the API's credits, and a cancellation at cycle end from the page.
  */
 describe('dashboard plans and subscriptions (Chromium)', () => {
-  let d: DashboardSession;
+  const d = useSignedInDashboard('plans@shop.example');
   let planId: string;
   let subscriptionId: string;
   const submit = async (name: string) => {
@@ -18,13 +18,6 @@ describe('dashboard plans and subscriptions (Chromium)', () => {
     ]);
     return response.status();
   };
-
-  beforeAll(async () => {
-    d = await signedInDashboard('plans@shop.example');
-  });
-  afterAll(async () => {
-    await d?.close();
-  });
 
   it('says what to do next when there are no plans and no subscriptions', async () => {
     await d.visit('/dashboard/subscriptions', 'subscriptions-empty');

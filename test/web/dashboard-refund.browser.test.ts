@@ -1,18 +1,12 @@
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { CommerceState } from '../../src/commerce/state.ts';
 import { parseMoney } from '../../src/domain/money.ts';
 import { payCheckoutSession, walletBuckets } from '../helpers/commerce.ts';
-import { signedInDashboard, type DashboardSession } from '../helpers/dashboard.ts';
+import { useSignedInDashboard } from '../helpers/dashboard.ts';
 
 /** A refund from the Payments page in real Chromium: a confirmation first, then the provider's refund and the credit taken back. */
 describe('dashboard refund (Chromium)', () => {
-  let d: DashboardSession;
-  beforeAll(async () => {
-    d = await signedInDashboard('refunds@shop.example');
-  });
-  afterAll(async () => {
-    await d?.close();
-  });
+  const d = useSignedInDashboard('refunds@shop.example');
 
   it('refunds a paid top-up after a confirmation page, as far as the unspent credit allows', async () => {
     const customer = (await d.api('POST', '/v1/customers', { email: 'payer@example.com' })).body;
