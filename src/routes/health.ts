@@ -47,7 +47,7 @@ export function registerHealthRoutes(app: App, deps: AppDeps): void {
       }
       const database = deps.storage.dialect;
       const redis = deps.config.redisUrl ? ((await deps.rateLimiter.reachable()) ? ('ready' as const) : ('unreachable' as const)) : undefined;
-      const lag = replica ? await replica.lag().catch((): ReplicaLag => ({ status: 'unreachable' })) : undefined;
+      const lag = replica ? await replica.lag() : undefined;
       const degraded = redis === 'unreachable' || lag?.status === 'unreachable';
       return {
         status: degraded ? ('degraded' as const) : ('ready' as const),
@@ -69,12 +69,9 @@ function registerReplicaMetrics(registry: Registry, replica: ReadReplica): void 
   // The gauges of one scrape are collected together and share one measurement.
   let measuring: Promise<ReplicaLag> | undefined;
   const measure = () =>
-    (measuring ??= replica
-      .lag()
-      .catch((): ReplicaLag => ({ status: 'unreachable' }))
-      .finally(() => {
-        measuring = undefined;
-      }));
+    (measuring ??= replica.lag().finally(() => {
+      measuring = undefined;
+    }));
   // An unreachable replica's lag is unknown: its gauges say NaN rather than an old value.
   const gauge = (name: string, help: string, valueOf: (lag: ReplicaLag) => number) =>
     new Gauge({

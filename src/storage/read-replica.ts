@@ -12,7 +12,7 @@ export type ReadReplica = {
   reads: Storage;
   /** Whether reports are going to the replica right now (false while it is found down). */
   serving(): boolean;
-  /** How far the replica is behind the primary, measured now on both. */
+  /** How far the replica is behind the primary, measured now on both (`unreachable` if either fails). */
   lag(): Promise<ReplicaLag>;
   close(): Promise<void>;
 };
@@ -64,7 +64,8 @@ export function openReadReplica(
   return {
     reads,
     serving: () => !routing.down,
-    lag: () => measureLag(replicaOnly, opts.primaryDb),
+    // A lag that cannot be measured (the primary failing while asked for its WAL position too) is unknown.
+    lag: () => measureLag(replicaOnly, opts.primaryDb).catch((): ReplicaLag => ({ status: 'unreachable' })),
     close: async () => {
       routing.stopProbing();
       await replicaOnly.destroy();
