@@ -71,16 +71,21 @@ function singleGroupOf(filters: RequestFilters): Group | undefined {
   return { dimension: 'total', key: '', value: '' };
 }
 
-function bucketsFromGroup(db: Kysely<Database>, merchantId: string, range: UsageRange, group: Group): Promise<BucketRow[]> {
+/** One group's rows of usage_rollups_grouped in the range: a primary-key range scan. */
+function groupRows(db: Kysely<Database>, merchantId: string, range: UsageRange, group: Group) {
   return db
     .selectFrom('usage_rollups_grouped')
-    .select(['bucket_start as bucket', ...ROLLUP_SUMS])
     .where('merchant_id', '=', merchantId)
     .where('dimension', '=', group.dimension)
     .where('key', '=', group.key)
     .where('value', '=', group.value)
     .where('bucket_start', '>=', isoOf(range.startMs))
-    .where('bucket_start', '<', isoOf(range.endMs))
+    .where('bucket_start', '<', isoOf(range.endMs));
+}
+
+function bucketsFromGroup(db: Kysely<Database>, merchantId: string, range: UsageRange, group: Group): Promise<BucketRow[]> {
+  return groupRows(db, merchantId, range, group)
+    .select(['bucket_start as bucket', ...ROLLUP_SUMS])
     .execute() as Promise<BucketRow[]>;
 }
 
@@ -92,15 +97,8 @@ function bucketsFromGroup(db: Kysely<Database>, merchantId: string, range: Usage
 async function rarestFirst(db: Kysely<Database>, merchantId: string, range: UsageRange, pairs: readonly MetadataPair[]): Promise<MetadataPair[]> {
   const counted = await Promise.all(
     pairs.map(async (pair) => {
-      const row = await db
-        .selectFrom('usage_rollups_grouped')
+      const row = await groupRows(db, merchantId, range, { dimension: 'metadata', key: pair[0], value: pair[1] })
         .select((eb) => eb.fn.sum<string | number | bigint | null>('requests').as('requests'))
-        .where('merchant_id', '=', merchantId)
-        .where('dimension', '=', 'metadata')
-        .where('key', '=', pair[0])
-        .where('value', '=', pair[1])
-        .where('bucket_start', '>=', isoOf(range.startMs))
-        .where('bucket_start', '<', isoOf(range.endMs))
         .executeTakeFirst();
       return { pair, requests: toBigInt(row?.requests) };
     }),
