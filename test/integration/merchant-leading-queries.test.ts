@@ -59,10 +59,18 @@ function referencesOf(statement: string): Reference[] {
   return refs;
 }
 
-/** Whether the statement names the merchant for this reference: its merchant_id column, or bare `merchant_id` when it is the statement's only table. */
+/**
+ * Whether the statement names the merchant for this reference: its merchant_id column, or bare
+ * `merchant_id` when it is the statement's only table. Outside what it selects or returns: a
+ * statement that reads merchant_id back without selecting by it does not name the merchant.
+ */
 function namesMerchant(statement: string, ref: Reference, refs: Reference[]): boolean {
   if (ref.columns) return ref.columns.includes('merchant_id');
-  const text = statement.toLowerCase().replace(/"/g, '');
+  const text = statement
+    .toLowerCase()
+    .replace(/"/g, '')
+    .replace(/\bselect\b[\s\S]*?\bfrom\b/g, 'select from')
+    .replace(/\breturning\b[\s\S]*$/, '');
   if (text.includes(`${ref.alias}.merchant_id`)) return true;
   return refs.length === 1 && /\bmerchant_id\b/.test(text);
 }
