@@ -6,10 +6,9 @@ import { usageLeaders, usageReport, type UsageLeaderRow, type UsageLeaders, type
 import { customerNames } from '../../storage/customer-names.ts';
 import { customerLink, formatsFor, type Formats } from '../format.ts';
 import { html, jsonIsland } from '../html.ts';
+import { dayRangeOf } from './day-range.ts';
 import { merchantOf, sendDashboardPage } from './shell.ts';
 
-const DAY_MS = 86_400_000;
-const DEFAULT_DAYS = 30;
 /** How many customers and models the overview ranks. */
 const LEADERS = 5;
 
@@ -26,15 +25,12 @@ function offsetMinutes(offset: string): number {
 
 type OverviewQuery = { start?: string; end?: string; tz?: string };
 
-const isDate = (v: string | undefined): v is string => typeof v === 'string' && /^\d{4}-\d{2}-\d{2}$/.test(v);
-
 export function registerOverviewPage(app: FastifyInstance, deps: AppDeps): void {
   app.get('/dashboard', async (request, reply) => {
     const q = request.query as OverviewQuery;
     const now = nowOf(deps);
     const tz = OFFSETS.includes(q.tz ?? '') ? q.tz! : '+00:00';
-    const end = isDate(q.end) ? q.end : new Date(now).toISOString().slice(0, 10);
-    const start = isDate(q.start) ? q.start : new Date(now - (DEFAULT_DAYS - 1) * DAY_MS).toISOString().slice(0, 10);
+    const { from: start, to: end } = dayRangeOf({ from: q.start, to: q.end }, now);
     let report: UsageReport | null = null;
     let leaders: UsageLeaders | null = null;
     let names: Map<string, string> = new Map();

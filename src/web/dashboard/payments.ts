@@ -14,21 +14,16 @@ import { listPayments, liveSubscriptionPrices, receivedByPurpose, refundedInRang
 import type { PaymentStatus } from '../../storage/schema.ts';
 import { customerLink, formatsFor, type Formats } from '../format.ts';
 import { html } from '../html.ts';
+import { dayRangeFields, dayRangeOf, instantsOf } from './day-range.ts';
 import { refundLink } from './payment-refunds.ts';
 import { merchantOf, sendDashboardPage } from './shell.ts';
 
 const PAGE_SIZE = 50;
-const DAY_MS = 86_400_000;
-const DEFAULT_DAYS = 30;
 
 const PURPOSES: Record<PaymentPurpose, string> = { checkout: 'Checkout', renewal: 'Renewal', auto_top_up: 'Auto top-up' };
 const STATUSES: readonly PaymentStatus[] = ['succeeded', 'pending', 'requires_action', 'failed'];
 
 type PaymentsQuery = { from?: string; to?: string; purpose?: string; status?: string; cursor?: string };
-
-const isDate = (v: string | undefined): v is string => typeof v === 'string' && /^\d{4}-\d{2}-\d{2}$/.test(v);
-const dayOf = (ms: number) => new Date(ms).toISOString().slice(0, 10);
-const nextDay = (date: string) => dayOf(Date.parse(`${date}T00:00:00Z`) + DAY_MS);
 
 /**
  * What came in and what recurs: the payments customers made (checkout, renewals, auto top-ups)
@@ -40,9 +35,9 @@ export function registerPaymentPages(app: FastifyInstance, deps: AppDeps): void 
     const q = request.query as PaymentsQuery;
     const merchantId = merchantOf(request);
     const now = nowOf(deps);
-    const to = isDate(q.to) ? q.to : dayOf(now);
-    const from = isDate(q.from) ? q.from : dayOf(now - (DEFAULT_DAYS - 1) * DAY_MS);
-    const range = { from: `${from}T00:00:00.000Z`, before: `${nextDay(to)}T00:00:00.000Z` };
+    const days = dayRangeOf(q, now);
+    const { from, to } = days;
+    const range = instantsOf(days);
     const purpose = (Object.keys(PURPOSES) as PaymentPurpose[]).find((p) => p === q.purpose);
     const status = STATUSES.find((s) => s === q.status);
     const filters: PaymentFilters = { ...range, ...(purpose ? { purpose } : {}), ...(status ? { status } : {}) };
@@ -71,8 +66,7 @@ export function registerPaymentPages(app: FastifyInstance, deps: AppDeps): void 
       title: 'Payments and revenue',
       main: html`<h1>Payments and revenue</h1>
 <form class="card filters" method="get" action="/dashboard/payments" aria-label="Filters">
-<div><label for="p-from">From (UTC)</label><input id="p-from" name="from" type="date" value="${from}"></div>
-<div><label for="p-to">To (UTC)</label><input id="p-to" name="to" type="date" value="${to}"></div>
+${dayRangeFields('p', days)}
 <div><label for="p-purpose">Kind</label><select id="p-purpose" name="purpose"><option value="">Any</option>
 ${Object.entries(PURPOSES).map(([value, label]) => html`<option value="${value}"${value === purpose ? html` selected` : ''}>${label}</option>`)}</select></div>
 <div><label for="p-status">Status</label><select id="p-status" name="status"><option value="">Any</option>

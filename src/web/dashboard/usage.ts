@@ -9,25 +9,20 @@ import { listMeters } from '../../storage/meters.ts';
 import { USAGE_GROUPINGS, usageGroups, type UsageGroup, type UsageGrouping } from '../../storage/usage-groups.ts';
 import { customerLink, formatsFor, type Formats } from '../format.ts';
 import { html, type SafeHtml } from '../html.ts';
+import { dayRangeFields, dayRangeOf, instantsOf, type DayRange } from './day-range.ts';
 import { csvCell } from './requests.ts';
 import { merchantOf, sendDashboardPage } from './shell.ts';
 
-const DAY_MS = 86_400_000;
-const DEFAULT_DAYS = 30;
 /** Groups drawn on the page; the CSV has every one, and the page says how many it left out. */
 const SHOWN_GROUPS = 50;
 const LABELS: Record<UsageGrouping, string> = { model: 'Model', customer: 'Customer', meter: 'Meter', metadata: 'Metadata value' };
 
 type UsageQuery = { from?: string; to?: string; by?: string; key?: string };
 
-const isDate = (v: string | undefined): v is string => typeof v === 'string' && /^\d{4}-\d{2}-\d{2}$/.test(v);
-const dayOf = (ms: number) => new Date(ms).toISOString().slice(0, 10);
-
-type View = { from: string; to: string; by: UsageGrouping; key: string; query: string };
+type View = DayRange & { by: UsageGrouping; key: string; query: string };
 
 function viewOf(q: UsageQuery, now: number): View {
-  const to = isDate(q.to) ? q.to : dayOf(now);
-  const from = isDate(q.from) ? q.from : dayOf(now - (DEFAULT_DAYS - 1) * DAY_MS);
+  const { from, to } = dayRangeOf(q, now);
   const by = USAGE_GROUPINGS.find((g) => g === q.by) ?? 'model';
   const key = (q.key ?? '').trim().slice(0, 255);
   const query = new URLSearchParams({ from, to, by, ...(by === 'metadata' ? { key } : {}) }).toString();
@@ -36,8 +31,7 @@ function viewOf(q: UsageQuery, now: number): View {
 
 async function groupsOf(deps: AppDeps, merchantId: string, v: View): Promise<UsageGroup[]> {
   if (v.by === 'metadata' && !v.key) return [];
-  const before = dayOf(Date.parse(`${v.to}T00:00:00Z`) + DAY_MS);
-  return usageGroups(reportsOf(deps.storage), merchantId, { from: `${v.from}T00:00:00.000Z`, before: `${before}T00:00:00.000Z`, by: v.by, metadataKey: v.key });
+  return usageGroups(reportsOf(deps.storage), merchantId, { ...instantsOf(v), by: v.by, metadataKey: v.key });
 }
 
 /** Names for the groups' keys: customers' and meters' names; models and metadata values are their own. */
@@ -62,8 +56,7 @@ export function registerUsagePages(app: FastifyInstance, deps: AppDeps): void {
       title: 'Usage by group',
       main: html`<h1>Usage by group</h1>
 <form class="card filters" method="get" action="/dashboard/usage" aria-label="Range and grouping">
-<div><label for="u-from">From (UTC)</label><input id="u-from" name="from" type="date" value="${v.from}"></div>
-<div><label for="u-to">To (UTC)</label><input id="u-to" name="to" type="date" value="${v.to}"></div>
+${dayRangeFields('u', v)}
 <div><label for="u-by">Group by</label><select id="u-by" name="by">${USAGE_GROUPINGS.map((g) => html`<option value="${g}"${g === v.by ? html` selected` : ''}>${g === 'metadata' ? 'metadata key' : g}</option>`)}</select></div>
 <div><label for="u-key">Metadata key</label><input id="u-key" name="key" value="${v.key}" placeholder="e.g. team"></div>
 <div><button type="submit">Show</button><a class="button secondary" href="/dashboard/usage.csv?${v.query}">Export CSV</a></div>
