@@ -44,8 +44,7 @@ export async function beginIdempotentRequest(
 ): Promise<'proceed' | 'replayed'> {
   const key = readKey(request);
   if (key === null) return 'proceed';
-  const claimed = await claimKey(storage, { scope, key, requestHash: fingerprint(request), leaseMs: IDEMPOTENCY_LEASE_MS, now: dateOf(clock) });
-  const { claim, finished } = claimed;
+  const { claim, finished } = await claimKey(storage, { scope, key, requestHash: fingerprint(request), leaseMs: IDEMPOTENCY_LEASE_MS, now: dateOf(clock) });
   if (!finished) {
     request.idempotencyClaim = claim;
     return 'proceed';
