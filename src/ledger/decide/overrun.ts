@@ -10,7 +10,7 @@
  * `overrun` columns hold the excess of the last overrun per OVERRUN_SCALE of its hold (0: none): a
  * request held for 10 and charged 25 leaves 1,500. Capped so the column's integer holds it.
  */
-export const OVERRUN_SCALE = 1_000n;
+const OVERRUN_SCALE = 1_000n;
 const MAX_OVERRUN = 1_000_000_000n;
 
 /** Whether an overrun is recorded (the column is not 0). */
