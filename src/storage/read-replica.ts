@@ -137,15 +137,18 @@ class ReplicaOrPrimary implements PostgresPool {
   }
 }
 
+/** What the replica says of itself: whether it is a standby, how far it replayed, and how long ago. */
+type StandbyState = { in_recovery: boolean; replayed: string | null; since_replay: number | null };
+
 /**
  * Byte lag is the primary's current WAL position less the replica's replayed one. Time lag is
  * the age of the last replayed transaction, but only while the replica is behind: on a primary
  * with nothing to write, that age grows although the replica has everything.
  */
 async function measureLag(replica: Kysely<Database>, primary: Kysely<Database>): Promise<ReplicaLag> {
-  let standby: { in_recovery: boolean; replayed: string | null; since_replay: number | null } | undefined;
+  let standby: StandbyState | undefined;
   try {
-    const { rows } = await sql<{ in_recovery: boolean; replayed: string | null; since_replay: number | null }>`
+    const { rows } = await sql<StandbyState>`
       select pg_is_in_recovery() as in_recovery,
              pg_last_wal_replay_lsn()::text as replayed,
              extract(epoch from now() - pg_last_xact_replay_timestamp())::float8 as since_replay`.execute(replica);
