@@ -1,4 +1,4 @@
-import { formatMoney, parseMoney, SCALE } from '../domain/money.ts';
+import { divRoundHalfUp, formatMoney, parseMoney, SCALE } from '../domain/money.ts';
 import { html, type SafeHtml } from './html.ts';
 
 /**
@@ -33,7 +33,7 @@ function grouped(whole: bigint): string {
 
 /** The non-negative amount rounded half-up to 4 decimals, trailing zeros dropped down to 2. */
 function shortDecimal(abs: bigint): string {
-  const rounded = (abs + DROPPED / 2n) / DROPPED;
+  const rounded = divRoundHalfUp(abs, DROPPED);
   const scale = 10n ** BigInt(SHOWN_DECIMALS);
   const fraction = (rounded % scale).toString().padStart(SHOWN_DECIMALS, '0');
   const trimmed = fraction.replace(/0+$/, '').padEnd(MIN_DECIMALS, '0');
