@@ -205,13 +205,12 @@ export async function walletForNewKey(
   caller: SpendKeyCaller,
   body: { customer_id?: string | undefined; connection_id?: string | undefined; wallet_id?: string | undefined },
 ): Promise<WalletRef> {
-  const principal = caller;
   if (body.customer_id && body.connection_id && body.customer_id !== body.connection_id) {
     throw validationError([{ path: ['customer_id'], message: 'names a different customer than connection_id' }]);
   }
   const customerId = body.customer_id ?? body.connection_id;
   const field = body.customer_id ? 'customer_id' : 'connection_id';
-  const merchant = { id: principal.merchantId, walletId: principal.merchantWalletId };
+  const merchant = { id: caller.merchantId, walletId: caller.merchantWalletId };
   let wallet: WalletRef | undefined;
   if (customerId !== undefined) {
     wallet = await findMerchantWallet(storage, merchant, { connectionId: customerId });
@@ -231,5 +230,5 @@ export async function walletForNewKey(
     }
     return scope;
   }
-  return wallet ?? { walletId: principal.merchantWalletId, connectionId: null };
+  return wallet ?? { walletId: caller.merchantWalletId, connectionId: null };
 }
