@@ -66,7 +66,7 @@ function openPostgres(url: string, max: number, readUrl: string | undefined): St
   const pool = postgresPool(url, max, false);
   const pipeline = postgresPool(url, PIPELINE_POOL_SIZE, true);
   const db = new Kysely<Database>({ dialect: new PostgresDialect({ pool }) });
-  const replica = readUrl === undefined ? undefined : openReadReplica(readUrl, { primary: pool, primaryDb: db, max, openPool: postgresPool });
+  const replica = readUrl === undefined ? undefined : openReadReplica(readUrl, { primary: pool, primaryDb: db, max, openPool: postgresPool, describe: describePostgres(readUrl) });
   return {
     db,
     dialect: 'postgres',

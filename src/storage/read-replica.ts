@@ -42,7 +42,14 @@ const REPLICA_PROBE_INTERVAL_MS = 1_000;
 
 export function openReadReplica(
   url: string,
-  opts: { primary: pg.Pool; primaryDb: Kysely<Database>; max: number; openPool: OpenPool },
+  opts: {
+    primary: pg.Pool;
+    primaryDb: Kysely<Database>;
+    max: number;
+    openPool: OpenPool;
+    /** The URL as logs show it, without credentials (db.ts describePostgres). */
+    describe: string;
+  },
 ): ReadReplica {
   // The same session settings as the primary's connections (jit = off, decision 0033).
   const replicaPool = opts.openPool(url, opts.max, false, REPLICA_CONNECT_TIMEOUT_MS);
@@ -53,11 +60,10 @@ export function openReadReplica(
   const replicaOnly = new Kysely<Database>({
     dialect: new PostgresDialect({ pool: { connect: () => replicaPool.connect(), end: async () => {} } }),
   });
-  const parsed = new URL(url);
   const reads: Storage = {
     db,
     dialect: 'postgres',
-    describe: `postgres://${parsed.host}${parsed.pathname} (read replica)`,
+    describe: `${opts.describe} (read replica)`,
     // Closed with the storage that owns it (the primary's pool is not this handle's to end).
     close: async () => {},
   };
