@@ -19,7 +19,7 @@ import type { Database } from '../../storage/schema.ts';
 import type { RequestRow } from '../../storage/requests.ts';
 import { holdRowsOf, type HoldRow } from '../holds.ts';
 import { lockWallets, type UnwrittenHolds, type WalletRow } from '../wallets.ts';
-import { admittableOf, holdParts, overrunsEnded, refusedPart } from '../decide/admission.ts';
+import { admittableOf, holdParts, overrunsEnded, refusedPart, type HoldPart } from '../decide/admission.ts';
 import { drawsPlanCredit } from '../decide/balance.ts';
 import { pricingFor, type BillingContext } from '../billing.ts';
 import { writeAdmissionRows } from './rows.ts';
@@ -81,7 +81,7 @@ export async function admitInTransaction(
   dialect: Storage['dialect'],
   inputs: AdmitInput[],
 ): Promise<AdmitOutcome[]> {
-  const partsOf = inputs.map((input) => holdParts(input.walletId, input.billing.merchantWalletId, input.estimate));
+  const partsOf = inputs.map(holdPartsOf);
   const walletIds = partsOf.flatMap((parts) => parts.map((p) => p.walletId));
   const wallets = walletIds.length > 0 ? await lockWallets(trx, dialect, walletIds) : new Map<string, WalletRow>();
   await lockSpendKeys(trx, dialect, spendKeyIdsOf(inputs));
@@ -138,7 +138,7 @@ async function admitInOneStatement(storage: Storage, inputs: AdmitInput[]): Prom
   for (const input of inputs) {
     const now = input.now;
     const createdAt = now.toISOString();
-    const rows = holdRowsOf(holdParts(input.walletId, input.billing.merchantWalletId, input.estimate), input.requestId, now, input.ttlMs);
+    const rows = holdRowsOf(holdPartsOf(input), input.requestId, now, input.ttlMs);
     for (const hold of rows) batch.need.set(hold.wallet_id, (batch.need.get(hold.wallet_id) ?? 0n) + hold.amount);
     if (!drawsPlanCredit(input.billing)) batch.prepaidOnly.add(input.walletId);
     batch.holds.push(...rows);
@@ -158,9 +158,11 @@ export const ADMIT_JOB: BatchJob<AdmitInput, AdmitOutcome> = {
   alone: admitRequest,
 };
 
+/** An admission's hold parts (decide/admission.ts holdParts): its wallet's and the merchant's shares of its estimate. */
+export const holdPartsOf = (input: AdmitInput): HoldPart[] => holdParts(input.walletId, input.billing.merchantWalletId, input.estimate);
+
 /** The wallets an admission holds anything on. */
-export const payingWalletIds = (input: AdmitInput): string[] =>
-  holdParts(input.walletId, input.billing.merchantWalletId, input.estimate).map((part) => part.walletId);
+export const payingWalletIds = (input: AdmitInput): string[] => holdPartsOf(input).map((part) => part.walletId);
 
 export function pendingRecord(input: AdmitInput, id: string, at: string): RequestRow {
   const { pricing, meterPriced } = pricingFor(input.billing);

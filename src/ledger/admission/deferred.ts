@@ -10,11 +10,11 @@ import type { Database } from '../../storage/schema.ts';
 import { holdRowsOf, type HoldRow } from '../holds.ts';
 import { lockWallets, UnwrittenHolds } from '../wallets.ts';
 import type { Lease, WalletLeases } from '../leases.ts';
-import { admittableOf, holdParts, overrunsEnded, refusedPart, type AdmissionWallet, type HoldPart } from '../decide/admission.ts';
+import { admittableOf, overrunsEnded, refusedPart, type AdmissionWallet, type HoldPart } from '../decide/admission.ts';
 import { endOverruns, readAdmissionWallets } from '../store/sqlite.ts';
 import { drawsPlanCredit } from '../decide/balance.ts';
 import { isOverrun } from '../decide/overrun.ts';
-import { pendingRecord, type AdmitInput, type AdmitOutcome } from './admit.ts';
+import { holdPartsOf, pendingRecord, type AdmitInput, type AdmitOutcome } from './admit.ts';
 import { writeAdmissionRows } from './rows.ts';
 
 /**
@@ -120,7 +120,7 @@ export function releaseDeferredHolds(write: AdmissionWrite): void {
  * written by `writes.writer` off the response path, batched with settlements.
  */
 export async function admitDeferred(storage: Storage, writes: DeferredWrites, input: AdmitInput, leases?: WalletLeases): Promise<DeferredAdmission> {
-  const parts = holdParts(input.walletId, input.billing.merchantWalletId, input.estimate);
+  const parts = holdPartsOf(input);
   const now = input.now;
   const createdAt = now.toISOString();
   const recordId = input.requestId;

@@ -10,8 +10,7 @@
  * the record is still pending, so a replay cut short is simply run again.
  */
 import type { Storage } from '../../storage/db.ts';
-import { pendingRecord, type AdmitInput } from '../admission/admit.ts';
-import { holdParts } from '../decide/admission.ts';
+import { holdPartsOf, pendingRecord, type AdmitInput } from '../admission/admit.ts';
 import { holdRowsOf } from '../holds.ts';
 import { writeAdmissionRows } from '../admission/rows.ts';
 import { recoverUnsettled } from '../settlement/recover.ts';
@@ -95,7 +94,7 @@ function admitInputOf(call: AdmittedCall): AdmitInput {
  */
 async function writeAdmission(storage: Storage, call: AdmittedCall): Promise<string[]> {
   const input = admitInputOf(call);
-  const holds = holdRowsOf(holdParts(call.walletId, call.billing.merchantWalletId, call.estimate), call.id, new Date(call.admittedAt), call.ttlMs);
+  const holds = holdRowsOf(holdPartsOf(input), call.id, input.now, call.ttlMs);
   await storage.db.transaction().execute((trx) => writeAdmissionRows(trx, holds, [pendingRecord(input, call.id, call.admittedAt)]));
   return holds.map((hold) => hold.id);
 }
