@@ -30,20 +30,16 @@ export function rollupWrites(records: RequestRow[]): BatchWrite[] {
  * UTC day, customer) and per (merchant, UTC day, model; '' when none), in key order.
  */
 function dayRollupAdditions(rows: RequestRow[]): UsageRollupsByDayTable[] {
-  const byKey = new Map<string, UsageRollupsByDayTable>();
-  const add = (row: RequestRow, day: string, dimension: UsageRollupsByDayTable['dimension'], key: string) => {
-    const id = JSON.stringify([row.merchant_id, dimension, day, key]);
-    const sum = byKey.get(id) ?? withZeroSums({ merchant_id: row.merchant_id, dimension, day_start: day, key });
-    addRecordTo(sum, row);
-    byKey.set(id, sum);
-  };
+  const sums = sumsById<Omit<UsageRollupsByDayTable, RollupSum>>();
+  const add = (row: RequestRow, day: string, dimension: UsageRollupsByDayTable['dimension'], key: string) =>
+    sums.add(JSON.stringify([row.merchant_id, dimension, day, key]), row, () => ({ merchant_id: row.merchant_id, dimension, day_start: day, key }));
   for (const row of rows) {
     // created_at is ISO UTC text: its first ten characters are the UTC date.
     const day = `${row.created_at.slice(0, 10)}T00:00:00.000Z`;
     if (row.connection_id) add(row, day, 'customer', row.connection_id);
     add(row, day, 'model', row.model ?? '');
   }
-  return inIdOrder(byKey);
+  return sums.inIdOrder();
 }
 
 /**
@@ -52,14 +48,10 @@ function dayRollupAdditions(rows: RequestRow[]): UsageRollupsByDayTable[] {
  * in no customer's or meter's group), summed in memory, in key order.
  */
 function groupedRollupAdditions(rows: RequestRow[]): UsageRollupsGroupedTable[] {
-  const byKey = new Map<string, UsageRollupsGroupedTable>();
+  const sums = sumsById<Omit<UsageRollupsGroupedTable, RollupSum>>();
   const bucketOf = bucketCache();
-  const add = (row: RequestRow, bucket: string, dimension: UsageRollupsGroupedTable['dimension'], key: string, value: string) => {
-    const id = JSON.stringify([row.merchant_id, dimension, key, value, bucket]);
-    const sum = byKey.get(id) ?? withZeroSums({ merchant_id: row.merchant_id, dimension, key, value, bucket_start: bucket });
-    addRecordTo(sum, row);
-    byKey.set(id, sum);
-  };
+  const add = (row: RequestRow, bucket: string, dimension: UsageRollupsGroupedTable['dimension'], key: string, value: string) =>
+    sums.add(JSON.stringify([row.merchant_id, dimension, key, value, bucket]), row, () => ({ merchant_id: row.merchant_id, dimension, key, value, bucket_start: bucket }));
   for (const row of rows) {
     const bucket = bucketOf(row.created_at);
     add(row, bucket, 'total', '', '');
@@ -67,7 +59,7 @@ function groupedRollupAdditions(rows: RequestRow[]): UsageRollupsGroupedTable[] 
     if (row.meter_id) add(row, bucket, 'meter', row.meter_id, '');
     for (const [key, value] of Object.entries(JSON.parse(row.metadata) as Record<string, string>)) add(row, bucket, 'metadata', key, value);
   }
-  return inIdOrder(byKey);
+  return sums.inIdOrder();
 }
 
 /**
@@ -75,7 +67,7 @@ function groupedRollupAdditions(rows: RequestRow[]): UsageRollupsGroupedTable[] 
  * meter), summed in memory, in key order (concurrent writers lock rollup rows in one order).
  */
 function rollupAdditions(rows: RequestRow[]): UsageRollupsTable[] {
-  const byKey = new Map<string, UsageRollupsTable>();
+  const sums = sumsById<Omit<UsageRollupsTable, RollupSum>>();
   const bucketOf = bucketCache();
   for (const row of rows) {
     const key = {
@@ -84,12 +76,9 @@ function rollupAdditions(rows: RequestRow[]): UsageRollupsTable[] {
       connection_id: row.connection_id ?? '',
       meter_id: row.meter_id ?? '',
     };
-    const id = `${key.merchant_id}\n${key.bucket_start}\n${key.connection_id}\n${key.meter_id}`;
-    const sum = byKey.get(id) ?? withZeroSums(key);
-    addRecordTo(sum, row);
-    byKey.set(id, sum);
+    sums.add(`${key.merchant_id}\n${key.bucket_start}\n${key.connection_id}\n${key.meter_id}`, row, () => key);
   }
-  return inIdOrder(byKey);
+  return sums.inIdOrder();
 }
 
 /**
@@ -97,7 +86,7 @@ function rollupAdditions(rows: RequestRow[]): UsageRollupsTable[] {
  * customer, meter) for every pair a record carries, summed in memory, in key order.
  */
 function metadataRollupAdditions(rows: RequestRow[]): UsageRollupsByMetadataTable[] {
-  const byKey = new Map<string, UsageRollupsByMetadataTable>();
+  const sums = sumsById<Omit<UsageRollupsByMetadataTable, RollupSum>>();
   const bucketOf = bucketCache();
   for (const row of rows) {
     const pairs = Object.entries(JSON.parse(row.metadata) as Record<string, string>);
@@ -113,13 +102,10 @@ function metadataRollupAdditions(rows: RequestRow[]): UsageRollupsByMetadataTabl
         meter_id: row.meter_id ?? '',
       };
       // JSON, not a separator: keys and values are caller text and must not run into each other.
-      const id = JSON.stringify(Object.values(keyColumns));
-      const sum = byKey.get(id) ?? withZeroSums(keyColumns);
-      addRecordTo(sum, row);
-      byKey.set(id, sum);
+      sums.add(JSON.stringify(Object.values(keyColumns)), row, () => keyColumns);
     }
   }
-  return inIdOrder(byKey);
+  return sums.inIdOrder();
 }
 
 /** Bucket starts by creation time: a batch's records mostly share theirs, so each is worked out once. */
@@ -132,6 +118,26 @@ function bucketCache(): (createdAt: string) => string {
       buckets.set(createdAt, bucket);
     }
     return bucket;
+  };
+}
+
+/**
+ * Rollup rows summed in memory, one per id (its key columns as text), handed back in id order:
+ * concurrent writers lock rollup rows in one order. A row is made from its key columns, with
+ * every sum at zero, the first time its id comes up.
+ */
+function sumsById<K extends object>() {
+  const byId = new Map<string, K & Record<RollupSum, bigint>>();
+  return {
+    add(id: string, row: RequestRow, keyColumns: () => K): void {
+      let sum = byId.get(id);
+      if (sum === undefined) {
+        sum = withZeroSums(keyColumns());
+        byId.set(id, sum);
+      }
+      addRecordTo(sum, row);
+    },
+    inIdOrder: () => inIdOrder(byId),
   };
 }
 
