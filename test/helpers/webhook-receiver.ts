@@ -1,5 +1,7 @@
 import { createServer, type IncomingHttpHeaders, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
+import { WebhookDispatcher } from '../../src/webhooks/dispatcher.ts';
+import type { TestApp } from './app.ts';
 
 export type Received = { headers: IncomingHttpHeaders; body: string; path: string };
 
@@ -46,4 +48,20 @@ export async function startReceiver(respond: Responder = () => 200): Promise<Rec
         server.close(() => resolve());
       }),
   };
+}
+
+/**
+ * A webhook dispatcher for a test app that delivers to a loopback receiver, on the app's test
+ * clock; the test runs its rounds by hand (tick, drain) and stops it.
+ */
+export function loopbackDispatcher(t: TestApp): WebhookDispatcher {
+  return new WebhookDispatcher({
+    storage: t.storage,
+    policy: { allowHttpLoopback: true },
+    timeoutMs: 2_000,
+    maxConcurrency: 4,
+    log: t.app.log,
+    now: () => t.clock.now(),
+    random: () => 0.5,
+  });
 }

@@ -2,10 +2,9 @@ import { mkdirSync } from 'node:fs';
 import { join } from 'node:path';
 import type { Page } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { WebhookDispatcher } from '../../src/webhooks/dispatcher.ts';
 import { SCREENSHOT_DIR, seriousAccessibilityViolations } from '../helpers/browser.ts';
 import { signedInDashboard, type DashboardSession } from '../helpers/dashboard.ts';
-import { startReceiver, type Receiver } from '../helpers/webhook-receiver.ts';
+import { loopbackDispatcher, startReceiver, type Receiver } from '../helpers/webhook-receiver.ts';
 
 const WIDTHS = [1280, 1440] as const;
 
@@ -81,15 +80,7 @@ describe('dashboard tables fit the window (Chromium)', () => {
     }
     receiver = await startReceiver(() => 500);
     const hook = (await d.api('POST', '/v1/webhooks', { name: 'Backend', url: `${receiver.url}/a/long/path/for/the/webhook/endpoint` })).body;
-    const dispatcher = new WebhookDispatcher({
-      storage: d.t.storage,
-      policy: { allowHttpLoopback: true },
-      timeoutMs: 2_000,
-      maxConcurrency: 4,
-      log: d.t.app.log,
-      now: () => d.t.clock.now(),
-      random: () => 0.5,
-    });
+    const dispatcher = loopbackDispatcher(d.t);
     await d.api('POST', '/v1/customers', { email: 'third@example.com' });
     await dispatcher.tick();
     await dispatcher.drain();

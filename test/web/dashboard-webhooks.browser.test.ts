@@ -1,7 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { WebhookDispatcher } from '../../src/webhooks/dispatcher.ts';
+import type { WebhookDispatcher } from '../../src/webhooks/dispatcher.ts';
 import { signedInDashboard, tableRows, type DashboardSession } from '../helpers/dashboard.ts';
-import { startReceiver, type Receiver } from '../helpers/webhook-receiver.ts';
+import { loopbackDispatcher, startReceiver, type Receiver } from '../helpers/webhook-receiver.ts';
 
 /**
  * Webhooks from the dashboard in real Chromium: an endpoint added from the page (its secret shown
@@ -19,15 +19,7 @@ describe('dashboard webhooks (Chromium)', () => {
     d = await signedInDashboard('hooks@shop.example', { env: { WEBHOOK_ALLOW_HTTP_LOOPBACK: 'true' } });
     // The first delivery fails (500), later ones succeed.
     receiver = await startReceiver(() => (failFirst ? ((failFirst = false), 500) : 200));
-    dispatcher = new WebhookDispatcher({
-      storage: d.t.storage,
-      policy: { allowHttpLoopback: true },
-      timeoutMs: 2_000,
-      maxConcurrency: 4,
-      log: d.t.app.log,
-      now: () => d.t.clock.now(),
-      random: () => 0.5,
-    });
+    dispatcher = loopbackDispatcher(d.t);
   });
   afterAll(async () => {
     await dispatcher?.stop();
