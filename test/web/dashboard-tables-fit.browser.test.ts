@@ -116,7 +116,11 @@ describe('dashboard tables fit the window (Chromium)', () => {
       await d.page.setViewportSize({ width, height: 900 });
       const problems: string[] = [];
       for (const path of pages) {
-        await d.page.goto(`${d.base}${path}`);
+        const response = await d.page.goto(`${d.base}${path}`);
+        // An error page or a page without its table would "fit" trivially: each must answer 200 and
+        // show a table (the spend key detail is the one page without one).
+        if (response?.status() !== 200) problems.push(`${path}: answered ${response?.status()}`);
+        if ((await d.page.locator('table').count()) === 0 && !path.startsWith('/dashboard/spend-keys/')) problems.push(`${path}: no table to check`);
         problems.push(...(await offScreen(d.page)).map((p) => `${path}: ${p}`));
         mkdirSync(SCREENSHOT_DIR, { recursive: true });
         await d.page.screenshot({ path: join(SCREENSHOT_DIR, `fit-${path.split('/').slice(2, 3).join('') || 'overview'}-${width}.png`), fullPage: true });
@@ -129,7 +133,8 @@ describe('dashboard tables fit the window (Chromium)', () => {
     await d.page.setViewportSize({ width: 375, height: 800 });
     const problems: string[] = [];
     for (const path of pages) {
-      await d.page.goto(`${d.base}${path}`);
+      const response = await d.page.goto(`${d.base}${path}`);
+      if (response?.status() !== 200) problems.push(`${path}: answered ${response?.status()}`);
       problems.push(...(await seriousAccessibilityViolations(d.page)).map((p) => `${path}: ${p}`));
     }
     expect(problems).toEqual([]);
