@@ -7,19 +7,13 @@ import type { Database } from '../../storage/schema.ts';
 import { ledgerRows, type LedgerTransactionInput } from '../postings.ts';
 
 /**
- * Appends one ledger transaction. Every transaction balances: its legs sum to zero.
- * `reference` makes a (kind, reference) pair unique, so a request is settled at most once.
+ * Appends one ledger transaction, in two statements (the transaction, then its legs). Every
+ * transaction balances: its legs sum to zero (ledgerRows checks). `reference` makes a (kind,
+ * reference) pair unique, so a request is settled at most once.
  */
 export async function appendTransaction(trx: Transaction<Database>, input: LedgerTransactionInput): Promise<string> {
-  const [id] = await appendTransactions(trx, [input]);
-  return id!;
-}
-
-/** Several ledger transactions in two statements (one for the transactions, one for their legs). */
-async function appendTransactions(trx: Transaction<Database>, inputs: LedgerTransactionInput[]): Promise<string[]> {
-  if (inputs.length === 0) return [];
-  const { transactions, postings } = ledgerRows(inputs);
+  const { transactions, postings } = ledgerRows([input]);
   await trx.insertInto('ledger_transactions').values(transactions).execute();
   if (postings.length > 0) await trx.insertInto('ledger_postings').values(postings).execute();
-  return transactions.map((t) => t.id);
+  return transactions[0]!.id;
 }
