@@ -158,7 +158,7 @@ export const ADMIT_JOB: BatchJob<AdmitInput, AdmitOutcome> = {
   alone: admitRequest,
 };
 
-/** An admission's hold parts (decide/admission.ts holdParts): its wallet's and the merchant's shares of its estimate. */
+/** An admission's hold parts (ledger/decide/admission.ts holdParts): its wallet's and the merchant's shares of its estimate. */
 export const holdPartsOf = (input: AdmitInput): HoldPart[] => holdParts(input.walletId, input.billing.merchantWalletId, input.estimate);
 
 /** The wallets an admission holds anything on. */
