@@ -72,10 +72,12 @@ export function openReadReplica(
     serving: () => !routing.down,
     // A lag that cannot be measured (the primary failing while asked for its WAL position too) is unknown.
     lag: () => measureLag(replicaOnly, opts.primaryDb).catch((): ReplicaLag => ({ status: 'unreachable' })),
+    // Kysely ends a pool only if a query went through it, so the router's own pool is ended here
+    // too: a replica no report ever read from must not keep its connections (or the process) alive.
     close: async () => {
-      routing.stopProbing();
       await replicaOnly.destroy();
       await db.destroy();
+      await routing.end();
     },
   };
 }
@@ -89,6 +91,7 @@ export function openReadReplica(
 class ReplicaOrPrimary implements PostgresPool {
   down = false;
   private probe: NodeJS.Timeout | undefined;
+  private ending: Promise<void> | undefined;
 
   constructor(
     private readonly replica: pg.Pool,
@@ -109,10 +112,11 @@ class ReplicaOrPrimary implements PostgresPool {
     return this.primary.connect();
   }
 
-  /** Only the replica's pool is this router's: the primary's belongs to the storage. */
+  /** Only the replica's pool is this router's: the primary's belongs to the storage. Ends it once, whoever asks first. */
   async end(): Promise<void> {
     this.stopProbing();
-    await this.replica.end();
+    this.ending ??= this.replica.end();
+    await this.ending;
   }
 
   stopProbing(): void {

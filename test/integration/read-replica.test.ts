@@ -1,9 +1,11 @@
-import { sql } from 'kysely';
+import { Kysely, PostgresDialect, sql } from 'kysely';
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { loadConfig } from '../../src/config.ts';
 import { startServer } from '../../src/main.ts';
-import { reportsOf } from '../../src/storage/db.ts';
+import { postgresPool, reportsOf } from '../../src/storage/db.ts';
+import { openReadReplica } from '../../src/storage/read-replica.ts';
+import type { Database } from '../../src/storage/schema.ts';
 import { startTestApp, type CustomerWithMeter, type TestApp } from '../helpers/app.ts';
 import { databasesUnderTest } from '../helpers/databases.ts';
 import { CLUSTER_START_TIMEOUT_MS, startReplicaCluster, type ReplicaCluster } from '../helpers/replica-cluster.ts';
@@ -148,5 +150,27 @@ describe.skipIf(!databasesUnderTest().includes('postgres'))('reports read from a
     const { rows } = await sql<{ in_recovery: boolean }>`select pg_is_in_recovery() as in_recovery`.execute(reportsOf(t.storage).db);
     expect(rows[0]?.in_recovery).toBe(true);
     expect((await ready()).status).toBe('ready');
+  });
+
+  it('ends the replica pool on close even when no report query ever ran through it (only its lag was measured)', async () => {
+    const opened: pg.Pool[] = [];
+    const openPool: typeof postgresPool = (...args) => {
+      const pool = postgresPool(...args);
+      opened.push(pool);
+      return pool;
+    };
+    const primary = postgresPool(cluster.primaryUrl, 2, false);
+    const primaryDb = new Kysely<Database>({ dialect: new PostgresDialect({ pool: primary }) });
+    const replica = openReadReplica(cluster.replicaUrl, { primary, primaryDb, max: 2, openPool, describe: 'replica under test' });
+    try {
+      expect((await replica.lag()).status).toBe('streaming');
+      expect(opened).toHaveLength(1);
+      expect(opened[0]!.totalCount).toBeGreaterThan(0);
+    } finally {
+      await replica.close();
+      await primaryDb.destroy();
+    }
+    expect(opened[0]!.ended).toBe(true);
+    expect(opened[0]!.totalCount).toBe(0);
   });
 });
