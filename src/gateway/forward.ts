@@ -12,7 +12,7 @@ import { outsideMetadata, type Metadata } from '../http/metadata.ts';
 import type { App } from '../http/types.ts';
 import type { AppDeps } from '../app-deps.ts';
 import { ADMIT_JOB, payingWalletIds, type AdmitInput } from '../ledger/admission/admit.ts';
-import { admitDeferred, deferredWrites, type AdmissionWrite, type DeferredAdmission, type DeferredWrites } from '../ledger/admission/deferred.ts';
+import { admitDeferred, deferredWrites, type DeferredAdmission, type DeferredWrites } from '../ledger/admission/deferred.ts';
 import type { UnwrittenHolds } from '../ledger/wallets.ts';
 import { pricingFor } from '../ledger/billing.ts';
 import { WalletLeases } from '../ledger/leases.ts';
@@ -25,15 +25,15 @@ import { checkSpendKeyRequest, SpendKeyBuckets, spendKeyError } from './spend-ke
 import { estimateHold } from './hold-estimate.ts';
 import { ProviderContextSizes } from './provider-context.ts';
 import { DEFAULT_HOLD_RULES } from '../providers/estimate.ts';
-import type { HoldRules } from '../providers/types.ts';
 import { HoldKeeper } from '../ledger/hold-keeper.ts';
 import { closeAfterResponse, createUpstreamAgent, relay, shutdownHeaders, upstreamRequestHeaders, type RelayOutcome, type ResponseTranslator } from './relay.ts';
 import { uploadFields } from './form-fields.ts';
 import { claimForwardKey, finishForwardKey, releaseForwardKey, tapResponse } from './forward-idempotency.ts';
 import { upstreamFor } from './local-upstream.ts';
-import type { CallJournal, JournalEntry } from '../ledger/journal/journal.ts';
+import type { CallJournal } from '../ledger/journal/journal.ts';
 import { admittedLine } from '../ledger/journal/calls.ts';
 import { Settlements } from './settle.ts';
+import type { ForwardPlan } from './forward-plan.ts';
 import { GroupCommitWriter } from '../ledger/group-commit.ts';
 import { isDatabaseUnavailable } from '../storage/errors.ts';
 import { resolveTarget, splitForwardQuery, type ResolvedTarget } from './target.ts';
@@ -304,38 +304,6 @@ export async function forwardRequest(
   }
 }
 
-type ForwardPlan = {
-  requestId: string;
-  /** What was admitted (the call journal writes it before the provider is called). */
-  admission: AdmitInput;
-  /** The call's place in the call journal, once written there. */
-  journalled?: JournalEntry;
-  recordId: string;
-  holdIds: string[];
-  /** When the request was admitted: the settled record keeps it. */
-  admittedAt: string;
-  /** A deferred admission (decision 0011): its settlement takes it over, or follows its write. */
-  deferred?: AdmissionWrite;
-  method: string;
-  /** `METHOD url` as the record shows it. */
-  endpoint: string;
-  target: ResolvedTarget;
-  billing: BillingContext;
-  headers: Record<string, string>;
-  body: Buffer | undefined;
-  requestJson: unknown;
-  hideInjectedUsage: boolean;
-  model: string | null;
-  prices: BasePrices | null;
-  providerKeyType: 'managed' | 'unmanaged';
-  metadata: Metadata;
-  translator: ResponseTranslator | undefined;
-  /** The dialect of an error Tollgate answers once the relay has begun (an unreachable provider). */
-  dialect: ErrorDialect;
-  /** The provider-side context the request names, whose size its usage tells (ProviderContextSizes). */
-  contexts: { merchantId: string; keys: string[]; rules: HoldRules };
-};
-
 /** Everything decided before the provider is called; any refusal here costs no provider call. */
 async function planForward(
   deps: AppDeps,
@@ -580,7 +548,7 @@ function parseJsonBody(request: FastifyRequest, body: Buffer | undefined): unkno
   }
 }
 
-export type { ForwardPlan, ProviderModule };
+export type { ProviderModule };
 
 declare module 'fastify' {
   interface FastifyInstance {

@@ -9,7 +9,7 @@ import { expireHolds } from '../ledger/holds.ts';
 import type { Storage } from '../storage/db.ts';
 import { estimateInputTokensFromRequest, estimateOutputTokensFromResponse, estimateTokensFromCharacters, isUsageBilledRequest } from '../providers/estimate.ts';
 import type { StreamUsage, UsageReport } from '../providers/types.ts';
-import type { ForwardPlan } from './forward.ts';
+import type { ForwardPlan } from './forward-plan.ts';
 import { PendingRecords, type PendingSource } from './pending-records.ts';
 import type { ProviderContextSizes } from './provider-context.ts';
 import type { RelayOutcome } from './relay.ts';
