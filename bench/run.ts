@@ -9,11 +9,12 @@
  *   5. Rewrite proxy: CPU per request of an Anthropic client translated to an OpenAI-shaped mock, against forward (bench/rewrite.ts).
  *   6. Dashboard pages in Chromium: time to interactive and bytes transferred per page (bench/pages.ts).
  *   7. The call journal's cost: forward with the journal off and on, alternating (bench/call-journal.ts).
- *   8. After each engine's scenarios, the ledger rebuilt from its postings (verify-ledger): no problem.
+ *   8. Bytes on disk per recorded request, per table and index (bench/footprint.ts).
+ *   9. After each engine's scenarios, the ledger rebuilt from its postings (verify-ledger): no problem.
  *
  * PostgreSQL comes from BENCH_DATABASE_URL or TEST_DATABASE_URL (a fresh schema is created);
  * without either, only SQLite runs. `--quick` shrinks every size for a smoke run. While working on
- * one scenario, `--only records|usage|gateway|webhooks|rewrite|pages|journal` (comma-separated) and
+ * one scenario, `--only records|usage|gateway|webhooks|rewrite|pages|journal|footprint` (comma-separated) and
  * `--engine sqlite|postgres` narrow the run; the report then holds only what ran. `--cpu-prof DIR` writes each server's V8
  * CPU profile to DIR.
  * The report is printed and written to bench/results/latest.md.
@@ -35,6 +36,7 @@ import { benchPages } from './pages.ts';
 import { benchRewrite } from './rewrite.ts';
 import { benchWebhooks } from './webhooks.ts';
 import { benchCallJournal } from './call-journal.ts';
+import { benchFootprint } from './footprint.ts';
 
 const quick = process.argv.includes('--quick');
 const optionList = (name: string) => {
@@ -42,7 +44,7 @@ const optionList = (name: string) => {
   return i >= 0 ? process.argv[i + 1]?.split(',') : undefined;
 };
 const only = optionList('--only');
-const runs = (scenario: 'records' | 'usage' | 'gateway' | 'webhooks' | 'rewrite' | 'pages' | 'journal') => !only || only.includes(scenario);
+const runs = (scenario: 'records' | 'usage' | 'gateway' | 'webhooks' | 'rewrite' | 'pages' | 'journal' | 'footprint') => !only || only.includes(scenario);
 const onlyEngines = optionList('--engine');
 /** `--cpu-prof DIR`: each server writes its V8 CPU profile to DIR when it exits. */
 const profileDir = optionList('--cpu-prof')?.[0];
@@ -59,6 +61,7 @@ const SIZES = {
   webhookRateSeconds: quick ? 2 : 10,
   pageVisits: quick ? 3 : 10,
   pageRequests: quick ? 50 : 500,
+  footprintRequests: quick ? 5_000 : 50_000,
 };
 
 type Row = { scenario: string; engine: string; result: string; target: string };
@@ -106,6 +109,13 @@ async function main(): Promise<void> {
       }
       if (runs('pages')) await withServer(engine.url, mock.url, async (server) => {
         report.push(...(await benchPages({ engine: engine.name, storage, serverUrl: server.url, visits: SIZES.pageVisits, requests: SIZES.pageRequests })));
+      });
+      if (runs('footprint')) await withServer(engine.url, mock.url, async (server) => {
+        const { headers, meter, customers } = await setUpMerchant(storage, server.url, SIZES.customers);
+        const sqlitePath = engine.name === 'sqlite' ? engine.url.slice('sqlite:'.length) : undefined;
+        report.push(
+          ...(await benchFootprint({ engine: engine.name, storage, sqlitePath, serverUrl: server.url, requests: SIZES.footprintRequests, customers, meterSlug: meter.meter_slug, headers })),
+        );
       });
       // The same guarantees after the load as before it (verify-ledger in docs/benchmarks.md). Every server has stopped (and
       // drained its writers), so every settlement of every scenario is in the ledger by now.
