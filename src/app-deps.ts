@@ -29,5 +29,8 @@ export type AppDeps = {
   journal?: CallJournal;
 };
 
-/** What buildApp is given: the clock defaults to the system's, the payment provider to the one the configuration selects. */
-export type AppOptions = Omit<AppDeps, 'clock' | 'payments' | 'commerceState'> & { clock?: Clock; payments?: PaymentProvider };
+/**
+ * What buildApp is given: the clock defaults to the system's, the payment provider to the one the
+ * configuration selects, the commerce state to a new one (the server gives the one its background loops share).
+ */
+export type AppOptions = Omit<AppDeps, 'clock' | 'payments' | 'commerceState'> & { clock?: Clock; payments?: PaymentProvider; commerceState?: CommerceState };

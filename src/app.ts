@@ -57,7 +57,7 @@ export async function buildApp(options: AppOptions): Promise<App> {
     ...options,
     clock: options.clock ?? systemClock,
     payments: options.payments ?? createPaymentProvider(options.config),
-    commerceState: new CommerceState(),
+    commerceState: options.commerceState ?? new CommerceState(),
   };
   const app = Fastify({
     logger: loggerOptions(deps.config.logLevel, deps.logStream),

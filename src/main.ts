@@ -19,7 +19,13 @@ import { replayCallJournal, type ReplaySummary } from './ledger/journal/replay.t
 import { createPaymentProvider } from './payments/index.ts';
 import { presentCustomer } from './services/customers.ts';
 
-export type RunningServer = { app: App; url: string; stop(): Promise<void> };
+export type RunningServer = {
+  app: App;
+  url: string;
+  /** What the app and its background loops keep in process: one, shared (purchase turns, methods awaiting confirmation). */
+  commerceState: CommerceState;
+  stop(): Promise<void>;
+};
 
 const SWEEP_INTERVAL_MS = 30_000;
 /** How often due subscriptions are looked for (each instance; a subscription is renewed once). */
@@ -55,7 +61,10 @@ export async function startServer(
   // one serving process, so every hold still active is an orphan of the previous one; instances
   // sharing PostgreSQL recover only holds past their TTL (the others' requests may be in flight).
   await sweepExpiredHolds(storage, storage.dialect === 'sqlite' ? new Date('9999-12-31T23:59:59.999Z') : dateOf(clock));
-  const app = await buildApp({ config, storage, rateLimiter: limiter, payments, clock, ...(journal ? { journal } : {}) });
+  // The app's flows and the reconciliation below share it: a purchase's turn or a method awaiting
+  // confirmation that one records, the other sees.
+  const commerceState = new CommerceState();
+  const app = await buildApp({ config, storage, rateLimiter: limiter, payments, clock, commerceState, ...(journal ? { journal } : {}) });
   if (replayed) app.log.info({ journal: config.callJournalDir, ...replayed }, 'calls left in the call journal by the previous process are settled');
   reportWriterDeath = (err) => app.log.error({ err }, 'the SQLite writer thread died; a new one takes over with the next write');
   reportOutage = (err) => app.log.warn({ err }, 'Redis is unreachable: rate limits are counted per instance until it is back');
@@ -68,7 +77,7 @@ export async function startServer(
     { intervalMs: opts.renewalIntervalMs ?? RENEWAL_INTERVAL_MS, onError: (err, subscriptionId) => app.log.error({ err, subscriptionId }, 'subscription renewal failed') },
   );
   const reconciler = startPaymentReconciler(
-    { storage, payments, clock, commerceState: new CommerceState() },
+    { storage, payments, clock, commerceState },
     {
       intervalMs: RECONCILE_INTERVAL_MS,
       customerEventData: (row) => presentCustomer(row, dateOf(clock)),
@@ -82,6 +91,7 @@ export async function startServer(
   return {
     app,
     url,
+    commerceState,
     stop: async () => {
       for (const timer of sweeper) clearInterval(timer);
       // Background work stops while the requests in flight finish, so the shutdown takes the

@@ -310,8 +310,13 @@ function isWalletRefusal<T extends { outcome: string }>(outcome: T): outcome is 
   return outcome.outcome === 'insufficient_balance' && (outcome as unknown as Refused).payer === 'wallet';
 }
 
-/** How often a caller short by holds looks at the wallet again, and for how long at most. */
+/**
+ * How soon a caller short by holds looks at the wallet again: at first after HOLD_POLL_MS (most
+ * calls settle within a few), then less and less often, up to every HOLD_POLL_MAX_MS for a long
+ * call; and for how long at most, by the app's clock.
+ */
 const HOLD_POLL_MS = 10;
+const HOLD_POLL_MAX_MS = 160;
 export const HOLD_WAIT_MS = 30_000;
 
 /** What requests in flight hold on a wallet: its hold rows, and this process's holds not written yet. */
@@ -336,9 +341,15 @@ async function holdsSettled(deps: PurchaseDeps, walletId: string, seen: { held: 
   return wait;
 }
 
+/**
+ * Looks at the wallet until its holds or balance move, or HOLD_WAIT_MS passed on the app's clock.
+ * It looks rather than being told: a settlement is written by the ledger's writer, or by another
+ * instance sharing the database, and nothing in this process hears of either.
+ */
 async function watchWallet(deps: PurchaseDeps, walletId: string, seen: { held: bigint; balance: bigint }, unwritten: UnwrittenHolds | null): Promise<boolean> {
-  for (let waited = 0; waited < HOLD_WAIT_MS; waited += HOLD_POLL_MS) {
-    await pause(HOLD_POLL_MS);
+  const since = deps.clock.now();
+  for (let delay = HOLD_POLL_MS; deps.clock.now() - since < HOLD_WAIT_MS; delay = Math.min(delay * 2, HOLD_POLL_MAX_MS)) {
+    await pause(delay);
     const row = await deps.storage.db.selectFrom('wallets').select(['id', 'held', 'balance']).where('id', '=', walletId).executeTakeFirstOrThrow();
     const wallet = { id: row.id, held: BigInt(row.held), balance: BigInt(row.balance) };
     if (heldOn(wallet, unwritten) !== seen.held || wallet.balance !== seen.balance) return true;

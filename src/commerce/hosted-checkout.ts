@@ -128,7 +128,13 @@ async function settledMeanwhile(deps: PurchaseDeps, session: CheckoutSessionRow)
 
 /** What the provider's page names as bought. */
 function itemName(purchase: Purchase, mode: CheckoutSessionRow['mode']): string {
-  if (purchase.kind === 'plan') return `${purchase.plan.name} subscription, first ${purchase.plan.billing_interval}`;
+  if (purchase.kind === 'plan') {
+    const { plan, terms } = purchase;
+    // A plan change is no first period (decision 0037): an upgrade starts a new one now, a downgrade at the cycle's end.
+    if (terms.change === 'upgrade') return `Upgrade to ${plan.name}, a new ${plan.billing_interval} from today`;
+    if (terms.change === 'downgrade') return `Change to ${plan.name} from ${terms.effectiveAt!.slice(0, 10)}`;
+    return `${plan.name} subscription, first ${plan.billing_interval}`;
+  }
   if (purchase.kind === 'bundle') return `${purchase.bundle.name} credit bundle`;
   return mode === 'onboarding' ? 'Wallet set-up' : 'Wallet top-up';
 }

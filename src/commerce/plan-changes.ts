@@ -6,7 +6,7 @@ import { ProviderUnavailableError, UNANSWERED, type ChargeOutcome } from '../pay
 import type { Storage } from '../storage/db.ts';
 import { findPlanIncludingDeleted, type PlanRow } from '../storage/plans.ts';
 import type { Database } from '../storage/schema.ts';
-import { insertPayment, latestPaymentMethod, transitionPayment, type SubscriptionRow } from '../storage/subscriptions.ts';
+import { insertPayment, latestPaymentMethod, transitionPayment, type PaymentRow, type SubscriptionRow } from '../storage/subscriptions.ts';
 import { emitSubscriptionEvent, grantCycleCredit, savedMethodOf, type CommerceDeps, type Customer } from './subscriptions.ts';
 
 /**
@@ -216,6 +216,16 @@ export async function scheduleCancellation(storage: Storage, sub: SubscriptionRo
   });
 }
 
+/**
+ * The reference of an upgrade's payment by POST /v1/subscriptions: purpose `renewal`, in the
+ * renewals' `<subscription>:<…>:<attempt>` shape, but naming no cycle, so that nothing would
+ * ever credit it as a renewal.
+ */
+const apiUpgradeReference = (subscriptionId: string, planId: string) => `${subscriptionId}:upgrade to ${planId} ${newId('payment')}:1`;
+
+/** Whether a `renewal` payment is an upgrade's by POST /v1/subscriptions (no renewal engine asks about it again). */
+export const isApiUpgradePayment = (payment: Pick<PaymentRow, 'purpose' | 'reference'>) => payment.purpose === 'renewal' && /^[^:]+:upgrade to /.test(payment.reference);
+
 export type ApiChangeOutcome =
   | { ok: true; subscription: SubscriptionRow }
   | { ok: false; reason: 'subscription_exists' | 'payment_method_required' | 'payment_failed'; message: string };
@@ -248,7 +258,7 @@ export async function changePlanByApi(deps: CommerceDeps, live: SubscriptionRow,
     provider: deps.payments.id,
     provider_ref: null,
     purpose: 'renewal',
-    reference: `${live.id}:upgrade to ${plan.id} ${newId('payment')}:1`,
+    reference: apiUpgradeReference(live.id, plan.id),
     amount: BigInt(plan.period_amount),
     status: 'pending',
     failure_reason: null,

@@ -4,6 +4,7 @@ import { NOT_CHARGED, ProviderUnavailableError, UNANSWERED } from '../payments/t
 import type { CustomerEventData } from '../storage/connections.ts';
 import { findMerchantPayment } from '../storage/payments.ts';
 import { transitionPayment, type PaymentRow } from '../storage/subscriptions.ts';
+import { isApiUpgradePayment } from './plan-changes.ts';
 import { settleFromProviderState } from './provider-events.ts';
 import { askProviderToRefund, refundPayment, UNCREDITED_REASONS } from './refunds.ts';
 import type { PurchaseDeps } from './subscriptions.ts';
@@ -80,10 +81,11 @@ async function undecidedPayments(deps: PurchaseDeps, now: Date): Promise<Payment
 /**
  * The provider has no payment under this key, so no money moved: the row is failed `not_charged`
  * (a checkout's gives its session's reference up, as a decline does). A renewal's is left to the
- * renewal engine, which asks again under the same key.
+ * renewal engine, which asks again under the same key; but an upgrade's by POST /v1/subscriptions
+ * has no engine behind it (its request answered 503), so it ends here like the others.
  */
 async function recordNotCharged(deps: PurchaseDeps, payment: PaymentRow): Promise<boolean> {
-  if (payment.purpose === 'renewal' || payment.status === 'requires_action') return false;
+  if ((payment.purpose === 'renewal' && !isApiUpgradePayment(payment)) || payment.status === 'requires_action') return false;
   const sessionId = payment.reference.split(':')[0]!;
   const released = payment.purpose === 'checkout' && payment.status === 'pending' ? { reference: `${sessionId}:${payment.id}` } : {};
   return transitionPayment(deps.storage.db, payment.id, [payment.status], {

@@ -1,6 +1,9 @@
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { systemClock } from '../../src/domain/clock.ts';
-import { topUpIfShort } from '../../src/commerce/auto-top-up.ts';
+import { HOLD_WAIT_MS, topUpIfShort } from '../../src/commerce/auto-top-up.ts';
+import { placeHold, releaseHold } from '../../src/ledger/holds.ts';
+import { creditWallet } from '../../src/ledger/wallets.ts';
+import { until } from '../helpers/until.ts';
 import { parseMoney } from '../../src/domain/money.ts';
 import { verifyLedger } from '../../src/ledger/verify.ts';
 import { startTestApp, type TestApp } from '../helpers/app.ts';
@@ -115,5 +118,25 @@ describe.each(databasesUnderTest())('auto top-up on %s', (dialect) => {
     expect((await walletBuckets(t.storage, walletId)).balance).toBe(0n);
     const plain = await createCustomer(t);
     expect(await topUpIfShort(deps(), plain.walletId, parseMoney('1'), new Date())).toBe('no_auto_top_up');
+  });
+
+  it('a caller short only by a hold that does not settle waits HOLD_WAIT_MS on the app clock, then buys', async () => {
+    const { walletId } = await subscribedWithBundle('succeeds');
+    const clock = new TestClock();
+    await creditWallet(t.storage, walletId, parseMoney('2'), new Date(clock.now()).toISOString());
+    const hold = await placeHold(t.storage, { now: new Date(clock.now()), walletId, amount: parseMoney('1.5'), reference: `long-call-${dialect}`, ttlMs: 60 * 60_000 });
+    if (!('holdId' in hold)) throw new Error('hold refused');
+    const state = new CommerceState();
+    let ended: string | null = null;
+    const caller = topUpIfShort({ storage: t.storage, payments: t.payments, clock, commerceState: state }, walletId, parseMoney('1'), new Date(clock.now())).then((r) => (ended = r));
+    await until(() => state.holdWaits.size === 1, 'the caller waits for the hold');
+    // The wall clock moves, the app's does not: the caller keeps waiting for the call in flight.
+    await new Promise((resolve) => setTimeout(resolve, 50));
+    expect(ended).toBeNull();
+    expect((await walletBuckets(t.storage, walletId)).bundle).toBe(0n);
+    clock.advance(HOLD_WAIT_MS);
+    expect(await caller).toBe('bought');
+    expect((await walletBuckets(t.storage, walletId)).bundle).toBe(parseMoney('5'));
+    await releaseHold(t.storage, hold.holdId);
   });
 });

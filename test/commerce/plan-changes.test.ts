@@ -218,4 +218,27 @@ describe.each(databasesUnderTest())('plan changes on %s', (dialect) => {
     expect(await subscriptionOf(customerId)).toMatchObject({ plan_id: free.plan_id });
     expect((await walletBuckets(t.storage, walletId)).prepaid).toBe(0n);
   });
+
+  it('an upgrade by POST that never reached the provider ends not_charged at the reconciliation, and is not asked about again', async () => {
+    const { customerId, free, sub } = await onFree();
+    const pro = await createPlan(t, { name: 'Pro', period_amount: '5', billing_interval: 'month' });
+    await saveTestCard(t.storage, t.merchant.merchantId, customerId);
+    t.payments.failOnce('before_charge', new ProviderUnavailableError('test', new Error('connection refused')));
+    expect((await subscribe(t, customerId, pro.plan_id)).statusCode).toBe(503);
+    const upgradePayment = () => t.storage.db.selectFrom('payments').selectAll().where('reference', 'like', `${sub.subscription_id}:upgrade%`).executeTakeFirstOrThrow();
+    expect(await upgradePayment()).toMatchObject({ status: 'failed', failure_reason: 'provider_unavailable' });
+
+    t.clock.advance(RECONCILE_AFTER_MS + 1);
+    const deps = { storage: t.storage, payments: t.payments, clock: t.clock, commerceState: new CommerceState() };
+    const report = await reconcilePayments(deps, (row) => presentCustomer(row, dateOf(t.clock)), dateOf(t.clock));
+    expect(report.notCharged).toBeGreaterThanOrEqual(1);
+    const payment = await upgradePayment();
+    expect(payment).toMatchObject({ status: 'failed', failure_reason: 'not_charged' });
+    expect(t.payments.charges.filter((c) => c.idempotencyKey === payment.id)).toEqual([]);
+    // Ended: a later round leaves it as it is.
+    t.clock.advance(60_000);
+    await reconcilePayments(deps, (row) => presentCustomer(row, dateOf(t.clock)), dateOf(t.clock));
+    expect(await upgradePayment()).toMatchObject({ status: 'failed', failure_reason: 'not_charged', updated_at: payment.updated_at });
+    expect(await subscriptionOf(customerId)).toMatchObject({ plan_id: free.plan_id });
+  });
 });
