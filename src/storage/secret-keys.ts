@@ -81,3 +81,32 @@ export async function listSecretKeys(storage: Storage, merchantId: string, curso
     .execute();
 }
 
+
+/**
+ * A new secret for an active key, keeping its id and name: the old secret stops working at once
+ * (like a spend key's rotation). Undefined when the merchant has no such active key.
+ */
+export async function rotateSecretKey(storage: Storage, merchantId: string, keyId: string): Promise<{ row: SecretKeyRow; secret: string } | undefined> {
+  const secret = newSecret('secretKey');
+  const result = await storage.db
+    .updateTable('secret_keys')
+    .set({ key_hash: hashSecret(secret), key_hint: secretHint(secret, SECRET_PREFIX.secretKey) })
+    .where('merchant_id', '=', merchantId)
+    .where('id', '=', keyId)
+    .where('revoked_at', 'is', null)
+    .executeTakeFirst();
+  if (Number(result.numUpdatedRows) !== 1) return undefined;
+  const row = await findActiveSecretKey(storage, merchantId, keyId);
+  return row ? { row, secret } : undefined;
+}
+
+/** A merchant's active (not revoked) key by id. */
+export async function findActiveSecretKey(storage: Storage, merchantId: string, keyId: string): Promise<SecretKeyRow | undefined> {
+  return storage.db
+    .selectFrom('secret_keys')
+    .selectAll()
+    .where('merchant_id', '=', merchantId)
+    .where('id', '=', keyId)
+    .where('revoked_at', 'is', null)
+    .executeTakeFirst();
+}

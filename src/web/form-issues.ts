@@ -53,3 +53,13 @@ function plainIssue(issue: Issue, label: string): string {
 export function plainIssues(issues: readonly Issue[], labelOf: (path: readonly PropertyKey[]) => string): string {
   return issues.map((issue) => plainIssue(issue, labelOf(issue.path))).join(' ');
 }
+
+/**
+ * The issues of a form field by field: the field's name (the issue path's first part) to one
+ * plain sentence, so each message can stand under its own input.
+ */
+export function fieldIssues(issues: readonly Issue[], labels: Readonly<Record<string, string>>): Record<string, string> {
+  const byField: Record<string, Issue[]> = {};
+  for (const issue of issues) (byField[String(issue.path[0] ?? '')] ??= []).push(issue);
+  return Object.fromEntries(Object.entries(byField).map(([field, list]) => [field, plainIssues(list, () => labels[field] ?? 'This field')]));
+}

@@ -1,5 +1,6 @@
+import { Readable } from 'node:stream';
 import type { FastifyInstance } from 'fastify';
-import { parseMoney } from '../../domain/money.ts';
+import { formatMoney, parseMoney } from '../../domain/money.ts';
 import { monthlyRecurringRevenue } from '../../domain/recurring-revenue.ts';
 import { ApiError } from '../../http/errors.ts';
 import { nowOf } from '../../http/types.ts';
@@ -16,9 +17,12 @@ import { customerLink, formatsFor, type Formats } from '../format.ts';
 import { html } from '../html.ts';
 import { dayRangeFields, dayRangeOf, instantsOf } from './day-range.ts';
 import { refundLink } from './payment-refunds.ts';
+import { csvCell } from './requests.ts';
 import { merchantOf, sendDashboardPage } from './shell.ts';
 
 const PAGE_SIZE = 50;
+/** Payments the CSV export reads per query. */
+const CSV_BATCH = 500;
 
 const PURPOSES: Record<PaymentPurpose, string> = { checkout: 'Checkout', renewal: 'Renewal', auto_top_up: 'Auto top-up' };
 const STATUSES: readonly PaymentStatus[] = ['succeeded', 'pending', 'requires_action', 'failed'];
@@ -35,12 +39,8 @@ export function registerPaymentPages(app: FastifyInstance, deps: AppDeps): void 
     const q = request.query as PaymentsQuery;
     const merchantId = merchantOf(request);
     const now = nowOf(deps);
-    const days = dayRangeOf(q, now);
+    const { days, range, purpose, status, filters, query } = viewOf(q, now);
     const { from, to } = days;
-    const range = instantsOf(days);
-    const purpose = (Object.keys(PURPOSES) as PaymentPurpose[]).find((p) => p === q.purpose);
-    const status = STATUSES.find((s) => s === q.status);
-    const filters: PaymentFilters = { ...range, ...(purpose ? { purpose } : {}), ...(status ? { status } : {}) };
     const reports = reportsOf(deps.storage);
     const [rows, received, refunded, live, merchant, fees] = await Promise.all([
       listPayments(reports, merchantId, filters, { cursor: q.cursor || undefined, limit: PAGE_SIZE }),
@@ -61,7 +61,6 @@ export function registerPaymentPages(app: FastifyInstance, deps: AppDeps): void 
     const paid = [...received.values()].reduce((sum, r) => sum + r.amount, 0n);
     const net = paid - refunded.amount;
     const own = merchant ? wallets.get(merchant.wallet_id) : undefined;
-    const query = new URLSearchParams({ from, to, ...(purpose ? { purpose } : {}), ...(status ? { status } : {}) });
     return sendDashboardPage(request, reply, '/dashboard/payments', {
       title: 'Payments and revenue',
       main: html`<h1>Payments and revenue</h1>
@@ -71,7 +70,7 @@ ${dayRangeFields('p', days)}
 ${Object.entries(PURPOSES).map(([value, label]) => html`<option value="${value}"${value === purpose ? html` selected` : ''}>${label}</option>`)}</select></div>
 <div><label for="p-status">Status</label><select id="p-status" name="status"><option value="">Any</option>
 ${STATUSES.map((s) => html`<option${s === status ? html` selected` : ''}>${s}</option>`)}</select></div>
-<div><button type="submit">Show</button></div>
+<div><button type="submit">Show</button><a class="button secondary" href="/dashboard/payments.csv?${query}">Export CSV</a></div>
 </form>
 <div class="card stats" aria-label="Revenue">
 <div><h2>Revenue</h2><p class="num" id="revenue-total">${fees === null ? '—' : fmt.money(net + fees)}</p><p class="muted">payments less refunds, and usage fees, ${from} to ${to}</p></div>
@@ -86,9 +85,56 @@ ${STATUSES.map((s) => html`<option${s === status ? html` selected` : ''}>${s}</o
 </div>
 ${receivedTable(received, refunded, fmt)}
 ${page.length === 0 ? html`<div class="card"><h2>No payments match</h2><p>Payments appear here when a customer pays at a checkout, a subscription renews or an auto top-up is bought.</p></div>` : paymentTable(page, fmt, names, refundedById)}
-${next ? html`<p><a class="button secondary" rel="next" href="/dashboard/payments?${query.toString()}&amp;cursor=${encodeURIComponent(next)}">Older payments</a></p>` : ''}`,
+${next ? html`<p><a class="button secondary" rel="next" href="/dashboard/payments?${query}&amp;cursor=${encodeURIComponent(next)}">Older payments</a></p>` : ''}`,
     });
   });
+
+  app.get('/dashboard/payments.csv', async (request, reply) => {
+    const { filters, days } = viewOf(request.query as PaymentsQuery, nowOf(deps));
+    return reply
+      .header('content-type', 'text/csv; charset=utf-8')
+      .header('content-disposition', `attachment; filename="payments-${days.from}-to-${days.to}.csv"`)
+      .header('cache-control', 'no-store')
+      .send(Readable.from(csvLines(deps, merchantOf(request), filters)));
+  });
+}
+
+/** The page's filters from its query: the days (last 30 by default), and a kind and a status if chosen. */
+function viewOf(q: PaymentsQuery, now: number) {
+  const days = dayRangeOf(q, now);
+  const range = instantsOf(days);
+  const purpose = (Object.keys(PURPOSES) as PaymentPurpose[]).find((p) => p === q.purpose);
+  const status = STATUSES.find((s) => s === q.status);
+  const filters: PaymentFilters = { ...range, ...(purpose ? { purpose } : {}), ...(status ? { status } : {}) };
+  const query = new URLSearchParams({ ...days, ...(purpose ? { purpose } : {}), ...(status ? { status } : {}) }).toString();
+  return { days, range, purpose, status, filters, query };
+}
+
+const CSV_COLUMNS = ['payment_id', 'created_at', 'customer_id', 'customer_name', 'kind', 'status', 'failure_reason', 'amount', 'refunded', 'provider', 'provider_reference'];
+
+/**
+ * Every payment the page's filters match, newest first, read CSV_BATCH at a time as the response
+ * is written: nothing is capped, and one batch is in memory at once. Amounts are exact.
+ */
+async function* csvLines(deps: AppDeps, merchantId: string, filters: PaymentFilters): AsyncGenerator<string> {
+  yield `${CSV_COLUMNS.join(',')}\r\n`;
+  const reports = reportsOf(deps.storage);
+  let cursor: string | undefined;
+  for (;;) {
+    const rows = await listPayments(reports, merchantId, filters, { cursor, limit: CSV_BATCH });
+    const batch = rows.slice(0, CSV_BATCH);
+    const [names, refunded] = await Promise.all([
+      customerNames(reports, merchantId, batch.map((p) => p.connection_id)),
+      refundedAmounts(reports.db, batch.map((p) => p.id)),
+    ]);
+    const line = (p: PaymentListRow) =>
+      [p.id, p.created_at, p.connection_id ?? '', (p.connection_id && names.get(p.connection_id)) || '', p.purpose, p.status, p.failure_reason ?? '', formatMoney(p.amount), formatMoney(refunded.get(p.id) ?? 0n), p.provider, p.provider_ref ?? '']
+        .map(csvCell)
+        .join(',');
+    if (batch.length > 0) yield batch.map((p) => `${line(p)}\r\n`).join('');
+    if (rows.length <= CSV_BATCH) return;
+    cursor = batch[batch.length - 1]!.id;
+  }
 }
 
 /** The usage fees of the same UTC days, as GET /v1/usage totals them; null when the range is refused. */
