@@ -1,10 +1,10 @@
 import { z } from 'zod';
 import { presentSubscription } from '../commerce/subscription-view.ts';
-import { changePlanByApi, updateSubscriptionTerms, type SubscriptionUpdate } from '../commerce/plan-changes.ts';
-import { startSubscription, type CommerceDeps } from '../commerce/subscriptions.ts';
+import { updateSubscriptionTerms, type SubscriptionUpdate } from '../commerce/plan-changes.ts';
+import type { CommerceDeps } from '../commerce/subscriptions.ts';
 import { dateOf } from '../domain/clock.ts';
 import { principalOf } from '../http/auth.ts';
-import { ApiError, notFound, validationError } from '../http/errors.ts';
+import { notFound, validationError } from '../http/errors.ts';
 import { assertCursor, pageQuery, pageResponse, toPage } from '../http/pagination.ts';
 import { customerParams, customerRef, errorResponse, idParams, optionalBody, standardErrors, successResponse } from '../http/schemas.ts';
 import type { App } from '../http/types.ts';
@@ -16,7 +16,7 @@ import {
   listSubscriptionViews,
 } from '../storage/subscriptions.ts';
 import { planTermsSchema } from '../services/plans.ts';
-import { cancelAtCycleEnd, liveSubscription } from '../services/subscriptions.ts';
+import { cancelAtCycleEnd, liveSubscription, subscribeCustomer, subscriptionCreateBody } from '../services/subscriptions.ts';
 import { merchantHasRow } from '../storage/pages.ts';
 
 const subscriptionBaseSchema = z.object({
@@ -61,7 +61,6 @@ const listQuery = pageQuery.extend({
   customer_id: customerRef.optional().describe('The customer id, or its reference_id'),
   connection_id: customerRef.optional().describe('Older name of customer_id'),
 });
-const createBody = z.object({ customer_id: customerRef.describe('The customer id, or its reference_id'), plan_id: z.string().min(1).max(100) });
 const updateBody = optionalBody(
   z.object({
     auto_top_up_bundle_id: z.string().min(1).max(100).nullable().optional(),
@@ -98,7 +97,7 @@ export function registerSubscriptionRoutes(app: App, deps: CommerceDeps): void {
     {
       schema: {
         tags,
-        body: createBody,
+        body: subscriptionCreateBody,
         response: {
           201: z.object({ subscription: subscriptionSchema }),
           200: z.object({ subscription: subscriptionSchema }).describe('The customer had a subscription: its plan changed (an upgrade, paid with the saved payment method) or will at the cycle end (a downgrade, in pending_change)'),
@@ -109,19 +108,8 @@ export function registerSubscriptionRoutes(app: App, deps: CommerceDeps): void {
       },
     },
     async (request, reply) => {
-      const { merchantId } = principalOf(request);
-      const customer = await findConnection(storage, merchantId, request.body.customer_id);
-      if (!customer) throw validationError([{ path: ['customer_id'], message: `no customer with id ${request.body.customer_id}` }]);
-      const plan = await findPlan(storage, merchantId, request.body.plan_id);
-      if (!plan) throw validationError([{ path: ['plan_id'], message: `no plan with id ${request.body.plan_id}` }]);
-      // A running subscription changes plan instead (decision 0037): 200, the same subscription.
-      const live = await runningSubscriptionOf(deps, customer.id);
-      const started = live
-        ? await changePlanByApi(deps, live, customer, plan, dateOf(deps.clock))
-        : await startSubscription(deps, merchantId, customer, plan, dateOf(deps.clock));
-      if (!started.ok) throw new ApiError(started.reason, started.message);
-      const view = await findSubscriptionView(storage.db, merchantId, started.subscription.id);
-      return reply.status(live ? 200 : 201).send({ subscription: presentSubscription(view!) });
+      const { subscription, created } = await subscribeCustomer(deps, principalOf(request).merchantId, request.body);
+      return reply.status(created ? 201 : 200).send({ subscription });
     },
   );
 
@@ -182,9 +170,4 @@ export function registerSubscriptionRoutes(app: App, deps: CommerceDeps): void {
       return { subscription: base };
     },
   );
-}
-
-/** The customer's subscription that is running (active or past due), if any. */
-async function runningSubscriptionOf(deps: Pick<CommerceDeps, 'storage'>, connectionId: string) {
-  return deps.storage.db.selectFrom('subscriptions').selectAll().where('connection_id', '=', connectionId).where('status', 'in', ['active', 'past_due']).executeTakeFirst();
 }

@@ -4,7 +4,7 @@
  * library's own texts ("Too small: expected string to have >=1 characters"). Messages our schemas
  * write themselves are kept, after the field's label.
  */
-type Issue = {
+export type Issue = {
   code?: string;
   path: readonly PropertyKey[];
   message: string;
@@ -44,7 +44,7 @@ function plainPhrase(issue: Issue): string | null {
 }
 
 /** One issue as a sentence about the field `label` names. */
-function plainIssue(issue: Issue, label: string): string {
+export function plainIssue(issue: Issue, label: string): string {
   if (!GENERIC_MESSAGE.test(issue.message)) return `${label}: ${issue.message}`;
   return `${label} ${plainPhrase(issue) ?? 'is not valid'}.`;
 }

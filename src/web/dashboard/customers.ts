@@ -8,9 +8,11 @@ import { walletBuckets, walletCredits, type WalletBuckets, type WalletCredit } f
 import { grantCredit, WalletBalanceLimitError } from '../../ledger/wallets.ts';
 import { findConnection, listConnections, type ConnectionWithBalance } from '../../storage/connections.ts';
 import { findCustomerSubscriptionView } from '../../storage/subscriptions.ts';
+import { changeCustomer, createCustomer, customerCreateBody, customerUpdateBody } from '../../services/customers.ts';
 import { formatsFor, type Formats } from '../format.ts';
 import { html } from '../html.ts';
 import { assertCsrf, WebError } from '../session.ts';
+import { formSummary, formText, submit, textField, type FieldErrors, type Form, type FormSpec } from './form-fields.ts';
 import { csrfField, merchantOf, sendDashboardPage } from './shell.ts';
 import { cancelLink } from './subscriptions.ts';
 
@@ -26,6 +28,42 @@ const CREDIT_KIND_LABELS: Record<string, string> = {
 };
 
 type GrantForm = { amount: string; description: string; error?: string };
+type DetailsForm = { form: Form; errors: FieldErrors };
+
+const DETAIL_FIELDS = ['name', 'email', 'reference_id', 'phone'] as const;
+const CUSTOMER_FORM: FormSpec = {
+  labels: { name: 'Name', email: 'Email', reference_id: 'Reference id', phone: 'Phone' },
+  fieldOf: (path) => (path[0] === 'first_name' || path[0] === 'last_name' ? 'name' : String(path[0] ?? '')),
+  codeFields: { reference_id_taken: 'reference_id' },
+};
+
+/**
+ * The details form as the body POST or PATCH /v1/customers takes. A blank field is left out of
+ * a new customer and, on a customer being changed, sent as null: its value removed.
+ */
+function customerBody(form: Form, blank: 'omit' | 'null'): Record<string, unknown> {
+  const body: Record<string, unknown> = {};
+  for (const field of DETAIL_FIELDS) {
+    const value = formText(form, field);
+    if (value) body[field] = value;
+    else if (blank === 'null') body[field] = null;
+  }
+  return body;
+}
+
+/** What a customer's details look like in the form. */
+function formOfCustomer(c: ConnectionWithBalance): Form {
+  return { name: [c.first_name, c.last_name].filter(Boolean).join(' '), email: c.email ?? '', reference_id: c.reference_id ?? '', phone: c.phone ?? '' };
+}
+
+function detailFields(prefix: string, form: Form, errors: FieldErrors | undefined) {
+  const field = (name: (typeof DETAIL_FIELDS)[number], extra: ReturnType<typeof html>, hint?: string) =>
+    textField({ id: `${prefix}-${name.replace('_', '-')}`, name, label: CUSTOMER_FORM.labels[name]!, value: form[name] ?? '', errors, extra, ...(name === 'email' ? { type: 'email' } : {}), ...(hint ? { hint } : {}) });
+  return html`${field('name', html` maxlength="255" autocomplete="off"`)}
+${field('email', html` maxlength="255" autocomplete="off"`)}
+${field('reference_id', html` maxlength="255" autocomplete="off"`, 'Your own id for this customer (e.g. your user id); the API finds the customer by it wherever it takes a customer id.')}
+${field('phone', html` maxlength="32" autocomplete="off"`)}`;
+}
 
 const displayName = (c: ConnectionWithBalance) => [c.first_name, c.last_name].filter(Boolean).join(' ') || c.email || '—';
 
@@ -39,7 +77,7 @@ function grantAmount(text: string): bigint | string {
 }
 
 export function registerCustomerPages(app: FastifyInstance, deps: AppDeps): void {
-  app.get<{ Querystring: { cursor?: string } }>('/dashboard/customers', async (request, reply) => {
+  const listPage = async (request: FastifyRequest<{ Querystring: { cursor?: string } }>, reply: FastifyReply, create: DetailsForm & { status: number } = { form: {}, errors: {}, status: 200 }) => {
     const merchantId = merchantOf(request);
     const cursor = request.query.cursor || undefined;
     const rows = await listConnections(deps.storage, merchantId, { limit: PAGE_SIZE, ...(cursor ? { cursor } : {}) });
@@ -48,14 +86,45 @@ export function registerCustomerPages(app: FastifyInstance, deps: AppDeps): void
     const buckets = await walletBuckets(deps.storage, merchantId, page.map((c) => c.wallet_id));
     return sendDashboardPage(request, reply, '/dashboard/customers', {
       title: 'Customers',
+      status: create.status,
       main: html`<h1>Customers</h1>
 ${page.length === 0 && !cursor ? emptyCustomers() : customerTable(page, buckets, formatsFor(deps.config.currency))}
-${next ? html`<p><a class="button secondary" href="/dashboard/customers?cursor=${encodeURIComponent(next)}" rel="next">More customers</a></p>` : ''}`,
+${next ? html`<p><a class="button secondary" href="/dashboard/customers?cursor=${encodeURIComponent(next)}" rel="next">More customers</a></p>` : ''}
+<form class="card" method="post" action="/dashboard/customers" novalidate>
+${csrfField(request, reply)}
+<h2>Create a customer</h2>
+<p class="muted">Every field is optional; the customer gets a wallet of its own. As <code>POST /v1/customers</code>: a reference id a customer already has opens that customer.</p>
+${formSummary(create.errors, 'customer-create-error')}
+${detailFields('new-customer', create.form, create.errors)}
+<button type="submit">Create customer</button>
+</form>`,
     });
+  };
+
+  app.get<{ Querystring: { cursor?: string } }>('/dashboard/customers', (request, reply) => listPage(request, reply));
+
+  app.post<{ Querystring: { cursor?: string } }>('/dashboard/customers', async (request, reply) => {
+    assertCsrf(request);
+    const form = (request.body ?? {}) as Form;
+    const done = await submit(customerCreateBody, customerBody(form, 'omit'), CUSTOMER_FORM, (body) => createCustomer(deps, merchantOf(request), body));
+    if (!done.ok) return listPage(request, reply, { form, errors: done.errors, status: done.status });
+    const { customer, created } = done.value;
+    return reply.redirect(`/dashboard/customers/${encodeURIComponent(customer.customer_id)}?${created ? 'created' : 'existing'}=1`, 303);
   });
 
-  app.get<{ Params: { id: string }; Querystring: { granted?: string } }>('/dashboard/customers/:id', async (request, reply) => {
-    return customerPage(deps, request, reply, { grant: { amount: '', description: '' }, granted: request.query.granted });
+  app.post<{ Params: { id: string } }>('/dashboard/customers/:id', async (request, reply) => {
+    assertCsrf(request);
+    const customer = await customerOf(deps, request);
+    const form = (request.body ?? {}) as Form;
+    const done = await submit(customerUpdateBody, customerBody(form, 'null'), CUSTOMER_FORM, (body) => changeCustomer(deps, merchantOf(request), customer.id, body));
+    if (!done.ok) return customerPage(deps, request, reply, { grant: { amount: '', description: '' }, details: { form, errors: done.errors }, status: done.status });
+    return reply.redirect(`/dashboard/customers/${encodeURIComponent(customer.id)}?saved=1`, 303);
+  });
+
+  app.get<{ Params: { id: string }; Querystring: { granted?: string; created?: string; existing?: string; saved?: string } }>('/dashboard/customers/:id', async (request, reply) => {
+    const { granted, created, existing, saved } = request.query;
+    const notice = created ? 'Customer created.' : existing ? 'A customer already has this reference id; this is that customer, unchanged.' : saved ? 'Details saved.' : undefined;
+    return customerPage(deps, request, reply, { grant: { amount: '', description: '' }, granted, notice });
   });
 
   app.post<{ Params: { id: string } }>('/dashboard/customers/:id/credits', async (request, reply) => {
@@ -94,7 +163,7 @@ async function customerPage(
   deps: AppDeps,
   request: FastifyRequest<{ Params: { id: string } }>,
   reply: FastifyReply,
-  opts: { grant: GrantForm; granted?: string | undefined; status?: number },
+  opts: { grant: GrantForm; granted?: string | undefined; notice?: string | undefined; details?: DetailsForm; status?: number },
 ): Promise<FastifyReply> {
   const merchantId = merchantOf(request);
   const customer = await customerOf(deps, request);
@@ -112,6 +181,7 @@ async function customerPage(
     title: `Customer ${customer.id}`,
     status: opts.status,
     main: html`<h1>Customer <span class="secret">${customer.id}</span></h1>
+${opts.notice ? html`<p class="notice" role="status" id="customer-notice">${opts.notice}</p>` : ''}
 ${granted ? html`<p class="notice" role="status" id="grant-notice">Granted ${fmt.money(granted.amount)}. The balance is now ${fmt.money(wallet.balance)}.</p>` : ''}
 <div class="card"><h2>Details</h2><dl class="kv">
 <dt>Name</dt><dd>${displayName(customer)}</dd><dt>Email</dt><dd>${customer.email ?? '—'}</dd>
@@ -130,6 +200,14 @@ ${error ? html`<p class="error" role="alert" id="grant-error">${error}</p>` : ''
 <label for="grant-description">Description (optional)</label>
 <input id="grant-description" name="description" maxlength="${MAX_DESCRIPTION}" value="${opts.grant.description}">
 <button type="submit">Grant credit</button>
+</form>
+<form class="card" method="post" action="/dashboard/customers/${customer.id}" novalidate>
+${csrfField(request, reply)}
+<h2>Edit details</h2>
+<p class="muted">A blank field removes its value, as <code>PATCH /v1/customers/{id}</code> with null does.</p>
+${formSummary(opts.details?.errors, 'customer-edit-error')}
+${detailFields('customer', opts.details?.form ?? formOfCustomer(customer), opts.details?.errors)}
+<button type="submit">Save details</button>
 </form>
 ${creditsCard(credits, fmt)}
 <p><a href="/dashboard/requests?customer=${encodeURIComponent(customer.id)}">This customer's requests</a> · <a href="/dashboard/customers">All customers</a></p>`,
@@ -175,7 +253,7 @@ ${rows.map((c) => {
 
 function emptyCustomers() {
   return html`<div class="card"><h2>No customers yet</h2>
-<p>A customer is someone you bill; each has a wallet. Create one with your secret key:</p>
+<p>A customer is someone you bill; each has a wallet. Create one with the form below, or with your secret key:</p>
 <pre class="secret">curl -X POST $TOLLGATE/v1/customers -H "Authorization: Bearer sk_live_…" \\
   -H "Content-Type: application/json" -d '{"reference_id":"user-42","email":"ada@example.com"}'</pre>
 <p>Then grant it credit here, or record its first request.</p></div>`;
