@@ -21,6 +21,7 @@ import { CommerceState } from './commerce/state.ts';
 import { createGateway, registerForwardRoutes } from './gateway/forward.ts';
 import { registerAuthCallbackRoute } from './routes/auth-callback.ts';
 import { registerRewriteRoutes } from './gateway/rewrite/route.ts';
+import { registerAlertRoutes } from './routes/alerts.ts';
 import { registerCreditBundleRoutes } from './routes/credit-bundles.ts';
 import { registerConnectionRoutes, registerCustomerRoutes } from './routes/customers.ts';
 import { registerHealthRoutes } from './routes/health.ts';
@@ -161,6 +162,7 @@ export async function buildApp(options: AppOptions): Promise<App> {
       registerPlanRoutes(api, deps);
       registerCreditBundleRoutes(api, deps);
       registerWebhookRoutes(api, deps);
+      registerAlertRoutes(api, deps);
       registerSubscriptionRoutes(api, commerce);
       registerPaymentRoutes(api, commerce);
       registerCheckoutSessionRoutes(api, { ...commerce, publicBaseUrl: deps.config.publicBaseUrl });

@@ -18,6 +18,7 @@ import { CallJournal } from './ledger/journal/journal.ts';
 import { replayCallJournal, type ReplaySummary } from './ledger/journal/replay.ts';
 import { createPaymentProvider } from './payments/index.ts';
 import { presentCustomer } from './services/customers.ts';
+import { startAlertRound } from './services/alert-round.ts';
 
 export type RunningServer = {
   app: App;
@@ -32,6 +33,8 @@ const SWEEP_INTERVAL_MS = 30_000;
 const RENEWAL_INTERVAL_MS = 60_000;
 /** How often payments and refunds left undecided are reconciled against the payment provider. */
 const RECONCILE_INTERVAL_MS = 60_000;
+/** How often alert rules are compared with balances and spend (decision 0043). */
+const ALERT_INTERVAL_MS = 60_000;
 
 /** config -> storage -> migrations -> buildApp() -> listen. */
 export async function startServer(
@@ -84,6 +87,7 @@ export async function startServer(
       onError: (err) => app.log.error({ err }, 'payment reconciliation failed'),
     },
   );
+  const alerts = startAlertRound({ storage, clock }, { intervalMs: ALERT_INTERVAL_MS, onError: (err) => app.log.error({ err }, 'alert round failed') });
   app.log.info(
     { database: storage.describe, ...(storage.replica ? { reports: storage.replica.reads.describe } : {}), redis: Boolean(redis), heapGrowingPercent: heapGrowthLimited ? config.heapGrowingPercent : 'not set by Tollgate' },
     `Tollgate listening on ${url}`,
@@ -96,7 +100,7 @@ export async function startServer(
       for (const timer of sweeper) clearInterval(timer);
       // Background work stops while the requests in flight finish, so the shutdown takes the
       // longest of their deadlines, not their sum (decision 0010).
-      await Promise.all([webhooks.stop(), renewals.stop(), reconciler.stop(), app.close()]);
+      await Promise.all([webhooks.stop(), renewals.stop(), reconciler.stop(), alerts.stop(), app.close()]);
       // Every settlement is written (app.close drained them): the journal keeps nothing.
       journal?.close();
       await releaseConnections(storage, limiter, redis);

@@ -44,6 +44,8 @@ export const ID_PREFIX = {
   checkoutSession: 'cs_',
   webhook: 'wh_',
   delivery: 'whd_',
+  alert: 'alr_',
+  alertFiring: 'alf_',
 } as const;
 
 export function newId(kind: keyof typeof ID_PREFIX): string {

@@ -11,6 +11,7 @@ export const ERRORS = {
   forward_token_invalid: { status: 400, message: 'The forward token combines members in a way no client may send.' },
   unsupported_provider: { status: 400, message: 'The forward target is not a supported provider URL.' },
   webhook_limit_reached: { status: 400, message: 'A merchant may have at most 3 webhooks; delete one first.' },
+  alert_limit_reached: { status: 400, message: 'A merchant may have at most 100 alerts; delete one first.' },
   webhook_url_refused: { status: 400, message: 'Webhooks may only call public https URLs.' },
   unsupported_format: { status: 400, message: 'The rewrite proxy does not translate this format.' },
   untranslatable_request: { status: 400, message: 'The request has fields the rewrite proxy cannot translate to the provider.' },

@@ -24,6 +24,7 @@ import * as m0020 from './migrations/0020_webhook_deliveries_by_event.ts';
 import * as m0021 from './migrations/0021_refunds.ts';
 import * as m0022 from './migrations/0022_usage_rollups_grouped.ts';
 import * as m0023 from './migrations/0023_usage_rollups_per_day.ts';
+import * as m0024 from './migrations/0024_alerts.ts';
 
 /** The ordered, frozen list. New migrations are appended, never inserted or edited. */
 const MIGRATIONS: Record<string, Migration> = {
@@ -50,6 +51,7 @@ const MIGRATIONS: Record<string, Migration> = {
   '0021_refunds': m0021,
   '0022_usage_rollups_grouped': m0022,
   '0023_usage_rollups_per_day': m0023,
+  '0024_alerts': m0024,
 };
 
 const provider: MigrationProvider = { getMigrations: async () => MIGRATIONS };

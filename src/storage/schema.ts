@@ -500,6 +500,43 @@ export interface ServerSecretsTable {
   created_at: string;
 }
 
+export type AlertKind = 'low_balance' | 'spend_threshold';
+export type AlertPeriod = 'day' | 'month' | 'total';
+
+/** An alert rule (decision 0043): one subject, a threshold, and the state of its last crossing. */
+export interface AlertsTable {
+  id: string;
+  merchant_id: string;
+  kind: AlertKind;
+  connection_id: string | null;
+  spend_key_id: string | null;
+  threshold: bigint;
+  /** The spend window of a spend_threshold rule; null for low_balance. */
+  period: AlertPeriod | null;
+  enabled: number | bigint;
+  /** Set when the rule fired and has not re-armed since; null while armed. */
+  fired_at: string | null;
+  /** The period (its start) a spend_threshold rule fired in: a later period re-arms it. */
+  fired_period: string | null;
+  baseline_period: string | null;
+  baseline_spend: bigint | null;
+  revision: number | bigint;
+  created_at: string;
+  updated_at: string;
+}
+
+/** One crossing of an alert rule, with the event that reported it. */
+export interface AlertFiringsTable {
+  id: string;
+  merchant_id: string;
+  alert_id: string;
+  value: bigint;
+  threshold: bigint;
+  period_start: string | null;
+  event_id: string;
+  fired_at: string;
+}
+
 export interface Database {
   merchants: MerchantsTable;
   wallets: WalletsTable;
@@ -536,4 +573,6 @@ export interface Database {
   cli_auth_codes: CliAuthCodesTable;
   password_resets: PasswordResetsTable;
   server_secrets: ServerSecretsTable;
+  alerts: AlertsTable;
+  alert_firings: AlertFiringsTable;
 }

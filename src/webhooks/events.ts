@@ -16,6 +16,7 @@ export const EVENT_TYPES = [
   'subscription.cancelled',
   'subscription.payment_failed',
   'payment.refunded',
+  'alert.triggered',
 ] as const;
 
 export type EventType = (typeof EVENT_TYPES)[number];
