@@ -8,7 +8,7 @@ import type { Transaction } from 'kysely';
 import { newId } from '../domain/ids.ts';
 import type { Storage } from './db.ts';
 import { exactSumColumns, exactSumOf } from './exact-sum.ts';
-import { newestFirstPage, type PageRequest } from './pages.ts';
+import { insertWithinMerchantLimit, newestFirstPage, type PageRequest } from './pages.ts';
 import type { AlertFiringsTable, AlertKind, AlertPeriod, AlertsTable, Database, SpendKeysTable } from './schema.ts';
 
 export type AlertRow = AlertsTable;
@@ -27,40 +27,24 @@ export type NewAlert = {
 };
 export type AlertChanges = { threshold?: bigint; period?: AlertPeriod; enabled?: boolean };
 
-/** A new armed rule, unless the merchant has the maximum (counted under the merchant's row lock, as webhooks are). */
+/** A new armed rule, unless the merchant already has the maximum. */
 export async function insertAlert(storage: Storage, merchantId: string, input: NewAlert, at: string): Promise<AlertRow | 'limit_reached'> {
-  return storage.db.transaction().execute(async (trx) => {
-    await trx
-      .selectFrom('merchants')
-      .select('id')
-      .where('id', '=', merchantId)
-      .$call((q) => (storage.dialect === 'postgres' ? q.forUpdate() : q))
-      .execute();
-    const { count } = await trx
-      .selectFrom('alerts')
-      .select((eb) => eb.fn.countAll<string | number>().as('count'))
-      .where('merchant_id', '=', merchantId)
-      .executeTakeFirstOrThrow();
-    if (Number(count) >= MAX_ALERTS_PER_MERCHANT) return 'limit_reached';
-    const row: AlertRow = {
-      id: newId('alert'),
-      merchant_id: merchantId,
-      kind: input.kind,
-      connection_id: input.connectionId,
-      spend_key_id: input.spendKeyId,
-      threshold: input.threshold,
-      period: input.period,
-      enabled: input.enabled ? 1 : 0,
-      fired_at: null,
-      fired_period: null,
-      baseline_period: null,
-      baseline_spend: null,
-      revision: 0,
-      created_at: at,
-      updated_at: at,
-    };
-    await trx.insertInto('alerts').values(row).execute();
-    return row;
+  return insertWithinMerchantLimit(storage, 'alerts', MAX_ALERTS_PER_MERCHANT, {
+    id: newId('alert'),
+    merchant_id: merchantId,
+    kind: input.kind,
+    connection_id: input.connectionId,
+    spend_key_id: input.spendKeyId,
+    threshold: input.threshold,
+    period: input.period,
+    enabled: input.enabled ? 1 : 0,
+    fired_at: null,
+    fired_period: null,
+    baseline_period: null,
+    baseline_spend: null,
+    revision: 0,
+    created_at: at,
+    updated_at: at,
   });
 }
 

@@ -40,3 +40,32 @@ export async function merchantHasRow(storage: Storage, table: MerchantTable, mer
     .executeTakeFirst();
   return row !== undefined;
 }
+
+/**
+ * Inserts `row` into a merchant's table unless the merchant already has `max` rows there. The
+ * merchant's row is locked first (PostgreSQL; SQLite's write transactions are serial anyway), so
+ * two concurrent creates cannot both see room for one more.
+ */
+export async function insertWithinMerchantLimit<T extends 'webhooks' | 'alerts'>(
+  storage: Storage,
+  table: T,
+  max: number,
+  row: Database[T] & { merchant_id: string },
+): Promise<Database[T] | 'limit_reached'> {
+  return storage.db.transaction().execute(async (trx) => {
+    await trx
+      .selectFrom('merchants')
+      .select('id')
+      .where('id', '=', row.merchant_id)
+      .$call((q) => (storage.dialect === 'postgres' ? q.forUpdate() : q))
+      .execute();
+    const { count } = await trx
+      .selectFrom(table as 'alerts')
+      .select((eb) => eb.fn.countAll<string | number>().as('count'))
+      .where('merchant_id', '=', row.merchant_id)
+      .executeTakeFirstOrThrow();
+    if (Number(count) >= max) return 'limit_reached';
+    await trx.insertInto(table as 'alerts').values(row as Database['alerts']).execute();
+    return row;
+  });
+}

@@ -2,7 +2,7 @@ import { randomBytes } from 'node:crypto';
 import { newId, SECRET_PREFIX } from '../domain/ids.ts';
 import type { Storage } from './db.ts';
 import type { WebhookDeliveriesTable, WebhooksTable } from './schema.ts';
-import { newestFirstPage } from './pages.ts';
+import { insertWithinMerchantLimit, newestFirstPage } from './pages.ts';
 
 export type WebhookRow = WebhooksTable;
 export type DeliveryRow = WebhookDeliveriesTable;
@@ -13,45 +13,20 @@ export const MAX_WEBHOOKS_PER_MERCHANT = 3;
 export type NewWebhook = { name: string; url: string; events: string[] | null };
 export type WebhookChanges = Partial<NewWebhook> & { enabled?: boolean };
 
-/**
- * A new webhook with a fresh secret, unless the merchant already has the maximum. The merchant's
- * row is locked first (PostgreSQL; SQLite's write transactions are serial anyway), so two
- * concurrent creates cannot both see room for one more.
- */
-export async function insertWebhook(
-  storage: Storage,
-  merchantId: string,
-  input: NewWebhook,
-  at: string,
-): Promise<WebhookRow | 'limit_reached'> {
-  return storage.db.transaction().execute(async (trx) => {
-    await trx
-      .selectFrom('merchants')
-      .select('id')
-      .where('id', '=', merchantId)
-      .$call((q) => (storage.dialect === 'postgres' ? q.forUpdate() : q))
-      .execute();
-    const { count } = await trx
-      .selectFrom('webhooks')
-      .select((eb) => eb.fn.countAll<string | number>().as('count'))
-      .where('merchant_id', '=', merchantId)
-      .executeTakeFirstOrThrow();
-    if (Number(count) >= MAX_WEBHOOKS_PER_MERCHANT) return 'limit_reached';
-    const row: WebhookRow = {
-      id: newId('webhook'),
-      merchant_id: merchantId,
-      name: input.name,
-      url: input.url,
-      events: input.events === null ? null : JSON.stringify(input.events),
-      secret: newWebhookSecret(),
-      previous_secret: null,
-      previous_secret_expires_at: null,
-      failing_since: null,
-      disabled_at: null,
-      created_at: at,
-    };
-    await trx.insertInto('webhooks').values(row).execute();
-    return row;
+/** A new webhook with a fresh secret, unless the merchant already has the maximum. */
+export async function insertWebhook(storage: Storage, merchantId: string, input: NewWebhook, at: string): Promise<WebhookRow | 'limit_reached'> {
+  return insertWithinMerchantLimit(storage, 'webhooks', MAX_WEBHOOKS_PER_MERCHANT, {
+    id: newId('webhook'),
+    merchant_id: merchantId,
+    name: input.name,
+    url: input.url,
+    events: input.events === null ? null : JSON.stringify(input.events),
+    secret: newWebhookSecret(),
+    previous_secret: null,
+    previous_secret_expires_at: null,
+    failing_since: null,
+    disabled_at: null,
+    created_at: at,
   });
 }
 
