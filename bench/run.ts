@@ -105,7 +105,7 @@ async function main(): Promise<void> {
       if (runs('journal')) {
         const serve = (env: Record<string, string>, work: (server: { url: string; pid: number }) => Promise<void>) =>
           withServer(engine.url, mock.url, (server) => work({ url: server.url, pid: server.process.pid! }), env);
-        report.push(...(await benchCallJournal({ engine: engine.name, storage, withServer: serve, mockUrl: mock.url, seconds: SIZES.gatewaySeconds / 2, rounds: quick ? 1 : 3 })));
+        report.push(...(await benchCallJournal({ engine: engine.name, withServer: serve, mockUrl: mock.url, seconds: SIZES.gatewaySeconds / 2, rounds: quick ? 1 : 3 })));
       }
       if (runs('pages')) await withServer(engine.url, mock.url, async (server) => {
         report.push(...(await benchPages({ engine: engine.name, storage, serverUrl: server.url, visits: SIZES.pageVisits, requests: SIZES.pageRequests })));
