@@ -2,6 +2,7 @@ import { readFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import type { FastifyInstance } from 'fastify';
 import { DASHBOARD_JS } from './dashboard-script.ts';
+import { FORMS_JS } from './forms-script.ts';
 import { TOLLGATE_CSS } from './styles.ts';
 
 type Asset = { type: string; body: string | Buffer };
@@ -17,6 +18,7 @@ function packageFile(specifier: string, type: string): () => Asset {
 const ASSETS: Record<string, () => Asset> = {
   'tollgate.css': () => ({ type: 'text/css; charset=utf-8', body: TOLLGATE_CSS }),
   'dashboard.js': () => ({ type: 'text/javascript; charset=utf-8', body: DASHBOARD_JS }),
+  'forms.js': () => ({ type: 'text/javascript; charset=utf-8', body: FORMS_JS }),
   'uplot.js': packageFile('uplot/dist/uPlot.iife.min.js', 'text/javascript; charset=utf-8'),
   'uplot.css': packageFile('uplot/dist/uPlot.min.css', 'text/css; charset=utf-8'),
 };

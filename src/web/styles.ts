@@ -33,6 +33,7 @@ button.secondary,.button.secondary{background:#fff;color:#0b5394}
 button.danger,.button.danger{background:#a4161a;border-color:#a4161a;color:#fff}
 header.top button{margin:0;padding:.25rem .75rem;background:transparent;border-color:#fff}
 .error{color:#a4161a;font-weight:600}
+.field .hint,.field .field-error{margin:0 0 .25rem}
 .notice{background:#fff7e0;border:1px solid #b45309;padding:.75rem;border-radius:.25rem}
 .secret{font-family:ui-monospace,monospace;word-break:break-all;background:#eef3f8;padding:.5rem;border-radius:.25rem}
 .table-wrap{overflow-x:auto;position:relative}

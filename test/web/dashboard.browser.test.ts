@@ -85,9 +85,9 @@ describe('merchant dashboard (Chromium)', () => {
     });
     meterId = setup.meterId;
     await visit(`/dashboard/meters/${meterId}`, 'meter');
-    await page.getByLabel(/One tier a line/).fill('0 3.00\n1000000 1.50');
-    await page.getByRole('button', { name: 'Save tiers' }).click();
-    await page.waitForSelector('text=Tiers saved.');
+    await page.getByLabel(/^Tiers/).fill('0 3.00\n1000000 1.50');
+    await page.getByRole('button', { name: 'Save meter' }).click();
+    await page.waitForSelector('text=Meter saved.');
     const meter = (await t.app.inject({ method: 'GET', url: `/v1/meters/${meterId}`, headers: t.auth(secretKey) })).json();
     expect(meter.tiers.map((x: { start: number; rate: string }) => [x.start, x.rate])).toEqual([[0, '3.0000000000'], [1000000, '1.5000000000']]);
     // 2M tokens from a fresh period: 1M at 3.00 and 1M at 1.50.
@@ -95,8 +95,8 @@ describe('merchant dashboard (Chromium)', () => {
     await page.getByRole('button', { name: 'Preview' }).click();
     expect(await page.textContent('#preview-fee')).toBe('$4.50');
     expect(await page.getAttribute('#preview-fee data', 'value')).toBe('4.5000000000');
-    await page.getByLabel(/One tier a line/).fill('5 1.00');
-    await page.getByRole('button', { name: 'Save tiers' }).click();
+    await page.getByLabel(/^Tiers/).fill('5 1.00');
+    await page.getByRole('button', { name: 'Save meter' }).click();
     expect(await page.textContent('#tiers-error')).toContain('the first tier must start at 0');
 
     requestId = `dash-${Date.now()}`;

@@ -20,6 +20,8 @@ export type FormSpec = {
   fieldOf?: (path: readonly PropertyKey[]) => string;
   /** Each field's label, as the form shows it. */
   labels: Record<string, string>;
+  /** A label naming more than the field (e.g. "Tiers, line 2"), when the issue's path says more. */
+  labelOf?: (path: readonly PropertyKey[]) => string | undefined;
   /** ApiError codes that are about one field (e.g. meter_slug_taken → meter_slug). */
   codeFields?: Record<string, string>;
 };
@@ -34,7 +36,7 @@ export function fieldErrorsOf(issues: readonly Issue[], spec: FormSpec): FieldEr
   for (const issue of issues) {
     const field = spec.fieldOf ? spec.fieldOf(issue.path) : String(issue.path[0] ?? FORM);
     const key = field in spec.labels ? field : FORM;
-    const sentence = plainIssue(issue, spec.labels[key] ?? 'This form');
+    const sentence = plainIssue(issue, spec.labelOf?.(issue.path) ?? spec.labels[key] ?? 'This form');
     errors[key] = errors[key] ? `${errors[key]} ${sentence}` : sentence;
   }
   return errors;
