@@ -11,6 +11,7 @@ import { prepared } from './db.ts';
 import { statementList } from './sqlite.ts';
 import type { RequestRow } from './requests.ts';
 import { rollupWrites } from './rollups.ts';
+import { carriedAddition } from './exact-sum.ts';
 import {
   COUNTER_KEY,
   type Database,
@@ -140,13 +141,15 @@ type TableName = keyof Database & string;
  * row of a write has the columns of its first (one function per table builds them).
  * - `insert`: the rows as they are.
  * - `addTo`: each row's `sums` added to the stored row with the same `key`; inserted where none is.
+ *   A `carried` sum is a total kept in two columns (exact-sum.ts carriedAddition): its remainder
+ *   and `<sum>_carry`, so it is exact at any size.
  * - `update`: each row's other columns set on the stored row with its `key` (a `subtract` column
  *   is taken off the stored value instead), only where `onlyIf` holds; a `counted` update returns
  *   how many rows it changed.
  */
 export type BatchWrite =
   | { insert: TableName; rows: object[] }
-  | { addTo: TableName; key: readonly string[]; sums: readonly string[]; rows: object[] }
+  | { addTo: TableName; key: readonly string[]; sums: readonly string[]; carried?: readonly string[]; rows: object[] }
   | {
       update: TableName;
       key: readonly string[];
@@ -201,7 +204,7 @@ function postgresWrite(json: JsonRows, write: BatchWrite): string {
   if ('insert' in write) return json.insert(write.insert, write.rows);
   if ('addTo' in write) {
     const table = write.addTo;
-    return `${json.insert(table, write.rows)} on conflict (${write.key.join(', ')}) do update set ${write.sums.map((c) => `${c} = ${table}.${c} + excluded.${c}`).join(', ')}`;
+    return `${json.insert(table, write.rows)} on conflict (${write.key.join(', ')}) do update set ${additions(write).join(', ')}`;
   }
   const table = write.update;
   const columns = columnsOf(write.rows);
@@ -217,7 +220,7 @@ function sqliteWrite(write: BatchWrite): CompiledQuery[] {
   if ('insert' in write) return valuesInserts(write.insert, write.rows);
   const table = 'addTo' in write ? write.addTo : write.update;
   const columns = columnsOf(write.rows);
-  const shape = 'addTo' in write ? `add ${write.sums.join(',')}` : `update ${write.subtract ?? ''} ${write.onlyIf?.column ?? ''}=${write.onlyIf?.is ?? ''} ${write.counted ?? false}`;
+  const shape = 'addTo' in write ? `add ${write.sums.join(',')} carried ${write.carried?.join(',') ?? ''}` : `update ${write.subtract ?? ''} ${write.onlyIf?.column ?? ''}=${write.onlyIf?.is ?? ''} ${write.counted ?? false}`;
   return chunksOf(write.rows, columns).map(({ count, values }) => {
     const text = cachedText(`${shape}\n${table}\n${columns.join(',')}\n${count}`, () =>
       'addTo' in write ? sqliteAddTo(write, columns, count) : sqliteUpdate(write, columns, count),
@@ -228,8 +231,18 @@ function sqliteWrite(write: BatchWrite): CompiledQuery[] {
 
 type UpdateWrite = Extract<BatchWrite, { update: TableName }>;
 
-function sqliteAddTo(write: Extract<BatchWrite, { addTo: TableName }>, columns: string[], count: number): string {
-  const sums = write.sums.map((c) => `"${c}" = "${write.addTo}"."${c}" + excluded."${c}"`).join(', ');
+type AddToWrite = Extract<BatchWrite, { addTo: TableName }>;
+
+/** An addTo's SET clauses: each sum added to the stored one, a carried sum with its carry. */
+function additions(write: AddToWrite, q: (name: string) => string = (name) => name): string[] {
+  return [
+    ...write.sums.map((c) => `${q(c)} = ${q(write.addTo)}.${q(c)} + excluded.${q(c)}`),
+    ...(write.carried ?? []).flatMap((c) => carriedAddition(write.addTo, c, q)),
+  ];
+}
+
+function sqliteAddTo(write: AddToWrite, columns: string[], count: number): string {
+  const sums = additions(write, (name) => `"${name}"`).join(', ');
   return `${valuesInsertSql(write.addTo, columns, count)} on conflict (${write.key.map((k) => `"${k}"`).join(', ')}) do update set ${sums}`;
 }
 

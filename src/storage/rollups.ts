@@ -5,7 +5,8 @@
  */
 import type { BatchWrite } from './batch-write.ts';
 import type { RequestRow } from './requests.ts';
-import type { UsageRollupsByDayTable, UsageRollupsByMetadataTable, UsageRollupsGroupedTable, UsageRollupsTable } from './schema.ts';
+import { carriedParts, carryOf } from './exact-sum.ts';
+import type { UsageRollupSums, UsageRollupsByDayTable, UsageRollupsByMetadataTable, UsageRollupsGroupedTable, UsageRollupsTable } from './schema.ts';
 
 const BUCKET_MS = 15 * 60 * 1000;
 
@@ -18,10 +19,10 @@ function bucketStart(iso: string): string {
 /** The writes that add these records to every rollup, summed per row (runWrites' `addTo`). */
 export function rollupWrites(records: RequestRow[]): BatchWrite[] {
   return [
-    { addTo: 'usage_rollups', key: ROLLUP_KEY, sums: ROLLUP_SUMS, rows: rollupAdditions(records) },
-    { addTo: 'usage_rollups_by_metadata', key: METADATA_ROLLUP_KEY, sums: ROLLUP_SUMS, rows: metadataRollupAdditions(records) },
-    { addTo: 'usage_rollups_grouped', key: GROUPED_ROLLUP_KEY, sums: ROLLUP_SUMS, rows: groupedRollupAdditions(records) },
-    { addTo: 'usage_rollups_by_day', key: DAY_ROLLUP_KEY, sums: ROLLUP_SUMS, rows: dayRollupAdditions(records) },
+    { addTo: 'usage_rollups', key: ROLLUP_KEY, sums: COUNTED_SUMS, carried: CARRIED_SUMS, rows: rollupAdditions(records) },
+    { addTo: 'usage_rollups_by_metadata', key: METADATA_ROLLUP_KEY, sums: COUNTED_SUMS, carried: CARRIED_SUMS, rows: metadataRollupAdditions(records) },
+    { addTo: 'usage_rollups_grouped', key: GROUPED_ROLLUP_KEY, sums: COUNTED_SUMS, carried: CARRIED_SUMS, rows: groupedRollupAdditions(records) },
+    { addTo: 'usage_rollups_by_day', key: DAY_ROLLUP_KEY, sums: COUNTED_SUMS, carried: CARRIED_SUMS, rows: dayRollupAdditions(records) },
   ];
 }
 
@@ -30,7 +31,7 @@ export function rollupWrites(records: RequestRow[]): BatchWrite[] {
  * UTC day, customer) and per (merchant, UTC day, model; '' when none), in key order.
  */
 function dayRollupAdditions(rows: RequestRow[]): UsageRollupsByDayTable[] {
-  const sums = sumsById<Omit<UsageRollupsByDayTable, RollupSum>>();
+  const sums = sumsById<Omit<UsageRollupsByDayTable, keyof UsageRollupSums>>();
   const add = (row: RequestRow, day: string, dimension: UsageRollupsByDayTable['dimension'], key: string) =>
     sums.add(JSON.stringify([row.merchant_id, dimension, day, key]), row, () => ({ merchant_id: row.merchant_id, dimension, day_start: day, key }));
   for (const row of rows) {
@@ -48,7 +49,7 @@ function dayRollupAdditions(rows: RequestRow[]): UsageRollupsByDayTable[] {
  * in no customer's or meter's group), summed in memory, in key order.
  */
 function groupedRollupAdditions(rows: RequestRow[]): UsageRollupsGroupedTable[] {
-  const sums = sumsById<Omit<UsageRollupsGroupedTable, RollupSum>>();
+  const sums = sumsById<Omit<UsageRollupsGroupedTable, keyof UsageRollupSums>>();
   const bucketOf = bucketCache();
   const add = (row: RequestRow, bucket: string, dimension: UsageRollupsGroupedTable['dimension'], key: string, value: string) =>
     sums.add(JSON.stringify([row.merchant_id, dimension, key, value, bucket]), row, () => ({ merchant_id: row.merchant_id, dimension, key, value, bucket_start: bucket }));
@@ -67,7 +68,7 @@ function groupedRollupAdditions(rows: RequestRow[]): UsageRollupsGroupedTable[] 
  * meter), summed in memory, in key order (concurrent writers lock rollup rows in one order).
  */
 function rollupAdditions(rows: RequestRow[]): UsageRollupsTable[] {
-  const sums = sumsById<Omit<UsageRollupsTable, RollupSum>>();
+  const sums = sumsById<Omit<UsageRollupsTable, keyof UsageRollupSums>>();
   const bucketOf = bucketCache();
   for (const row of rows) {
     const key = {
@@ -86,7 +87,7 @@ function rollupAdditions(rows: RequestRow[]): UsageRollupsTable[] {
  * customer, meter) for every pair a record carries, summed in memory, in key order.
  */
 function metadataRollupAdditions(rows: RequestRow[]): UsageRollupsByMetadataTable[] {
-  const sums = sumsById<Omit<UsageRollupsByMetadataTable, RollupSum>>();
+  const sums = sumsById<Omit<UsageRollupsByMetadataTable, keyof UsageRollupSums>>();
   const bucketOf = bucketCache();
   for (const row of rows) {
     const pairs = Object.entries(JSON.parse(row.metadata) as Record<string, string>);
@@ -122,9 +123,9 @@ function bucketCache(): (createdAt: string) => string {
 }
 
 /**
- * Rollup rows summed in memory, one per id (its key columns as text), handed back in id order:
- * concurrent writers lock rollup rows in one order. A row is made from its key columns, with
- * every sum at zero, the first time its id comes up.
+ * Rollup rows summed in memory, one per id (its key columns as text), handed back in id order
+ * (concurrent writers lock rollup rows in one order) with each carried sum as its stored parts. A
+ * row is made from its key columns, with every sum at zero, the first time its id comes up.
  */
 function sumsById<K extends object>() {
   const byId = new Map<string, K & Record<RollupSum, bigint>>();
@@ -137,7 +138,7 @@ function sumsById<K extends object>() {
       }
       addRecordTo(sum, row);
     },
-    inIdOrder: () => inIdOrder(byId),
+    inIdOrder: () => inIdOrder(byId).map(asStored),
   };
 }
 
@@ -156,6 +157,20 @@ function inIdOrder<T>(byId: Map<string, T>): T[] {
   return [...byId.entries()].sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0)).map(([, v]) => v);
 }
 
+/**
+ * A row summed in memory as the rollup stores it: each carried sum split into its remainder and
+ * carry (exact-sum.ts), which the upsert adds to the stored parts. Done in place: the row is new.
+ */
+function asStored<K extends object>(row: K & Record<RollupSum, bigint>): K & UsageRollupSums {
+  const stored = row as Record<string, unknown>;
+  for (const column of CARRIED_SUMS) {
+    const { rest, carry } = carriedParts(row[column]);
+    stored[column] = rest;
+    stored[carryOf(column)] = carry;
+  }
+  return row as unknown as K & UsageRollupSums;
+}
+
 /** The rollup columns that accumulate; everything else in a rollup row is its key. */
 export const ROLLUP_SUMS = [
   'requests',
@@ -168,6 +183,14 @@ export const ROLLUP_SUMS = [
   'merchant_cost',
 ] as const;
 type RollupSum = (typeof ROLLUP_SUMS)[number];
+
+/**
+ * The sums kept exact at any size with a carry column (decision 0042): tokens and money, which
+ * a quarter-hour of large records can take past 2^63. The count of requests, one per record,
+ * cannot get there.
+ */
+export const CARRIED_SUMS = ['tokens', 'usage_cost', 'fee', 'service_charge', 'request_cost', 'wallet_cost', 'merchant_cost'] as const satisfies readonly RollupSum[];
+const COUNTED_SUMS = ['requests'] as const satisfies readonly RollupSum[];
 
 /** The primary keys the rollup upserts conflict on. */
 const ROLLUP_KEY = ['merchant_id', 'bucket_start', 'connection_id', 'meter_id'] as const;

@@ -176,16 +176,27 @@ export interface RequestMetadataTable {
   created_at: string;
 }
 
-/** The sums every usage rollup table accumulates (rollups.ts ROLLUP_SUMS), whatever its key. */
+/**
+ * The sums every usage rollup table accumulates (rollups.ts ROLLUP_SUMS), whatever its key. Each
+ * sum but the count of requests is carried (exact-sum.ts): the column holds its remainder by 10^18
+ * and `<sum>_carry` how many 10^18 it holds besides (null for none).
+ */
 export interface UsageRollupSums {
   requests: bigint;
   tokens: bigint;
+  tokens_carry: bigint | null;
   usage_cost: bigint;
+  usage_cost_carry: bigint | null;
   fee: bigint;
+  fee_carry: bigint | null;
   service_charge: bigint;
+  service_charge_carry: bigint | null;
   request_cost: bigint;
+  request_cost_carry: bigint | null;
   wallet_cost: bigint;
+  wallet_cost_carry: bigint | null;
   merchant_cost: bigint;
+  merchant_cost_carry: bigint | null;
 }
 
 export interface UsageRollupsTable extends UsageRollupSums {

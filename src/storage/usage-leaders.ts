@@ -7,8 +7,8 @@
 import { sql, type Kysely, type RawBuilder } from 'kysely';
 import { DAY_MS, type UsageRange } from '../domain/usage-window.ts';
 import type { Database } from './schema.ts';
-import { ROLLUP_SUMS } from './rollups.ts';
-import { exactSumColumns, exactSumForOrdering, exactSumOf } from './exact-sum.ts';
+import { CARRIED_SUMS, ROLLUP_SUMS } from './rollups.ts';
+import { carriedSumColumns, carriedSumForOrdering, carryOf, exactSumOf } from './exact-sum.ts';
 import { emptySums, isoOf, type UsageSums } from './usage.ts';
 
 /** What each rollup sum adds up, read from the records themselves (as the rollups are written). */
@@ -28,17 +28,29 @@ export type UsageLeader = { key: string; sums: UsageSums };
 /** One row of exactSumColumns parts per rollup sum, and the group's key. */
 type PartsRow = { key: string | null } & Record<string, unknown>;
 
-/** The rollup sums as exact parts (exact-sum.ts): a customer's or a model's total may pass 2^63 units. */
-function sumParts(expressionOf: (field: (typeof ROLLUP_SUMS)[number]) => string | RawBuilder<unknown>) {
-  return ROLLUP_SUMS.flatMap((f) => exactSumColumns(expressionOf(f), f));
-}
+/** A union part's rollup sums with their carries, as a rollup table stores them. */
+const STORED_SUMS = [...ROLLUP_SUMS, ...CARRIED_SUMS.map(carryOf)];
 
+/**
+ * The union's sums as exact parts (exact-sum.ts): a customer's or a model's total may pass 2^63
+ * units. The count of requests, one per record, cannot.
+ */
+const SUMMED_PARTS = [sql<unknown>`sum(u.requests)`.as('requests_low'), ...CARRIED_SUMS.flatMap((f) => carriedSumColumns(`u.${f}`, f))];
+
+/**
+ * The rows as leaders, in the ranking's order decided on the exact sums: SQLite orders (and so
+ * picks the top rows) by a double, which cannot tell apart totals within about 1e-15 of each other.
+ */
 function leadersOf(rows: readonly PartsRow[]): UsageLeader[] {
-  return rows.map((row) => {
+  const leaders = rows.map((row) => {
     const sums = emptySums();
     for (const f of ROLLUP_SUMS) sums[f] = exactSumOf(row, f);
     return { key: row.key ?? '', sums };
   });
+  const descending = (a: bigint, b: bigint) => (a > b ? -1 : a < b ? 1 : 0);
+  return leaders.sort(
+    (a, b) => descending(a.sums.request_cost, b.sums.request_cost) || descending(a.sums.requests, b.sums.requests) || (a.key < b.key ? -1 : a.key > b.key ? 1 : 0),
+  );
 }
 
 /**
@@ -60,14 +72,14 @@ function splitAtUtcDays(range: UsageRange): { wholeDays: [string, string] | null
 function dailyRows(db: Kysely<Database>, merchantId: string, dimension: 'customer' | 'model', days: [string, string]) {
   return db
     .selectFrom('usage_rollups_by_day')
-    .select(['key', ...ROLLUP_SUMS])
+    .select(['key', ...STORED_SUMS])
     .where('merchant_id', '=', merchantId)
     .where('dimension', '=', dimension)
     .where('day_start', '>=', days[0])
     .where('day_start', '<', days[1]);
 }
 
-/** One part of a leaders union: rows of (key, the rollup sums), whichever table they come from. */
+/** One part of a leaders union: rows of (key, the rollup sums and carries), whichever table they come from. */
 type UnionPart = ReturnType<typeof dailyRows>;
 
 /** The groups of the union ranked: exact sums per key, highest request cost first, then most requests, then key. */
@@ -77,9 +89,9 @@ async function ranked(db: Kysely<Database>, parts: UnionPart[], limit: number): 
   const union = rest.reduce((q, part) => q.unionAll(part), first);
   const rows = await db
     .selectFrom(union.as('u'))
-    .select(['u.key as key', ...sumParts((f) => sql.ref(`u.${f}`))])
+    .select(['u.key as key', ...SUMMED_PARTS])
     .groupBy('u.key')
-    .orderBy(exactSumForOrdering(sql.ref('u.request_cost')), 'desc')
+    .orderBy(carriedSumForOrdering('u.request_cost'), 'desc')
     .orderBy(sql`sum(u.requests)`, 'desc')
     .orderBy('u.key')
     .limit(limit)
@@ -95,7 +107,7 @@ export async function topCustomers(db: Kysely<Database>, merchantId: string, ran
   return leaders(db, merchantId, 'customer', range, limit, (from, to) =>
     db
       .selectFrom('usage_rollups')
-      .select(['connection_id as key', ...ROLLUP_SUMS])
+      .select(['connection_id as key', ...STORED_SUMS])
       .where('merchant_id', '=', merchantId)
       .where('bucket_start', '>=', from)
       .where('bucket_start', '<', to)
@@ -115,6 +127,8 @@ export async function topModels(db: Kysely<Database>, merchantId: string, range:
       .select([
         sql<string>`coalesce(requests.model, '')`.as('key'),
         ...ROLLUP_SUMS.map((f) => RECORD_EXPRESSIONS[f].as(f)),
+        // A record's own amounts fit their columns: it carries nothing (typed, for PostgreSQL's union).
+        ...CARRIED_SUMS.map((f) => sql<null>`cast(null as bigint)`.as(carryOf(f))),
       ])
       .where('requests.merchant_id', '=', merchantId)
       .where('requests.created_at', '>=', from)

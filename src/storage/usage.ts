@@ -8,7 +8,8 @@ import { dayIndexOf, type UsageRange } from '../domain/usage-window.ts';
 import { requestConditions, type MetadataPair, type RequestFilters } from './request-queries.ts';
 import type { Database, UsageRollupsGroupedTable } from './schema.ts';
 import type { Storage } from './db.ts';
-import { ROLLUP_SUMS } from './rollups.ts';
+import { CARRIED_SUMS, ROLLUP_SUMS } from './rollups.ts';
+import { carriedSumColumns, carriedTotal, carryOf, exactSumColumns, exactSumOf } from './exact-sum.ts';
 
 /** A usage report's sums are the rollups' accumulating columns (ROLLUP_SUMS), by the same names. */
 type UsageField = (typeof ROLLUP_SUMS)[number];
@@ -16,7 +17,7 @@ type UsageField = (typeof ROLLUP_SUMS)[number];
 /** Counts and money (1e-10 units), all exact bigints. */
 export type UsageSums = Record<UsageField, bigint>;
 
-type BucketRow = { bucket: string } & Record<UsageField, unknown>;
+type BucketRow = { bucket: string } & UsageSums;
 
 export function emptySums(): UsageSums {
   return Object.fromEntries(ROLLUP_SUMS.map((f) => [f, 0n])) as UsageSums;
@@ -83,10 +84,25 @@ function groupRows(db: Kysely<Database>, merchantId: string, range: UsageRange, 
     .where('bucket_start', '<', isoOf(range.endMs));
 }
 
-function bucketsFromGroup(db: Kysely<Database>, merchantId: string, range: UsageRange, group: Group): Promise<BucketRow[]> {
-  return groupRows(db, merchantId, range, group)
-    .select(['bucket_start as bucket', ...ROLLUP_SUMS])
-    .execute() as Promise<BucketRow[]>;
+async function bucketsFromGroup(db: Kysely<Database>, merchantId: string, range: UsageRange, group: Group): Promise<BucketRow[]> {
+  const rows = await groupRows(db, merchantId, range, group)
+    .select(['bucket_start as bucket', ...ROLLUP_SUMS, ...CARRIED_SUMS.map(carryOf)])
+    .execute();
+  return rows.map((row) => {
+    const sums = emptySums();
+    sums.requests = toBigInt(row.requests);
+    for (const f of CARRIED_SUMS) sums[f] = carriedTotal(row[f], row[carryOf(f)]);
+    return { bucket: row.bucket, ...sums };
+  });
+}
+
+/** Rows of a bucket and the parts of its exact sums (exact-sum.ts) as bucket rows. */
+function summedBuckets(rows: readonly object[]): BucketRow[] {
+  return rows.map((row) => {
+    const sums = emptySums();
+    for (const f of ROLLUP_SUMS) sums[f] = exactSumOf(row, f);
+    return { bucket: (row as { bucket: string }).bucket, ...sums };
+  });
 }
 
 /**
@@ -130,12 +146,9 @@ async function bucketsFromRollups(
   filters: RequestFilters,
   pair?: MetadataPair,
 ): Promise<BucketRow[]> {
-  return db
+  const rows = await db
     .selectFrom(pair ? 'usage_rollups_by_metadata' : 'usage_rollups')
-    .select((eb) => [
-      'bucket_start as bucket',
-      ...ROLLUP_SUMS.map((f) => eb.fn.sum<string | number | bigint | null>(f).as(f)),
-    ])
+    .select(['bucket_start as bucket', sql<unknown>`sum(requests)`.as('requests_low'), ...CARRIED_SUMS.flatMap((f) => carriedSumColumns(f, f))])
     .where('merchant_id', '=', merchantId)
     // Only the per-pair table has these columns, and only it is read when there is a pair.
     .$if(pair !== undefined, (q) => q.where(sql.ref('key'), '=', pair![0]).where(sql.ref('value'), '=', pair![1]))
@@ -144,7 +157,8 @@ async function bucketsFromRollups(
     .$if(filters.connectionId !== undefined, (q) => q.where('connection_id', '=', filters.connectionId!))
     .$if(filters.meterId !== undefined, (q) => q.where('meter_id', '=', filters.meterId!))
     .groupBy('bucket_start')
-    .execute() as Promise<BucketRow[]>;
+    .execute();
+  return summedBuckets(rows);
 }
 
 /**
@@ -158,16 +172,16 @@ const bucketOfCreatedAt = sql<string>`substr(requests.created_at, 1, 14) || case
   when substr(requests.created_at, 15, 2) < '45' then '30'
   else '45' end || ':00.000Z'`;
 
-/** The same sums as a rollup row, computed from the records themselves. */
-export const RECORD_SUMS = [
-  sql<unknown>`count(*)`.as('requests'),
-  sql<unknown>`sum(requests.input_tokens + requests.output_tokens)`.as('tokens'),
-  sql<unknown>`sum(requests.input_cost + requests.output_cost)`.as('usage_cost'),
-  sql<unknown>`sum(requests.fee_amount)`.as('fee'),
-  sql<unknown>`sum(requests.service_charge_amount)`.as('service_charge'),
-  sql<unknown>`sum(requests.total_request_cost)`.as('request_cost'),
-  sql<unknown>`sum(requests.total_wallet_cost)`.as('wallet_cost'),
-  sql<unknown>`sum(requests.total_merchant_cost)`.as('merchant_cost'),
+/** The same sums as a rollup row, computed exactly (exact-sum.ts) from the records themselves. */
+const RECORD_SUMS = [
+  sql<unknown>`count(*)`.as('requests_low'),
+  ...exactSumColumns(sql`requests.input_tokens + requests.output_tokens`, 'tokens'),
+  ...exactSumColumns(sql`requests.input_cost + requests.output_cost`, 'usage_cost'),
+  ...exactSumColumns('requests.fee_amount', 'fee'),
+  ...exactSumColumns('requests.service_charge_amount', 'service_charge'),
+  ...exactSumColumns('requests.total_request_cost', 'request_cost'),
+  ...exactSumColumns('requests.total_wallet_cost', 'wallet_cost'),
+  ...exactSumColumns('requests.total_merchant_cost', 'merchant_cost'),
 ];
 
 /**
@@ -183,7 +197,7 @@ async function bucketsFromRecords(
 ): Promise<BucketRow[]> {
   const [first, ...rest] = filters.metadata;
   if (!first) throw new Error('bucketsFromRecords needs at least one metadata pair');
-  return db
+  const rows = await db
     .selectFrom('request_metadata as m0')
     .innerJoin('requests', 'requests.id', 'm0.request_pk')
     .select([bucketOfCreatedAt.as('bucket'), ...RECORD_SUMS])
@@ -196,5 +210,6 @@ async function bucketsFromRecords(
     .where('requests.status', '!=', 'pending')
     .where(requestConditions(merchantId, filters, rest))
     .groupBy(bucketOfCreatedAt)
-    .execute() as Promise<BucketRow[]>;
+    .execute();
+  return summedBuckets(rows);
 }

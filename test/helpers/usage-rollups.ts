@@ -1,4 +1,5 @@
 import type { Kysely } from 'kysely';
+import { carriedTotal, carryOf } from '../../src/storage/exact-sum.ts';
 import type { Database } from '../../src/storage/schema.ts';
 
 const SUMS = ['requests', 'tokens', 'usage_cost', 'fee', 'service_charge', 'request_cost', 'wallet_cost', 'merchant_cost'] as const;
@@ -32,7 +33,8 @@ export async function storedMetadataRollups(db: Kysely<Database>, merchantIds: s
       bucket_start: r.bucket_start,
       connection_id: r.connection_id,
       meter_id: r.meter_id,
-      ...(Object.fromEntries(SUMS.map((s) => [s, String(r[s])])) as Record<(typeof SUMS)[number], string>),
+      // A carried sum is its column and its carry together (exact-sum.ts); requests has no carry.
+      ...(Object.fromEntries(SUMS.map((s) => [s, String(s === 'requests' ? r[s] : carriedTotal(r[s], r[carryOf(s)]))])) as Record<(typeof SUMS)[number], string>),
     })),
   );
 }
