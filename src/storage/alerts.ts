@@ -7,7 +7,7 @@
 import type { Transaction } from 'kysely';
 import { newId } from '../domain/ids.ts';
 import type { Storage } from './db.ts';
-import { exactSumColumns, exactSumOf } from './exact-sum.ts';
+import { carriedSumColumns, exactSumOf } from './exact-sum.ts';
 import { insertWithinMerchantLimit, newestFirstPage, type PageRequest } from './pages.ts';
 import type { AlertFiringsTable, AlertKind, AlertPeriod, AlertsTable, Database, SpendKeysTable } from './schema.ts';
 
@@ -141,7 +141,8 @@ export async function customerSpendSince(storage: Storage, merchantId: string, c
   const rows = await storage.db
     .selectFrom('usage_rollups_by_day')
     .select('key')
-    .select(exactSumColumns('wallet_cost', 'spend'))
+    // A daily rollup's sum carries past 10^18 units (decision 0042): its carry counts too.
+    .select(carriedSumColumns('wallet_cost', 'spend'))
     .where('merchant_id', '=', merchantId)
     .where('dimension', '=', 'customer')
     .where('key', 'in', connectionIds)
