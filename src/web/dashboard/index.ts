@@ -2,6 +2,7 @@ import type { FastifyInstance } from 'fastify';
 import type { AppDeps } from '../../app-deps.ts';
 import { loadSession } from '../session.ts';
 import { registerAccountPages } from './account.ts';
+import { registerAlertPages } from './alerts.ts';
 import { registerCustomerPages } from './customers.ts';
 import { registerMeterPages } from './meters.ts';
 import { registerOverviewPage } from './overview.ts';
@@ -45,6 +46,7 @@ export function registerDashboardRoutes(app: FastifyInstance, deps: AppDeps): vo
     registerPaymentPages(pages, deps);
     registerUsagePages(pages, deps);
     registerPaymentRefundPages(pages, deps);
+    registerAlertPages(pages, deps);
     registerAccountPages(pages, deps);
   });
 }

@@ -14,6 +14,7 @@ export const NAV = [
   ['/dashboard/payments', 'Payments'],
   ['/dashboard/spend-keys', 'Spend keys'],
   ['/dashboard/webhooks', 'Webhooks'],
+  ['/dashboard/alerts', 'Alerts'],
   ['/dashboard/secret-keys', 'Secret keys'],
   ['/dashboard/account', 'Account'],
 ] as const;
