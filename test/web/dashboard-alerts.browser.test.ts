@@ -2,7 +2,7 @@ import { describe, expect, it } from 'vitest';
 import { dateOf } from '../../src/domain/clock.ts';
 import { evaluateAlerts } from '../../src/services/alert-round.ts';
 import { seriousAccessibilityViolations, VIEWPORTS } from '../helpers/browser.ts';
-import { useSignedInDashboard } from '../helpers/dashboard.ts';
+import { otherMerchantPage, useSignedInDashboard } from '../helpers/dashboard.ts';
 
 /**
  * The Alerts page in real Chromium: rules are created, changed and deleted through the same
@@ -83,6 +83,27 @@ describe('dashboard alerts (Chromium)', () => {
     expect(await post('Delete the alert')).toBe(303);
     await d.page.waitForSelector('#alert-notice');
     expect((await d.api('GET', `/v1/alerts/${alert.alert_id}`)).status).toBe(404);
+  });
+
+  it("shows another merchant's alert to no one else: its pages answer 404 and its forms change nothing", async () => {
+    const customer = (await d.api('POST', '/v1/customers', {})).body;
+    const alert = (await d.api('POST', '/v1/alerts', { kind: 'low_balance', customer_id: customer.customer_id, threshold: '1' })).body;
+    const other = await otherMerchantPage(d, 'other-alerts@shop.example');
+    try {
+      for (const path of [`/dashboard/alerts/${alert.alert_id}`, `/dashboard/alerts/${alert.alert_id}/delete`]) {
+        expect((await other.page.goto(`${d.base}${path}`))?.status(), path).toBe(404);
+      }
+      await other.page.goto(`${d.base}/dashboard/alerts`);
+      expect(await other.page.textContent('main')).not.toContain(alert.alert_id);
+      const csrf = await other.page.getAttribute('input[name="_csrf"]', 'value');
+      for (const [path, form] of [[`/dashboard/alerts/${alert.alert_id}`, { threshold: '9' }], [`/dashboard/alerts/${alert.alert_id}/delete`, {}]] as const) {
+        const res = await other.page.request.post(`${d.base}${path}`, { form: { ...form, _csrf: csrf ?? '' }, maxRedirects: 0 });
+        expect(res.status(), path).toBe(404);
+      }
+    } finally {
+      await other.close();
+    }
+    expect((await d.api('GET', `/v1/alerts/${alert.alert_id}`)).body).toMatchObject({ threshold: '1.0000000000' });
   });
 
   it('refuses the forms without their CSRF token', async () => {

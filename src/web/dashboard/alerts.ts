@@ -12,7 +12,6 @@ import {
   alertUpdateBody,
   changeAlert,
   createAlert,
-  getAlert,
   listAlertPage,
   listFiringPage,
   presentAlert,
@@ -20,11 +19,11 @@ import {
   removeAlert,
   type Alert,
 } from '../../services/alerts.ts';
-import type { AlertFiringRow, AlertRow } from '../../storage/alerts.ts';
+import { findAlert, type AlertFiringRow, type AlertRow } from '../../storage/alerts.ts';
 import { customerNames } from '../../storage/customer-names.ts';
 import { customerLink, formatsFor, type Formats } from '../format.ts';
 import { html, type SafeHtml } from '../html.ts';
-import { assertCsrf } from '../session.ts';
+import { assertCsrf, WebError } from '../session.ts';
 import { confirmLink, sendConfirmPage } from './confirm.ts';
 import { formSummary, formText, selectField, submit, textField, type FieldErrors, type Form, type FormSpec } from './form-fields.ts';
 import { csrfField, merchantOf, sendDashboardPage } from './shell.ts';
@@ -64,6 +63,13 @@ function alertBody(form: Form, fields: readonly string[]): Record<string, unknow
 
 type FormState = { form: Form; errors: FieldErrors; status: number };
 
+/** The signed-in merchant's alert the path names, or the dashboard's 404 page. */
+async function alertOf(deps: AppDeps, request: FastifyRequest<{ Params: { id: string } }>): Promise<AlertRow> {
+  const row = await findAlert(deps.storage, merchantOf(request), request.params.id);
+  if (!row) throw new WebError(404, `No alert with id ${request.params.id}.`);
+  return row;
+}
+
 export function registerAlertPages(app: FastifyInstance, deps: AppDeps): void {
   const fmt = formatsFor(deps.config.currency);
 
@@ -99,7 +105,7 @@ ${firingTable('Recent firings', firings, byId, names, fmt)}`,
 
   const rulePage = async (request: FastifyRequest<{ Params: { id: string } }>, reply: FastifyReply, edit?: FormState, notice?: string) => {
     const merchantId = merchantOf(request);
-    const row = await getAlert(deps.storage, merchantId, request.params.id);
+    const row = await alertOf(deps, request);
     const alert = presentAlert(row, new Date(nowOf(deps)));
     const names = await customerNames(deps.storage, merchantId, [row.connection_id]);
     const firings = (await listFiringPage(deps.storage, merchantId, row.id, undefined, FIRINGS_SHOWN)).slice(0, FIRINGS_SHOWN);
@@ -127,16 +133,17 @@ ${firingTable('Firings', firings, new Map([[row.id, row]]), names, fmt)}
 
   app.post<{ Params: { id: string } }>('/dashboard/alerts/:id', async (request, reply) => {
     assertCsrf(request);
+    const row = await alertOf(deps, request);
     const form = (request.body ?? {}) as Form;
     const done = await submit(alertUpdateBody, alertBody(form, ['threshold', 'period', 'enabled']), ALERT_FORM, (parsed) =>
-      changeAlert(deps, merchantOf(request), request.params.id, parsed),
+      changeAlert(deps, merchantOf(request), row.id, parsed),
     );
     if (!done.ok) return rulePage(request, reply, { form, errors: done.errors, status: done.status });
     return reply.redirect(`/dashboard/alerts/${encodeURIComponent(done.value.id)}?saved=1`, 303);
   });
 
   app.get<{ Params: { id: string } }>('/dashboard/alerts/:id/delete', async (request, reply) => {
-    const row = await getAlert(deps.storage, merchantOf(request), request.params.id);
+    const row = await alertOf(deps, request);
     return sendConfirmPage(request, reply, '/dashboard/alerts', {
       question: `Delete the alert ${row.id}?`,
       consequence: 'It stops being checked and its firings are deleted with it. Events already sent stay with your webhooks. This cannot be undone.',
@@ -148,7 +155,8 @@ ${firingTable('Firings', firings, new Map([[row.id, row]]), names, fmt)}
 
   app.post<{ Params: { id: string } }>('/dashboard/alerts/:id/delete', async (request, reply) => {
     assertCsrf(request);
-    await removeAlert(deps.storage, merchantOf(request), request.params.id);
+    const row = await alertOf(deps, request);
+    await removeAlert(deps.storage, merchantOf(request), row.id);
     return reply.redirect('/dashboard/alerts?deleted=1', 303);
   });
 }
