@@ -310,10 +310,10 @@ async function complete(
   else if (purchase.kind === 'funds') await fund('prepaid', payment.amount, 'Checkout top-up');
   else {
     const live = await trx.selectFrom('subscriptions').selectAll().where('connection_id', '=', customer.id).where('status', '<>', 'cancelled').executeTakeFirst();
-    if (!live) subscriptionId = (await insertPaidSubscription(trx, session.merchant_id, customer, purchase.plan, input.at)).id;
+    if (!live) subscriptionId = (await insertPaidSubscription(trx, session.merchant_id, customer, purchase.plan, input.at, payment.amount > 0n ? payment.id : null)).id;
     else {
       // A subscriber changes plan (plan-changes.ts); what no change took is kept as prepaid funds.
-      const changed = await changePlanAtCheckout(trx, live, customer, purchase.plan, { amount: payment.amount, reference: payment.id }, input.at);
+      const changed = await changePlanAtCheckout(trx, live, customer, purchase.plan, { amount: payment.amount, paymentId: payment.id }, input.at);
       subscriptionId = changed.subscriptionId;
       if (changed.leftOver > 0n) await fund('prepaid', changed.leftOver, `${purchase.plan.name}: paid while already subscribed`);
     }

@@ -78,14 +78,14 @@ export async function changePlanAtCheckout(
   live: SubscriptionRow,
   customer: Customer,
   plan: PlanRow,
-  paid: { amount: bigint; reference: string },
+  paid: { amount: bigint; paymentId: string },
   at: Date,
 ): Promise<{ subscriptionId: string | null; leftOver: bigint }> {
   if (!isRunning(live)) return { subscriptionId: null, leftOver: paid.amount };
   const current = await trx.selectFrom('plans').selectAll().where('id', '=', live.plan_id).executeTakeFirstOrThrow();
   const kind = planChangeOf(current, plan);
   if (kind === 'upgrade' && paid.amount === BigInt(plan.period_amount)) {
-    const upgraded = await upgradeNow(trx, live, customer, current, plan, paid.reference, at);
+    const upgraded = await upgradeNow(trx, live, customer, current, plan, paid.paymentId, at);
     return upgraded ? { subscriptionId: live.id, leftOver: 0n } : { subscriptionId: null, leftOver: paid.amount };
   }
   if (kind === 'downgrade') {
@@ -110,7 +110,7 @@ export async function upgradeNow(
   customer: Customer,
   current: PlanRow,
   plan: PlanRow,
-  reference: string,
+  paymentId: string,
   at: Date,
 ): Promise<boolean> {
   const stamp = at.toISOString();
@@ -140,7 +140,7 @@ export async function upgradeNow(
     .executeTakeFirst();
   if (Number(written.numUpdatedRows) !== 1) return false;
   // Referenced per upgrade (its payment), apart from the renewals' `<subscription>:<cycle start>`.
-  await grantCycleCredit(trx, sub, customer.wallet_id, plan, `${sub.id}:upgrade:${reference}`, stamp, `upgrade from ${current.name}`);
+  await grantCycleCredit(trx, sub, customer.wallet_id, plan, `${sub.id}:upgrade:${paymentId}`, stamp, { note: `upgrade from ${current.name}`, paidBy: paymentId });
   await emitSubscriptionUpdated(trx, upgraded, { type: 'upgrade', status: 'applied', previous_plan_id: current.id, plan_id: plan.id, effective_at: stamp }, stamp);
   return true;
 }

@@ -11,6 +11,7 @@ import { findMerchantPayment, insertRefund, refundedAmounts, refundsOf, settleRe
 import type { Database } from '../storage/schema.ts';
 import type { PaymentRow } from '../storage/subscriptions.ts';
 import { enqueueEvent } from '../webhooks/outbox.ts';
+import { endRefundedPeriod } from './renewals.ts';
 import type { CommerceDeps } from './subscriptions.ts';
 
 /**
@@ -31,25 +32,44 @@ export type RefundResult =
   | { ok: true; refund: RefundRow; payment: PaymentRow }
   | { ok: false; reason: 'not_found' | 'not_refundable' | 'exceeds_refundable'; message: string };
 
-/** The credit a payment put into a wallet: its `customer_payment` ledger transaction's wallet leg. */
-type PaymentCredit = { walletId: string; bucket: 'prepaid' | 'bundle'; amount: bigint } | null;
+/**
+ * The credit a payment put into a wallet: the wallet leg of its `customer_payment` ledger
+ * transaction (a top-up, a bundle), or of the `plan_credit` grant it paid for (a plan period,
+ * linked by its `credit_reference`: that cycle credit).
+ */
+type PaymentCredit = { walletId: string; bucket: RefundBucket; amount: bigint } | null;
+type RefundBucket = NonNullable<RefundRow['bucket']>;
 
-async function creditOfPayment(trx: Transaction<Database>, payment: PaymentRow): Promise<PaymentCredit | 'plan'> {
+/** What a payment credited, and for a plan period's payment the subscription it paid; 'unlinked': a plan period paid before payments named their credit. */
+type CreditOfPayment = { credit: PaymentCredit; subscriptionId: string | null } | 'unlinked';
+
+async function creditOfPayment(trx: Transaction<Database>, payment: PaymentRow): Promise<CreditOfPayment> {
+  const own = await walletLegOf(trx, payment.merchant_id, 'customer_payment', payment.id);
+  if (own && own.bucket !== 'cycle') return { credit: own, subscriptionId: null };
+  if (payment.failure_reason !== null && (UNCREDITED_REASONS as readonly string[]).includes(payment.failure_reason)) return { credit: null, subscriptionId: null };
+  if (payment.credit_reference === null) return 'unlinked';
+  // A plan whose credit is zero (or a wallet at its maximum) granted nothing: nothing to take back.
+  const granted = await walletLegOf(trx, payment.merchant_id, 'plan_credit', payment.credit_reference);
+  return { credit: granted, subscriptionId: subscriptionOfCredit(payment.credit_reference) };
+}
+
+/** A plan credit's reference starts with its subscription's id (`<subscription>:…`, subscriptions.ts grantCycleCredit). */
+const subscriptionOfCredit = (reference: string) => reference.slice(0, reference.indexOf(':'));
+
+async function walletLegOf(trx: Transaction<Database>, merchantId: string, kind: 'customer_payment' | 'plan_credit', reference: string): Promise<PaymentCredit> {
   const legs = await trx
     .selectFrom('ledger_transactions as t')
     .innerJoin('ledger_postings as p', 'p.transaction_id', 't.id')
     .select(['p.account', 'p.amount'])
-    .where('t.merchant_id', '=', payment.merchant_id)
-    .where('t.kind', '=', 'customer_payment')
-    .where('t.reference', '=', payment.id)
+    .where('t.merchant_id', '=', merchantId)
+    .where('t.kind', '=', kind)
+    .where('t.reference', '=', reference)
     .execute();
   for (const leg of legs) {
     const wallet = parseWalletAccount(leg.account);
-    if (wallet && wallet.bucket !== 'cycle') return { walletId: wallet.walletId, bucket: wallet.bucket, amount: BigInt(leg.amount) };
+    if (wallet) return { walletId: wallet.walletId, bucket: wallet.bucket, amount: BigInt(leg.amount) };
   }
-  if (payment.failure_reason !== null && (UNCREDITED_REASONS as readonly string[]).includes(payment.failure_reason)) return null;
-  // A plan's period: its credit is the plan's cycle credit, which a refund does not take back.
-  return 'plan';
+  return null;
 }
 
 /** What the payment's refunds so far, and its wallet now, allow. The wallet is locked (PostgreSQL). */
@@ -60,7 +80,7 @@ async function basisOf(deps: CommerceDeps, trx: Transaction<Database>, payment: 
     const wallet = (await lockWallets(trx, deps.storage.dialect, [credit.walletId])).get(credit.walletId);
     if (wallet) {
       const balance = BigInt(wallet.balance);
-      const inBucket = credit.bucket === 'bundle' ? BigInt(wallet.bundle_credit) : balance - BigInt(wallet.cycle_credit) - BigInt(wallet.bundle_credit);
+      const inBucket = bucketOf(wallet, credit.bucket);
       const free = balance - BigInt(wallet.held);
       unspent = inBucket < free ? inBucket : free;
     }
@@ -75,6 +95,13 @@ async function basisOf(deps: CommerceDeps, trx: Transaction<Database>, payment: 
   };
 }
 
+/** What a wallet's bucket holds now. */
+function bucketOf(wallet: { balance: bigint | string; cycle_credit: bigint | string; bundle_credit: bigint | string }, bucket: RefundBucket): bigint {
+  if (bucket === 'cycle') return BigInt(wallet.cycle_credit);
+  if (bucket === 'bundle') return BigInt(wallet.bundle_credit);
+  return BigInt(wallet.balance) - BigInt(wallet.cycle_credit) - BigInt(wallet.bundle_credit);
+}
+
 /**
  * Refunds `amount` of a succeeded payment (by default as much as can be): through the provider,
  * taking back the credit it gave in proportion, at most what the wallet still holds of it.
@@ -87,10 +114,11 @@ export async function refundPayment(deps: CommerceDeps, request: RefundRequest):
     if (payment.status !== 'succeeded' || !payment.provider_ref) {
       return { ok: false, reason: 'not_refundable', message: `Only a succeeded payment can be refunded; this one is ${payment.status}.` };
     }
-    const credit = await creditOfPayment(trx, payment);
-    if (credit === 'plan') {
-      return { ok: false, reason: 'not_refundable', message: "This payment paid a plan's period; its plan credit is not taken back by a refund, so it cannot be refunded here." };
+    const credited = await creditOfPayment(trx, payment);
+    if (credited === 'unlinked') {
+      return { ok: false, reason: 'not_refundable', message: "This payment paid a plan's period before payments named the credit they paid for, so the credit to take back is unknown; it cannot be refunded here." };
     }
+    const { credit } = credited;
     const basis = await basisOf(deps, trx, payment, credit);
     const most = maxRefund(basis);
     const amount = request.amount ?? most;
@@ -128,7 +156,7 @@ export async function refundPayment(deps: CommerceDeps, request: RefundRequest):
   return { ...recorded, refund: await askProviderToRefund(deps, recorded.refund, recorded.payment) };
 }
 
-const refundCredit = (refund: RefundRow, credit: { walletId: string; bucket: 'prepaid' | 'bundle' }) => ({
+const refundCredit = (refund: RefundRow, credit: { walletId: string; bucket: RefundBucket }) => ({
   merchantId: refund.merchant_id,
   walletId: credit.walletId,
   bucket: credit.bucket,
@@ -171,8 +199,17 @@ async function settleRefund(deps: CommerceDeps, refund: RefundRow, payment: Paym
     }
     const refunded = (await refundedAmounts(trx, [payment.id])).get(payment.id) ?? 0n;
     await enqueueEvent(trx, { merchantId: refund.merchant_id, type: 'payment.refunded', data: { ...presentRefund(settled), payment: presentPayment(payment, refunded) }, at: stamp });
+    // A plan period's payment given back in full may end its subscription (decision 0044).
+    if (payment.credit_reference !== null && (await succeededRefunds(trx, payment.id)) >= BigInt(payment.amount)) {
+      await endRefundedPeriod(deps, trx, payment, subscriptionOfCredit(payment.credit_reference), stamp);
+    }
   });
   return settled;
+}
+
+/** What the payment's refunds the provider accepted give back. */
+async function succeededRefunds(trx: Transaction<Database>, paymentId: string): Promise<bigint> {
+  return (await refundsOf(trx, paymentId)).filter((r) => r.status === 'succeeded').reduce((sum, r) => sum + BigInt(r.amount), 0n);
 }
 
 export function presentRefund(row: RefundRow) {

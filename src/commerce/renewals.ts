@@ -102,7 +102,7 @@ async function renew(deps: CommerceDeps, sub: SubscriptionRow, now: Date): Promi
     await storage.db.transaction().execute(async (trx) => {
       if (outcome.paymentId) await transitionPayment(trx, outcome.paymentId, ['pending'], { status: 'succeeded', provider_ref: outcome.providerRef, updated_at: now.toISOString() });
       deps.faultAt?.('credit');
-      await startNextCycle(deps, trx, sub, ending, next);
+      await startNextCycle(deps, trx, sub, ending, next, outcome.paymentId ?? null);
     });
     return 'renewed';
   }
@@ -217,7 +217,7 @@ export async function settleRenewalFromProvider(
     if (!current) return false;
     const ending = (await findPlanIncludingDeleted(storage, sub.plan_id))!;
     const next = (sub.pending_plan_id && (await findPlanIncludingDeleted(storage, sub.pending_plan_id))) || ending;
-    await startNextCycle(deps, trx, sub, ending, next);
+    await startNextCycle(deps, trx, sub, ending, next, payment.id);
     return true;
   });
   return renewed ? 'credited' : 'unchanged';
@@ -252,7 +252,8 @@ async function walletOf(trx: Transaction<Database>, connectionId: string): Promi
   return row.wallet_id;
 }
 
-async function startNextCycle(deps: CommerceDeps, trx: Transaction<Database>, sub: SubscriptionRow, ending: PlanRow, next: PlanRow): Promise<void> {
+/** Starts the cycle after `sub`'s current one, of plan `next`; `paidBy` is the payment of its period (none for a free plan). */
+async function startNextCycle(deps: CommerceDeps, trx: Transaction<Database>, sub: SubscriptionRow, ending: PlanRow, next: PlanRow, paidBy: string | null): Promise<void> {
   // A plan with another interval counts its cycles from the moment it takes over.
   const anchor = next.billing_interval === ending.billing_interval ? (sub.cycle_anchor_at ?? sub.started_at) : sub.cycle_end_at;
   const cycleEnd = nextCycleEnd(new Date(anchor), next.billing_interval, new Date(sub.cycle_end_at)).toISOString();
@@ -290,7 +291,7 @@ async function startNextCycle(deps: CommerceDeps, trx: Transaction<Database>, su
   if (Number(written.numUpdatedRows) !== 1) return;
   const walletId = await walletOf(trx, sub.connection_id);
   await applyRollover(deps, trx, sub, ending, walletId, false);
-  await grantCycleCredit(trx, sub, walletId, next, `${sub.id}:${renewed.cycle_start_at}`, renewed.cycle_start_at);
+  await grantCycleCredit(trx, sub, walletId, next, `${sub.id}:${renewed.cycle_start_at}`, renewed.cycle_start_at, { paidBy });
   await emitSubscriptionEvent(trx, 'subscription.renewed', renewed, renewed.cycle_start_at, {
     previous_plan_id: changing ? ending.id : undefined,
   });
@@ -306,7 +307,7 @@ async function cancel(
   sub: SubscriptionRow,
   ending: PlanRow,
   at: string,
-  reason: 'requested' | 'payment_failed' | 'customer_deleted',
+  reason: 'requested' | 'payment_failed' | 'customer_deleted' | 'payment_refunded',
 ): Promise<void> {
   const written = await trx
     .updateTable('subscriptions')
@@ -333,6 +334,31 @@ export async function cancelDeletedCustomersSubscription(deps: CommerceDeps, trx
   if (!sub || sub.status === 'incomplete') return;
   const ending = await trx.selectFrom('plans').selectAll().where('id', '=', sub.plan_id).executeTakeFirstOrThrow();
   await cancel(deps, trx, sub, ending, at, 'customer_deleted');
+}
+
+/**
+ * A plan period's payment the merchant refunded in full (decision 0044), in the refund's
+ * transaction: when it paid for the cycle running now — it is the subscription's latest plan
+ * payment and the plan has a price, so no later cycle started — the subscription ends at once, as
+ * a cancellation does (what is left of its cycle credit expires), announced by
+ * `subscription.cancelled` with the reason `payment_refunded`. A refund of an earlier cycle's
+ * payment changes nothing of the subscription.
+ */
+export async function endRefundedPeriod(deps: CommerceDeps, trx: Transaction<Database>, payment: PaymentRow, subscriptionId: string, at: string): Promise<boolean> {
+  const sub = await trx.selectFrom('subscriptions').selectAll().where('id', '=', subscriptionId).where('status', 'in', ['active', 'past_due']).executeTakeFirst();
+  if (!sub) return false;
+  const latest = await trx
+    .selectFrom('payments')
+    .select('id')
+    .where('credit_reference', 'like', `${subscriptionId}:%`)
+    .where('status', '=', 'succeeded')
+    .orderBy('created_at', 'desc')
+    .orderBy('id', 'desc')
+    .executeTakeFirst();
+  const plan = await trx.selectFrom('plans').selectAll().where('id', '=', sub.plan_id).executeTakeFirstOrThrow();
+  if (latest?.id !== payment.id || BigInt(plan.period_amount) === 0n) return false;
+  await cancel(deps, trx, sub, plan, at, 'payment_refunded');
+  return true;
 }
 
 async function recordFailure(

@@ -84,36 +84,43 @@ function newSubscriptionRow(merchantId: string, customer: Customer, plan: PlanRo
   };
 }
 
-/** Grants the first cycle's credit and emits `subscription.created`, in the caller's transaction. */
-async function beginFirstCycle(trx: Transaction<Database>, sub: SubscriptionRow, customer: Customer, plan: PlanRow): Promise<void> {
-  await grantCycleCredit(trx, sub, customer.wallet_id, plan, `${sub.id}:${sub.cycle_start_at}`, sub.cycle_start_at);
+/**
+ * Grants the first cycle's credit and emits `subscription.created`, in the caller's transaction;
+ * `paidBy` is the payment of the first period, if any.
+ */
+async function beginFirstCycle(trx: Transaction<Database>, sub: SubscriptionRow, customer: Customer, plan: PlanRow, paidBy: string | null): Promise<void> {
+  await grantCycleCredit(trx, sub, customer.wallet_id, plan, `${sub.id}:${sub.cycle_start_at}`, sub.cycle_start_at, { paidBy });
   await emitSubscriptionEvent(trx, 'subscription.created', sub, sub.cycle_start_at);
 }
 
 /**
  * Funds the wallet's cycle bucket with `plan`'s included credit for a cycle starting at `at`: a
  * subscription's first cycle, each renewal and an upgrade all grant it here. `reference` makes the
- * grant happen once per cycle; `note` tells a grant apart in the ledger's description.
+ * grant happen once per cycle; `note` tells a grant apart in the ledger's description. `paidBy`,
+ * the payment of the period, is linked to the grant (its `credit_reference`), so that a refund of
+ * it knows the credit it paid for (decision 0044).
  */
-export function grantCycleCredit(
+export async function grantCycleCredit(
   trx: Transaction<Database>,
   sub: Pick<SubscriptionRow, 'merchant_id'>,
   walletId: string,
   plan: Pick<PlanRow, 'name' | 'included_credit'>,
   reference: string,
   at: string,
-  note?: string,
-): ReturnType<typeof fundWallet> {
-  return fundWallet(trx, {
+  opts: { note?: string; paidBy?: string | null } = {},
+): Promise<bigint> {
+  const granted = await fundWallet(trx, {
     merchantId: sub.merchant_id,
     walletId,
     bucket: 'cycle',
     amount: BigInt(plan.included_credit),
     source: 'plan_credit',
     reference,
-    description: `${plan.name}: cycle credit${note ? ` (${note})` : ''}`,
+    description: `${plan.name}: cycle credit${opts.note ? ` (${opts.note})` : ''}`,
     at,
   });
+  if (opts.paidBy) await trx.updateTable('payments').set({ credit_reference: reference }).where('id', '=', opts.paidBy).execute();
+  return granted;
 }
 
 /**
@@ -127,10 +134,11 @@ export async function insertPaidSubscription(
   customer: Customer,
   plan: PlanRow,
   at: Date,
+  paidBy: string | null,
 ): Promise<SubscriptionRow> {
   const sub = newSubscriptionRow(merchantId, customer, plan, at, 'active');
   await trx.insertInto('subscriptions').values(sub).execute();
-  await beginFirstCycle(trx, sub, customer, plan);
+  await beginFirstCycle(trx, sub, customer, plan, paidBy);
   return sub;
 }
 
@@ -151,7 +159,7 @@ export async function startSubscription(deps: CommerceDeps, merchantId: string, 
     if (periodAmount === 0n) {
       await storage.db.transaction().execute(async (trx) => {
         await trx.insertInto('subscriptions').values(reserved).execute();
-        await beginFirstCycle(trx, reserved, customer, plan);
+        await beginFirstCycle(trx, reserved, customer, plan, null);
       });
       return { ok: true, subscription: reserved };
     }
@@ -257,7 +265,7 @@ async function startPaidReservation(
       await deleteReservation(trx, sub.id);
       return false;
     }
-    await beginFirstCycle(trx, active, customer, plan);
+    await beginFirstCycle(trx, active, customer, plan, payment.id);
     return true;
   });
   return started ? active : undefined;

@@ -94,20 +94,25 @@ export async function expireBucket(
 }
 
 /**
- * A refund's move of payment credit: `take_back` removes credit a refunded payment gave (kind
+ * A refund's move of payment credit (a top-up's prepaid, a bundle's, or a plan period's cycle
+ * credit): `take_back` removes credit a refunded payment gave (kind
  * `customer_refund`), `restore` puts it back when the provider refused that refund (kind
  * `customer_refund_reversed`); both reference the refund. The caller locked the wallet and decided
  * the amount from it (at most what the bucket holds), in this transaction.
  */
 export async function moveRefundCredit(
   trx: Transaction<Database>,
-  input: { merchantId: string; walletId: string; bucket: 'prepaid' | 'bundle'; amount: bigint; direction: 'take_back' | 'restore'; reference: string; at: string },
+  input: { merchantId: string; walletId: string; bucket: Bucket; amount: bigint; direction: 'take_back' | 'restore'; reference: string; at: string },
 ): Promise<void> {
   if (input.amount <= 0n) return;
   const delta = input.direction === 'take_back' ? -input.amount : input.amount;
   await trx
     .updateTable('wallets')
-    .set((eb) => ({ balance: eb('balance', '+', delta), ...(input.bucket === 'bundle' ? { bundle_credit: eb('bundle_credit', '+', delta) } : {}) }))
+    .set((eb) => ({
+      balance: eb('balance', '+', delta),
+      ...(input.bucket === 'bundle' ? { bundle_credit: eb('bundle_credit', '+', delta) } : {}),
+      ...(input.bucket === 'cycle' ? { cycle_credit: eb('cycle_credit', '+', delta) } : {}),
+    }))
     .where('id', '=', input.walletId)
     .execute();
   await appendTransaction(trx, {
@@ -117,7 +122,8 @@ export async function moveRefundCredit(
     description: input.direction === 'take_back' ? 'Payment refunded' : 'Refund refused by the payment provider',
     legs: [
       { account: walletAccount(input.walletId, input.bucket), amount: delta },
-      { account: customerPaymentsAccount(input.merchantId), amount: -delta },
+      // A plan period's cycle credit was the plan's grant: it goes back to where it came from.
+      { account: input.bucket === 'cycle' ? planCreditAccount(input.merchantId) : customerPaymentsAccount(input.merchantId), amount: -delta },
     ],
     at: input.at,
   });

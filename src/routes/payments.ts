@@ -102,7 +102,7 @@ export function registerPaymentRoutes(app: App, deps: CommerceDeps): void {
           202: z.object({ refund: refundSchema, payment: paymentSchema }).describe('Recorded; the provider has not answered yet and is asked again (the credit is already taken back)'),
           ...standardErrors,
           402: errorResponse('`refund_failed`: the payment provider refused the refund; the credit is put back'),
-          409: errorResponse('`payment_not_refundable` (not succeeded, or a plan period) or `refund_exceeds_unspent_credit`'),
+          409: errorResponse('`payment_not_refundable` (not succeeded, or a plan period paid before payments named their credit) or `refund_exceeds_unspent_credit`'),
         },
       },
     },

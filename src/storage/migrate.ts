@@ -26,6 +26,7 @@ import * as m0022 from './migrations/0022_usage_rollups_grouped.ts';
 import * as m0023 from './migrations/0023_usage_rollups_per_day.ts';
 import * as m0024 from './migrations/0024_alerts.ts';
 import * as m0025 from './migrations/0025_usage_rollups_carry.ts';
+import * as m0026 from './migrations/0026_payment_credit_reference.ts';
 
 /** The ordered, frozen list. New migrations are appended, never inserted or edited. */
 const MIGRATIONS: Record<string, Migration> = {
@@ -54,6 +55,7 @@ const MIGRATIONS: Record<string, Migration> = {
   '0023_usage_rollups_per_day': m0023,
   '0024_alerts': m0024,
   '0025_usage_rollups_carry': m0025,
+  '0026_payment_credit_reference': m0026,
 };
 
 const provider: MigrationProvider = { getMigrations: async () => MIGRATIONS };

@@ -432,6 +432,8 @@ export interface PaymentsTable {
   failure_reason: string | null;
   created_at: string;
   updated_at: string;
+  /** A plan period's payment: the reference of the cycle credit (`plan_credit`) it paid for. */
+  credit_reference: string | null;
 }
 
 export interface RefundsTable {
@@ -441,7 +443,8 @@ export interface RefundsTable {
   amount: bigint;
   credit_amount: bigint;
   wallet_id: string | null;
-  bucket: 'prepaid' | 'bundle' | null;
+  /** Where the credit is taken back from; `cycle` for a plan period's payment (decision 0044). */
+  bucket: 'prepaid' | 'bundle' | 'cycle' | null;
   provider_ref: string | null;
   status: 'pending' | 'succeeded' | 'failed';
   reason: string | null;

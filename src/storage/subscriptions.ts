@@ -204,8 +204,8 @@ export async function latestPaymentMethod(db: Db, connectionId: string): Promise
 }
 
 /** Records a payment about to be attempted; `null` when one with this purpose and reference exists already. */
-export async function insertPayment(db: Db, row: Omit<PaymentRow, 'id'>): Promise<PaymentRow | null> {
-  const full = { id: newId('payment'), ...row };
+export async function insertPayment(db: Db, row: Omit<PaymentRow, 'id' | 'credit_reference'>): Promise<PaymentRow | null> {
+  const full = { id: newId('payment'), ...row, credit_reference: null };
   const inserted = await db
     .insertInto('payments')
     .values(full)
