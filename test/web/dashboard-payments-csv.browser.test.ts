@@ -28,6 +28,7 @@ describe('dashboard payments CSV (Chromium)', () => {
       amount: 1_0000000000n + BigInt(i),
       status: i % 7 === 0 ? 'failed' : 'succeeded',
       failure_reason: i % 7 === 0 ? 'card_declined' : null,
+      credit_reference: null,
       created_at: `${day}T00:00:00.000Z`,
       updated_at: `${day}T00:00:00.000Z`,
     }));
