@@ -1,29 +1,20 @@
 import { Command } from 'commander';
+import type { AppDeps } from '../app-deps.ts';
 import type { Config } from '../config.ts';
-import { isValidEmail } from '../domain/email.ts';
-import type { Storage } from '../storage/db.ts';
-import { isUniqueViolation } from '../storage/errors.ts';
-import { findMerchant, MIN_PASSWORD_LENGTH, normalizedEmail, setMerchantEmail, setMerchantLogin } from '../storage/merchants.ts';
-import { migrateToLatest } from '../storage/migrate.ts';
-import { createPasswordReset, PASSWORD_RESET_TTL_MS } from '../storage/password-resets.ts';
-import { deleteMerchantSessions } from '../storage/sessions.ts';
-import { systemClock } from '../domain/clock.ts';
+import type { ApiError } from '../http/errors.ts';
+import { MIN_PASSWORD_LENGTH, NO_EMAIL, passwordResetToken, PASSWORD_RESET_TTL_MS, setMerchantPassword } from '../services/merchants.ts';
 
 type Tools = {
-  withStorage(work: (storage: Storage) => Promise<void>): Promise<void>;
+  withServices(work: (deps: Pick<AppDeps, 'storage' | 'clock'>) => Promise<void>, messageOf?: (e: ApiError) => string): Promise<void>;
   config(): Config;
   fail(message: string): never;
 };
 
 /** `admin set-password` and `admin reset-link`: an operator restores (or first gives) a merchant's dashboard access. */
-export function accountCommands({ withStorage, config, fail }: Tools): Command[] {
-  const checkEmail = (email: string | undefined) => {
-    if (email !== undefined && !isValidEmail(email.trim())) fail(`${email} is not a valid email address.`);
-  };
-  const takenEmail = (email: string) => (e: unknown): never => {
-    if (isUniqueViolation(e)) fail(`Another merchant already signs in with ${normalizedEmail(email)}.`);
-    throw e;
-  };
+export function accountCommands({ withServices, config, fail }: Tools): Command[] {
+  /** A merchant without a sign-in email needs one given on the command line. */
+  const messageFor = (merchantId: string) => (e: ApiError) =>
+    e.issues?.some((issue) => issue.message === NO_EMAIL) ? `Merchant ${merchantId} has no sign-in email; give one with --email.` : e.message;
 
   const setPassword = new Command('set-password')
     .description("set a merchant's dashboard password (and its sign-in email with --email); signs it out everywhere")
@@ -31,18 +22,10 @@ export function accountCommands({ withStorage, config, fail }: Tools): Command[]
     .requiredOption('--password <password>', `new password, at least ${MIN_PASSWORD_LENGTH} characters`)
     .option('--email <email>', 'sign-in email to set (required if the merchant has none)')
     .action(async (opts: { merchant: string; password: string; email?: string }) => {
-      checkEmail(opts.email);
-      if (opts.password.length < MIN_PASSWORD_LENGTH) fail(`The password must have at least ${MIN_PASSWORD_LENGTH} characters.`);
-      await withStorage(async (storage) => {
-        await migrateToLatest(storage);
-        const merchant = await findMerchant(storage, opts.merchant);
-        if (!merchant) return fail(`No merchant with id ${opts.merchant}.`);
-        if (!merchant.email && opts.email === undefined) fail(`Merchant ${opts.merchant} has no sign-in email; give one with --email.`);
-        const login = { password: opts.password, ...(opts.email === undefined ? {} : { email: opts.email }) };
-        await setMerchantLogin(storage.db, opts.merchant, login).catch(takenEmail(opts.email ?? ''));
-        await deleteMerchantSessions(storage, opts.merchant);
-        console.log(`Merchant ${opts.merchant} signs in as ${opts.email === undefined ? merchant.email : normalizedEmail(opts.email)} with the new password.`);
-      });
+      await withServices(async (deps) => {
+        const email = await setMerchantPassword(deps, opts.merchant, opts);
+        console.log(`Merchant ${opts.merchant} signs in as ${email} with the new password.`);
+      }, messageFor(opts.merchant));
     });
 
   const resetLink = new Command('reset-link')
@@ -51,20 +34,14 @@ export function accountCommands({ withStorage, config, fail }: Tools): Command[]
     .option('--email <email>', 'sign-in email to set first (required if the merchant has none)')
     .option('--base-url <url>', "this Tollgate's public address; default PUBLIC_BASE_URL, else http://localhost:PORT")
     .action(async (opts: { merchant: string; email?: string; baseUrl?: string }) => {
-      checkEmail(opts.email);
       const base = baseUrlOf(opts.baseUrl, config(), fail);
-      await withStorage(async (storage) => {
-        await migrateToLatest(storage);
-        const merchant = await findMerchant(storage, opts.merchant);
-        if (!merchant) return fail(`No merchant with id ${opts.merchant}.`);
-        if (!merchant.email && opts.email === undefined) fail(`Merchant ${opts.merchant} has no sign-in email; give one with --email.`);
-        if (opts.email !== undefined) await setMerchantEmail(storage, opts.merchant, opts.email).catch(takenEmail(opts.email));
-        const token = await createPasswordReset(storage, opts.merchant, systemClock.now());
+      await withServices(async (deps) => {
+        const token = await passwordResetToken(deps, opts.merchant, opts.email);
         const link = new URL('/dashboard/reset-password', base);
         link.searchParams.set('token', token);
         console.log(link.toString());
         console.error(`Single use, valid for ${PASSWORD_RESET_TTL_MS / 3_600_000} hours. Send it to the merchant privately.`);
-      });
+      }, messageFor(opts.merchant));
     });
 
   return [setPassword, resetLink];

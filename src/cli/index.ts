@@ -1,13 +1,12 @@
 import { Command, InvalidArgumentError, Option } from 'commander';
+import type { AppDeps } from '../app-deps.ts';
 import { ConfigError, loadConfig, type Config } from '../config.ts';
 import { formatMoney, MAX_AMOUNT_UNITS, MoneyFormatError, parseMoney } from '../domain/money.ts';
-import { isValidEmail } from '../domain/email.ts';
-import { BUCKET_ORDER, type Bucket } from '../ledger/accounts.ts';
-import { creditWallet, WalletBalanceLimitError } from '../ledger/wallets.ts';
-import { openStorage, type Storage } from '../storage/db.ts';
-import { isUniqueViolation } from '../storage/errors.ts';
-import { createMerchant, normalizedEmail, setServiceChargeRate } from '../storage/merchants.ts';
+import { ApiError } from '../http/errors.ts';
 import { verifyLedger } from '../ledger/verify.ts';
+import { createMerchantAccount, setMerchantServiceCharge } from '../services/merchants.ts';
+import { BUCKET_ORDER, creditWalletBucket, type Bucket } from '../services/wallets.ts';
+import { openStorage, type Storage } from '../storage/db.ts';
 import { migrateToLatest } from '../storage/migrate.ts';
 import { accountCommands } from './accounts.ts';
 import { ApiCallError } from './api-client.ts';
@@ -15,7 +14,7 @@ import { billingCommands } from './billing.ts';
 import { commerceCommands } from './commerce.ts';
 import { webhookCommands } from './webhooks.ts';
 import { sessionCommands } from './login.ts';
-import { dateOf, systemClock } from '../domain/clock.ts';
+import { systemClock } from '../domain/clock.ts';
 
 const program = new Command()
   .name('tollgate')
@@ -55,14 +54,8 @@ admin
   .addOption(new Option('--print <field>', 'print only this field, e.g. for VAR=$(…) in a script').choices(['merchant_id', 'secret_key', 'wallet_id']))
   .action(async (opts: { name: string; email?: string; password?: string; json?: boolean; print?: string }) => {
     if ((opts.email === undefined) !== (opts.password === undefined)) fail('Give --email and --password together, or neither.');
-    if (opts.email !== undefined && !isValidEmail(opts.email.trim())) fail(`${opts.email} is not a valid email address.`);
-    await withStorage(async (storage) => {
-      await migrateToLatest(storage);
-      const { merchant, secretKey } = await createMerchant(storage, opts, dateOf(systemClock).toISOString()).catch((e: unknown) => {
-        // The only unique value a new merchant brings is its e-mail.
-        if (isUniqueViolation(e)) fail(`A merchant with the email ${normalizedEmail(opts.email!)} already exists.`);
-        throw e;
-      });
+    await withServices(async (deps) => {
+      const { merchant, secretKey } = await createMerchantAccount(deps, opts);
       const out = { merchant_id: merchant.id, secret_key: secretKey, wallet_id: merchant.wallet_id };
       if (opts.print) console.log(out[opts.print as keyof typeof out]);
       else if (opts.json) console.log(JSON.stringify(out));
@@ -85,13 +78,8 @@ admin
       .default('prepaid'),
   )
   .action(async (opts: { wallet: string; amount: bigint; bucket: Bucket }) => {
-    await withStorage(async (storage) => {
-      await migrateToLatest(storage);
-      const balance = await creditWallet(storage, opts.wallet, opts.amount, dateOf(systemClock).toISOString(), opts.bucket).catch((e: unknown) => {
-        if (e instanceof WalletBalanceLimitError) fail(`The credit would take the wallet above its maximum balance, ${formatMoney(e.ceiling)}.`);
-        throw e;
-      });
-      if (balance === null) fail(`No wallet with id ${opts.wallet}.`);
+    await withServices(async (deps) => {
+      const balance = await creditWalletBucket(deps, opts.wallet, opts.amount, opts.bucket);
       console.log(`Wallet ${opts.wallet} balance: ${formatMoney(balance)} (credited ${formatMoney(opts.amount)} to ${opts.bucket})`);
     });
   });
@@ -122,15 +110,13 @@ admin
   .option('--default', "clear the override and use SERVICE_CHARGE_RATE")
   .action(async (opts: { merchant: string; rate?: bigint; default?: boolean }) => {
     if ((opts.rate === undefined) === !opts.default) fail('Give exactly one of --rate or --default.');
-    await withStorage(async (storage) => {
-      await migrateToLatest(storage);
-      const updated = await setServiceChargeRate(storage, opts.merchant, opts.default ? null : opts.rate!);
-      if (!updated) fail(`No merchant with id ${opts.merchant}.`);
+    await withServices(async (deps) => {
+      await setMerchantServiceCharge(deps, opts.merchant, opts.default ? null : opts.rate!);
       console.log(`Merchant ${opts.merchant} service charge: ${opts.default ? 'operator default' : `${formatMoney(opts.rate!)} %`}`);
     });
   });
 
-for (const command of accountCommands({ withStorage, config, fail })) admin.addCommand(command);
+for (const command of accountCommands({ withServices, config, fail })) admin.addCommand(command);
 program.addCommand(webhookCommands(printApiAnswer));
 for (const command of sessionCommands(printApiAnswer)) program.addCommand(command);
 for (const command of billingCommands(printApiAnswer)) program.addCommand(command);
@@ -181,6 +167,21 @@ async function withStorage(work: (storage: Storage) => Promise<void>): Promise<v
   } finally {
     await storage.close();
   }
+}
+
+/**
+ * Runs an operator command on the services, as the server would: the database DATABASE_URL
+ * names, migrated first, and the system clock. A refusal (an ApiError) is printed as its message
+ * with exit code 1, or as `messageOf` words it for the command line.
+ */
+async function withServices(work: (deps: Pick<AppDeps, 'storage' | 'clock'>) => Promise<void>, messageOf = (e: ApiError) => e.message): Promise<void> {
+  await withStorage(async (storage) => {
+    await migrateToLatest(storage);
+    await work({ storage, clock: systemClock }).catch((e: unknown) => {
+      if (e instanceof ApiError) fail(messageOf(e));
+      throw e;
+    });
+  });
 }
 
 function fail(message: string): never {
