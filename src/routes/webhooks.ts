@@ -7,8 +7,10 @@ import { z } from 'zod';
 import {
   changeWebhook,
   createWebhook,
+  deliveryDetailSchema,
   deliveryParams,
   deliverySchema,
+  getDelivery,
   getWebhook,
   listDeliveryPage,
   listWebhookPage,
@@ -17,6 +19,7 @@ import {
   redeliverDelivery,
   removeWebhook,
   rotateSecret,
+  sendTestEvent,
   webhookCreateBody,
   webhookRotateBody,
   webhookSchema,
@@ -87,6 +90,27 @@ export function registerWebhookRoutes(app: App, deps: AppDeps, resolve: Resolver
       const { cursor, limit } = request.query;
       return toPage(await listDeliveryPage(storage, principalOf(request).merchantId, request.params.id, cursor, limit), limit, presentDelivery);
     },
+  );
+
+  app.post(
+    '/webhooks/:id/test',
+    {
+      schema: {
+        tags,
+        summary: 'Send a test event to a webhook',
+        description: 'Sends a `webhook.test` event to this webhook only, at once, whatever events it chose; the delivery is signed, retried and listed like any other. 409 `conflict` when the webhook is disabled.',
+        params: idParams,
+        body: optionalBody(z.object({})),
+        response: { 201: deliverySchema, ...standardErrors },
+      },
+    },
+    async (request, reply) => reply.status(201).send(presentDelivery(await sendTestEvent(endpoints, principalOf(request).merchantId, request.params.id))),
+  );
+
+  app.get(
+    '/webhooks/:id/deliveries/:delivery_id',
+    { schema: { tags, params: deliveryParams, response: { 200: deliveryDetailSchema, ...standardErrors } } },
+    async (request) => getDelivery(storage, principalOf(request).merchantId, request.params.id, request.params.delivery_id),
   );
 
   app.post(

@@ -11,7 +11,9 @@ import type { Storage } from '../storage/db.ts';
 import {
   deleteWebhook,
   deliveryIdExists,
+  findDeliveryWithEvent,
   findWebhook,
+  insertSingleDelivery,
   insertWebhook,
   listDeliveries,
   listWebhooks,
@@ -23,7 +25,7 @@ import {
   type WebhookRow,
 } from '../storage/webhooks.ts';
 import { merchantHasRow } from '../storage/pages.ts';
-import { SUBSCRIBABLE_EVENTS } from '../webhooks/events.ts';
+import { payloadText, SUBSCRIBABLE_EVENTS, TEST_EVENT } from '../webhooks/events.ts';
 import { systemResolver, urlProblemAfterLookup, type Resolver } from '../webhooks/url-safety.ts';
 
 const ALL_EVENTS = '*';
@@ -85,9 +87,14 @@ export const deliverySchema = z.object({
   attempts: z.number().int(),
   last_status_code: z.number().int().nullable().describe('HTTP status of the last answer; null when none came'),
   last_error: z.string().nullable(),
+  last_response_body: z.string().nullable().describe("The start of the last answer's body (at most 1 KiB); null when none came"),
+  last_duration_ms: z.number().int().nullable().describe('How long the last attempt took, in milliseconds'),
   last_attempt_at: z.string().nullable(),
   next_attempt_at: z.string().nullable(),
   created_at: z.string(),
+});
+export const deliveryDetailSchema = deliverySchema.extend({
+  request_body: z.string().describe('The exact body every attempt of this delivery sends; the signatures are computed over these bytes'),
 });
 export const deliveryParams = z.object({ id: z.string().min(1).max(100), delivery_id: z.string().min(1).max(100) });
 
@@ -115,6 +122,8 @@ export function presentDelivery(row: DeliveryRow): z.infer<typeof deliverySchema
     attempts: Number(row.attempts),
     last_status_code: row.last_status_code === null ? null : Number(row.last_status_code),
     last_error: row.last_error,
+    last_response_body: row.last_response_body ?? null,
+    last_duration_ms: row.last_duration_ms === null || row.last_duration_ms === undefined ? null : Number(row.last_duration_ms),
     last_attempt_at: row.last_attempt_at,
     next_attempt_at: row.state === 'pending' ? row.next_attempt_at : null,
     created_at: row.created_at,
@@ -194,4 +203,24 @@ export async function redeliverDelivery(deps: Pick<WebhookEndpointDeps, 'storage
   const row = await redeliver(deps.storage, webhook.id, deliveryId, nowIso(deps));
   if (!row) throw notFound('delivery', deliveryId);
   return row;
+}
+
+/** One delivery with the body it sends, or a 404. */
+export async function getDelivery(storage: Storage, merchantId: string, webhookId: string, deliveryId: string): Promise<z.infer<typeof deliveryDetailSchema>> {
+  const webhook = await getWebhook(storage, merchantId, webhookId);
+  const row = await findDeliveryWithEvent(storage, webhook.id, deliveryId);
+  if (!row) throw notFound('delivery', deliveryId);
+  const requestBody = payloadText({ id: row.event_id, created_at: row.event_created_at, payload: row.event_payload }, row.event_type);
+  return { ...presentDelivery(row), request_body: requestBody };
+}
+
+/**
+ * Sends a `webhook.test` event to this webhook only, now, whatever events it chose: a delivery
+ * like any other (signed, retried, listed). A disabled webhook sends nothing, so it is refused.
+ */
+export async function sendTestEvent(deps: Pick<WebhookEndpointDeps, 'storage' | 'clock'>, merchantId: string, webhookId: string): Promise<DeliveryRow> {
+  const webhook = await getWebhook(deps.storage, merchantId, webhookId);
+  if (webhook.disabled_at !== null) throw new ApiError('conflict', 'The webhook is disabled; enable it to send a test event.');
+  const data = { webhook_id: webhook.id, message: 'A test event sent from Tollgate to check this endpoint; no action is needed.' };
+  return insertSingleDelivery(deps.storage, webhook, { type: TEST_EVENT, data }, nowIso(deps));
 }

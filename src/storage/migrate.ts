@@ -27,6 +27,7 @@ import * as m0023 from './migrations/0023_usage_rollups_per_day.ts';
 import * as m0024 from './migrations/0024_alerts.ts';
 import * as m0025 from './migrations/0025_usage_rollups_carry.ts';
 import * as m0026 from './migrations/0026_payment_credit_reference.ts';
+import * as m0027 from './migrations/0027_webhook_delivery_answers.ts';
 
 /** The ordered, frozen list. New migrations are appended, never inserted or edited. */
 const MIGRATIONS: Record<string, Migration> = {
@@ -56,6 +57,7 @@ const MIGRATIONS: Record<string, Migration> = {
   '0024_alerts': m0024,
   '0025_usage_rollups_carry': m0025,
   '0026_payment_credit_reference': m0026,
+  '0027_webhook_delivery_answers': m0027,
 };
 
 const provider: MigrationProvider = { getMigrations: async () => MIGRATIONS };

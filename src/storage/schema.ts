@@ -288,6 +288,10 @@ export interface WebhookDeliveriesTable {
   last_attempt_at: string | null;
   last_status_code: number | null;
   last_error: string | null;
+  /** The start of the last answer's body (at most 1 KiB, UTF-8); null when none came. */
+  last_response_body: string | null;
+  /** How long the last attempt's exchange took, measured (not a clock reading). */
+  last_duration_ms: number | null;
   created_at: string;
 }
 

@@ -93,7 +93,7 @@ export async function fanOutEvents(
   });
 }
 
-function deliveryRow(webhookId: string, eventId: string, eventType: string, at: string): WebhookDeliveriesTable {
+export function deliveryRow(webhookId: string, eventId: string, eventType: string, at: string): WebhookDeliveriesTable {
   return {
     id: newId('delivery'),
     webhook_id: webhookId,
@@ -105,6 +105,8 @@ function deliveryRow(webhookId: string, eventId: string, eventType: string, at: 
     last_attempt_at: null,
     last_status_code: null,
     last_error: null,
+    last_response_body: null,
+    last_duration_ms: null,
     created_at: at,
   };
 }
@@ -192,6 +194,9 @@ export type AttemptOutcome = {
   at: string;
   statusCode: number | null;
   error: string | null;
+  /** The start of the answer's body; null when none came. */
+  responseBody: string | null;
+  durationMs: number;
   succeeded: boolean;
   /** When to try again; null: no attempts left (the delivery is failed). Ignored on success. */
   nextAttemptAt: string | null;
@@ -218,6 +223,8 @@ export async function recordOutcome(
         next_attempt_at: state === 'pending' ? outcome.nextAttemptAt : null,
         last_status_code: outcome.statusCode,
         last_error: outcome.error,
+        last_response_body: outcome.responseBody,
+        last_duration_ms: outcome.durationMs,
       })
       .where('id', '=', delivery.id)
       .where('attempts', '=', delivery.attempt)

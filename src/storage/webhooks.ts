@@ -3,6 +3,7 @@ import { newId, SECRET_PREFIX } from '../domain/ids.ts';
 import type { Storage } from './db.ts';
 import type { WebhookDeliveriesTable, WebhooksTable } from './schema.ts';
 import { insertWithinMerchantLimit, newestFirstPage } from './pages.ts';
+import { deliveryRow } from './webhook-deliveries.ts';
 
 export type WebhookRow = WebhooksTable;
 export type DeliveryRow = WebhookDeliveriesTable;
@@ -134,3 +135,34 @@ export async function redeliver(storage: Storage, webhookId: string, id: string,
   return storage.db.selectFrom('webhook_deliveries').selectAll().where('webhook_id', '=', webhookId).where('id', '=', id).executeTakeFirst();
 }
 
+
+/**
+ * An event for one webhook only: written already fanned out (so no other webhook gets it) with
+ * its one delivery, due now, in one transaction. The dispatcher sends it like any delivery.
+ */
+export async function insertSingleDelivery(
+  storage: Storage,
+  webhook: Pick<WebhookRow, 'id' | 'merchant_id'>,
+  event: { type: string; data: Record<string, unknown> },
+  at: string,
+): Promise<DeliveryRow> {
+  const eventId = newId('event');
+  const row = deliveryRow(webhook.id, eventId, event.type, at);
+  await storage.db.transaction().execute(async (trx) => {
+    await trx.insertInto('events').values({ id: eventId, merchant_id: webhook.merchant_id, type: event.type, payload: JSON.stringify(event.data), created_at: at, dispatched_at: at }).execute();
+    await trx.insertInto('webhook_deliveries').values(row).execute();
+  });
+  return row;
+}
+
+/** One delivery of a webhook with the event it carries (its data as stored), or undefined. */
+export async function findDeliveryWithEvent(storage: Storage, webhookId: string, id: string): Promise<(DeliveryRow & { event_created_at: string; event_payload: string }) | undefined> {
+  return storage.db
+    .selectFrom('webhook_deliveries as d')
+    .innerJoin('events as e', 'e.id', 'd.event_id')
+    .selectAll('d')
+    .select(['e.created_at as event_created_at', 'e.payload as event_payload'])
+    .where('d.webhook_id', '=', webhookId)
+    .where('d.id', '=', id)
+    .executeTakeFirst();
+}

@@ -40,6 +40,7 @@ header.top button{margin:0;padding:.25rem .75rem;background:transparent;border-c
 pre{white-space:pre-wrap;overflow-wrap:anywhere}
 .actions form{display:inline-block}
 fieldset{border:1px solid #d0d0cc;border-radius:.25rem;margin:.75rem 0;padding:.5rem .75rem;min-width:0}
+.checks label{font-weight:400;margin:.25rem 0}
 table{border-collapse:collapse;width:100%;background:#fff}
 th,td{text-align:left;padding:.4rem .5rem;border-bottom:1px solid #d0d0cc;overflow-wrap:anywhere}
 td.num,th.num{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap;overflow-wrap:normal}

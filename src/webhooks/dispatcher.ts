@@ -218,6 +218,8 @@ export class WebhookDispatcher {
       at: new Date(nowMs).toISOString(),
       statusCode: outcome.kind === 'answered' ? outcome.status : null,
       error: outcome.kind === 'failed' ? outcome.error : null,
+      responseBody: outcome.kind === 'answered' ? outcome.body : null,
+      durationMs: outcome.ms,
       succeeded,
       nextAttemptAt: delay === null ? null : new Date(nowMs + delay).toISOString(),
       disableIfFailingSince: (since) => shouldDisable(Date.parse(since), nowMs),

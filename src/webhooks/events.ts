@@ -22,6 +22,12 @@ export const EVENT_TYPES = [
 export type EventType = (typeof EVENT_TYPES)[number];
 
 /**
+ * The event a merchant sends to one webhook on demand to try it out. It is not subscribable and
+ * goes to that webhook only, whatever events it chose.
+ */
+export const TEST_EVENT = 'webhook.test';
+
+/**
  * Receivers built for the older vocabulary subscribe with these names; their deliveries carry the
  * older name in `event` and the same data.
  */
