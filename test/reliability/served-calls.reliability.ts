@@ -1,5 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { parseMoney } from '../../src/domain/money.ts';
+import { sweepExpiredHolds } from '../../src/gateway/settle.ts';
 import { verifyLedger } from '../../src/ledger/verify.ts';
 import { creditWallet } from '../../src/ledger/wallets.ts';
 import { createMerchant } from '../../src/storage/merchants.ts';
@@ -14,7 +15,7 @@ import { until } from '../helpers/until.ts';
  * admission (SQLite), and with hot wallets admitted from leases (PostgreSQL, Redis on) — and
  * restarted each time. The calls the provider received are counted at the mock upstream; after the
  * last restart each of them has exactly one record, settled and charged, with no charge twice and
- * no sweep of expired holds needed: the restarted process replays its call journal.
+ * no sweep of expired holds needed for any of them: the restarted process replays its call journal.
  */
 
 const ENGINES: TestDatabase['dialect'][] = process.env.TEST_DATABASE_URL ? ['sqlite', 'postgres'] : ['sqlite'];
@@ -22,12 +23,14 @@ const CLIENTS = 12;
 const KILLS = 4;
 /** Answers per life before the kill: enough for a hot wallet's lease (32 admissions a second) to be in use. */
 const ANSWERS_PER_LIFE = 120;
+/** Long: a served call must be settled by the restart's replay, not by the sweep of expired holds. */
+const HOLD_TTL_MS = 600_000;
 const OPENAI_CHAT = 'https://api.openai.com/v1/chat/completions';
 const pause = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 describe.each(ENGINES)('crash test: calls served before a SIGKILL are charged after the restart (%s)', (dialect) => {
   const redis: Record<string, string> = dialect === 'postgres' && process.env.TEST_REDIS_URL ? { REDIS_URL: process.env.TEST_REDIS_URL } : {};
-  const suite = useServeSuite(dialect, 'sk-managed-served-calls', { CALL_JOURNAL_DIR: runTempDir(), HOLD_TTL_MS: '600000', ...redis });
+  const suite = useServeSuite(dialect, 'sk-managed-served-calls', { CALL_JOURNAL_DIR: runTempDir(), HOLD_TTL_MS: String(HOLD_TTL_MS), ...redis });
 
   it('leaves no served call without its one charge, over repeated kills', async () => {
     const { storage, base, upstream } = suite;
@@ -88,6 +91,14 @@ describe.each(ENGINES)('crash test: calls served before a SIGKILL are charged af
     suite.serve = undefined;
 
     const served = new Set(upstream.requests.filter((r) => r.path.endsWith('/chat/completions')).map((r) => (r.json as { messages: { content: string }[] }).messages[0]!.content));
+    const callOf = (metadata: string) => (JSON.parse(metadata) as { call?: string }).call!;
+    // A kill between an admission's commit in the database (a cold wallet) and its journal entry
+    // leaves a pending record the journal never held; its call never reached the provider (the
+    // entry comes first). The sweep settles such records once their holds expire, as before the
+    // journal; nothing else may be left pending.
+    const pendingBeforeSweep = await storage.db.selectFrom('requests').select(['metadata']).where('merchant_id', '=', merchant.id).where('status', '=', 'pending').execute();
+    const pendingServed = pendingBeforeSweep.map((r) => callOf(r.metadata)).filter((call) => served.has(call));
+    const swept = await sweepExpiredHolds(storage, new Date(Date.now() + HOLD_TTL_MS + 1_000));
     const records = await storage.db
       .selectFrom('requests')
       .select(['id', 'status', 'metadata', 'total_wallet_cost', 'usage_estimated'])
@@ -95,7 +106,7 @@ describe.each(ENGINES)('crash test: calls served before a SIGKILL are charged af
       .execute();
     const recordsOf = new Map<string, typeof records>();
     for (const record of records) {
-      const call = (JSON.parse(record.metadata) as { call?: string }).call!;
+      const call = callOf(record.metadata);
       recordsOf.set(call, [...(recordsOf.get(call) ?? []), record]);
     }
     const charged = (call: string) => recordsOf.get(call)?.filter((r) => r.status === 'completed' && BigInt(r.total_wallet_cost) > 0n) ?? [];
@@ -120,6 +131,8 @@ describe.each(ENGINES)('crash test: calls served before a SIGKILL are charged af
       missing_charge: missing.length,
       recorded_twice: recordedTwice.length,
       charged_twice: chargedTwice.length,
+      pending_before_sweep: pendingBeforeSweep.length,
+      swept,
       pending,
       charged_unserved: chargedUnserved,
       answered_charged_estimate: answeredByEstimate,
@@ -130,6 +143,7 @@ describe.each(ENGINES)('crash test: calls served before a SIGKILL are charged af
     expect(missing).toEqual([]);
     expect(recordedTwice).toEqual([]);
     expect(chargedTwice).toEqual([]);
+    expect(pendingServed).toEqual([]);
     expect(pending).toBe(0);
     expect(ledger.problems).toEqual([]);
     expect(BigInt(wallet.balance)).toBe(GRANT - total);

@@ -6,6 +6,7 @@ import { describe, expect, it } from 'vitest';
 import { CallJournal, readSegmentLines, segmentsIn } from '../../src/ledger/journal/journal.ts';
 import { admittedLine, callsOf, finishedLine, type AdmittedCall } from '../../src/ledger/journal/calls.ts';
 import type { BillingContext } from '../../src/ledger/billing.ts';
+import type { MeterRow } from '../../src/storage/meters.ts';
 import { runTempDir } from '../helpers/databases.ts';
 
 const segments = (dir: string) => readdirSync(dir).filter((name) => name.endsWith('.calls'));
@@ -119,8 +120,26 @@ describe('call journal entries', () => {
     );
   });
 
-  it("never writes the caller's own provider key", () => {
-    expect(admittedLine(call(1n, 0n, 0n))).not.toContain('sk-callers-own-provider-key');
+  it("never writes the caller's own provider key nor the meter's secret, and the meter's pricing comes back", () => {
+    const meter: MeterRow = {
+      id: 'meter_1',
+      merchant_id: 'merchant_1',
+      slug: 'chat',
+      name: 'Chat',
+      secret: 'mets_the-meters-own-secret',
+      rate_type: 'fixed',
+      tier_type: 'tokens_1m',
+      token_basis: 'input+output',
+      base_cost_payer: 'wallet',
+      service_charge_payer: 'wallet',
+      tiers: '[{"start":0,"rate":"1.0000000000"}]',
+      created_at: '2026-11-28T00:00:00.000Z',
+      deleted_at: null,
+    };
+    const line = admittedLine({ ...call(1n, 0n, 0n), billing: { ...billing, meter } });
+    expect(line).not.toContain('sk-callers-own-provider-key');
+    expect(line).not.toContain('mets_the-meters-own-secret');
+    expect(callsOf([line]).get('request_1')!.admitted!.billing.meter).toEqual({ ...meter, secret: '' });
   });
 
   it('joins a call admission and outcome, and skips a line cut short', () => {

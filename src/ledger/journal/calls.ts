@@ -17,7 +17,7 @@ export type AdmittedCall = {
   walletId: string;
   estimate: AdmitInput['estimate'];
   record: AdmitInput['record'];
-  /** Who pays, as admitted; without the caller's own provider key (a secret, never on disk). */
+  /** Who pays, as admitted; without the caller's own provider key and the meter's secret (never on disk). */
   billing: BillingContext;
   prices: BasePrices | null;
   baseCostCharged: boolean;
@@ -59,7 +59,10 @@ const pricesLines = new WeakMap<BasePrices, string>();
 function billingJson(billing: BillingContext): string {
   let json = billingLines.get(billing);
   if (json === undefined) {
-    json = JSON.stringify({ ...billing, providerKey: null }, bigintsTagged);
+    // Secrets stay off the disk: the caller's own provider key, and the meter's secret (a credential
+    // that names the meter in forward tokens); a settlement needs neither.
+    const meter = billing.meter && { ...billing.meter, secret: '' };
+    json = JSON.stringify({ ...billing, providerKey: null, meter }, bigintsTagged);
     billingLines.set(billing, json);
   }
   return json;
