@@ -4,6 +4,8 @@ import { beforeAll, describe, expect, it } from 'vitest';
 import { formatMoney, MAX_AMOUNT_UNITS, MAX_WALLET_BALANCE_UNITS, parseMoney } from '../../src/domain/money.ts';
 import { verifyLedger } from '../../src/ledger/verify.ts';
 import type { Storage } from '../../src/storage/db.ts';
+import { carryOf } from '../../src/storage/exact-sum.ts';
+import { CARRIED_SUMS } from '../../src/storage/rollups.ts';
 import { databasesUnderTest } from '../helpers/databases.ts';
 import { useTestApp, type TestApp } from '../helpers/app.ts';
 import { printFigures } from './harness.ts';
@@ -37,6 +39,11 @@ async function nonIntegerValues(storage: Storage): Promise<string[]> {
   return found;
 }
 
+async function integerColumnsOf(storage: Storage, table: string): Promise<string[]> {
+  const columns = await sql<{ name: string; type: string }>`select name, type from pragma_table_info(${table})`.execute(storage.db);
+  return columns.rows.filter((c) => /int/i.test(c.type)).map((c) => c.name);
+}
+
 async function integerColumnCount(storage: Storage): Promise<number> {
   const counted = await sql<{ n: number }>`
     select count(*) as n from sqlite_master m join pragma_table_info(m.name) c
@@ -55,6 +62,16 @@ function apiOf(t: TestApp, base: string): Api {
     grant: (customerId, amount) => post(`/v1/customers/${customerId}/credits`, { amount }),
     charge: (customerId, slug, tokens) => post('/v1/requests', { request_id: `bounds-${sequence++}`, customer_id: customerId, meter_slug: slug, input_tokens: tokens }),
   };
+}
+
+type UsageTotals = { total_requests: number; total_wallet_cost: string; total_request_cost: string };
+
+/** GET /v1/usage's totals for the test clock's UTC day, of one customer or of the whole merchant. */
+async function usageToday(base: string, t: TestApp, customerId?: string): Promise<UsageTotals> {
+  const query = new URLSearchParams({ start: new Date(t.clock.now()).toISOString().slice(0, 10), ...(customerId ? { customer_id: customerId } : {}) });
+  const res = await fetch(`${base}/v1/usage?${query}`, { headers: t.auth() });
+  expect(res.status).toBe(200);
+  return ((await res.json()) as { totals: UsageTotals }).totals;
 }
 
 async function balanceOf(base: string, t: TestApp, customerId: string): Promise<bigint> {
@@ -109,12 +126,17 @@ describe.each(databasesUnderTest())('money at its bounds (%s)', (dialect) => {
       near(MAX_AMOUNT_UNITS).map((units) => ({ kind: 'grant' as const, units })),
       fc.oneof(fc.integer({ min: 0, max: 1_000 }), fc.integer({ min: 0, max: 1_000_000 }), fc.constantFrom(999_999, 1_000_000)).map((tokens) => ({ kind: 'charge' as const, tokens })),
     );
-    const figures = { runs: 0, grants_201: 0, grants_422: 0, charges_201: 0, charges_402: 0 };
+    const figures = { runs: 0, grants_201: 0, grants_422: 0, charges_201: 0, charges_402: 0, rollup_total_past_bigint: 0 };
+    // Every run in the same quarter-hour (the test clock stands still): the merchant's rollup rows
+    // of that quarter-hour sum many times what one BIGINT holds, and must stay exact.
+    const before = await usageToday(base, t);
+    let charged = 0n;
     await fc.assert(
       fc.asyncProperty(fc.array(operation, { minLength: 1, maxLength: 25 }), async (operations) => {
         figures.runs++;
         const customer = await t.customerWithMeter({ meter: costlyMeter() });
         let expected = 0n;
+        let customerCharged = 0n;
         for (const op of operations) {
           if (op.kind === 'grant') {
             const res = await api.grant(customer.customerId, formatMoney(op.units));
@@ -134,17 +156,29 @@ describe.each(databasesUnderTest())('money at its bounds (%s)', (dialect) => {
             if (res.status === 201) {
               expect(parseMoney(body.total_wallet_cost!)).toBe(cost);
               expected -= cost;
+              customerCharged += cost;
+              charged += cost;
               figures.charges_201++;
             } else figures.charges_402++;
           }
         }
         expect(await balanceOf(base, t, customer.customerId)).toBe(expected);
+        // A customer may be charged more than a wallet holds, refilled between charges.
+        expect(parseMoney((await usageToday(base, t, customer.customerId)).total_wallet_cost)).toBe(customerCharged);
       }),
       { numRuns: 40 },
     );
+    const after = await usageToday(base, t);
+    expect(after.total_requests - before.total_requests).toBe(figures.charges_201);
+    expect(parseMoney(after.total_wallet_cost) - parseMoney(before.total_wallet_cost)).toBe(charged);
+    expect(parseMoney(after.total_request_cost) - parseMoney(before.total_request_cost)).toBe(charged);
+    figures.rollup_total_past_bigint = parseMoney(after.total_wallet_cost) > 2n ** 63n - 1n ? 1 : 0;
     expect((await verifyLedger(t.storage)).problems).toEqual([]);
     if (dialect === 'sqlite') {
       expect(await integerColumnCount(t.storage)).toBeGreaterThan(40);
+      // The check covers the rollups' sums and their carries.
+      const checked = await integerColumnsOf(t.storage, 'usage_rollups_grouped');
+      expect(checked).toEqual(expect.arrayContaining([...CARRIED_SUMS, ...CARRIED_SUMS.map(carryOf)]));
       expect(await nonIntegerValues(t.storage)).toEqual([]);
     }
     printFigures(`money bounds (${dialect})`, figures);
