@@ -3,6 +3,7 @@ import type { AppDeps } from '../../app-deps.ts';
 import { loadSession } from '../session.ts';
 import { registerAccountPages } from './account.ts';
 import { registerAlertPages } from './alerts.ts';
+import { registerCheckoutLinkPages } from './checkout-links.ts';
 import { registerCustomerPages } from './customers.ts';
 import { registerMeterPages } from './meters.ts';
 import { registerOverviewPage } from './overview.ts';
@@ -43,6 +44,7 @@ export function registerDashboardRoutes(app: FastifyInstance, deps: AppDeps): vo
     registerWebhookPages(pages, deps);
     registerPlanPages(pages, deps);
     registerSubscriptionPages(pages, deps);
+    registerCheckoutLinkPages(pages, deps);
     registerPaymentPages(pages, deps);
     registerUsagePages(pages, deps);
     registerPaymentRefundPages(pages, deps);

@@ -11,6 +11,7 @@ export const NAV = [
   ['/dashboard/meters', 'Meters'],
   ['/dashboard/plans', 'Plans'],
   ['/dashboard/subscriptions', 'Subscriptions'],
+  ['/dashboard/checkout-links', 'Checkout links'],
   ['/dashboard/payments', 'Payments'],
   ['/dashboard/spend-keys', 'Spend keys'],
   ['/dashboard/webhooks', 'Webhooks'],
