@@ -3,9 +3,10 @@ import { dateOf } from '../domain/clock.ts';
 import { NOT_CHARGED, ProviderUnavailableError, UNANSWERED } from '../payments/types.ts';
 import type { CustomerEventData } from '../storage/connections.ts';
 import { findMerchantPayment } from '../storage/payments.ts';
-import { transitionPayment, type PaymentRow } from '../storage/subscriptions.ts';
+import { findCheckoutSessionById, type CheckoutSessionRow } from '../storage/checkout-sessions.ts';
+import { findPayment, transitionPayment, type PaymentRow } from '../storage/subscriptions.ts';
 import { isApiUpgradePayment } from './plan-changes.ts';
-import { settleFromProviderState } from './provider-events.ts';
+import { settleFromProviderState, type EventResult } from './provider-events.ts';
 import { askProviderToRefund, refundPayment, UNCREDITED_REASONS } from './refunds.ts';
 import type { PurchaseDeps } from './subscriptions.ts';
 import { runEveryInterval } from './rounds.ts';
@@ -38,20 +39,8 @@ export type ReconcileReport = { settled: number; notCharged: number; refunded: n
 export async function reconcilePayments(deps: PurchaseDeps, customerEventData: CustomerEventData, now: Date): Promise<ReconcileReport> {
   const report: ReconcileReport = { settled: 0, notCharged: 0, refunded: 0, refundsRetried: 0 };
   for (const payment of await undecidedPayments(deps, now)) {
-    let state;
-    try {
-      // A payment with the provider's reference is read by it (a hosted checkout still open is
-      // not "never charged"); one without is looked up by its idempotency key.
-      state = payment.provider_ref && deps.payments.paymentState ? await deps.payments.paymentState(payment.provider_ref) : await deps.payments.lookupPayment(payment.id);
-    } catch (e) {
-      if (e instanceof ProviderUnavailableError) continue;
-      throw e;
-    }
-    if (state === null) {
-      if (await recordNotCharged(deps, payment)) report.notCharged += 1;
-      continue;
-    }
-    const result = await settleFromProviderState(deps, { ...state, paymentId: payment.id }, customerEventData);
+    const result = await reconcilePayment(deps, payment, customerEventData);
+    if (result === 'not_charged') report.notCharged += 1;
     if (result === 'credited' || result === 'failed') report.settled += 1;
   }
   for (const payment of await paidButNeverCredited(deps)) {
@@ -60,6 +49,45 @@ export async function reconcilePayments(deps: PurchaseDeps, customerEventData: C
   }
   report.refundsRetried = await retryUnansweredRefunds(deps, now);
   return report;
+}
+
+/**
+ * Asks the provider about one payment and settles it as its event would: 'not_charged' when the
+ * provider never made it (and it was recorded so), 'unanswered' when the provider did not answer.
+ */
+async function reconcilePayment(deps: PurchaseDeps, payment: PaymentRow, customerEventData: CustomerEventData): Promise<EventResult | 'not_charged' | 'unanswered'> {
+  let state;
+  try {
+    // A payment with the provider's reference is read by it (a hosted checkout still open is
+    // not "never charged"); one without is looked up by its idempotency key.
+    state = payment.provider_ref && deps.payments.paymentState ? await deps.payments.paymentState(payment.provider_ref) : await deps.payments.lookupPayment(payment.id);
+  } catch (e) {
+    if (e instanceof ProviderUnavailableError) return 'unanswered';
+    throw e;
+  }
+  if (state === null) return (await recordNotCharged(deps, payment)) ? 'not_charged' : 'unchanged';
+  return settleFromProviderState(deps, { ...state, paymentId: payment.id }, customerEventData);
+}
+
+/**
+ * A checkout whose payment is still `pending` this long after it was written has no request
+ * paying it any more (the one that wrote it died, or is about to give up): a customer paying again
+ * has it settled at once rather than waiting for the periodic round (RECONCILE_AFTER_MS).
+ */
+export const STALE_ATTEMPT_MS = 10_000;
+
+/**
+ * Before a checkout is paid again: its earlier payment, left `pending` longer than
+ * STALE_ATTEMPT_MS (a crashed request), is looked up at the provider and settled now — credited,
+ * which completes the session (returned, to be shown as paid), or failed `not_charged`, which
+ * frees the session for this attempt (null). Null too when there is nothing stale to settle.
+ */
+export async function settleStaleCheckoutAttempt(deps: PurchaseDeps, session: CheckoutSessionRow, customerEventData: CustomerEventData, now: Date): Promise<CheckoutSessionRow | null> {
+  const live = await findPayment(deps.storage.db, 'checkout', session.id);
+  if (!live || live.status !== 'pending' || live.provider !== deps.payments.id || now.getTime() - Date.parse(live.created_at) < STALE_ATTEMPT_MS) return null;
+  await reconcilePayment(deps, live, customerEventData);
+  const after = await findCheckoutSessionById(deps.storage.db, session.id);
+  return after?.completed_at ? after : null;
 }
 
 async function undecidedPayments(deps: PurchaseDeps, now: Date): Promise<PaymentRow[]> {

@@ -10,6 +10,7 @@ import {
   type Purchase,
 } from '../commerce/checkout.ts';
 import { returnFromHostedCheckout, startHostedCheckout, type HostedPayResult } from '../commerce/hosted-checkout.ts';
+import { settleStaleCheckoutAttempt } from '../commerce/reconciliation.ts';
 import type { PurchaseDeps } from '../commerce/subscriptions.ts';
 import { dateOf } from '../domain/clock.ts';
 import { isValidEmail } from '../domain/email.ts';
@@ -97,6 +98,9 @@ export function registerCheckoutPage(app: FastifyInstance, deps: CheckoutPageDep
     if (refusal) return refused(deps, reply, opened, refusal, form);
     const input = await payInput(deps, opened.session, form);
     if (typeof input === 'string') return page(deps, reply.status(400), opened.session, await checkoutForm(deps, opened, input, form));
+    // An earlier attempt whose request died is settled first: paid (shown so), or freed for this one.
+    const settled = await settleStaleCheckoutAttempt(deps, opened.session, input.customerEventData, input.at);
+    if (settled) return showResult(deps, request, reply, opened, { status: 'completed', session: settled }, form);
     const result: HostedPayResult = paysOnProviderPage(deps, form) ? await startHostedCheckout(deps, input, hostedUrls(deps, request, opened)) : await payCheckout(deps, input);
     if (result.status === 'redirect') return reply.redirect(result.url, 303);
     if (result.status === 'failed' && result.declined) await recordDecline(deps, request.ip);

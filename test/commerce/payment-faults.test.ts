@@ -1,14 +1,14 @@
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import type { PayResult } from '../../src/commerce/checkout.ts';
 import { topUpIfShort } from '../../src/commerce/auto-top-up.ts';
-import { reconcilePayments, RECONCILE_AFTER_MS } from '../../src/commerce/reconciliation.ts';
+import { reconcilePayments, RECONCILE_AFTER_MS, STALE_ATTEMPT_MS } from '../../src/commerce/reconciliation.ts';
 import { renewDueSubscriptions } from '../../src/commerce/renewals.ts';
 import { CommerceState } from '../../src/commerce/state.ts';
 import type { PurchaseDeps } from '../../src/commerce/subscriptions.ts';
 import { dateOf } from '../../src/domain/clock.ts';
 import { parseMoney } from '../../src/domain/money.ts';
 import { verifyLedger } from '../../src/ledger/verify.ts';
-import type { TestFaultPoint } from '../../src/payments/test-provider.ts';
+import { TEST_CARDS, type TestFaultPoint } from '../../src/payments/test-provider.ts';
 import { ProviderUnavailableError } from '../../src/payments/types.ts';
 import { presentCustomer } from '../../src/services/customers.ts';
 import { startTestApp, type TestApp } from '../helpers/app.ts';
@@ -116,6 +116,40 @@ describe.each(databasesUnderTest())('no charge without a credit on %s', (dialect
       const report = await reconcileLater();
       expect(report.refunded).toBe(1);
       expect((await walletBuckets(t.storage, walletId)).prepaid).toBe(0n);
+    });
+  });
+
+  describe('a checkout paid again after its request died', () => {
+    const CRASHES = FAULTS.filter(([, , error]) => error === crash);
+    const payOnPage = (token: string) =>
+      t.app.inject({
+        method: 'POST',
+        url: '/checkout/pay',
+        headers: { 'content-type': 'application/x-www-form-urlencoded' },
+        payload: new URLSearchParams({ token, amount: '20', card_number: TEST_CARDS.succeeds }).toString(),
+      });
+
+    it.each(CRASHES)('%s: seconds later, not minutes, the retry settles it with the provider and the customer is credited once', async (_name, point, error) => {
+      const { customerId, walletId } = await createCustomer(t);
+      const created = await t.app.inject({ method: 'POST', url: '/v1/checkout_sessions', headers: t.auth(), payload: { checkout_mode: 'topup', origin_url: 'https://shop.example.com/', customer_id: customerId } });
+      const { checkout_session_id: sessionId, checkout_session_token: token } = created.json();
+      inject(point, error());
+      expect(await pay(sessionId)).toBeInstanceOf(Error);
+      // At once, the earlier request may still be paying: the retry waits for it.
+      const early = await payOnPage(token);
+      expect(early.statusCode).toBe(402);
+      expect(early.body).toContain('already in progress');
+
+      t.clock.advance(STALE_ATTEMPT_MS + 1);
+      const retried = await payOnPage(token);
+      expect(retried.statusCode, retried.body).toBe(200);
+      expect(retried.body).toContain('Payment received');
+      expect((await walletBuckets(t.storage, walletId)).prepaid).toBe(parseMoney('20'));
+      const payments = await t.storage.db.selectFrom('payments').selectAll().where('reference', 'like', `${sessionId}%`).execute();
+      // Charged by the first attempt: settled, no second charge; never charged: failed not_charged, paid by the retry.
+      const charged = t.payments.charges.filter((c) => payments.some((p) => p.id === c.idempotencyKey) && c.status === 'succeeded');
+      expect(charged).toHaveLength(1);
+      expect(payments.map((p) => [p.status, p.failure_reason]).sort()).toEqual(point === 'before_charge' ? [['failed', 'not_charged'], ['succeeded', null]] : [['succeeded', null]]);
     });
   });
 
