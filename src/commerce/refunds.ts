@@ -199,7 +199,7 @@ async function settleRefund(deps: CommerceDeps, refund: RefundRow, payment: Paym
     }
     const refunded = (await refundedAmounts(trx, [payment.id])).get(payment.id) ?? 0n;
     await enqueueEvent(trx, { merchantId: refund.merchant_id, type: 'payment.refunded', data: { ...presentRefund(settled), payment: presentPayment(payment, refunded) }, at: stamp });
-    // A plan period's payment given back in full may end its subscription (decision 0045).
+    // A plan period's payment given back in full may end its subscription (decision 0044).
     if (payment.credit_reference !== null && (await succeededRefunds(trx, payment.id)) >= BigInt(payment.amount)) {
       await endRefundedPeriod(deps, trx, payment, subscriptionOfCredit(payment.credit_reference), stamp);
     }

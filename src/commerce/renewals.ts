@@ -337,7 +337,7 @@ export async function cancelDeletedCustomersSubscription(deps: CommerceDeps, trx
 }
 
 /**
- * A plan period's payment the merchant refunded in full (decision 0045), in the refund's
+ * A plan period's payment the merchant refunded in full (decision 0044), in the refund's
  * transaction: when it paid for the cycle running now — it is the subscription's latest plan
  * payment and the plan has a price, so no later cycle started — the subscription ends at once, as
  * a cancellation does (what is left of its cycle credit expires), announced by

@@ -98,7 +98,7 @@ async function beginFirstCycle(trx: Transaction<Database>, sub: SubscriptionRow,
  * subscription's first cycle, each renewal and an upgrade all grant it here. `reference` makes the
  * grant happen once per cycle; `note` tells a grant apart in the ledger's description. `paidBy`,
  * the payment of the period, is linked to the grant (its `credit_reference`), so that a refund of
- * it knows the credit it paid for (decision 0045).
+ * it knows the credit it paid for (decision 0044).
  */
 export async function grantCycleCredit(
   trx: Transaction<Database>,

@@ -447,7 +447,7 @@ export interface RefundsTable {
   amount: bigint;
   credit_amount: bigint;
   wallet_id: string | null;
-  /** Where the credit is taken back from; `cycle` for a plan period's payment (decision 0045). */
+  /** Where the credit is taken back from; `cycle` for a plan period's payment (decision 0044). */
   bucket: 'prepaid' | 'bundle' | 'cycle' | null;
   provider_ref: string | null;
   status: 'pending' | 'succeeded' | 'failed';
