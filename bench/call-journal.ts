@@ -10,7 +10,7 @@
  * Measured one server after the other instead, the host's load moved between the two windows by
  * more than the journal costs (decision 0024, *Measured*).
  */
-import { mkdtempSync } from 'node:fs';
+import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Pool } from 'undici';
@@ -39,18 +39,23 @@ export async function benchCallJournal(opts: { engine: string; withServer: WithS
   const journalDir = mkdtempSync(join(tmpdir(), 'tollgate-bench-journal-'));
   const databases: Record<Mode, { database: BenchDatabase; storage: Storage }> = { off: await freshDatabase(opts.engine), on: await freshDatabase(opts.engine) };
   const ticksBefore = machineTicks();
+  // A failed or interrupted round must not leave its databases and journal behind either.
   try {
-    for (let round = 0; round < opts.rounds; round++) {
-      // Which server starts first (and is asked first) alternates from round to round.
-      const order = round % 2 === 0 ? MODES : ([...MODES].reverse() as Mode[]);
-      await withBoth(opts, order, journalDir, databases, (running) => measureRound(opts, running, figures));
+    try {
+      for (let round = 0; round < opts.rounds; round++) {
+        // Which server starts first (and is asked first) alternates from round to round.
+        const order = round % 2 === 0 ? MODES : ([...MODES].reverse() as Mode[]);
+        await withBoth(opts, order, journalDir, databases, (running) => measureRound(opts, running, figures));
+      }
+    } finally {
+      for (const mode of MODES) await databases[mode].storage.close();
     }
+    const ledgers = await Promise.all(MODES.map(async (mode) => (await verifiedLedger(databases[mode].database)).problems.length));
+    return rowsOf(opts, figures, ticksBefore, ledgers[0]! + ledgers[1]!);
   } finally {
-    for (const mode of MODES) await databases[mode].storage.close();
+    for (const mode of MODES) await databases[mode].database.drop();
+    rmSync(journalDir, { recursive: true, force: true });
   }
-  const ledgers = await Promise.all(MODES.map(async (mode) => (await verifiedLedger(databases[mode].database)).problems.length));
-  for (const mode of MODES) await databases[mode].database.drop();
-  return rowsOf(opts, figures, ticksBefore, ledgers[0]! + ledgers[1]!);
 }
 
 async function freshDatabase(engine: string): Promise<{ database: BenchDatabase; storage: Storage }> {

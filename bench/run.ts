@@ -78,54 +78,58 @@ async function main(): Promise<void> {
     engines.splice(0, engines.length, ...engines.filter((e) => onlyEngines.includes(e.name)));
   }
   const mock = await startMock();
-  process.env.BENCH_MOCK_URL = mock.url;
-  for (const engine of engines) {
-    console.log(`\n== ${engine.name}`);
-    const storage = openStorage(engine.url, { poolSize: 4 });
-    await migrateToLatest(storage);
-    try {
-      if (runs('records') || runs('usage')) {
-        await withServer(engine.url, mock.url, async (server) => {
-          if (runs('records')) await benchRecordThroughput(engine.name, storage, server.url, server.process.pid!);
-          if (runs('usage')) await benchUsageLatency(engine.name, storage, server.url);
+  // A scenario that fails must not leave the bench databases behind (or the mock running).
+  try {
+    process.env.BENCH_MOCK_URL = mock.url;
+    for (const engine of engines) {
+      console.log(`\n== ${engine.name}`);
+      const storage = openStorage(engine.url, { poolSize: 4 });
+      await migrateToLatest(storage);
+      try {
+        if (runs('records') || runs('usage')) {
+          await withServer(engine.url, mock.url, async (server) => {
+            if (runs('records')) await benchRecordThroughput(engine.name, storage, server.url, server.process.pid!);
+            if (runs('usage')) await benchUsageLatency(engine.name, storage, server.url);
+          });
+        }
+        // A fresh server, so its peak RSS is the gateway's own, not what the million-row seed left behind.
+        if (runs('gateway')) await withServer(engine.url, mock.url, async (server) => {
+          report.push(
+            ...(await benchGateway({ engine: engine.name, storage, serverUrl: server.url, serverPid: server.process.pid!, mock, seconds: SIZES.gatewaySeconds })),
+          );
         });
+        if (runs('webhooks')) await withServer(engine.url, mock.url, async (server) => {
+          report.push(...(await benchWebhooks({ engine: engine.name, storage, serverUrl: server.url, burst: SIZES.webhookBurst, rateSeconds: SIZES.webhookRateSeconds })));
+        });
+        if (runs('rewrite')) await withServer(engine.url, mock.url, async (server) => {
+          report.push(...(await benchRewrite({ engine: engine.name, storage, serverUrl: server.url, serverPid: server.process.pid!, seconds: SIZES.gatewaySeconds })));
+        });
+        if (runs('journal')) {
+          const serve = (env: Record<string, string>, work: (server: { url: string; pid: number }) => Promise<void>) =>
+            withServer(engine.url, mock.url, (server) => work({ url: server.url, pid: server.process.pid! }), env);
+          report.push(...(await benchCallJournal({ engine: engine.name, withServer: serve, mockUrl: mock.url, seconds: SIZES.gatewaySeconds / 2, rounds: quick ? 1 : 3 })));
+        }
+        if (runs('pages')) await withServer(engine.url, mock.url, async (server) => {
+          report.push(...(await benchPages({ engine: engine.name, storage, serverUrl: server.url, visits: SIZES.pageVisits, requests: SIZES.pageRequests })));
+        });
+        if (runs('footprint')) await withServer(engine.url, mock.url, async (server) => {
+          const { headers, meter, customers } = await setUpMerchant(storage, server.url, SIZES.customers);
+          const sqlitePath = engine.name === 'sqlite' ? engine.url.slice('sqlite:'.length) : undefined;
+          report.push(
+            ...(await benchFootprint({ engine: engine.name, storage, sqlitePath, serverUrl: server.url, requests: SIZES.footprintRequests, customers, meterSlug: meter.meter_slug, headers })),
+          );
+        });
+        // The same guarantees after the load as before it (verify-ledger in docs/benchmarks.md). Every server has stopped (and
+        // drained its writers), so every settlement of every scenario is in the ledger by now.
+        report.push(await verifiedLedger(engine.name, storage));
+      } finally {
+        await storage.close();
       }
-      // A fresh server, so its peak RSS is the gateway's own, not what the million-row seed left behind.
-      if (runs('gateway')) await withServer(engine.url, mock.url, async (server) => {
-        report.push(
-          ...(await benchGateway({ engine: engine.name, storage, serverUrl: server.url, serverPid: server.process.pid!, mock, seconds: SIZES.gatewaySeconds })),
-        );
-      });
-      if (runs('webhooks')) await withServer(engine.url, mock.url, async (server) => {
-        report.push(...(await benchWebhooks({ engine: engine.name, storage, serverUrl: server.url, burst: SIZES.webhookBurst, rateSeconds: SIZES.webhookRateSeconds })));
-      });
-      if (runs('rewrite')) await withServer(engine.url, mock.url, async (server) => {
-        report.push(...(await benchRewrite({ engine: engine.name, storage, serverUrl: server.url, serverPid: server.process.pid!, seconds: SIZES.gatewaySeconds })));
-      });
-      if (runs('journal')) {
-        const serve = (env: Record<string, string>, work: (server: { url: string; pid: number }) => Promise<void>) =>
-          withServer(engine.url, mock.url, (server) => work({ url: server.url, pid: server.process.pid! }), env);
-        report.push(...(await benchCallJournal({ engine: engine.name, withServer: serve, mockUrl: mock.url, seconds: SIZES.gatewaySeconds / 2, rounds: quick ? 1 : 3 })));
-      }
-      if (runs('pages')) await withServer(engine.url, mock.url, async (server) => {
-        report.push(...(await benchPages({ engine: engine.name, storage, serverUrl: server.url, visits: SIZES.pageVisits, requests: SIZES.pageRequests })));
-      });
-      if (runs('footprint')) await withServer(engine.url, mock.url, async (server) => {
-        const { headers, meter, customers } = await setUpMerchant(storage, server.url, SIZES.customers);
-        const sqlitePath = engine.name === 'sqlite' ? engine.url.slice('sqlite:'.length) : undefined;
-        report.push(
-          ...(await benchFootprint({ engine: engine.name, storage, sqlitePath, serverUrl: server.url, requests: SIZES.footprintRequests, customers, meterSlug: meter.meter_slug, headers })),
-        );
-      });
-      // The same guarantees after the load as before it (verify-ledger in docs/benchmarks.md). Every server has stopped (and
-      // drained its writers), so every settlement of every scenario is in the ledger by now.
-      report.push(await verifiedLedger(engine.name, storage));
-    } finally {
-      await storage.close();
     }
+  } finally {
+    for (const engine of engines) await engine.drop();
+    mock.process.kill('SIGTERM');
   }
-  for (const engine of engines) await engine.drop();
-  mock.process.kill('SIGTERM');
   writeReport();
 }
 

@@ -1,4 +1,4 @@
-import { mkdtempSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import pg from 'pg';
@@ -21,7 +21,17 @@ const runName = () => process.env.TOLLGATE_TEST_RUN ?? 'adhoc';
 
 /** A new temp directory named for the test run, so the global teardown removes it with the run. */
 export function runTempDir(): string {
-  return mkdtempSync(join(tmpdir(), `tollgate-test-${runName()}-`));
+  const dir = mkdtempSync(join(tmpdir(), `tollgate-test-${runName()}-`));
+  // Outside a test run (a script or a file run without the global setup) no teardown names this
+  // directory, so the process that made it removes it as it exits.
+  if (process.env.TOLLGATE_TEST_RUN === undefined) removeAtExit(dir);
+  return dir;
+}
+
+const removedAtExit = new Set<string>();
+function removeAtExit(dir: string): void {
+  if (removedAtExit.size === 0) process.once('exit', () => removedAtExit.forEach((d) => rmSync(d, { recursive: true, force: true })));
+  removedAtExit.add(dir);
 }
 
 /** An operator price-overrides file (PRICE_OVERRIDES_FILE) in the run's temp directory. */
