@@ -22,7 +22,7 @@ import {
 import type { Storage } from '../storage/db.ts';
 import type { AlertPeriod } from '../storage/schema.ts';
 import { enqueueEvent } from '../webhooks/outbox.ts';
-import { periodStartOf } from './alerts.ts';
+import { periodStartOf, ruleFields } from './alerts.ts';
 
 /** Rules read per query of a round. */
 const PAGE = 200;
@@ -167,12 +167,7 @@ async function fire(storage: Storage, rule: AlertRow, step: { value: bigint; per
 /** The `alert.triggered` event's data, as docs/webhooks.md documents it. */
 export function alertEventData(rule: AlertRow, step: { value: bigint; periodStart: string | null }): Record<string, unknown> {
   return {
-    alert_id: rule.id,
-    kind: rule.kind,
-    customer_id: rule.connection_id,
-    spend_key_id: rule.spend_key_id,
-    threshold: formatMoney(BigInt(rule.threshold)),
-    period: rule.period,
+    ...ruleFields(rule),
     period_start: step.periodStart,
     ...(rule.kind === 'low_balance' ? { balance: formatMoney(step.value) } : { spend: formatMoney(step.value) }),
   };

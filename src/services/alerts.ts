@@ -104,8 +104,8 @@ export function isTriggered(row: AlertRow, now: Date): boolean {
   return row.period === null || row.fired_period === periodStartOf(row.period, now);
 }
 
-export function presentAlert(row: AlertRow, now: Date): Alert {
-  const triggered = isTriggered(row, now);
+/** What a rule watches, as the API and the `alert.triggered` event both name it. */
+export function ruleFields(row: AlertRow) {
   return {
     alert_id: row.id,
     kind: row.kind,
@@ -113,6 +113,13 @@ export function presentAlert(row: AlertRow, now: Date): Alert {
     spend_key_id: row.spend_key_id,
     threshold: formatMoney(BigInt(row.threshold)),
     period: row.period,
+  };
+}
+
+export function presentAlert(row: AlertRow, now: Date): Alert {
+  const triggered = isTriggered(row, now);
+  return {
+    ...ruleFields(row),
     enabled: Number(row.enabled) === 1,
     state: triggered ? 'triggered' : 'armed',
     triggered_at: triggered ? row.fired_at : null,
